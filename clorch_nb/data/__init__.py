@@ -1,0 +1,67 @@
+"""``clorch_nb.data``: the Python edition of ``clorch.data``.
+
+Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
+the loader (:func:`dataloader`), distributed sharding (:func:`distributed_sampler`,
+:func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
+:func:`pad_collate`) and :func:`cleanup_data`.
+
+Example:
+    >>> import torch
+    >>> from clorch_nb import data
+    >>> ds = data.tensor_dataset(torch.zeros(100, 3), torch.arange(100))
+    >>> s = data.distributed_sampler(ds, num_replicas=2, rank=1, seed=1337)
+    >>> loader = data.dataloader(ds, batch_size=32, sampler=s)
+    >>> [tuple(b["data"].shape) for b in loader]
+    [(32, 3), (18, 3)]
+"""
+
+from clorch_nb.data.collate import cleanup_data, default_collate, pad_collate
+from clorch_nb.data.dataset import (
+    BatchedDataset,
+    Dataset,
+    TensorDataset,
+    as_dataset,
+    dataset,
+    get_item,
+    get_size,
+    tensor_dataset,
+)
+from clorch_nb.data.defdataset import defdataset, derived
+from clorch_nb.data.distributed import (
+    DistributedSampler,
+    ShardPlan,
+    distributed_sampler,
+    sample_indices,
+    set_epoch,
+    shard_plan,
+)
+from clorch_nb.data.loader import DataLoader, dataloader
+from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
+
+__all__ = [
+    "BatchedDataset",
+    "DataLoader",
+    "Dataset",
+    "DistributedSampler",
+    "ProcessSpec",
+    "ShardPlan",
+    "TensorDataset",
+    "WorkerInfo",
+    "as_dataset",
+    "cleanup_data",
+    "dataloader",
+    "dataset",
+    "default_collate",
+    "defdataset",
+    "derived",
+    "distributed_sampler",
+    "get_item",
+    "get_size",
+    "get_worker_info",
+    "pad_collate",
+    "sample_indices",
+    "set_epoch",
+    "shard_plan",
+    "tensor_dataset",
+]

@@ -1,0 +1,270 @@
+"""Collation (items -> one batch) and batch cleanup.
+
+``default_collate`` follows ``clorch.data/default-collate``: tensors are stacked along a new
+dimension 0; mappings are collated key by key, recursively; anything else (numbers, strings,
+numpy arrays, None, lists) is gathered into a list, unchanged. Two deliberate differences from
+``torch.utils.data.default_collate``: numbers and numpy arrays are *not* converted to tensors
+(torch's result dtype depends on which item comes first), and every error names the key path,
+the item positions and the shapes or types involved. Tuples (and namedtuples) are records, like
+mappings: collated position by position, so a torch dataset's ``(x, y)`` items give ``(X, Y)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from clorch_nb.errors import CollateError, ConfigError
+
+__all__ = ["cleanup_data", "default_collate", "pad_collate"]
+
+
+def _path_str(path: tuple[Any, ...]) -> str:
+    if not path:
+        return "the items themselves"
+    return "key " + "".join(f"[{p!r}]" for p in path) if len(path) > 1 else f"key {path[0]!r}"
+
+
+def _positions(pos: list[int]) -> str:
+    shown = ", ".join(map(str, pos[:8]))
+    return f"position{'s' if len(pos) > 1 else ''} {shown}{', ...' if len(pos) > 8 else ''}"
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return "Tensor"
+    if isinstance(x, Mapping):
+        return "Mapping"
+    if isinstance(x, tuple):
+        return "tuple"
+    return "other"
+
+
+def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -> CollateError:
+    # Group positions by concrete type name, tensors first, so the message is the same whatever
+    # order the items come in.
+    groups: dict[str, list[int]] = {}
+    for i, x in enumerate(items):
+        groups.setdefault(type(x).__name__, []).append(i)
+    order = sorted(groups, key=lambda n: (n != "Tensor", -len(groups[n]), n))
+    found = "; ".join(f"{n} at {_positions(groups[n])}" for n in order)
+    hint = (
+        "every item must give a tensor here: a get_item that sometimes returns None (a failed "
+        "decode?) should raise or return a placeholder tensor"
+        if "Tensor" in kinds
+        else "every item must have the same structure here"
+    )
+    return CollateError(f"cannot collate {_path_str(path)}: items mix types: {found}; {hint}")
+
+
+def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor:
+    shape = items[0].shape
+    for t in items:
+        if t.shape != shape:
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for i, u in enumerate(items):
+                groups.setdefault(tuple(u.shape), []).append(i)
+            found = "; ".join(f"{_positions(p)} shape {s}" for s, p in groups.items())
+            raise CollateError(
+                f"cannot stack {_path_str(path)}: tensors differ in shape: {found}. Pad or crop "
+                "the items to one shape, or pass collate_fn=data.pad_collate (pads to the longest "
+                "and returns the lengths)"
+            )
+    return torch.stack(list(items), 0)
+
+
+def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
+    first = items[0]
+    kind = _kind(first)
+    kinds = [_kind(x) for x in items]
+    if any(k != kind for k in kinds):
+        if kind == "other" and all(k == "other" for k in kinds if k != "tuple"):
+            return list(items)
+        raise _type_error(items, path, kinds)
+    if kind == "Tensor":
+        return _stack(items, path)
+    if kind == "Mapping":
+        keys = list(first.keys())
+        key_set = set(keys)
+        for i, x in enumerate(items):
+            if set(x.keys()) != key_set:
+                missing = sorted(map(repr, key_set - set(x.keys())))
+                extra = sorted(map(repr, set(x.keys()) - key_set))
+                raise CollateError(
+                    f"cannot collate {_path_str(path)}: item {i} has keys {sorted(map(repr, x))} "
+                    f"but item 0 has {sorted(map(repr, keys))} (missing {missing}, extra "
+                    f"{extra}); every item must have the same keys (nothing is dropped)"
+                )
+        return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
+    if kind == "tuple":
+        n = len(first)
+        for i, x in enumerate(items):
+            if len(x) != n:
+                raise CollateError(
+                    f"cannot collate {_path_str(path)}: item 0 is a tuple of {n} fields but "
+                    f"item {i} has {len(x)}; every item must have the same number of fields"
+                )
+        fields = [_collate([x[j] for x in items], (*path, j)) for j in range(n)]
+        if hasattr(first, "_fields"):  # namedtuple keeps its type
+            return type(first)(*fields)
+        return tuple(fields)
+    return list(items)
+
+
+def default_collate(items: Sequence[Any]) -> Any:
+    """Merge a list of items into one batch (``data/default-collate``).
+
+    Rules, applied recursively:
+
+    * tensors of shape ``S`` -> one tensor of shape ``(B, *S)`` (``torch.stack`` on dim 0);
+    * mappings -> a dict with the same keys, each collated (every item needs the same keys);
+    * tuples / namedtuples -> the same type, collated field by field;
+    * anything else (int, float, str, ``numpy.ndarray``, None, list) -> a list of the ``B``
+      values, unchanged: no implicit numeric conversion.
+
+    Args:
+        items (Sequence[Any]): the ``B >= 1`` items of one batch.
+
+    Returns:
+        Any: the batch.
+
+    Raises:
+        CollateError (a TypeError): tensors of different shapes, tensors mixed with other types,
+            or mismatched keys; the message names the key path, the item positions and the
+            shapes or types.
+        ConfigError: ``items`` is empty or not a sequence.
+
+    Example:
+        >>> b = default_collate([{"data": torch.ones(3), "target": torch.tensor(0), "id": "a"},
+        ...                      {"data": torch.ones(3), "target": torch.tensor(1), "id": "b"}])
+        >>> b["data"].shape, b["target"], b["id"]
+        (torch.Size([2, 3]), tensor([0, 1]), ['a', 'b'])
+    """
+    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+        raise ConfigError(f"collate expects a list of items, got {type(items).__name__}")
+    if len(items) == 0:
+        raise ConfigError("collate got an empty list of items; a batch needs at least one item")
+    return _collate(items, ())
+
+
+def pad_collate(
+    items: Sequence[Any],
+    *,
+    keys: Sequence[str] | None = None,
+    padding_value: float = 0,
+    mask: bool = False,
+) -> Any:
+    """Collate variable-length sequences by padding them to the longest in the batch.
+
+    For mapping items, each padded field ``k`` (every tensor field of rank >= 1 when ``keys`` is
+    None, else those named) is stacked to shape ``(B, L_max, *S)`` and the batch gains
+    ``k + "_lengths"`` (int64, ``(B,)``, the true lengths) and, with ``mask=True``,
+    ``k + "_mask"`` (bool, ``(B, L_max)``, True on real positions). Other fields follow
+    :func:`default_collate`. Bare tensor items give ``(padded, lengths)``. Nothing is truncated.
+
+    Use as ``collate_fn=data.pad_collate`` or ``functools.partial(data.pad_collate, keys=[...])``.
+
+    Args:
+        items (Sequence[Any]): the ``B >= 1`` items; padded fields have shapes ``(L_i, *S)``.
+        keys (Sequence[str] | None): mapping keys to pad (default: every tensor field of rank
+            >= 1, so the batch layout does not depend on the lengths that happen to meet).
+        padding_value (float): value written past each sequence's end.
+        mask (bool): also return ``k + "_mask"``.
+
+    Returns:
+        Any: the batch.
+
+    Raises:
+        CollateError: a padded field has 0-d tensors, trailing dimensions ``S`` that differ, or
+            a name clash with an existing ``*_lengths`` / ``*_mask`` key.
+        ConfigError: ``items`` is empty or a key in ``keys`` is missing.
+
+    Example:
+        >>> b = pad_collate([{"data": torch.tensor([1, 2, 3])}, {"data": torch.tensor([4])}])
+        >>> b["data"], b["data_lengths"]
+        (tensor([[1, 2, 3],
+                [4, 0, 0]]), tensor([3, 1]))
+    """
+    if not isinstance(items, Sequence) or len(items) == 0:
+        raise ConfigError("pad_collate got no items; a batch needs at least one item")
+    first = items[0]
+    if isinstance(first, torch.Tensor):
+        return _pad(items, ("<item>",), padding_value)
+    if not isinstance(first, Mapping):
+        raise CollateError(
+            f"pad_collate takes tensors or mappings of tensors, got {type(first).__name__}; "
+            "use default_collate for other items"
+        )
+    pad_keys = list(keys) if keys is not None else [
+        k for k, v in first.items() if isinstance(v, torch.Tensor) and v.dim() >= 1
+    ]
+    for k in pad_keys:
+        if k not in first:
+            raise ConfigError(f"pad_collate keys: {k!r} is not a key of the items ({list(first)})")
+    rest = [{k: v for k, v in x.items() if k not in pad_keys} for x in items]
+    out = default_collate(rest) if rest[0] else {}
+    for k in pad_keys:
+        padded, lengths = _pad([x[k] for x in items], (k,), padding_value)
+        for extra in (f"{k}_lengths", f"{k}_mask"):
+            if extra in first:
+                raise CollateError(f"pad_collate: the items already have a key {extra!r}")
+        out[k] = padded
+        out[f"{k}_lengths"] = lengths
+        if mask:
+            out[f"{k}_mask"] = torch.arange(padded.shape[1]) < lengths.unsqueeze(1)
+    return {k: out[k] for k in [*first.keys(), *(k for k in out if k not in first)]}
+
+
+def _pad(
+    seqs: Sequence[Any], path: tuple[Any, ...], padding_value: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    kinds = [_kind(s) for s in seqs]
+    if any(k != "Tensor" for k in kinds):
+        raise _type_error(seqs, path, kinds)
+    if any(s.dim() == 0 for s in seqs):
+        raise CollateError(f"pad_collate: {_path_str(path)} has 0-d tensors; nothing to pad")
+    trailing = seqs[0].shape[1:]
+    for i, s in enumerate(seqs):
+        if s.shape[1:] != trailing:
+            raise CollateError(
+                f"pad_collate: {_path_str(path)}: item 0 has shape {tuple(seqs[0].shape)} but "
+                f"item {i} has {tuple(s.shape)}; only the first (length) dimension may differ"
+            )
+    lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
+    padded = torch.nn.utils.rnn.pad_sequence(
+        list(seqs), batch_first=True, padding_value=padding_value
+    )
+    return padded, lengths
+
+
+def cleanup_data(batch: Any) -> None:
+    """Release the tensors a batch holds (``data/cleanup-data!``), at any nesting depth.
+
+    Each tensor in the batch (in dicts, lists, tuples) is emptied in place (``Tensor.set_()``),
+    dropping this batch's reference to its memory: the memory is freed as soon as nothing else
+    refers to it, and for process-worker batches the shared-memory segment behind it is unmapped
+    and its file descriptor closed. Tensors that share memory with a dataset (views returned by a
+    custom ``collate_fn``) lose only the batch's reference; the dataset is untouched. Calling it
+    twice is safe. Read what you need (``loss.item()``) before calling it.
+
+    Args:
+        batch (Any): a batch as yielded by a loader.
+
+    Example:
+        >>> b = {"data": torch.ones(4, 3), "meta": [torch.zeros(2)]}
+        >>> cleanup_data(b); cleanup_data(b)
+        >>> b["data"].numel(), b["meta"][0].numel()
+        (0, 0)
+    """
+    stack = [batch]
+    with torch.no_grad():
+        while stack:
+            x = stack.pop()
+            if isinstance(x, torch.Tensor):
+                x.set_()
+            elif isinstance(x, Mapping):
+                stack.extend(x.values())
+            elif isinstance(x, list | tuple):
+                stack.extend(x)

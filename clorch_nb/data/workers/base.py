@@ -1,0 +1,130 @@
+"""What every worker backend shares: the task and result records, building one batch, and the
+pool interface the loader drives.
+
+One batch is built by :func:`build_batch` wherever it runs (consuming thread, worker thread,
+worker process), so the backends differ only in *where*, never in *what*.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+__all__ = ["BatchResult", "BatchTask", "WorkerPool", "build_batch", "note_index"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTask:
+    """One batch to build: the ``epoch`` token, its position in the epoch and its indices.
+
+    ``indices`` is an int64 tensor of shape ``(B,)``.
+    """
+
+    epoch: int
+    batch_index: int
+    indices: torch.Tensor
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """A built batch, or the error that stopped it, with the worker's timings in seconds."""
+
+    epoch: int
+    batch_index: int
+    worker_id: int
+    batch: Any
+    num_items: int
+    fetch_s: float
+    collate_s: float
+    error: BaseException | None = None
+
+
+def note_index(exc: BaseException, index: int, batch_index: int, worker: str) -> None:
+    """Add a note naming the dataset index, batch and worker to an exception (kept type)."""
+    exc.add_note(f"[clorch_nb] while loading dataset index {index} (batch {batch_index}) in {worker}")
+
+
+def build_batch(
+    dataset: Any,
+    collate_fn: Callable[[list[Any]], Any],
+    indices: torch.Tensor,
+    *,
+    batched: bool,
+    batch_index: int,
+    worker: str,
+) -> tuple[Any, float, float]:
+    """Fetch and collate one batch; returns ``(batch, fetch_s, collate_s)``.
+
+    With ``batched=True`` (the dataset has ``get_batch`` and ``collate_fn`` is the default) the
+    batch is ``dataset.get_batch(indices)`` in one call. Otherwise each item is fetched with
+    ``get_item`` and ``collate_fn`` merges them. An exception from ``get_item`` keeps its type
+    and gains a note naming the dataset index, the batch and ``worker``.
+    """
+    t0 = time.perf_counter()
+    if batched:
+        try:
+            batch = dataset.get_batch(indices)
+        except Exception as exc:
+            exc.add_note(
+                f"[clorch_nb] in get_batch for batch {batch_index} in {worker} "
+                f"(dataset indices {indices[:8].tolist()}{'...' if len(indices) > 8 else ''})"
+            )
+            raise
+        return batch, time.perf_counter() - t0, 0.0
+    items = []
+    for i in indices.tolist():
+        try:
+            items.append(dataset.get_item(i))
+        except Exception as exc:
+            note_index(exc, i, batch_index, worker)
+            raise
+    t1 = time.perf_counter()
+    try:
+        batch = collate_fn(items)
+    except Exception as exc:
+        exc.add_note(f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}")
+        raise
+    return batch, t1 - t0, time.perf_counter() - t1
+
+
+class WorkerPool(Protocol):
+    """The interface the loader drives; implemented by the thread and process backends.
+
+    The loader submits at most ``prefetch_factor * num_workers`` tasks ahead, takes results in
+    any order and reorders them. Results of an older ``epoch`` token must be dropped by ``get``.
+    """
+
+    num_workers: int
+
+    def start_epoch(self, epoch: int, base_seed: int) -> None:
+        """Begin epoch token ``epoch``; workers reseed their RNGs from ``base_seed``."""
+        ...
+
+    def submit(self, task: BatchTask) -> None:
+        """Queue ``task`` for some worker."""
+        ...
+
+    def get(self, timeout_s: float | None) -> BatchResult | None:
+        """Next result of the current epoch, or None if ``timeout_s`` passed with none.
+
+        Raises:
+            WorkerError: a worker died; the message names it, its exit code or signal and the
+                batch it held.
+        """
+        ...
+
+    def worker_of(self, batch_index: int) -> int | None:
+        """The worker currently building ``batch_index`` (None if it is still queued)."""
+        ...
+
+    def stop_epoch(self) -> None:
+        """Abandon the current epoch: queued tasks are dropped, late results discarded."""
+        ...
+
+    def close(self) -> None:
+        """Stop every worker and free every resource; idempotent."""
+        ...

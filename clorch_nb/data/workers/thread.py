@@ -1,0 +1,154 @@
+"""Thread workers: ``num_workers`` threads in this process, each building whole batches.
+
+Threads share the dataset object, so anything works (lambdas, notebook classes), and they run in
+parallel wherever the work releases the GIL (torch ops, image decoding, I/O). A thread cannot be
+killed: one stuck in ``get_item`` past ``timeout_ms`` is abandoned (it is a daemon thread and its
+late result is discarded) and the pool replaces it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
+from clorch_nb.data.workers.base import BatchResult, BatchTask, build_batch
+
+__all__ = ["ThreadPool"]
+
+_STOP = object()
+_pool_ids = itertools.count()
+
+
+class ThreadPool:
+    """A pool of daemon threads sharing one task queue and one result queue.
+
+    Args:
+        dataset (Any): the dataset, shared by all threads.
+        collate_fn (Callable): merges items into a batch.
+        num_workers (int): threads, >= 1.
+        batched (bool): use ``dataset.get_batch`` instead of ``get_item`` + ``collate_fn``.
+    """
+
+    def __init__(
+        self, dataset: Any, collate_fn: Callable[[list[Any]], Any], num_workers: int, *, batched: bool
+    ) -> None:
+        self.dataset = dataset
+        self.collate_fn = collate_fn
+        self.num_workers = num_workers
+        self.batched = batched
+        self._name = f"clorch_nb-thread-pool-{next(_pool_ids)}"
+        self._epoch = -1
+        self._base_seed = 0
+        self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
+        self._assigned: dict[int, int] = {}
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._threads = [self._spawn(w) for w in range(num_workers)]
+
+    def _spawn(self, worker_id: int) -> threading.Thread:
+        t = threading.Thread(
+            target=self._run, args=(worker_id,), name=f"{self._name}-worker-{worker_id}", daemon=True
+        )
+        t.start()
+        return t
+
+    def _run(self, worker_id: int) -> None:
+        seeded_epoch = None
+        while True:
+            task = self._tasks.get()
+            if task is _STOP:
+                return
+            assert isinstance(task, BatchTask)
+            if task.epoch != self._epoch:
+                continue  # an abandoned epoch's task
+            if seeded_epoch != task.epoch:
+                seeded_epoch = task.epoch
+                info = WorkerInfo(
+                    worker_id, self.num_workers, worker_seed(self._base_seed, worker_id), "thread",
+                    self.dataset,
+                )
+                set_worker_info(info, process=False)
+            self._assigned[task.batch_index] = worker_id
+            try:
+                batch, fetch_s, collate_s = build_batch(
+                    self.dataset, self.collate_fn, task.indices, batched=self.batched,
+                    batch_index=task.batch_index, worker=f"thread worker {worker_id}",
+                )
+                result = BatchResult(
+                    task.epoch, task.batch_index, worker_id, batch, len(task.indices), fetch_s,
+                    collate_s,
+                )
+            except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
+                result = BatchResult(
+                    task.epoch, task.batch_index, worker_id, None, len(task.indices), 0.0, 0.0, exc
+                )
+            if self._threads[worker_id] is not threading.current_thread():
+                return  # replaced while stuck past a timeout: its result is stale, exit
+            self._results.put(result)
+
+    def start_epoch(self, epoch: int, base_seed: int) -> None:
+        """Begin epoch token ``epoch``; threads derive their seeds from ``base_seed``."""
+        self._base_seed = base_seed
+        self._assigned.clear()
+        self._epoch = epoch
+
+    def submit(self, task: BatchTask) -> None:
+        """Queue ``task``."""
+        self._tasks.put(task)
+
+    def get(self, timeout_s: float | None) -> BatchResult | None:
+        """Next result of the current epoch, or None after ``timeout_s`` seconds with none."""
+        while True:
+            try:
+                result = self._results.get(timeout=timeout_s)
+            except queue.Empty:
+                return None
+            if result.epoch == self._epoch:
+                return result
+
+    def worker_of(self, batch_index: int) -> int | None:
+        """The thread building ``batch_index``, if one has picked it up."""
+        return self._assigned.get(batch_index)
+
+    def stop_epoch(self) -> None:
+        """Abandon the epoch: threads skip its queued tasks; running ones finish and are dropped.
+
+        A thread that is still busy (stuck past a timeout) is replaced by a fresh one so the
+        next epoch has its full complement.
+        """
+        self._epoch = -1
+        busy = set(self._assigned.values())
+        self._assigned.clear()
+        # drain what is queued so the next epoch does not wait behind stale tasks
+        try:
+            while True:
+                item = self._tasks.get_nowait()
+                if item is _STOP:
+                    self._tasks.put(item)
+                    break
+        except queue.Empty:
+            pass
+        for w in busy:
+            t = self._threads[w]
+            t.join(timeout=0.05)
+            if t.is_alive():
+                # A thread cannot be interrupted: it exits when its call returns (it sees it was
+                # replaced); a fresh thread takes its slot now.
+                self._threads[w] = self._spawn(w)
+
+    def close(self) -> None:
+        """Stop all threads (waits briefly for them); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._epoch = -1
+        for _ in self._threads:
+            self._tasks.put(_STOP)
+        for t in self._threads:
+            t.join(timeout=1.0)
+        set_worker_info(None, process=False)

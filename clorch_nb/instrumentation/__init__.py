@@ -1,0 +1,8 @@
+"""Plain, picklable records of what a loader does, and a tiny bus to subscribe to them.
+
+This package imports nothing else from clorch_nb: the loader emits, the widgets subscribe.
+"""
+
+from clorch_nb.instrumentation.events import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
+
+__all__ = ["BatchEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
