@@ -178,11 +178,14 @@ class TensorDataset(_TorchInterop):
     ``get_batch`` indexes each tensor once per batch (``index_select``) instead of item by item.
     """
 
-    __slots__ = ("data", "target")
+    __slots__ = ("data", "target", "process_spec")
 
-    def __init__(self, data: torch.Tensor, target: torch.Tensor) -> None:
+    def __init__(
+        self, data: torch.Tensor, target: torch.Tensor, process_spec: ProcessSpec | None = None
+    ) -> None:
         self.data = data
         self.target = target
+        self.process_spec = process_spec
 
     def get_size(self) -> int:
         """``X.shape[0]``."""
@@ -211,13 +214,20 @@ class TensorDataset(_TorchInterop):
         )
 
 
-def tensor_dataset(X: torch.Tensor, y: torch.Tensor) -> TensorDataset:  # noqa: N803
+def tensor_dataset(
+    X: torch.Tensor,  # noqa: N803
+    y: torch.Tensor,
+    *,
+    process_spec: ProcessSpec | Mapping[str, Any] | None = None,
+) -> TensorDataset:
     """A dataset over two tensors (``data/tensor-dataset``): item ``i`` is
     ``{"data": X[i], "target": y[i]}``.
 
     Args:
         X (torch.Tensor): inputs, shape ``(N, *S)``.
         y (torch.Tensor): targets, shape ``(N, *T)``.
+        process_spec (dict | None): how process workers rebuild it (see :func:`dataset`), e.g.
+            a factory that loads the same tensors from disk.
 
     Returns:
         TensorDataset: with a batched fast path (``get_batch``) that the loader uses.
@@ -244,7 +254,7 @@ def tensor_dataset(X: torch.Tensor, y: torch.Tensor) -> TensorDataset:  # noqa: 
             f"tensor_dataset X has {X.shape[0]} rows but y has {y.shape[0]}; they must have the "
             "same first dimension (nothing is truncated)"
         )
-    return TensorDataset(X, y)
+    return TensorDataset(X, y, as_process_spec(process_spec))
 
 
 class TorchMapDataset(_TorchInterop):

@@ -1,0 +1,200 @@
+"""Example datasets on real data that ships offline, as importable factories.
+
+Process workers rebuild a dataset by importing a factory (``process_spec``), so the factories
+live here, in a module, not in notebook cells. Data sources: scikit-learn's bundled
+``load_digits`` (1,797 8x8 grey images of handwritten digits, 10 classes) and Python's own
+documentation text (``pydoc_data.topics``). Needs the ``examples`` extra (scikit-learn, pillow).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from clorch_nb.data.dataset import TensorDataset, check_index, dataset, tensor_dataset
+from clorch_nb.data.process_spec import ProcessSpec
+
+__all__ = [
+    "augmented_digits",
+    "digits_dataset",
+    "digits_image_folder",
+    "digits_tensors",
+    "image_folder_dataset",
+    "pydoc_text",
+    "write_digit_pngs",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _digits() -> tuple[np.ndarray, np.ndarray]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    return d.images.astype(np.float32) / 16.0, d.target.astype(np.int64)
+
+
+def digits_tensors(*, flat: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's digits as tensors.
+
+    Args:
+        flat (bool): images as ``(1797, 64)`` rows, else ``(1797, 1, 8, 8)``.
+
+    Returns:
+        tuple[torch.Tensor, torch.Tensor]: float32 pixels in ``[0, 1]`` and int64 labels
+        ``(1797,)`` in ``0..9``.
+
+    Example:
+        >>> X, y = digits_tensors()
+        >>> tuple(X.shape), X.dtype, tuple(y.shape), y[:5].tolist()
+        ((1797, 64), torch.float32, (1797,), [0, 1, 2, 3, 4])
+    """
+    images, labels = _digits()
+    X = torch.from_numpy(images.copy())  # noqa: N806
+    return (X.reshape(len(X), 64) if flat else X.unsqueeze(1)), torch.from_numpy(labels.copy())
+
+
+def digits_dataset(*, flat: bool = True) -> TensorDataset:
+    """The digits as a :func:`~clorch_nb.data.tensor_dataset` that process workers can rebuild.
+
+    Items are ``{"data": (64,) or (1, 8, 8) float32, "target": () int64}``.
+
+    Example:
+        >>> ds = digits_dataset()
+        >>> ds.get_size(), ds.process_spec.factory
+        (1797, 'clorch_nb.examples:digits_dataset')
+    """
+    X, y = digits_tensors(flat=flat)  # noqa: N806
+    spec = ProcessSpec("clorch_nb.examples:digits_dataset", [], {"flat": flat})
+    return tensor_dataset(X, y, process_spec=spec)
+
+
+def _augment(image: np.ndarray, rng: random.Random, work: int) -> np.ndarray:
+    """Random shift by up to one pixel plus ``work`` rounds of pure-Python pixel jitter."""
+    dy, dx = rng.randint(-1, 1), rng.randint(-1, 1)
+    out = np.roll(np.roll(image, dy, axis=0), dx, axis=1)
+    flat = out.reshape(-1).tolist()
+    for _ in range(work):  # pure-Python CPU work, like a hand-written augmentation
+        flat = [min(1.0, max(0.0, v + (rng.random() - 0.5) * 0.05)) for v in flat]
+    return np.asarray(flat, dtype=np.float32).reshape(image.shape)
+
+
+def augmented_digits(*, work: int = 4, seed: int | None = None) -> Any:
+    """Digits with a random shift and pixel jitter done in pure Python: a CPU-bound dataset
+    (about 0.05-0.1 ms per ``work`` round per item) for comparing thread and process workers.
+
+    Randomness comes from Python's ``random`` (each process worker reseeds it per epoch), so
+    augmentations differ across workers and epochs. With ``seed`` each item is instead
+    deterministic (seeded by ``seed`` and its index).
+
+    Items: ``{"data": (1, 8, 8) float32, "target": () int64}``. Rebuilt from
+    ``process_spec`` in process workers.
+
+    Example:
+        >>> ds = augmented_digits(work=1, seed=0)
+        >>> item = ds.get_item(0)
+        >>> tuple(item["data"].shape), int(item["target"])
+        ((1, 8, 8), 0)
+    """
+    images, labels = _digits()
+
+    def get_item(idx: int) -> dict[str, torch.Tensor]:
+        rng = random.Random(seed * 1_000_003 + idx) if seed is not None else random._inst  # type: ignore[attr-defined]
+        img = _augment(images[idx], rng, work)
+        return {"data": torch.from_numpy(img).unsqueeze(0), "target": torch.tensor(labels[idx])}
+
+    kwargs: dict[str, Any] = {"work": work, "seed": seed}
+    return dataset(
+        size=len(images), get_item=get_item,
+        process_spec={"factory": "clorch_nb.examples:augmented_digits", "kwargs": kwargs},
+    )
+
+
+def write_digit_pngs(root: str | os.PathLike[str], *, limit: int | None = None, scale: int = 4) -> Path:
+    """Write the digits as PNG files ``root/<label>/<index:04d>.png`` (upscaled ``scale`` times),
+    to have real image files to decode. Returns ``root``; existing files are kept.
+
+    Example:
+        >>> import tempfile
+        >>> root = write_digit_pngs(tempfile.mkdtemp(), limit=3)
+        >>> sorted(p.name for p in root.rglob("*.png"))
+        ['0000.png', '0001.png', '0002.png']
+    """
+    from PIL import Image
+
+    images, labels = _digits()
+    root = Path(root)
+    n = len(images) if limit is None else min(limit, len(images))
+    for i in range(n):
+        path = root / str(int(labels[i])) / f"{i:04d}.png"
+        if path.exists():
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pixels = (images[i] * 255).astype(np.uint8)
+        Image.fromarray(pixels).resize((8 * scale, 8 * scale), Image.NEAREST).save(path)
+    return root
+
+
+def image_folder_dataset(root: str) -> Any:
+    """PNG/JPEG files under ``root/<class>/`` decoded from disk on every ``get_item``.
+
+    Items: ``{"data": (1, H, W) float32 in [0, 1], "target": () int64 class index, "path": str}``;
+    classes are the sorted sub-folder names. Rebuilt from ``process_spec`` in process workers.
+
+    Raises:
+        FileNotFoundError: ``root`` has no image files.
+
+    Example:
+        >>> import tempfile
+        >>> ds = image_folder_dataset(str(write_digit_pngs(tempfile.mkdtemp(), limit=2)))
+        >>> tuple(ds.get_item(1)["data"].shape), int(ds.get_item(1)["target"])
+        ((1, 32, 32), 1)
+    """
+    from PIL import Image
+
+    base = Path(root)
+    classes = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    files = [
+        (str(f), ci) for ci, c in enumerate(classes) for f in sorted((base / c).iterdir())
+        if f.suffix.lower() in {".png", ".jpg", ".jpeg"}
+    ]
+    if not files:
+        raise FileNotFoundError(f"image_folder_dataset: no .png/.jpg files under {root}/<class>/")
+
+    def get_item(idx: int) -> dict[str, Any]:
+        path, label = files[check_index(idx, len(files))]
+        with Image.open(path) as im:
+            arr = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+        return {"data": torch.from_numpy(arr).unsqueeze(0), "target": torch.tensor(label), "path": path}
+
+    return dataset(
+        size=len(files), get_item=get_item,
+        process_spec={"factory": "clorch_nb.examples:image_folder_dataset", "args": [str(root)]},
+    )
+
+
+def digits_image_folder(root: str, *, limit: int | None = None) -> Any:
+    """:func:`write_digit_pngs` then :func:`image_folder_dataset`, as one factory."""
+    write_digit_pngs(root, limit=limit)
+    return image_folder_dataset(root)
+
+
+def pydoc_text(*, max_chars: int | None = None) -> str:
+    """English text from Python's bundled documentation (``pydoc_data.topics``), sorted by topic
+    so it is the same on every run; whitespace collapsed.
+
+    Example:
+        >>> len(pydoc_text(max_chars=1000))
+        1000
+    """
+    from pydoc_data.topics import topics
+
+    text = " ".join(re.sub(r"\s+", " ", topics[k]) for k in sorted(topics))
+    return text if max_chars is None else text[:max_chars]
+
