@@ -32,6 +32,10 @@ def _positions(pos: list[int]) -> str:
     return f"position{'s' if len(pos) > 1 else ''} {shown}{', ...' if len(pos) > 8 else ''}"
 
 
+def _keys(keys: Any) -> str:
+    return "[" + ", ".join(sorted(map(repr, keys))) + "]"
+
+
 def _kind(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return "Tensor"
@@ -80,7 +84,8 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
     kind = _kind(first)
     kinds = [_kind(x) for x in items]
     if any(k != kind for k in kinds):
-        if kind == "other" and all(k == "other" for k in kinds if k != "tuple"):
+        # plain values mixed with tuples are "anything else": a list, whichever comes first
+        if set(kinds) <= {"other", "tuple"}:
             return list(items)
         raise _type_error(items, path, kinds)
     if kind == "Tensor":
@@ -90,12 +95,11 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
         key_set = set(keys)
         for i, x in enumerate(items):
             if set(x.keys()) != key_set:
-                missing = sorted(map(repr, key_set - set(x.keys())))
-                extra = sorted(map(repr, set(x.keys()) - key_set))
                 raise CollateError(
-                    f"cannot collate {_path_str(path)}: item {i} has keys {sorted(map(repr, x))} "
-                    f"but item 0 has {sorted(map(repr, keys))} (missing {missing}, extra "
-                    f"{extra}); every item must have the same keys (nothing is dropped)"
+                    f"cannot collate {_path_str(path)}: item {i} has keys {_keys(x)} but item 0 "
+                    f"has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
+                    f"{_keys(set(x) - key_set)}); every item must have the same keys (nothing "
+                    "is dropped)"
                 )
         return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
     if kind == "tuple":
@@ -152,7 +156,7 @@ def default_collate(items: Sequence[Any]) -> Any:
 def pad_collate(
     items: Sequence[Any],
     *,
-    keys: Sequence[str] | None = None,
+    keys: str | Sequence[str] | None = None,
     padding_value: float = 0,
     mask: bool = False,
 ) -> Any:
@@ -168,8 +172,8 @@ def pad_collate(
 
     Args:
         items (Sequence[Any]): the ``B >= 1`` items; padded fields have shapes ``(L_i, *S)``.
-        keys (Sequence[str] | None): mapping keys to pad (default: every tensor field of rank
-            >= 1, so the batch layout does not depend on the lengths that happen to meet).
+        keys (str | Sequence[str] | None): mapping key(s) to pad (default: every tensor field of
+            rank >= 1, so the batch layout does not depend on the lengths that happen to meet).
         padding_value (float): value written past each sequence's end.
         mask (bool): also return ``k + "_mask"``.
 
@@ -197,6 +201,8 @@ def pad_collate(
             f"pad_collate takes tensors or mappings of tensors, got {type(first).__name__}; "
             "use default_collate for other items"
         )
+    if isinstance(keys, str):  # keys="data" means one key, not the letters d, a, t, a
+        keys = [keys]
     pad_keys = list(keys) if keys is not None else [
         k for k, v in first.items() if isinstance(v, torch.Tensor) and v.dim() >= 1
     ]

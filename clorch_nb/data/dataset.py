@@ -87,7 +87,9 @@ def check_index(idx: Any, size: int) -> int:
     i = operator.index(idx)
     if not 0 <= i < size:
         valid = f"0..{size - 1}" if size else "none (the dataset is empty)"
-        raise IndexError(f"index {i} is outside the dataset: valid indices are {valid} (size {size})")
+        raise IndexError(
+            f"index {i} is outside the dataset: valid indices are {valid} (size {size})"
+        )
     return i
 
 
@@ -258,7 +260,7 @@ def tensor_dataset(
 
 
 class TorchMapDataset(_TorchInterop):
-    """Adapter: a torch map-style dataset (``__len__`` / ``__getitem__``) seen as a :class:`Dataset`."""
+    """A torch map-style dataset (``__len__``/``__getitem__``) seen as a :class:`Dataset`."""
 
     __slots__ = ("wrapped",)
 

@@ -51,6 +51,21 @@ def _check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
     return value
 
 
+# torch.Generator.manual_seed accepts exactly this range (it fails with "Overflow when unpacking
+# long long" outside it); seed + epoch must stay inside.
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
+
+
+def _check_seed(seed: Any, epoch: int = 0) -> int:
+    _check_int("seed", seed)
+    if not _SEED_MIN <= seed + epoch <= _SEED_MAX:
+        raise ConfigError(
+            f"seed={seed} with epoch={epoch} gives seed + epoch = {seed + epoch}, outside the "
+            f"range a torch.Generator accepts ({_SEED_MIN}..{_SEED_MAX}); use a smaller seed"
+        )
+    return seed  # type: ignore[no-any-return]
+
+
 def _base_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
     if not shuffle:
         return torch.arange(size, dtype=torch.int64)
@@ -69,7 +84,9 @@ def _even_layout(size: int, num_replicas: int, drop_last: bool) -> tuple[int, in
     return num_samples, num_samples * num_replicas
 
 
-def _arranged(order: torch.Tensor, num_replicas: int, drop_last: bool, mode: ShardMode) -> torch.Tensor:
+def _arranged(
+    order: torch.Tensor, num_replicas: int, drop_last: bool, mode: ShardMode
+) -> torch.Tensor:
     """The order after padding (even, no drop_last) or truncation (even, drop_last)."""
     size = order.numel()
     if mode == "disjoint":
@@ -108,7 +125,12 @@ class ShardPlan:
     @property
     def disjoint(self) -> bool:
         """True when no index appears twice across ranks once padding is excluded."""
-        real = [i for r, row in enumerate(self.rank_indices) for i, p in zip(row, self.is_padding[r], strict=True) if not p]
+        real = [
+            i
+            for row, pads in zip(self.rank_indices, self.is_padding, strict=True)
+            for i, pad in zip(row, pads, strict=True)
+            if not pad
+        ]
         return len(real) == len(set(real))
 
     @property
@@ -145,8 +167,8 @@ def shard_plan(
     """
     _check_int("size", size, minimum=0)
     _check_int("num_replicas", num_replicas, minimum=1)
-    _check_int("seed", seed)
     _check_int("epoch", epoch)
+    _check_seed(seed, epoch)
     _check_mode(shard_mode)
     order = _base_order(size, seed=seed, epoch=epoch, shuffle=shuffle)
     arranged = _arranged(order, num_replicas, drop_last, shard_mode).tolist()
@@ -203,12 +225,14 @@ class DistributedSampler:
         epoch repeats the same order.
 
         Raises:
-            ConfigError: ``epoch`` is not an int >= 0.
+            ConfigError: ``epoch`` is not an int >= 0, or ``seed + epoch`` leaves the range of a
+                ``torch.Generator`` seed.
         """
-        self.epoch = _check_int("epoch", epoch, minimum=0)
+        _check_seed(self.seed, _check_int("epoch", epoch, minimum=0))
+        self.epoch = epoch
 
     def index_tensor(self) -> torch.Tensor:
-        """This rank's indices for the current epoch as an int64 tensor of shape ``(len(self),)``."""
+        """This rank's indices for the current epoch: int64, shape ``(len(self),)``."""
         order = _base_order(self.size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
         arranged = _arranged(order, self.num_replicas, self.drop_last, self.shard_mode)
         return arranged[self.rank :: self.num_replicas]
@@ -229,14 +253,14 @@ class DistributedSampler:
             drop_last=self.drop_last, shard_mode=self.shard_mode,
         )
 
-    def _note_iteration(self) -> None:
+    def _note_iteration(self, stacklevel: int = 3) -> None:
         if self.shuffle and self._last_iterated_epoch == self.epoch and not self._warned_same_epoch:
             self._warned_same_epoch = True
             warnings.warn(
                 f"DistributedSampler iterated twice at epoch {self.epoch}: every epoch repeats the "
                 "same order. Call data.set_epoch(sampler, epoch) at the start of each epoch",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
         self._last_iterated_epoch = self.epoch
 
@@ -290,19 +314,24 @@ def distributed_sampler(
     Raises:
         ConfigError (a ValueError): ``num_replicas < 1``; ``rank`` outside ``0..R-1``; malformed
             or half-set ``WORLD_SIZE``/``RANK``; ``drop_last=True`` with ``shard_mode="disjoint"``;
-            a non-int seed.
+            a seed that is not an int in ``-2**63..2**64-1`` (what ``torch.Generator`` takes);
+            ``n_or_dataset`` neither a size nor a dataset.
 
     Example:
         >>> [distributed_sampler(10, num_replicas=3, rank=r, shuffle=False).sample_indices()
         ...  for r in range(3)]
         [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
     """
-    from clorch_nb.data.dataset import get_size
+    from clorch_nb.data.dataset import as_dataset
 
-    if isinstance(n_or_dataset, int) and not isinstance(n_or_dataset, bool):
+    if isinstance(n_or_dataset, bool):
+        raise ConfigError(
+            f"n_or_dataset={n_or_dataset!r} must be a dataset size (an int >= 0) or a dataset"
+        )
+    if isinstance(n_or_dataset, int):
         size = _check_int("n_or_dataset", n_or_dataset, minimum=0)
     else:
-        size = get_size(n_or_dataset)
+        size = as_dataset(n_or_dataset, argument="n_or_dataset").get_size()
     if num_replicas is not None:
         _check_int("num_replicas", num_replicas, minimum=1)
     if rank is not None:
@@ -316,7 +345,7 @@ def distributed_sampler(
             f"rank={rank} is outside 0..{num_replicas - 1} for num_replicas={num_replicas}; "
             "pass the global rank (RANK, not LOCAL_RANK)"
         )
-    _check_int("seed", seed)
+    _check_seed(seed)
     if not isinstance(shuffle, bool) or not isinstance(drop_last, bool):
         raise ConfigError(f"shuffle={shuffle!r} and drop_last={drop_last!r} must be bools")
     _check_mode(shard_mode)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import sys
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -24,11 +25,11 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb.data.collate import default_collate
-from clorch_nb.data.dataset import as_dataset, get_process_spec
+from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
-from clorch_nb.errors import ConfigError, WorkerTimeoutError
+from clorch_nb.errors import ConfigError, WorkerError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
 __all__ = ["DataLoader", "WorkerBackend", "dataloader"]
@@ -46,12 +47,16 @@ def _check_int(name: str, value: Any, minimum: int, fix: str) -> int:
 
 
 def _sendable(fn: Any) -> bool:
-    """True if ``fn`` pickles by reference (a module-level function or a partial of one)."""
+    """True if ``fn`` pickles by reference (a module-level function or a partial of one) and a
+    worker process can import it: a function defined in a notebook or REPL lives in a
+    ``__main__`` without a file, which pickles here but cannot be found in the worker."""
     try:
         pickle.dumps(fn)
     except Exception:  # noqa: BLE001 - any failure means it cannot reach a process
         return False
-    return True
+    module = getattr(getattr(fn, "func", fn), "__module__", None)
+    main = sys.modules.get("__main__")
+    return not (module == "__main__" and getattr(main, "__file__", None) is None)
 
 
 class DataLoader:
@@ -93,7 +98,9 @@ class DataLoader:
         self.events = EventBus()
         self.stats = LoaderStats()
         self._epoch = -1
-        self._batched = collate_fn is default_collate and callable(getattr(dataset, "get_batch", None))
+        self._batched = collate_fn is default_collate and callable(
+            getattr(dataset, "get_batch", None)
+        )
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[Iterator[Any]] | None = None
@@ -141,7 +148,8 @@ class DataLoader:
         return (
             f"DataLoader(dataset={self.dataset!r:.60}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, num_workers={self.num_workers}, "
-            f"backend={self.backend!r}, sampler={type(self.sampler).__name__ if self.sampler is not None else None})"
+            f"backend={self.backend!r}, "
+            f"sampler={None if self.sampler is None else type(self.sampler).__name__})"
         )
 
     # -- plan -------------------------------------------------------------------------------
@@ -159,7 +167,8 @@ class DataLoader:
             order = torch.randperm(size, generator=self.generator)
         else:
             order = torch.arange(size, dtype=torch.int64)
-        batches = list(order.split(self.batch_size))
+        # split() of an empty order gives one empty chunk, not none: an empty epoch has 0 batches
+        batches = list(order.split(self.batch_size)) if order.numel() else []
         if self.drop_last and batches and len(batches[-1]) < self.batch_size:
             batches.pop()
         return batches
@@ -167,7 +176,7 @@ class DataLoader:
     def _sampler_order(self, size: int) -> torch.Tensor:
         s = self.sampler
         if isinstance(s, DistributedSampler):
-            s._note_iteration()
+            s._note_iteration(stacklevel=5)  # the warning points at the user's ``for``/``iter()``
             order = s.index_tensor()
         else:
             order = torch.as_tensor(list(iter(s)), dtype=torch.int64)
@@ -213,7 +222,9 @@ class DataLoader:
                     worker="the main thread (num_workers=0)",
                 )
                 t1 = time.perf_counter()
-                self._record(BatchEvent(epoch, bi, -1, len(idx), fetch_s, collate_s, t1 - t0, 0, t1))
+                self._record(
+                    BatchEvent(epoch, bi, -1, len(idx), fetch_s, collate_s, t1 - t0, 0, t1)
+                )
                 yield batch
             done = True
         finally:
@@ -227,11 +238,13 @@ class DataLoader:
 
                 pool = ThreadPool(self.dataset, self.collate_fn, self.num_workers, batched=self._batched)
             else:
-                from clorch_nb.data.workers.process import ProcessPool
+                from clorch_nb.data.workers.process import ProcessPool, SharedTensors
 
-                assert self.process_spec is not None
+                # No process_spec: only a TensorDataset gets here (_resolve_backend); its
+                # tensors move to shared memory once and workers map them (no copy each).
+                source = self.process_spec or SharedTensors.from_dataset(self.dataset)
                 pool = ProcessPool(
-                    self.process_spec, self.collate_fn, self.num_workers,
+                    source, self.collate_fn, self.num_workers,
                     use_get_batch=self.collate_fn is default_collate,
                 )
             self._pool = pool
@@ -248,6 +261,7 @@ class DataLoader:
         next_submit = next_yield = 0
         self._epoch_event("start", epoch, n)
         done = False
+        broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
         try:
             while next_yield < n:
                 while next_submit < n and next_submit - next_yield < max_in_flight:
@@ -258,8 +272,13 @@ class DataLoader:
                 while next_yield not in ready:
                     remaining = None if deadline is None else deadline - time.perf_counter()
                     if remaining is not None and remaining <= 0:
+                        broken = True
                         raise self._timeout_error(pool, next_yield, batches[next_yield])
-                    result = pool.get(remaining)
+                    try:
+                        result = pool.get(remaining)
+                    except WorkerError:
+                        broken = True
+                        raise
                     if result is not None:
                         ready[result.batch_index] = result
                 result = ready.pop(next_yield)
@@ -277,7 +296,7 @@ class DataLoader:
             done = True
         finally:
             if not done:
-                pool.stop_epoch()
+                pool.stop_epoch(discard_workers=broken)
             self._epoch_event("end" if done else "stopped", epoch, n)
 
     def _timeout_error(self, pool: WorkerPool, batch_index: int, idx: torch.Tensor) -> WorkerTimeoutError:
@@ -330,9 +349,13 @@ def dataloader(
             flight; >= 1. Ignored (accepted) when ``num_workers=0``.
         collate_fn (Callable[[list], Any]): merges items into a batch.
         worker_backend ("auto" | "thread" | "process"): "process" rebuilds the dataset in each
-            worker from its ``process_spec`` (never pickling it); "auto" picks processes when
-            ``num_workers > 0``, the dataset has a ``process_spec`` and ``collate_fn`` is a
-            module-level function; threads otherwise.
+            worker from its ``process_spec`` (never pickling it); a ``tensor_dataset`` without
+            one has its two tensors moved to shared memory once (``share_memory_()``, in place)
+            and mapped by every worker, so ``X`` is not copied per worker. Closures over big
+            Python lists do not pickle and would be copied anyway: give such datasets a
+            ``process_spec`` that loads the data in the worker, or use threads. "auto" picks
+            processes when ``num_workers > 0``, the dataset has a ``process_spec`` and
+            ``collate_fn`` is an importable module-level function; threads otherwise.
         sampler (iterable of int with len): the index order, e.g. :func:`distributed_sampler`.
         timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0);
             beyond it ``WorkerTimeoutError``. Ignored (accepted) when ``num_workers=0``.
@@ -359,6 +382,9 @@ def dataloader(
     """
     ds = as_dataset(dataset)
     _check_int("batch_size", batch_size, 1, "pass the number of items per batch, e.g. 32")
+    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
+        if flag is not _UNSET and not isinstance(flag, bool):
+            raise ConfigError(f"{name}={flag!r} must be True or False")
     if sampler is not None:
         if shuffle is True:
             raise ConfigError(
@@ -374,9 +400,6 @@ def dataloader(
         shuffle = False
     elif shuffle is _UNSET:
         shuffle = True
-    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
-        if not isinstance(flag, bool):
-            raise ConfigError(f"{name}={flag!r} must be True or False")
     _check_int("num_workers", num_workers, 0, "use 0 to load on the calling thread")
     if num_workers > 0:
         _check_int(
@@ -426,7 +449,9 @@ def _resolve_backend(
     if worker_backend == "auto":
         return "process" if spec is not None and _sendable(collate_fn) else "thread"
     # worker_backend == "process": everything a worker needs must reach it, checked here
-    if spec is None:
+    if spec is None and type(ds) is TensorDataset:
+        pass  # workers get its tensors through shared memory (SharedTensors), not a factory
+    elif spec is None:
         what = getattr(getattr(ds, "_get_item", None), "__qualname__", type(ds).__name__)
         raise ConfigError(
             f"worker_backend='process' needs a dataset with a process_spec: worker processes "
@@ -442,5 +467,6 @@ def _resolve_backend(
             "function defined in a notebook or inside another function). Define it at the top "
             "level of an importable module, or use worker_backend='thread'"
         )
-    spec.resolve_factory()  # ImportError naming the factory, before any worker starts
+    if spec is not None:
+        spec.resolve_factory()  # ImportError naming the factory, before any worker starts
     return "process"

@@ -14,7 +14,11 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["BatchResult", "BatchTask", "WorkerPool", "build_batch", "note_index"]
+__all__ = ["BatchCancelled", "BatchResult", "BatchTask", "WorkerPool", "build_batch", "note_index"]
+
+
+class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, not an error
+    """Raised by :func:`build_batch` when ``should_stop()`` says the epoch was abandoned."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,7 @@ def build_batch(
     batched: bool,
     batch_index: int,
     worker: str,
+    should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, float, float]:
     """Fetch and collate one batch; returns ``(batch, fetch_s, collate_s)``.
 
@@ -63,6 +68,10 @@ def build_batch(
     batch is ``dataset.get_batch(indices)`` in one call. Otherwise each item is fetched with
     ``get_item`` and ``collate_fn`` merges them. An exception from ``get_item`` keeps its type
     and gains a note naming the dataset index, the batch and ``worker``.
+
+    Raises:
+        BatchCancelled: ``should_stop()`` returned True before an item (checked between items so
+            an abandoned epoch stops within one ``get_item``, not one whole batch).
     """
     t0 = time.perf_counter()
     if batched:
@@ -77,6 +86,8 @@ def build_batch(
         return batch, time.perf_counter() - t0, 0.0
     items = []
     for i in indices.tolist():
+        if should_stop is not None and should_stop():
+            raise BatchCancelled(batch_index)
         try:
             items.append(dataset.get_item(i))
         except Exception as exc:
@@ -121,8 +132,12 @@ class WorkerPool(Protocol):
         """The worker currently building ``batch_index`` (None if it is still queued)."""
         ...
 
-    def stop_epoch(self) -> None:
-        """Abandon the current epoch: queued tasks are dropped, late results discarded."""
+    def stop_epoch(self, *, discard_workers: bool = False) -> None:
+        """Abandon the current epoch: queued tasks are dropped, late results discarded.
+
+        ``discard_workers=True`` (after a timeout or a dead worker) also stops every busy
+        worker at once instead of letting it finish; fresh ones start with the next epoch.
+        """
         ...
 
     def close(self) -> None:

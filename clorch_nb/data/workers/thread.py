@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +46,8 @@ class ThreadPool:
         self._base_seed = 0
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
-        self._assigned: dict[int, int] = {}
+        self._assigned: dict[int, int] = {}  # batch_index -> worker building it now
+        self._busy: dict[int, int] = {}  # worker_id -> batch_index it is building now
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._threads = [self._spawn(w) for w in range(num_workers)]
@@ -73,6 +75,7 @@ class ThreadPool:
                     self.dataset,
                 )
                 set_worker_info(info, process=False)
+            self._busy[worker_id] = task.batch_index
             self._assigned[task.batch_index] = worker_id
             try:
                 batch, fetch_s, collate_s = build_batch(
@@ -89,6 +92,8 @@ class ThreadPool:
                 )
             if self._threads[worker_id] is not threading.current_thread():
                 return  # replaced while stuck past a timeout: its result is stale, exit
+            self._busy.pop(worker_id, None)
+            self._assigned.pop(task.batch_index, None)
             self._results.put(result)
 
     def start_epoch(self, epoch: int, base_seed: int) -> None:
@@ -115,15 +120,16 @@ class ThreadPool:
         """The thread building ``batch_index``, if one has picked it up."""
         return self._assigned.get(batch_index)
 
-    def stop_epoch(self) -> None:
+    def stop_epoch(self, *, discard_workers: bool = False) -> None:
         """Abandon the epoch: threads skip its queued tasks; running ones finish and are dropped.
+
+        ``discard_workers`` changes nothing here: a busy thread is always replaced (threads
+        cannot be killed).
 
         A thread that is still busy (stuck past a timeout) is replaced by a fresh one so the
         next epoch has its full complement.
         """
         self._epoch = -1
-        busy = set(self._assigned.values())
-        self._assigned.clear()
         # drain what is queued so the next epoch does not wait behind stale tasks
         try:
             while True:
@@ -133,13 +139,16 @@ class ThreadPool:
                     break
         except queue.Empty:
             pass
-        for w in busy:
-            t = self._threads[w]
-            t.join(timeout=0.05)
-            if t.is_alive():
-                # A thread cannot be interrupted: it exits when its call returns (it sees it was
-                # replaced); a fresh thread takes its slot now.
-                self._threads[w] = self._spawn(w)
+        # Give threads in the middle of a batch a moment to finish it (their result is dropped).
+        deadline = time.monotonic() + 0.05
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.002)
+        for w in list(self._busy):
+            # A thread cannot be interrupted: it exits when its call returns (it sees it was
+            # replaced); a fresh thread takes its slot now.
+            self._busy.pop(w, None)
+            self._threads[w] = self._spawn(w)
+        self._assigned.clear()
 
     def close(self) -> None:
         """Stop all threads (waits briefly for them); idempotent."""

@@ -1,0 +1,238 @@
+"""The benchmark datasets, as importable factories (for clorch_nb's process workers) and as
+torch-style twin classes (for ``torch.utils.data.DataLoader``) that do exactly the same work.
+
+A clorch_nb process worker rebuilds its dataset by importing ``benchmarks.datasets:<factory>``
+and calling it with plain-data arguments (``process_spec``); torch's workers get the twin object
+by fork. Each pair shares one item function, so the two loaders are fed identical items.
+
+Every factory is cheap to call except :func:`records` (it builds the big Python list on purpose).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from clorch_nb import data
+
+__all__ = [
+    "CpuItemsTorch",
+    "GilFreeItemsTorch",
+    "ImageItemsTorch",
+    "IntItemsTorch",
+    "PngItemsTorch",
+    "RecordsTorch",
+    "cpu_item",
+    "cpu_items",
+    "gil_free_items",
+    "image_items",
+    "int_items",
+    "png_files",
+    "png_items",
+    "records",
+]
+
+
+# -- (2) CPU-bound items: pure Python, the GIL held throughout -----------------------------------
+
+
+def cpu_item(idx: int, loops: int) -> dict[str, Any]:
+    """An item that costs ``loops`` rounds of small-int Python arithmetic (about 60 ns a round on
+    this machine's cores, so 0.3 ms at 5,000 rounds): ``{"data": (16,) float32, "target": int}``."""
+    acc = idx
+    for _ in range(loops):
+        acc = (acc * 31 + 7) % 1000003
+    return {"data": torch.full((16,), float(acc % 1000)), "target": idx}
+
+
+def cpu_items(n: int, loops: int) -> Any:
+    """``n`` CPU-bound items (see :func:`cpu_item`), rebuildable in process workers."""
+    return data.dataset(
+        size=n, get_item=functools.partial(cpu_item, loops=loops),
+        process_spec={"factory": "benchmarks.datasets:cpu_items", "args": [n, loops]},
+    )
+
+
+class CpuItemsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`cpu_items`."""
+
+    def __init__(self, n: int, loops: int) -> None:
+        self.n, self.loops = n, loops
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return cpu_item(idx, self.loops)
+
+
+# -- (3a) GIL-releasing items: torch element-wise ops -------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def _base(side: int) -> torch.Tensor:
+    # 3 x side x side float32; side=90 -> 24,300 elements, under torch's 32,768-element grain,
+    # so each op runs on one thread and the parallelism measured is the loader's, not torch's.
+    return torch.linspace(-2.0, 2.0, 3 * side * side).reshape(3, side, side)
+
+
+def gil_free_item(idx: int, side: int, rounds: int) -> dict[str, Any]:
+    """``rounds`` x (tanh, mul, add) on a 3 x side x side tensor: the kernels release the GIL,
+    only the few microseconds of Python per op hold it."""
+    x = _base(side) * (1.0 + (idx % 7) * 0.01)
+    for _ in range(rounds):
+        x = torch.tanh(x).mul_(1.5).add_(0.01)
+    return {"data": x, "target": idx}
+
+
+def gil_free_items(n: int, side: int, rounds: int) -> Any:
+    """``n`` GIL-releasing items (see :func:`gil_free_item`)."""
+    return data.dataset(
+        size=n, get_item=functools.partial(gil_free_item, side=side, rounds=rounds),
+        process_spec={"factory": "benchmarks.datasets:gil_free_items", "args": [n, side, rounds]},
+    )
+
+
+class GilFreeItemsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`gil_free_items`."""
+
+    def __init__(self, n: int, side: int, rounds: int) -> None:
+        self.n, self.side, self.rounds = n, side, rounds
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return gil_free_item(idx, self.side, self.rounds)
+
+
+# -- (3b) GIL-releasing items: PNG decoding (Pillow releases the GIL while it decodes) ----------
+
+
+def png_files(root: str, limit: int | None, scale: int) -> list[str]:
+    """Write scikit-learn's digits as PNGs under ``root`` (once; kept) and list them, sorted."""
+    from clorch_nb.examples import write_digit_pngs
+
+    write_digit_pngs(root, limit=limit, scale=scale)
+    return sorted(str(p) for p in Path(root).rglob("*.png"))
+
+
+def decode_png(path: str) -> torch.Tensor:
+    """A PNG file as a ``(1, H, W)`` float32 tensor in [0, 1]."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        arr = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
+    return torch.from_numpy(arr).unsqueeze(0)
+
+
+def png_items(root: str, limit: int | None, scale: int) -> Any:
+    """The PNGs under ``root``, decoded on every ``get_item``: ``{"data", "target"}``."""
+    files = png_files(root, limit, scale)
+    return data.dataset(
+        size=len(files), get_item=lambda i: {"data": decode_png(files[i]), "target": i},
+        process_spec={"factory": "benchmarks.datasets:png_items", "args": [root, limit, scale]},
+    )
+
+
+class PngItemsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`png_items`."""
+
+    def __init__(self, root: str, limit: int | None, scale: int) -> None:
+        self.files = png_files(root, limit, scale)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return {"data": decode_png(self.files[idx]), "target": idx}
+
+
+# -- (4) large items for transport: 3 x 224 x 224 float32 images --------------------------------
+
+
+def image_item(idx: int, shape: tuple[int, ...]) -> dict[str, Any]:
+    """A cheap large item: a constant-filled float32 tensor of ``shape`` (one memset)."""
+    return {"data": torch.full(shape, float(idx % 251)), "target": idx}
+
+
+def image_items(n: int, shape: list[int]) -> Any:
+    """``n`` items of ``shape`` float32 (see :func:`image_item`)."""
+    return data.dataset(
+        size=n, get_item=functools.partial(image_item, shape=tuple(shape)),
+        process_spec={"factory": "benchmarks.datasets:image_items", "args": [n, list(shape)]},
+    )
+
+
+class ImageItemsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`image_items`."""
+
+    def __init__(self, n: int, shape: list[int]) -> None:
+        self.n, self.shape = n, tuple(shape)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return image_item(idx, self.shape)
+
+
+def int_items(n: int) -> Any:
+    """``n`` trivial items (the index itself): the per-batch floor of a loader."""
+    return data.dataset(
+        size=n, get_item=int, process_spec={"factory": "benchmarks.datasets:int_items", "args": [n]}
+    )
+
+
+class IntItemsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`int_items`."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, idx: int) -> int:
+        return idx
+
+
+# -- (6) a big Python list of dicts: the copy-on-read problem ----------------------------------
+
+
+def make_records(n: int) -> list[dict[str, Any]]:
+    """``n`` small dicts (about 300 bytes of Python objects each)."""
+    return [{"id": i, "label": i % 10, "text": f"record number {i}"} for i in range(n)]
+
+
+def record_item(rows: list[dict[str, Any]], idx: int) -> dict[str, Any]:
+    """Reads one record (touching its refcounts) and tags the item with the worker's pid."""
+    r = rows[idx]
+    return {"id": r["id"], "label": r["label"], "chars": len(r["text"]), "pid": os.getpid()}
+
+
+def records(n: int) -> Any:
+    """A dataset over a list of ``n`` dicts built by the factory (in each worker process)."""
+    rows = make_records(n)
+    return data.dataset(
+        size=n, get_item=functools.partial(record_item, rows),
+        process_spec={"factory": "benchmarks.datasets:records", "args": [n]},
+    )
+
+
+class RecordsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`records`: the list lives in the parent and reaches workers by fork."""
+
+    def __init__(self, n: int) -> None:
+        self.rows = make_records(n)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return record_item(self.rows, idx)

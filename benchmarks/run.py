@@ -1,0 +1,163 @@
+"""Run every benchmark scenario, print the table, write ``benchmarks/RESULTS.md``.
+
+Usage (from the repository root)::
+
+    .venv/bin/python -m benchmarks                 # full run (~10 min on 2 cores)
+    .venv/bin/python -m benchmarks --quick         # tiny sizes: a smoke run, numbers meaningless
+    .venv/bin/python benchmarks/run.py --repeats 7 --only 1,7 --output /tmp/r.md
+
+Exit status: 0 when every case ran (a comparator or backend that is not available is reported,
+not an error), 1 when some case raised.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import sys
+import time
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.harness import REPO, Context, Row, fmt, fmt_ratio, machine, probe  # noqa: E402
+from benchmarks.scenarios import SCENARIOS  # noqa: E402
+
+DEFAULT_OUTPUT = os.path.join(REPO, "benchmarks", "RESULTS.md")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed repeats per case (default 5; 1 with --quick); medians reported")
+    p.add_argument("--output", default=DEFAULT_OUTPUT, help="where to write the markdown results")
+    p.add_argument("--only", default="", help="comma-separated scenario numbers, e.g. 1,7")
+    args = p.parse_args(argv)
+    if args.repeats is None:
+        args.repeats = 1 if args.quick else 5
+    if args.repeats < 1:
+        p.error(f"--repeats={args.repeats} must be >= 1")
+    try:
+        args.only = [int(x) for x in args.only.split(",") if x.strip()] or list(SCENARIOS)
+    except ValueError:
+        p.error(f"--only={args.only!r} must be scenario numbers like 1,7")
+    unknown = [x for x in args.only if x not in SCENARIOS]
+    if unknown:
+        p.error(f"--only: no scenario {unknown}; there are {list(SCENARIOS)}")
+    return args
+
+
+def table(rows: list[Row]) -> str:
+    """The results as one markdown table."""
+    head = ("| scenario | case | metric | clorch_nb | value | baseline | value | ours ÷ baseline "
+            "| target | met | note |")
+    lines = [head, "|" + "---|" * 11]
+    for r in rows:
+        lines.append(
+            f"| {r.scenario} | {r.case} | {r.metric} | {r.ours_label} | {fmt(r.ours, r.unit)} "
+            f"| {r.base_label} | {fmt(r.base, r.unit)} | {fmt_ratio(r.ratio)} | {r.target_text} "
+            f"| {r.met_text} | {r.note} |"
+        )
+    return "\n".join(lines)
+
+
+def render(ctx: Context, rows: list[Row], info: dict[str, str], *, command: str, wall_s: float) -> str:
+    targeted = [r for r in rows if r.target is not None]
+    met = [r for r in targeted if r.met]
+    missed = [r for r in targeted if r.met is False]
+    unknown = [r for r in targeted if r.met is None]
+    out = [
+        "# Benchmarks: clorch_nb vs torch.utils.data",
+        "",
+        f"Written by `{command}` on {_dt.datetime.now().strftime('%Y-%m-%d %H:%M')} "
+        f"in {wall_s:.0f} s; do not edit by hand, re-run the command.",
+        "",
+        "## Machine",
+        "",
+        *[f"- **{k}**: {v}" for k, v in info.items()],
+        "",
+        f"## Results (medians of {ctx.repeats} interleaved repeats unless the case says otherwise; "
+        "ratio = ours ÷ baseline; ↑ higher is better, ↓ lower is better)",
+        "",
+        table(rows),
+        "",
+        f"**Targets: {len(met)} met, {len(missed)} missed, {len(unknown)} not measurable in this "
+        f"run** (of {len(targeted)}).",
+        "",
+    ]
+    if missed:
+        out += ["## Missed targets: why, and what would close them", ""]
+        for r in missed:
+            out.append(f"- **{r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}** "
+                       f"({fmt_ratio(r.ratio)}, {r.target_text}): {r.why or 'not investigated yet'}")
+        out.append("")
+    if unknown:
+        out += ["## Not measurable in this run", ""]
+        out += [f"- {r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}: {r.note or 'n/a'}"
+                for r in unknown]
+        out.append("")
+    out += ["## How each scenario is measured", ""]
+    for num in sorted(SCENARIOS):
+        mod = SCENARIOS[num]
+        out += [f"### {mod.TITLE}", "", (mod.__doc__ or "").strip().split("\n", 1)[-1].strip(), ""]
+    out += ["## Every series (all repeats)", ""]
+    for scenario, series in ctx.series.items():
+        out.append(f"- **{scenario}**")
+        out += [f"  - {s.name}: {s.describe()}" for s in series]
+    if ctx.errors:
+        out += ["", "## Errors", ""] + [f"- {e}" for e in ctx.errors]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    # worker processes (ours are spawned) must import benchmarks.datasets
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (REPO, os.environ.get("PYTHONPATH", "")) if p
+    )
+    os.chdir(REPO)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    t_start = time.perf_counter()
+    ctx = Context(quick=args.quick, repeats=args.repeats, log=log)
+    log("probing comparators and backends ...")
+    probe(ctx)
+    info = machine(ctx)
+    for k, v in info.items():
+        log(f"  {k}: {v}")
+    rows: list[Row] = []
+    for num in args.only:
+        mod = SCENARIOS[num]
+        log(f"scenario {mod.TITLE} ...")
+        t0 = time.perf_counter()
+        try:
+            rows += mod.run(ctx)
+        except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
+            text = ctx.record_error(f"scenario {mod.TITLE}", exc)
+            rows.append(Row(mod.TITLE, "(whole scenario)", "—", "", "clorch_nb", None, "—", None,
+                            note=f"ERROR {text}"))
+        log(f"  done in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()[0]:.2f}")
+    info["load average at end (1/5/15 min)"] = "{:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
+    command = "python -m benchmarks" + " ".join(
+        [""] + [a for a in (argv if argv is not None else sys.argv[1:])]
+    )
+    text = render(ctx, rows, info, command=command, wall_s=time.perf_counter() - t_start)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
+    with open(args.output, "w") as f:
+        f.write(text)
+    print(table(rows))
+    log(f"wrote {args.output} ({time.perf_counter() - t_start:.0f} s)")
+    if ctx.errors:
+        log(f"{len(ctx.errors)} case(s) failed:")
+        for e in ctx.errors:
+            log(f"  {e}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""(1) In-memory tensors: the batched fast path (issue 2).
+
+``tensor_dataset`` of N x D float32 with int64 labels, shuffled, at batch 32 and 256, against
+``torch.utils.data.DataLoader(TensorDataset(X, y))`` and against the practical limit: bare
+``X.index_select(0, chunk)`` over the chunks of a fresh ``randperm`` (no loader at all).
+Metric: items/s over one full epoch (N / epoch wall time).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from benchmarks.harness import (
+    Context, Row, close_loader, comparators, epoch_seconds, torch_loader, versus,
+)
+from clorch_nb import data
+
+TITLE = "1 in-memory tensors"
+
+
+def _index_select_epoch(X: torch.Tensor, batch_size: int) -> float:  # noqa: N803
+    t0 = time.perf_counter()
+    for chunk in torch.randperm(X.shape[0]).split(batch_size):
+        X.index_select(0, chunk)
+    return time.perf_counter() - t0
+
+
+def run(ctx: Context) -> list[Row]:
+    n, d = (2_000, 32) if ctx.quick else (60_000, 784)
+    torch.manual_seed(0)
+    X, y = torch.randn(n, d), torch.randint(0, 10, (n,))  # noqa: N806
+    ours_ds = data.tensor_dataset(X, y)
+    torch_ds = torch.utils.data.TensorDataset(X, y)
+    rows: list[Row] = []
+    for bs in (32, 256):
+        ours = data.dataloader(ours_ds, batch_size=bs, shuffle=True)
+        theirs: dict[str, Any] = {
+            k: torch_loader(k, torch_ds, batch_size=bs, shuffle=True) for k in comparators(ctx)
+        }
+        cases = {"clorch_nb": lambda: n / epoch_seconds(ours)}
+        for k, loader in theirs.items():
+            cases[k] = lambda loader=loader: n / epoch_seconds(loader)
+        cases["index_select"] = lambda: n / _index_select_epoch(X, bs)
+        ctx.log(f"  batch {bs}: {n:,} x {d} float32, {len(ours)} batches/epoch")
+        res = ctx.measure(f"{TITLE} b{bs}", cases, unit="items/s", repeats=2 * ctx.repeats)
+        close_loader(ours)
+        for loader in theirs.values():
+            close_loader(loader)
+        med = {k: s.median for k, s in res.items()}
+        per_batch = {k: (bs / v * 1e6 if v else None) for k, v in med.items()}
+        note = "µs/batch: " + ", ".join(
+            f"{k} {v:.1f}" for k, v in per_batch.items() if v is not None
+        )
+        case = f"{n:,}×{d} f32, batch {bs}, shuffled"
+        ours_label = "clorch_nb inline (get_batch)"
+        for key, target in (("torch", (">=", 10.0)), ("index_select", (">=", 0.5)), ("torchdata", None)):
+            label = "bare X.index_select over randperm" if key == "index_select" else key
+            rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", ours_label,
+                               med["clorch_nb"], label, med.get(key), target,
+                               note=note if key == "torch" else ""))
+    return rows

@@ -1,0 +1,100 @@
+"""(5) Time to the first batch, and per-epoch start-up with persistent workers.
+
+``cpu_items`` with light items (~3 µs), batch 32, 2 workers. For each loader, in interleaved
+rounds: a **cold** start (from building the loader to holding its first batch: workers start,
+ours rebuild the dataset from ``process_spec`` in a spawned interpreter, torch's fork), then the
+rest of that epoch, then 3 more epochs whose **warm** start (``iter()`` to first batch) is
+averaged. clorch_nb's workers persist by default; torch's DataLoader is run with
+``persistent_workers=False`` (its default: it starts workers every epoch) and ``True``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks import datasets
+from benchmarks.harness import (
+    COMPARATORS, Context, Row, Series, close_loader, comparators, consume, torch_loader, versus,
+)
+from benchmarks.scenarios._workers import TIMEOUT_MS, process_note
+from clorch_nb import data
+
+TITLE = "5 start-up"
+WARM_EPOCHS = 3
+
+
+def _cycle(make: Callable[[], Any]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    loader = make()
+    try:
+        it = iter(loader)
+        next(it)
+        cold = time.perf_counter() - t0
+        consume(it)
+        warm = []
+        for _ in range(WARM_EPOCHS):
+            t1 = time.perf_counter()
+            it = iter(loader)
+            next(it)
+            warm.append(time.perf_counter() - t1)
+            consume(it)
+    finally:
+        close_loader(loader)
+    return {"cold": cold, "warm": sum(warm) / len(warm)}
+
+
+def run(ctx: Context) -> list[Row]:
+    n, loops, bs, nw = (64, 10, 16, 2) if ctx.quick else (640, 50, 32, 2)
+    ours_ds, torch_ds = datasets.cpu_items(n, loops), datasets.CpuItemsTorch(n, loops)
+    makers: dict[str, Callable[[], Any]] = {}
+    backends = ["thread"] + (["process"] if ctx.avail["process"][0] else [])
+    for b in backends:
+        makers[f"clorch_nb {b}"] = lambda b=b: data.dataloader(
+            ours_ds, batch_size=bs, num_workers=nw, worker_backend=b, timeout_ms=TIMEOUT_MS
+        )
+    for k in comparators(ctx):
+        for pw in (False, True):
+            makers[f"{k} persistent_workers={pw}"] = lambda k=k, pw=pw: torch_loader(
+                k, torch_ds, batch_size=bs, shuffle=True, num_workers=nw, persistent_workers=pw
+            )
+    ctx.log(f"  {len(makers)} loaders, {n} items, batch {bs}, num_workers={nw}, "
+            f"1 cold + {WARM_EPOCHS} warm epochs each")
+    cold: dict[str, float | None] = {}
+    warm: dict[str, float | None] = {}
+    results: dict[str, list[dict[str, float]]] = {k: [] for k in makers}
+    cases = {k: (lambda k=k, mk=mk: _record(results[k], _cycle(mk))) for k, mk in makers.items()}
+    res = ctx.measure(f"{TITLE} cold first batch", cases, unit="s", warmup=1)
+    for k, rs in results.items():
+        rs = rs[1:]  # the untimed warm-up cycle
+        w = Series(f"{k}: warm epoch start", "s", [r["warm"] for r in rs], res[k].error)
+        ctx.add_series(f"{TITLE} warm epoch start", w)
+        cold[k], warm[k] = res[k].median, w.median
+    rows: list[Row] = []
+    case = f"{n} light items, batch {bs}, num_workers={nw}"
+    t_def, t_pw = "torch persistent_workers=False", "torch persistent_workers=True"
+    for b in ("process", "thread"):
+        key = f"clorch_nb {b}"
+        note = process_note(ctx) if b == "process" else ""
+        rows.append(versus(ctx, TITLE, f"{case}: cold, loader built → first batch",
+                           "time to first batch ↓", "s", key, cold.get(key),
+                           f"{COMPARATORS['torch']} (default, fork)", cold[t_def], note=note))
+        for base in (t_def, t_pw):
+            pw = base.endswith("True")
+            rows.append(versus(
+                ctx, TITLE, f"{case}: warm, iter() → first batch (epochs 2–{WARM_EPOCHS + 1})",
+                "epoch start ↓", "s", key, warm.get(key),
+                f"{COMPARATORS['torch']} persistent_workers={pw}", warm[base],
+                None if pw else ("<=", 1.0), note=note,
+            ))
+        w = warm.get(key)
+        rows.append(Row(TITLE, f"{case}: warm epoch start, absolute", "epoch start ↓", "s", key, w,
+                        "anchor goal: ≤ 50 ms", 0.050,
+                        ("≤ 50 ms (anchors goal 5)", None if w is None else w <= 0.050), note=note))
+    return rows
+
+
+def _record(into: list[dict[str, float]], r: dict[str, float]) -> float:
+    into.append(r)
+    return r["cold"]

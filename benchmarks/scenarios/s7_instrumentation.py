@@ -1,0 +1,135 @@
+"""(7) Instrumentation and live-view overhead on the tensor path.
+
+``tensor_dataset`` N×D float32 at batch 64, shuffled, inline: three loaders over the same data —
+no subscriber (the always-on counters only), one ``loader.subscribe`` callback that tallies every
+event (what a view's model does), and ``for batch in clorch_nb.widgets.monitor(loader)`` with
+its live updates forced on as in a kernel (``live=True``; display output is captured, not
+printed). One measurement is a run of several epochs back to back (about a second, so the
+monitor's 4 Hz refreshes and budgeted chart redraws occur at their natural rate); the metric is
+the summed steady-state loop time (each epoch's first batch to its last), many interleaved
+repeats. The monitor's fixed per-epoch cost (its final chart at the end of every epoch) is
+reported separately. The bare ``index_select`` loop is shown for scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from typing import Any
+
+import torch
+
+from benchmarks.harness import Context, Row, Series, close_loader, versus
+from clorch_nb import data
+from clorch_nb.instrumentation import BatchEvent
+
+TITLE = "7 instrumentation overhead"
+
+
+class Tally:
+    """A subscriber doing what a view's model does per event: count and sum the stall."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.items = 0
+        self.wait_s = 0.0
+
+    def __call__(self, ev: Any) -> None:
+        if isinstance(ev, BatchEvent):
+            self.batches += 1
+            self.items += ev.num_items
+            self.wait_s += ev.wait_s
+
+
+def _steady(iterable_per_epoch: Any, epochs: int, totals: list[float]) -> float:
+    """Sum over ``epochs`` of the time from each epoch's first batch to its last; the whole
+    wall time (start-up and wrap-up of every epoch included) is appended to ``totals``."""
+    steady = 0.0
+    t_all = time.perf_counter()
+    for _ in range(epochs):
+        first = last = None
+        for _batch in iterable_per_epoch():
+            last = time.perf_counter()
+            if first is None:
+                first = last
+        if first is not None and last is not None:
+            steady += last - first
+    totals.append(time.perf_counter() - t_all)
+    return steady
+
+
+def _monitor(loader: Any) -> Any:
+    from clorch_nb import widgets
+
+    mon = widgets.monitor(loader)  # type: ignore[attr-defined]
+    mon.live = True  # as in a kernel: refresh the text at 4 Hz, redraw the chart within budget
+    return mon
+
+
+def run(ctx: Context) -> list[Row]:
+    n, d, bs, epochs = (2_000, 32, 64, 3) if ctx.quick else (60_000, 784, 64, 10)
+    torch.manual_seed(0)
+    X, y = torch.randn(n, d), torch.randint(0, 10, (n,))  # noqa: N806
+    ds = data.tensor_dataset(X, y)
+    plain = data.dataloader(ds, batch_size=bs, shuffle=True)
+    subscribed = data.dataloader(ds, batch_size=bs, shuffle=True)
+    tally = Tally()
+    unsubscribe = subscribed.subscribe(tally)
+    monitored = data.dataloader(ds, batch_size=bs, shuffle=True)
+    totals: dict[str, list[float]] = {}
+
+    def case(name: str, per_epoch: Any) -> Any:
+        totals[name] = []
+        return lambda: _steady(per_epoch, epochs, totals[name])
+
+    def bare() -> Any:
+        for chunk in torch.randperm(n).split(bs):
+            yield X.index_select(0, chunk), y.index_select(0, chunk)
+
+    cases = {
+        "no subscriber": case("no subscriber", lambda: plain),
+        "one subscriber": case("one subscriber", lambda: subscribed),
+    }
+    mon_note = ctx.avail["monitor"][1] if not ctx.avail["monitor"][0] else ""
+    if ctx.avail["monitor"][0]:
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                mon = _monitor(monitored)
+            cases["widgets.monitor"] = case("widgets.monitor", lambda: mon)
+        except Exception as exc:  # noqa: BLE001
+            mon_note = ctx.record_error(f"scenario {TITLE}, widgets.monitor", exc)
+    cases["bare index_select (X and y)"] = case("bare index_select (X and y)", bare)
+    ctx.log(f"  {n:,}×{d} f32, batch {bs}: {len(plain)} batches/epoch, {epochs} epochs per run")
+    with contextlib.redirect_stdout(io.StringIO()):
+        res = ctx.measure(TITLE, cases, unit="s", repeats=2 * ctx.repeats)
+    unsubscribe()
+    for ld in (plain, subscribed, monitored):
+        close_loader(ld)
+    if tally.batches == 0:
+        raise RuntimeError("the subscriber saw no event")
+    med = {k: s.median for k, s in res.items()}
+    tot = {}
+    for k, v in totals.items():
+        v = v[1:]  # drop the warm-up run
+        tot[k] = ctx.add_series(f"{TITLE} (whole runs)", Series(f"{k}: {epochs} epochs, wall", "s", v)).median
+    case_txt = f"{n:,}×{d} f32, batch {bs}, inline, {epochs} epochs"
+    fixed = None
+    if tot.get("widgets.monitor") is not None and med.get("widgets.monitor") is not None:
+        fixed = (tot["widgets.monitor"] - med["widgets.monitor"]
+                 - (tot["no subscriber"] - med["no subscriber"])) / epochs
+    return [
+        versus(ctx, TITLE, f"{case_txt}: steady-state loop time", "time ↓", "s",
+               "loader + 1 subscriber", med["one subscriber"], "same loader, no subscriber",
+               med["no subscriber"], ("<=", 1.02)),
+        versus(ctx, TITLE, f"{case_txt}: steady-state loop time", "time ↓", "s",
+               "widgets.monitor(loader), live", med.get("widgets.monitor"),
+               "same loader, no subscriber", med["no subscriber"], ("<=", 1.05), note=mon_note),
+        versus(ctx, TITLE, f"{case_txt}: whole runs (with each epoch's start and final chart)",
+               "time ↓", "s", "widgets.monitor(loader), live", tot.get("widgets.monitor"),
+               "same loader, no subscriber", tot.get("no subscriber"),
+               note=mon_note or (f"fixed cost ≈ {fixed * 1e3:.0f} ms per epoch" if fixed else "")),
+        versus(ctx, TITLE, f"{case_txt}: steady-state loop time", "time ↓", "s",
+               "loader, no subscriber", med["no subscriber"], "bare index_select of X and y",
+               med["bare index_select (X and y)"]),
+    ]

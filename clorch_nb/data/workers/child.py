@@ -1,0 +1,187 @@
+"""The process worker's side: rebuild the dataset, then build batches until told to stop.
+
+Runs in a forkserver or spawn child (never a fork of the caller: a Jupyter kernel holds threads).
+Two threads:
+
+* a **reader** that moves every message from the task pipe into an in-process queue at once, so
+  the parent never blocks writing tasks while this worker blocks writing a result, and a
+  ``cancel`` takes effect between two ``get_item`` calls instead of after a whole queue of
+  stale tasks. It also notices the parent dying (EOF on the pipe) and ends the process, so no
+  worker outlives its loader even when the parent is SIGKILLed;
+* the **main** thread, which builds batches with :func:`~clorch_nb.data.workers.base.build_batch`
+  and sends them through :mod:`~clorch_nb.data.workers.shm`.
+
+Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
+``("task", epoch, batch_index, int64 index bytes)``, ``("cancel", epoch)``, ``("stop",)``.
+Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch)``,
+``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
+``("init_error", ExceptionBlob)``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import signal
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from clorch_nb.data.worker_info import WorkerInfo, seed_worker, set_worker_info, worker_seed
+from clorch_nb.data.workers import shm
+from clorch_nb.data.workers.base import BatchCancelled, build_batch
+
+__all__ = ["ExceptionBlob", "WorkerConfig", "worker_main"]
+
+_HIGHEST = pickle.HIGHEST_PROTOCOL
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """What one process worker needs besides the dataset source (sent once, at start).
+
+    Attributes:
+        worker_id (int): in ``[0, num_workers)``.
+        num_workers (int): workers of the pool.
+        collate_blob (bytes): the pickled ``collate_fn`` (unpickled inside a ``try`` so a
+            function the child cannot import is reported, not printed).
+        use_get_batch (bool): use ``dataset.get_batch`` when the dataset has one.
+        parent_pid (int): the loader's pid (names shared-memory segments).
+    """
+
+    worker_id: int
+    num_workers: int
+    collate_blob: bytes
+    use_get_batch: bool
+    parent_pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExceptionBlob:
+    """An exception made ready to cross the process boundary.
+
+    Attributes:
+        pickled (bytes | None): the exception itself (type, args and notes), when it survives a
+            pickle round trip; None otherwise.
+        type_name (str): ``module.QualName`` of its type.
+        message (str): ``str(exc)``.
+        notes (list[str]): its ``__notes__`` (index, batch, worker), kept either way.
+        traceback (str): the formatted traceback from the worker.
+    """
+
+    pickled: bytes | None
+    type_name: str
+    message: str
+    notes: list[str]
+    traceback: str
+
+    @classmethod
+    def capture(cls, exc: BaseException) -> ExceptionBlob:
+        """Describe ``exc``; its traceback is rendered here since tracebacks do not pickle."""
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        try:
+            pickled: bytes | None = pickle.dumps(exc, _HIGHEST)
+            pickle.loads(pickled)  # rebuildable here means rebuildable in the parent
+        except Exception:  # noqa: BLE001 - any failure: fall back to a description
+            pickled = None
+        t = type(exc)
+        return cls(pickled, f"{t.__module__}.{t.__qualname__}", str(exc),
+                   list(getattr(exc, "__notes__", [])), tb)
+
+
+class _State:
+    """Shared by the two threads; ints are assigned atomically under the GIL."""
+
+    def __init__(self) -> None:
+        self.cancelled = -1  # highest epoch token the parent cancelled
+        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+
+
+def _read(tasks: Connection, state: _State, parent_pid: int) -> None:
+    while True:
+        try:
+            msg = pickle.loads(tasks.recv_bytes())
+        except (EOFError, OSError):
+            msg = ("stop",)  # the parent closed the pipe or died
+        if msg[0] == "cancel":
+            state.cancelled = max(state.cancelled, msg[1])
+        elif msg[0] == "stop":
+            # Leave at once, even if the main thread is stuck in get_item; first remove any
+            # segment written but not yet handed over (the parent may be gone).
+            shm.sweep(parent_pid, os.getpid())
+            os._exit(0)
+        state.inbox.put(msg)
+
+
+def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Connection) -> None:
+    """Entry point of a process worker (the ``target`` of its ``multiprocessing.Process``).
+
+    Args:
+        cfg (WorkerConfig): identity and options.
+        source (ProcessSpec | SharedTensors): has ``build()`` returning the dataset.
+        tasks (Connection): receives parent -> worker messages.
+        results (Connection): sends worker -> parent messages.
+    """
+    # Ctrl-C in a terminal goes to the whole process group; the parent handles it and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)  # num_workers processes x all cores each would oversubscribe
+    state = _State()
+    threading.Thread(target=_read, args=(tasks, state, cfg.parent_pid), daemon=True,
+                     name="clorch_nb-task-reader").start()
+    where = f"process worker {cfg.worker_id} (pid {os.getpid()})"
+    try:
+        collate_fn = pickle.loads(cfg.collate_blob)
+        dataset = source.build()
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        exc.add_note(f"[clorch_nb] while building the dataset in {where} from {source!r:.200}")
+        results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
+        return
+    batched = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
+    epoch = -1
+    while True:
+        msg = state.inbox.get()
+        kind = msg[0]
+        if kind == "task":
+            _, task_epoch, batch_index, raw = msg
+            if task_epoch != epoch or task_epoch <= state.cancelled:
+                continue  # an abandoned epoch's task
+            reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, batched, cfg, where,
+                           state)
+            if reply is not None:
+                results.send_bytes(reply)
+        elif kind == "epoch":
+            _, epoch, base_seed = msg
+            seed = worker_seed(base_seed, cfg.worker_id)
+            seed_worker(seed)
+            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset),
+                            process=True)
+        elif kind == "cancel":
+            results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
+
+
+def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: bytes, batched: bool,
+           cfg: WorkerConfig, where: str, state: _State) -> bytes | None:
+    """One task -> the pickled reply (None if the epoch was cancelled meanwhile)."""
+    indices = torch.frombuffer(bytearray(raw), dtype=torch.int64) if raw else torch.empty(0, dtype=torch.int64)
+    n = len(indices)
+    try:
+        batch, fetch_s, collate_s = build_batch(
+            dataset, collate_fn, indices, batched=batched, batch_index=batch_index, worker=where,
+            should_stop=lambda: epoch <= state.cancelled,
+        )
+        try:
+            enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where)
+        except Exception as exc:
+            exc.add_note(f"[clorch_nb] while sending batch {batch_index} out of {where}")
+            raise
+        del batch
+        return pickle.dumps(("ok", epoch, batch_index, n, fetch_s, collate_s, enc), _HIGHEST)
+    except BatchCancelled:
+        return None
+    except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
+        return pickle.dumps(("error", epoch, batch_index, n, ExceptionBlob.capture(exc)), _HIGHEST)

@@ -1,0 +1,423 @@
+"""Process workers: ``num_workers`` processes, each rebuilding the dataset and building whole
+batches, which come back through shared memory (:mod:`~clorch_nb.data.workers.shm`).
+
+How it differs from ``torch.utils.data``'s workers, and why:
+
+* **never fork the caller**: workers come from a forkserver (Linux, macOS) that has already
+  imported torch and this package, so starting one costs a fork, not an interpreter; spawn
+  elsewhere. The caller may be a Jupyter kernel with threads, which ``fork`` would break.
+* **the dataset is never pickled**: each worker calls ``source.build()``: a
+  :class:`~clorch_nb.data.process_spec.ProcessSpec` factory, or :class:`SharedTensors` whose
+  tensors were moved to shared memory once and are mapped by every worker (no copy per worker).
+* **one pipe pair per worker, batches dealt round-robin** (batch ``b`` -> worker
+  ``b % num_workers``), so each worker's RNG stream, and thus every augmentation, is
+  reproducible under a loader seed.
+* **no polling**: :meth:`ProcessPool.get` blocks in ``multiprocessing.connection.wait`` on the
+  result pipes *and* the process sentinels, so a dead worker is reported the moment it dies.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing as mp
+import os
+import pickle
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any, Literal
+
+import torch
+import torch.multiprocessing  # noqa: F401 - registers the reductions that send SharedTensors as fds
+
+from clorch_nb.data.dataset import TensorDataset
+from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.workers import shm
+from clorch_nb.data.workers.base import BatchResult, BatchTask
+from clorch_nb.data.workers.child import ExceptionBlob, WorkerConfig, worker_main
+from clorch_nb.errors import WorkerError
+
+__all__ = ["ProcessPool", "SharedTensors", "rebuild_exception"]
+
+StartMethod = Literal["forkserver", "spawn"]
+_HIGHEST = pickle.HIGHEST_PROTOCOL
+#: how long an abandoned epoch's busy workers get to acknowledge a cancel before being killed
+CANCEL_GRACE_S = 1.0
+
+
+@dataclass(frozen=True)
+class SharedTensors:
+    """A :class:`~clorch_nb.data.dataset.TensorDataset` without a ``process_spec``, for workers.
+
+    Its two tensors are moved to shared memory once (``Tensor.share_memory_()``, in place: the
+    caller's tensors keep their values and now live in shared memory). What reaches a worker is
+    a handle to that memory (a file descriptor, torch's ``file_descriptor`` strategy), never a
+    pickled copy of the data nor of any Python object: every worker maps the same pages, so
+    ``N`` workers over a 1 GB ``X`` use about 1 GB in total, not ``N + 1`` GB.
+
+    Args:
+        data (torch.Tensor): ``X``, shape ``(N, *S)``.
+        target (torch.Tensor): ``y``, shape ``(N, *T)``.
+    """
+
+    data: torch.Tensor
+    target: torch.Tensor
+
+    @classmethod
+    def from_dataset(cls, ds: TensorDataset) -> SharedTensors:
+        """Share ``ds``'s tensors (in place) and wrap them."""
+        return cls(ds.data.share_memory_(), ds.target.share_memory_())
+
+    def build(self) -> TensorDataset:
+        """The dataset, as a worker rebuilds it (over the shared tensors)."""
+        return TensorDataset(self.data, self.target)
+
+    def __repr__(self) -> str:
+        return f"SharedTensors(data={tuple(self.data.shape)}, target={tuple(self.target.shape)})"
+
+
+def _context(start_method: StartMethod | None) -> Any:
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Preload torch + the worker module in the server once, so a worker starts in
+        # milliseconds. Only takes effect if the server is not running yet; keeps the caller's
+        # own preload list.
+        from multiprocessing import forkserver
+
+        current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+        if "clorch_nb.data.workers.child" not in current:
+            ctx.set_forkserver_preload([*current, "clorch_nb.data.workers.child"])
+    return ctx
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "an unknown exit status"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name} (exit code {code})"
+        except ValueError:
+            return f"signal {-code} (exit code {code})"
+    return f"exit code {code}"
+
+
+def rebuild_exception(blob: ExceptionBlob, where: str) -> BaseException:
+    """The worker's exception for the parent to raise: the original type, message and notes
+    when it can be rebuilt, else a :class:`WorkerError` carrying them; the worker's traceback
+    is added as a note either way."""
+    exc: BaseException | None = None
+    if blob.pickled is not None:
+        try:
+            exc = pickle.loads(blob.pickled)
+        except Exception:  # noqa: BLE001 - e.g. its module is not importable here
+            exc = None
+    if exc is None:
+        exc = WorkerError(
+            f"{blob.type_name}: {blob.message} (raised in {where}; the exception could not be "
+            "rebuilt in the main process, so it is wrapped)"
+        )
+        for note in blob.notes:
+            exc.add_note(note)
+    exc.add_note(f"[clorch_nb] traceback in {where}:\n{blob.traceback.rstrip()}")
+    return exc
+
+
+@dataclass(eq=False)
+class _Worker:
+    worker_id: int
+    pid: int
+    proc: Any  # multiprocessing.process.BaseProcess
+    tasks: Connection  # parent's send end
+    results: Connection  # parent's receive end
+    # batch_index -> first indices, for the tasks of the current epoch not yet answered
+    outstanding: dict[int, list[int]] = field(default_factory=dict)
+
+    @property
+    def where(self) -> str:
+        return f"process worker {self.worker_id} (pid {self.pid})"
+
+
+class ProcessPool:
+    """Process workers implementing :class:`~clorch_nb.data.workers.base.WorkerPool`.
+
+    Workers start lazily (at the first epoch), persist across epochs, and are replaced lazily
+    after a timeout or a death. :meth:`close` stops them all (the loader calls it from
+    ``close()``, ``with`` and a ``weakref.finalize``, which also runs at interpreter exit).
+
+    Args:
+        source (ProcessSpec | SharedTensors): how each worker gets the dataset (``build()``).
+        collate_fn (Callable): merges items into a batch; pickled by reference (module-level).
+        num_workers (int): processes, >= 1.
+        use_get_batch (bool): workers use ``dataset.get_batch`` when the dataset has one (the
+            loader passes True when ``collate_fn`` is the default).
+        start_method ("forkserver" | "spawn" | None): default forkserver where available.
+
+    Raises:
+        pickle.PicklingError: ``collate_fn`` cannot be pickled (the loader checks this first).
+    """
+
+    def __init__(
+        self,
+        source: ProcessSpec | SharedTensors,
+        collate_fn: Callable[[list[Any]], Any],
+        num_workers: int,
+        *,
+        use_get_batch: bool,
+        start_method: StartMethod | None = None,
+    ) -> None:
+        self.source = source
+        self.num_workers = num_workers
+        self._collate_blob = pickle.dumps(collate_fn, _HIGHEST)
+        self._use_get_batch = use_get_batch
+        self._ctx = _context(start_method)
+        self._workers: list[_Worker | None] = [None] * num_workers
+        self._epoch = -1
+        self._base_seed = 0
+        self._pending: collections.deque[BatchResult] = collections.deque()
+        self._closed = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def _spawn(self, worker_id: int) -> _Worker:
+        task_r, task_w = mp.Pipe(duplex=False)
+        result_r, result_w = mp.Pipe(duplex=False)
+        cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
+                           os.getpid())
+        proc = self._ctx.Process(
+            target=worker_main, args=(cfg, self.source, task_r, result_w),
+            name=f"clorch_nb-worker-{worker_id}", daemon=True,
+        )
+        proc.start()
+        # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF there.
+        task_r.close()
+        result_w.close()
+        w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
+        self._workers[worker_id] = w
+        if self._epoch >= 0:
+            self._send(w, ("epoch", self._epoch, self._base_seed))
+        return w
+
+    def _reap(self, w: _Worker, *, kill: bool) -> str:
+        """Stop ``w`` (SIGKILL if asked or if it does not leave), free everything it held;
+        returns its exit status as text."""
+        if self._workers[w.worker_id] is w:
+            self._workers[w.worker_id] = None
+        if kill and w.proc.is_alive():
+            w.proc.kill()
+        w.proc.join(timeout=5.0)
+        if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
+            w.proc.kill()
+            w.proc.join()
+        # Batches it sent that nobody will read, and any segment it was writing when it died.
+        self._drain(w)
+        shm.sweep(os.getpid(), w.pid)
+        w.tasks.close()
+        w.results.close()
+        status = _exit_text(w.proc.exitcode)
+        w.proc.close()
+        return status
+
+    def _drain(self, w: _Worker) -> None:
+        try:
+            while w.results.poll():
+                self._handle(w, w.results.recv_bytes(), keep=False)
+        except (EOFError, OSError):
+            pass
+
+    def close(self) -> None:
+        """Stop every worker and remove every shared-memory segment; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._epoch = -1
+        self._pending.clear()
+        live = [w for w in self._workers if w is not None]
+        for w in live:
+            try:
+                w.tasks.send_bytes(pickle.dumps(("stop",), _HIGHEST))
+            except OSError:
+                pass
+        deadline = time.monotonic() + 1.0
+        for w in live:
+            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._reap(w, kill=True)
+
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (for tests and the throughput view)."""
+        return [w.pid for w in self._workers if w is not None]
+
+    # -- WorkerPool -----------------------------------------------------------------------------
+
+    def start_epoch(self, epoch: int, base_seed: int) -> None:
+        """Begin epoch token ``epoch``; each worker reseeds ``random``, numpy and torch from
+        ``worker_seed(base_seed, worker_id)`` and sets its ``get_worker_info()``."""
+        if self._closed:
+            raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        self._epoch, self._base_seed = epoch, base_seed
+        self._pending.clear()
+        for wid, w in enumerate(self._workers):
+            if w is None:
+                self._spawn(wid)  # all at once, so they start in parallel
+            else:
+                w.outstanding.clear()
+                self._send(w, ("epoch", epoch, base_seed))
+
+    def submit(self, task: BatchTask) -> None:
+        """Send ``task`` to worker ``task.batch_index % num_workers``.
+
+        The indices travel as a compact int64 copy, never as a view of the epoch's order tensor.
+
+        Raises:
+            WorkerError: that worker has died (named, with its exit status).
+        """
+        wid = task.batch_index % self.num_workers
+        w = self._workers[wid] or self._spawn(wid)
+        idx = task.indices.to(torch.int64).contiguous()
+        w.outstanding[task.batch_index] = idx[:8].tolist()
+        self._send(w, ("task", task.epoch, task.batch_index, idx.numpy().tobytes()))
+
+    def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        try:
+            w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
+        except OSError:  # BrokenPipeError: it died; report it like get() would
+            self._on_death(w)
+
+    def get(self, timeout_s: float | None) -> BatchResult | None:
+        """Next result of the current epoch, or None after ``timeout_s`` seconds without one.
+
+        Raises:
+            WorkerError: a worker holding a batch of this epoch died; the message names it, its
+                exit code or signal and the batch. Also: a worker could not build the dataset.
+            Exception: a worker's exception building a batch is returned in
+                ``BatchResult.error``, rebuilt (see :func:`rebuild_exception`).
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._pending:
+            live = [w for w in self._workers if w is not None]
+            busy = [w for w in live if w.outstanding]
+            if not busy:
+                raise WorkerError(  # an internal invariant, reported rather than hung on
+                    "no batch is in flight in the process pool; the loader and pool disagree"
+                )
+            by_obj: dict[Any, _Worker] = {}
+            for w in live:
+                by_obj[w.results] = w
+                by_obj[w.proc.sentinel] = w
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(by_obj), remaining)
+            if not ready:
+                return None
+            dead: list[_Worker] = []
+            for obj in ready:
+                w = by_obj[obj]
+                if obj is w.results:
+                    try:
+                        self._handle(w, w.results.recv_bytes(), keep=True)
+                    except (EOFError, OSError):
+                        dead.append(w)
+                elif not w.results.poll():  # sentinel: it exited and has nothing left to read
+                    dead.append(w)
+            for w in dict.fromkeys(dead):
+                self._on_death(w)
+        return self._pending.popleft()
+
+    def _handle(self, w: _Worker, raw: bytes, *, keep: bool) -> None:
+        """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
+        msg = pickle.loads(raw)
+        kind = msg[0]
+        if kind == "ok":
+            _, epoch, bi, n, fetch_s, collate_s, enc = msg
+            if not keep or epoch != self._epoch:
+                shm.discard(enc.segment)
+                return
+            w.outstanding.pop(bi, None)
+            self._pending.append(
+                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s)
+            )
+        elif kind == "error":
+            _, epoch, bi, n, blob = msg
+            if keep and epoch == self._epoch:
+                w.outstanding.pop(bi, None)
+                err = rebuild_exception(blob, w.where)
+                self._pending.append(BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err))
+        elif kind == "init_error" and keep:
+            exc = rebuild_exception(msg[1], w.where)
+            self._reap(w, kill=True)
+            raise exc
+        # "ack" needs nothing here: stop_epoch() waits for acks itself
+
+    def _on_death(self, w: _Worker) -> None:
+        held = dict(w.outstanding) if self._epoch >= 0 else {}
+        status = self._reap(w, kill=False)
+        if held:
+            bi, first = next(iter(held.items()))
+            raise WorkerError(
+                f"{w.where} died with {status} while building batch {bi} (dataset "
+                f"indices {first}{'...' if len(first) == 8 else ''}); {len(held) - 1} more "
+                "batch(es) were queued on it. Causes: the out-of-memory killer (SIGKILL), a crash "
+                "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
+                "1 at start) a script that iterates a loader at import time: workers re-import "
+                "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "
+                "stopped; iterate again for a new one (fresh workers start), or use "
+                "worker_backend='thread' to debug in-process"
+            )
+
+    def worker_of(self, batch_index: int) -> int | None:
+        """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
+        w = self._workers[batch_index % self.num_workers]
+        return w.worker_id if w is not None and batch_index in w.outstanding else None
+
+    def stop_epoch(self, *, discard_workers: bool = False) -> None:
+        """Abandon the epoch: busy workers are told to drop its tasks (checked between items)
+        and their late batches are freed unread. A worker that does not acknowledge within
+        ``CANCEL_GRACE_S`` (stuck in ``get_item``) is killed, and with ``discard_workers=True``
+        (after a timeout or a death) every worker is; replacements start at the next epoch."""
+        token, self._epoch = self._epoch, -1
+        self._pending.clear()
+        busy = [w for w in self._workers if w is not None and w.outstanding]
+        try:
+            if discard_workers:
+                # After a timeout or a death, start the next epoch from a clean slate.
+                for w in list(self._workers):
+                    if w is not None:
+                        self._reap(w, kill=True)
+                return
+            for w in busy:
+                self._send_quiet(w, ("cancel", token))
+            waiting = {w.results: w for w in busy if self._workers[w.worker_id] is w}
+            deadline = time.monotonic() + CANCEL_GRACE_S
+            while waiting and (left := deadline - time.monotonic()) > 0:
+                for conn in wait(list(waiting), left):
+                    w = waiting[conn]
+                    try:
+                        msg = pickle.loads(conn.recv_bytes())
+                    except (EOFError, OSError):
+                        del waiting[conn]
+                        self._reap(w, kill=True)
+                        continue
+                    if msg[0] == "ack" and msg[1] == token:
+                        del waiting[conn]
+                    elif msg[0] == "ok":
+                        shm.discard(msg[6].segment)
+            for w in waiting.values():
+                self._reap(w, kill=True)
+        except BaseException:
+            # Interrupted while stopping (a second Ctrl-C): leave nothing half-stopped.
+            for w in list(self._workers):
+                if w is not None:
+                    self._reap(w, kill=True)
+            raise
+        finally:
+            for w in self._workers:
+                if w is not None:
+                    w.outstanding.clear()
+
+    def _send_quiet(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+        try:
+            w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
+        except OSError:
+            pass  # it is dead; the wait below sees EOF

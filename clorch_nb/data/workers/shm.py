@@ -1,0 +1,216 @@
+"""Moving a batch out of a process worker: its tensors through shared memory, the rest pickled.
+
+A batch (any structure of dicts, lists, tuples, numbers, strings and tensors) is pickled with
+every dense CPU tensor replaced by a reference to a slot in one buffer:
+
+* batches whose tensors total at most ``INLINE_MAX_BYTES`` travel inside the pipe message (for
+  tiny batches a shared-memory file costs more system calls than copying a few KiB);
+* larger ones go to one file per batch in ``/dev/shm`` (``clorch_nb-<parent pid>-<worker pid>-<n>``).
+  The worker writes it and closes it; the parent maps it, **unlinks it at once** and closes the
+  file descriptor. So a live batch holds a memory mapping but no fd and no ``/dev/shm`` entry
+  (thousands of held batches never hit ``RLIMIT_NOFILE``; pytorch/pytorch#11201), and the pages
+  are freed as soon as the batch's tensors are (``cleanup_data`` or garbage collection).
+
+Space is reserved with ``posix_fallocate`` before writing, so a full ``/dev/shm`` is an ENOSPC
+error turned into :class:`~clorch_nb.errors.SharedMemoryError`, not a ``SIGBUS`` on a page write
+(pytorch/pytorch#5040).
+"""
+
+from __future__ import annotations
+
+import errno
+import glob
+import io
+import itertools
+import os
+import pickle
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clorch_nb.errors import SharedMemoryError
+
+__all__ = ["INLINE_MAX_BYTES", "SHM_DIR", "EncodedBatch", "decode_batch", "discard", "encode_batch",
+           "sweep"]
+
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+PREFIX = "clorch_nb"
+#: batches whose tensors total at most this many bytes are copied through the pipe
+INLINE_MAX_BYTES = 32 * 1024
+_ALIGN = 64  # every tensor starts on a cache line (and on its dtype's alignment)
+_seq = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBatch:
+    """A batch ready to cross the process boundary (everything here pickles cheaply).
+
+    Attributes:
+        struct (bytes): the pickled batch, tensors replaced by ``("t", k)`` references.
+        metas (list[tuple[torch.dtype, tuple[int, ...], int]]): tensor ``k``'s dtype, shape and
+            byte offset in the buffer.
+        nbytes (int): buffer size in bytes.
+        segment (str | None): the ``/dev/shm`` file holding the buffer, or None when inline.
+        payload (bytes | None): the buffer itself when inline.
+    """
+
+    struct: bytes
+    metas: list[tuple[torch.dtype, tuple[int, ...], int]]
+    nbytes: int
+    segment: str | None
+    payload: bytes | None
+
+
+class _Packer(pickle.Pickler):
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.tensors: list[torch.Tensor] = []
+
+    def persistent_id(self, obj: Any) -> Any:
+        # Only plain dense CPU tensors; subclasses, sparse, quantized ones pickle normally.
+        if type(obj) is torch.Tensor and obj.layout == torch.strided and obj.device.type == "cpu" \
+                and not obj.is_quantized:
+            self.tensors.append(obj)
+            return ("t", len(self.tensors) - 1)
+        return None
+
+
+class _Unpacker(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, tensors: list[torch.Tensor]) -> None:
+        super().__init__(file)
+        self.tensors = tensors
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.tensors[pid[1]]
+
+
+def _layout(tensors: list[torch.Tensor]) -> tuple[list[tuple[torch.dtype, tuple[int, ...], int]], int]:
+    metas, offset = [], 0
+    for t in tensors:
+        metas.append((t.dtype, tuple(t.shape), offset))
+        offset += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
+    return metas, offset
+
+
+def _views(storage: torch.UntypedStorage | bytearray, metas: list[Any]) -> list[torch.Tensor]:
+    """Tensors over ``storage`` at the offsets in ``metas`` (no copy)."""
+    out = []
+    for dtype, shape, offset in metas:
+        numel = 1
+        for s in shape:
+            numel *= s
+        if numel == 0:
+            out.append(torch.empty(shape, dtype=dtype))
+        elif isinstance(storage, bytearray):
+            out.append(torch.frombuffer(storage, dtype=dtype, count=numel, offset=offset).view(shape))
+        else:
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape))
+    return out
+
+
+def shm_full_error(nbytes: int, where: str, cause: OSError) -> SharedMemoryError:
+    """The error for a failed shared-memory allocation of ``nbytes`` bytes in ``where``."""
+    try:
+        st = os.statvfs(SHM_DIR)
+        free = f"{st.f_bavail * st.f_frsize / 2**20:.1f} MB free of {st.f_blocks * st.f_frsize / 2**20:.1f} MB"
+    except OSError:
+        free = "size unknown"
+    return SharedMemoryError(
+        f"{SHM_DIR} is full: {where} could not allocate {nbytes / 2**20:.1f} MB of shared memory "
+        f"for a batch ({free}; {cause.strerror}). Use worker_backend='thread' or num_workers=0, "
+        "or lower num_workers / prefetch_factor / batch_size, or give the machine a larger "
+        f"{SHM_DIR} (e.g. docker run --shm-size=8g)"
+    )
+
+
+def encode_batch(batch: Any, *, parent_pid: int, where: str) -> EncodedBatch:
+    """Pickle ``batch`` with its tensors moved into one buffer (inline or a ``/dev/shm`` file).
+
+    Args:
+        batch (Any): what ``collate_fn`` (or ``get_batch``) returned.
+        parent_pid (int): the loader's process id, part of the segment name so leftovers can be
+            swept by pid.
+        where (str): e.g. ``"process worker 1"``, for error messages.
+
+    Raises:
+        SharedMemoryError: ``/dev/shm`` has no room for the batch.
+        pickle.PicklingError | TypeError: a non-tensor part of the batch cannot be pickled.
+    """
+    buf = io.BytesIO()
+    packer = _Packer(buf)
+    packer.dump(batch)
+    tensors = packer.tensors
+    metas, nbytes = _layout(tensors)
+    if nbytes <= INLINE_MAX_BYTES:
+        payload = bytearray(nbytes)
+        for t, view in zip(tensors, _views(payload, metas), strict=True):
+            if view.numel():
+                view.copy_(t)
+        return EncodedBatch(buf.getvalue(), metas, nbytes, None, bytes(payload))
+    name = f"{PREFIX}-{parent_pid}-{os.getpid()}-{next(_seq)}"
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, nbytes)  # reserve now: ENOSPC here, not SIGBUS later
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
+                raise shm_full_error(nbytes, where, exc) from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.ftruncate(fd, nbytes)  # a filesystem without fallocate
+        storage = torch.UntypedStorage.from_file(path, True, nbytes)  # maps it; keeps no fd
+    except BaseException:
+        os.unlink(path)
+        raise
+    finally:
+        os.close(fd)
+    for t, view in zip(tensors, _views(storage, metas), strict=True):
+        if view.numel():
+            view.copy_(t)
+    return EncodedBatch(buf.getvalue(), metas, nbytes, name, None)
+
+
+def decode_batch(enc: EncodedBatch) -> Any:
+    """Rebuild the batch in the parent; a segment is mapped, then unlinked (no fd kept)."""
+    if enc.segment is not None:
+        path = os.path.join(SHM_DIR, enc.segment)
+        try:
+            storage: torch.UntypedStorage | bytearray = torch.UntypedStorage.from_file(
+                path, True, enc.nbytes
+            )
+        finally:
+            discard(enc.segment)
+    else:
+        assert enc.payload is not None
+        storage = bytearray(enc.payload)  # writable: users may modify batches in place
+    return _Unpacker(io.BytesIO(enc.struct), _views(storage, enc.metas)).load()
+
+
+def discard(segment: str | None) -> None:
+    """Unlink a batch's segment without reading it (a stale or abandoned batch)."""
+    if segment is not None:
+        try:
+            os.unlink(os.path.join(SHM_DIR, segment))
+        except FileNotFoundError:
+            pass
+
+
+def sweep(parent_pid: int, worker_pid: int | None) -> int:
+    """Unlink every segment a worker left behind (it died, or the epoch was abandoned).
+
+    Returns:
+        int: how many files were removed.
+    """
+    who = "*" if worker_pid is None else str(worker_pid)
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, f"{PREFIX}-{parent_pid}-{who}-*")):
+        try:
+            os.unlink(path)
+            n += 1
+        except FileNotFoundError:
+            pass
+    return n

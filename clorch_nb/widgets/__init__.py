@@ -1,0 +1,61 @@
+"""``clorch_nb.widgets``: notebook views of what a loader does (extra ``widgets``).
+
+* :class:`ShardView`: each rank's dataset indices across epochs (padding, drop_last, checks,
+  the missing ``set_epoch`` pitfall), from sampler settings or from recorded indices;
+* :class:`BatchShapesView` / :func:`batch_shapes`: the key tree of every batch, partial and
+  ragged flags, collate errors in place;
+* :func:`monitor` -> :class:`ThroughputMonitor`: items/s, data stall and queue depth, live.
+
+Each view displays as a live widget plus a faithful static form (``text/plain`` + ``image/png``)
+and has ``to_text()`` / ``to_png()``. The numbers come from pure modules that import without
+ipywidgets or matplotlib (:mod:`~clorch_nb.widgets.shards`, :mod:`~clorch_nb.widgets.shapes`,
+:mod:`~clorch_nb.widgets.throughput`); the views are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from clorch_nb.widgets.shapes import ShapeReport, batch_shapes
+from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
+from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
+
+if TYPE_CHECKING:
+    from clorch_nb.widgets.shapes_view import BatchShapesView
+    from clorch_nb.widgets.shard_view import ShardView
+    from clorch_nb.widgets.throughput_view import ThroughputMonitor, monitor
+
+__all__ = [
+    "BatchShapesView",
+    "ShapeReport",
+    "ShardTable",
+    "ShardView",
+    "ThroughputMonitor",
+    "ThroughputSnapshot",
+    "ThroughputStats",
+    "batch_shapes",
+    "monitor",
+    "records_table",
+    "shard_table",
+]
+
+_VIEWS = {
+    "ShardView": "clorch_nb.widgets.shard_view",
+    "BatchShapesView": "clorch_nb.widgets.shapes_view",
+    "ThroughputMonitor": "clorch_nb.widgets.throughput_view",
+    "monitor": "clorch_nb.widgets.throughput_view",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # The views need ipywidgets + matplotlib; import them only when asked for.
+    if name in _VIEWS:
+        value = getattr(importlib.import_module(_VIEWS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'clorch_nb.widgets' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,0 +1,345 @@
+"""What the batches of a loader look like: the pure layer of
+:class:`~clorch_nb.widgets.BatchShapesView` (no ipywidgets, no matplotlib).
+
+:func:`batch_shapes` iterates one epoch and describes every batch as a flat list of
+:class:`Field` (key path, shape, dtype, bytes). Batches with the same description are grouped;
+a short batch is flagged *partial*; a field whose shape past the batch dimension changes from
+batch to batch is flagged *ragged*; a :class:`~clorch_nb.errors.CollateError` ends the scan and
+is kept, with its key path, as :class:`CollateFailure` instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clorch_nb.errors import CollateError, ConfigError
+
+__all__ = ["BatchInfo", "CollateFailure", "Field", "ShapeGroup", "ShapeReport", "batch_shapes",
+           "describe_batch", "format_bytes"]
+
+
+def format_bytes(n: int | None) -> str:
+    """``1536`` -> ``"1.5 KiB"``; None -> ``"-"``."""
+    if n is None:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _path_str(path: tuple[Any, ...]) -> str:
+    return "/".join(str(p) for p in path) if path else "<batch>"
+
+
+@dataclass(frozen=True)
+class Field:
+    """One leaf of a batch.
+
+    Attributes:
+        path (tuple): keys (and tuple positions) from the batch to the leaf; ``()`` for a bare
+            tensor batch.
+        kind ("tensor" | "ndarray" | "list" | "other"): what the leaf is.
+        shape (tuple[int, ...] | None): tensor/array shape, ``(len,)`` for a list, None otherwise.
+        dtype (str): ``"float32"``; for lists the element type(s), e.g. ``"list[str]"``.
+        nbytes (int | None): bytes of tensor/array data; None for Python objects.
+    """
+
+    path: tuple[Any, ...]
+    kind: str
+    shape: tuple[int, ...] | None
+    dtype: str
+    nbytes: int | None
+
+    @property
+    def name(self) -> str:
+        """The path as ``"a/b"`` (``"<batch>"`` for the batch itself)."""
+        return _path_str(self.path)
+
+    def describe(self) -> str:
+        shape = str(self.shape) if self.shape is not None else ""
+        return f"{shape} {self.dtype} {format_bytes(self.nbytes)}".strip()
+
+
+def describe_batch(batch: Any) -> tuple[Field, ...]:
+    """The leaves of ``batch`` in key order (mappings and tuples are walked, lists are leaves).
+
+    Example:
+        >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
+        >>> [(f.name, f.shape, f.dtype, f.nbytes) for f in fs]
+        [('data', (4, 3), 'float32', 48), ('meta/id', (4,), 'list[str]', None)]
+    """
+    out: list[Field] = []
+
+    def walk(x: Any, path: tuple[Any, ...]) -> None:
+        if isinstance(x, torch.Tensor):
+            out.append(Field(path, "tensor", tuple(x.shape), str(x.dtype).removeprefix("torch."),
+                             x.element_size() * x.numel()))
+        elif isinstance(x, Mapping):
+            for k, v in x.items():
+                walk(v, (*path, k))
+        elif isinstance(x, tuple):
+            for i, v in enumerate(x):
+                walk(v, (*path, i))
+        elif type(x).__module__ == "numpy" and hasattr(x, "nbytes") and hasattr(x, "shape"):
+            out.append(Field(path, "ndarray", tuple(x.shape), str(x.dtype), int(x.nbytes)))
+        elif isinstance(x, list):
+            types = sorted({type(v).__name__ for v in x})
+            out.append(Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", None))
+        else:
+            out.append(Field(path, "other", None, type(x).__name__, None))
+
+    walk(batch, ())
+    return tuple(out)
+
+
+def _batch_len(fields: tuple[Field, ...]) -> int | None:
+    for f in fields:
+        if f.shape:
+            return f.shape[0]
+    return None
+
+
+@dataclass(frozen=True)
+class BatchInfo:
+    """One batch: its position in the epoch, its leaves and its length (dim 0 of the first)."""
+
+    index: int
+    fields: tuple[Field, ...]
+    num_items: int | None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.nbytes or 0 for f in self.fields)
+
+    def signature(self) -> tuple[tuple[Any, ...], ...]:
+        return tuple((f.path, f.kind, f.shape, f.dtype) for f in self.fields)
+
+
+@dataclass(frozen=True)
+class CollateFailure:
+    """A collate error where it happened: batch ``batch_index`` could not be built.
+
+    Attributes:
+        batch_index (int): the batch (in epoch order) whose items did not collate.
+        key_path (str | None): the key path named by the error (e.g. ``"['data']"``), None when
+            the items themselves clash.
+        message (str): the error's message (it names positions and shapes).
+        notes (tuple[str, ...]): where it ran (batch, worker), from the error's notes.
+    """
+
+    batch_index: int
+    key_path: str | None
+    message: str
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        where = f"key {self.key_path}" if self.key_path else "the items themselves"
+        return f"batch {self.batch_index}: CollateError at {where}: {self.message}"
+
+
+_KEY_RE = re.compile(r"(?:cannot (?:stack|collate)|pad_collate:) key ((?:\[[^\]]*\])+|'[^']*'|\S+?)[:,]")
+
+
+def _key_path(message: str) -> str | None:
+    m = _KEY_RE.search(message)
+    if not m:
+        return None
+    key = m.group(1)
+    return key if key.startswith("[") else f"[{key}]"
+
+
+@dataclass(frozen=True)
+class ShapeGroup:
+    """Batches that look the same: their indices and the shared description."""
+
+    batch_indices: tuple[int, ...]
+    first: BatchInfo
+    partial: bool
+
+    @property
+    def label(self) -> str:
+        from clorch_nb.widgets.shards import _ranges
+
+        n = len(self.batch_indices)
+        return f"batch{'es' if n > 1 else ''} {_ranges(self.batch_indices)} ({n} batch{'es' if n > 1 else ''})"
+
+
+@dataclass(frozen=True)
+class ShapeReport:
+    """Everything :class:`BatchShapesView` shows.
+
+    Attributes:
+        batches (tuple[BatchInfo, ...]): every batch read, in order.
+        batch_size (int | None): the loader's ``batch_size`` (partial = fewer items).
+        expected_batches (int | None): ``len(loader)``.
+        failure (CollateFailure | None): the collate error that stopped the epoch, if any.
+        truncated (bool): ``max_batches`` stopped the scan early.
+        loader (str): the loader's repr, for the header.
+    """
+
+    batches: tuple[BatchInfo, ...]
+    batch_size: int | None
+    expected_batches: int | None
+    failure: CollateFailure | None = None
+    truncated: bool = False
+    loader: str = ""
+
+    def is_partial(self, b: BatchInfo) -> bool:
+        """Fewer items than ``batch_size`` (only the last batch can be, with drop_last off)."""
+        return self.batch_size is not None and b.num_items is not None and b.num_items < self.batch_size
+
+    @property
+    def partial_batches(self) -> list[int]:
+        return [b.index for b in self.batches if self.is_partial(b)]
+
+    @property
+    def groups(self) -> list[ShapeGroup]:
+        """Batches with identical fields (path, kind, shape, dtype), in order of first sight."""
+        by_sig: dict[Any, list[BatchInfo]] = {}
+        for b in self.batches:
+            by_sig.setdefault(b.signature(), []).append(b)
+        return [
+            ShapeGroup(tuple(b.index for b in bs), bs[0], self.is_partial(bs[0]))
+            for bs in by_sig.values()
+        ]
+
+    @property
+    def ragged(self) -> dict[str, list[tuple[int, ...]]]:
+        """Field name -> the distinct shapes past dim 0, for fields whose shape varies across
+        batches beyond the batch dimension (a partial batch alone is not ragged)."""
+        seen: dict[str, list[tuple[int, ...]]] = {}
+        for b in self.batches:
+            for f in b.fields:
+                if f.kind in ("tensor", "ndarray") and f.shape:
+                    tail = f.shape[1:]
+                    shapes = seen.setdefault(f.name, [])
+                    if tail not in shapes:
+                        shapes.append(tail)
+        return {k: v for k, v in seen.items() if len(v) > 1}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(b.nbytes for b in self.batches)
+
+    def to_text(self) -> str:
+        """The grouped tree, flags and the collate error, deterministic (no timing)."""
+        n = len(self.batches)
+        head = f"Batch shapes: {n}"
+        if self.expected_batches is not None:
+            head += f" of {self.expected_batches}"
+        head += f" batch{'es' if (self.expected_batches or n) != 1 else ''} read"
+        if self.batch_size is not None:
+            head += f", batch_size={self.batch_size}"
+        head += f", {format_bytes(self.total_bytes)} in all"
+        lines = [head]
+        ragged = self.ragged
+        for g in self.groups:
+            flag = ""
+            if g.partial:
+                flag = f"  <- PARTIAL: {g.first.num_items} of {self.batch_size} items"
+            each = " each" if len(g.batch_indices) > 1 else ""
+            lines.append(f"{g.label}: {format_bytes(g.first.nbytes)}{each}{flag}")
+            lines.extend(_tree(g.first.fields, ragged))
+        if self.failure is not None:
+            f = self.failure
+            lines.append(f"batch {f.batch_index}: COLLATE ERROR at "
+                         f"{'key ' + f.key_path if f.key_path else 'the items themselves'}")
+            lines.append(f"  {f.message}")
+        lines.append("flags:")
+        lines.append("  partial last batch: " + (
+            ", ".join(f"batch {i} ({self.batches[i].num_items} of {self.batch_size} items)"
+                      for i in self.partial_batches) or "none"))
+        lines.append("  ragged fields: " + (
+            "; ".join(f"{k} (trailing shapes {', '.join(map(str, v[:6]))}{', ...' if len(v) > 6 else ''})"
+                      for k, v in ragged.items()) or "none"))
+        if self.failure is not None:
+            lines.append(f"  collate error: batch {self.failure.batch_index}"
+                         + (f", key {self.failure.key_path}" if self.failure.key_path else ""))
+        if self.truncated:
+            lines.append(f"  stopped after max_batches={n}")
+        return "\n".join(lines)
+
+
+def _tree(fields: tuple[Field, ...], ragged: Mapping[str, Any]) -> list[str]:
+    """Fields as an indented tree: shared path prefixes printed once."""
+    lines: list[str] = []
+    printed: list[Any] = []
+    for f in fields:
+        path = f.path or ("<batch>",)
+        common = 0
+        while common < min(len(printed), len(path) - 1) and printed[common] == path[common]:
+            common += 1
+        for depth in range(common, len(path) - 1):
+            lines.append("  " + "  " * depth + f"{path[depth]}/")
+        printed = list(path[:-1])
+        mark = "  <- RAGGED" if f.name in ragged else ""
+        lines.append("  " + "  " * (len(path) - 1) + f"{path[-1]}: {f.describe()}{mark}")
+    return lines
+
+
+def _notes(exc: BaseException) -> tuple[str, ...]:
+    return tuple(getattr(exc, "__notes__", ()) or ())
+
+
+def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> ShapeReport:
+    """Iterate one epoch of ``loader`` and describe every batch.
+
+    Args:
+        loader (Iterable): a :class:`~clorch_nb.data.DataLoader` (or any iterable of batches;
+            ``batch_size`` and ``len()`` are used when it has them).
+        max_batches (int | None): stop after this many batches (the loader's epoch is closed).
+
+    Returns:
+        ShapeReport: groups, partial and ragged flags, and the collate error if one stopped it.
+
+    Raises:
+        ConfigError: ``max_batches`` is not None or an int >= 1.
+        Exception: any error other than :class:`~clorch_nb.errors.CollateError` propagates.
+
+    Example:
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(10, 3), torch.arange(10))
+        >>> r = batch_shapes(data.dataloader(ds, batch_size=4, shuffle=False))
+        >>> [g.batch_indices for g in r.groups], r.partial_batches
+        [((0, 1), (2,)], [2])
+    """
+    if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
+                                    or max_batches < 1):
+        raise ConfigError(f"max_batches={max_batches!r} must be None (the whole epoch) or an int >= 1")
+    batch_size = getattr(loader, "batch_size", None)
+    try:
+        expected = len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        expected = None
+    infos: list[BatchInfo] = []
+    failure: CollateFailure | None = None
+    truncated = False
+    it = iter(loader)
+    try:
+        while True:
+            if max_batches is not None and len(infos) >= max_batches:
+                truncated = expected is None or len(infos) < expected
+                break
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
+            except CollateError as exc:
+                failure = CollateFailure(len(infos), _key_path(str(exc)), str(exc), _notes(exc))
+                break
+            fields = describe_batch(batch)
+            infos.append(BatchInfo(len(infos), fields, _batch_len(fields)))
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:
+            close()
+    return ShapeReport(tuple(infos), batch_size if isinstance(batch_size, int) else None,
+                       expected, failure, truncated, repr(loader))

@@ -1,0 +1,363 @@
+"""Which dataset indices each rank gets, epoch by epoch, and whether that is right: the pure layer
+of :class:`~clorch_nb.widgets.ShardView` (no ipywidgets, no matplotlib).
+
+Two sources give the same :class:`ShardTable`:
+
+* :func:`shard_table` from sampler settings, through :func:`clorch_nb.data.shard_plan` (so the
+  cells are exactly what :class:`~clorch_nb.data.DistributedSampler` yields, torch's indices);
+* :func:`records_table` from indices recorded on real ranks (``records[epoch][rank]``), where
+  padding is inferred the way torch lays it out: a repeat is *padding* when it sits past the
+  first ``size`` positions of the interleaved order (rank ``r`` position ``p`` is position
+  ``p * R + r``) and every rank has the same count; any other repeat is an *overlap*, a bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from clorch_nb.data import ShardPlan, shard_plan
+from clorch_nb.errors import ConfigError
+
+__all__ = ["EpochShards", "ShardTable", "records_table", "shard_table"]
+
+Source = Literal["settings", "records"]
+
+
+def _ranges(values: Sequence[int], limit: int = 12) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``, cut after ``limit`` runs."""
+    runs: list[str] = []
+    vals = sorted(values)
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        runs.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    shown = ", ".join(runs[:limit])
+    return shown + (f", ... ({len(vals)} in all)" if len(runs) > limit else "")
+
+
+def _plural(n: int, word: str, many: str | None = None) -> str:
+    return f"{n} {word if n == 1 else (many or word + 's')}"
+
+
+@dataclass(frozen=True)
+class EpochShards:
+    """One epoch: ``rank_indices[r][p]`` is what rank ``r`` reads at position ``p``.
+
+    Attributes:
+        epoch (int): the epoch shown (the slider's value).
+        size (int): dataset size ``N``.
+        rank_indices (tuple[tuple[int, ...], ...]): per rank, in iteration order.
+        is_padding (tuple[tuple[bool, ...], ...]): parallel; True for a padding repeat (an
+            item repeated so that every rank gets the same count).
+        dropped (tuple[int, ...]): items no rank gets because ``drop_last`` cut them (settings
+            only; for records, unseen items are :attr:`missing`).
+        overlaps (dict[int, tuple[int, ...]]): index -> ranks, for indices that appear more than
+            once without being padding (a real rank reading an item twice).
+        missing (tuple[int, ...]): items of ``0..N-1`` no rank got and that were not dropped.
+        out_of_range (tuple[int, ...]): recorded indices outside ``0..N-1``.
+    """
+
+    epoch: int
+    size: int
+    rank_indices: tuple[tuple[int, ...], ...]
+    is_padding: tuple[tuple[bool, ...], ...]
+    dropped: tuple[int, ...] = ()
+    overlaps: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    missing: tuple[int, ...] = ()
+    out_of_range: tuple[int, ...] = ()
+
+    @property
+    def num_replicas(self) -> int:
+        return len(self.rank_indices)
+
+    @property
+    def num_positions(self) -> int:
+        """The longest shard's length (the grid's width)."""
+        return max((len(r) for r in self.rank_indices), default=0)
+
+    @property
+    def padding_cells(self) -> list[tuple[int, int, int]]:
+        """``(rank, position, index)`` of every padding cell, rank-major."""
+        return [
+            (r, p, self.rank_indices[r][p])
+            for r, row in enumerate(self.is_padding) for p, pad in enumerate(row) if pad
+        ]
+
+    @property
+    def disjoint(self) -> bool:
+        """No index on two ranks (or twice on one), padding repeats apart."""
+        return not self.overlaps
+
+    @property
+    def covers(self) -> bool:
+        """Every index of ``0..N-1`` is on some rank."""
+        return not self.missing and not self.dropped
+
+    def check_line(self) -> str:
+        """One sentence: disjoint? covering? e.g. ``"epoch 2: shards disjoint apart from 2
+        padding repeats; cover all 10 items"``."""
+        pads = len(self.padding_cells)
+        if self.overlaps:
+            first = min(self.overlaps)
+            ranks = " and ".join(map(str, self.overlaps[first]))
+            dis = f"shards OVERLAP: index {first} read by ranks {ranks}"
+            if len(self.overlaps) > 1:
+                dis += f" ({_plural(len(self.overlaps), 'index', 'indices')} in all)"
+        elif pads:
+            dis = f"shards disjoint apart from {_plural(pads, 'padding repeat')}"
+        else:
+            dis = "shards disjoint"
+        seen = self.size - len(self.missing) - len(self.dropped)
+        if self.covers:
+            cov = f"cover all {_plural(self.size, 'item')}"
+        else:
+            cov = f"cover {seen} of {_plural(self.size, 'item')}"
+            if self.dropped:
+                cov += f" ({len(self.dropped)} dropped by drop_last)"
+            if self.missing:
+                cov += f"; MISSING {_ranges(self.missing)}"
+        line = f"epoch {self.epoch}: {dis}; {cov}"
+        if self.out_of_range:
+            line += f"; OUT OF RANGE 0..{self.size - 1}: {_ranges(self.out_of_range)}"
+        return line
+
+    @property
+    def ok(self) -> bool:
+        """Disjoint, nothing missing, nothing out of range (drop_last's cut is by design)."""
+        return self.disjoint and not self.missing and not self.out_of_range
+
+
+@dataclass(frozen=True)
+class ShardTable:
+    """Every epoch's shards plus where they came from: what the shard view draws.
+
+    Attributes:
+        size (int), num_replicas (int): ``N`` and ``R``.
+        epochs (tuple[EpochShards, ...]): one per epoch, epoch ``e`` at position ``e``.
+        source ("settings" | "records"): sampler settings or recorded indices.
+        settings (dict[str, object]): the sampler settings (empty for records).
+    """
+
+    size: int
+    num_replicas: int
+    epochs: tuple[EpochShards, ...]
+    source: Source = "settings"
+    settings: dict[str, object] = field(default_factory=dict)
+
+    def identical_epochs(self) -> list[list[int]]:
+        """Groups (of 2 or more) of epochs in which every rank reads the same order."""
+        groups: dict[tuple[tuple[int, ...], ...], list[int]] = {}
+        for e in self.epochs:
+            groups.setdefault(e.rank_indices, []).append(e.epoch)
+        return [g for g in groups.values() if len(g) > 1]
+
+    def repeat_warning(self) -> str | None:
+        """Why epochs repeat, if they do; None when every epoch differs."""
+        groups = self.identical_epochs()
+        if not groups:
+            return None
+        which = "; ".join("epochs " + ", ".join(map(str, g)) for g in groups)
+        if self.source == "settings" and not self.settings.get("shuffle", True):
+            return f"{which}: identical on every rank (expected: shuffle=False)"
+        return (
+            f"{which}: identical on every rank. Missing set_epoch? Call "
+            "data.set_epoch(sampler, epoch) at the start of each epoch, or every epoch repeats "
+            "the same order"
+        )
+
+    def title(self) -> str:
+        """What is shown, in words."""
+        if self.source == "records":
+            return f"Recorded shards: {self.size} items on {self.num_replicas} ranks"
+        s = self.settings
+        bits = [
+            f"seed={s['seed']}", "shuffled" if s["shuffle"] else "not shuffled",
+            f"shard_mode={s['shard_mode']}",
+        ]
+        if s["drop_last"]:
+            bits.append("drop_last")
+        if not s["set_epoch"]:
+            bits.append("set_epoch NOT called")
+        return f"Shards of {self.size} items on {self.num_replicas} ranks ({', '.join(bits)})"
+
+    def to_text(self, epoch: int, *, max_positions: int = 24) -> str:
+        """The grid of ``epoch`` as text, then the check line of every epoch.
+
+        Padding cells are written ``7*``; the text says what the picture says.
+        """
+        e = self.epochs[epoch]
+        lines = [
+            self.title(),
+            f"epoch {e.epoch} (of epochs 0-{len(self.epochs) - 1}); cell = dataset index, "
+            "* = padding repeat, ! = overlap",
+        ]
+        width = max(len(str(max([self.size - 1, *e.out_of_range], default=0))) + 1, 3)
+        npos = min(e.num_positions, max_positions)
+        lines.append("        " + "".join(f"{p:>{width + 1}}" for p in range(npos)) + "  (position)")
+        for r, row in enumerate(e.rank_indices):
+            cells = "".join(
+                f"{str(i) + _mark(e, r, p):>{width + 1}}" for p, i in enumerate(row[:npos])
+            ) + " " * (width + 1) * max(0, npos - len(row))
+            more = f"  ... {len(row) - npos} more" if len(row) > npos else ""
+            lines.append(f"rank {r:<3}" + cells + more + f"   ({len(row)} items)")
+        if e.dropped:
+            lines.append(f"dropped (drop_last): {_ranges(e.dropped)}")
+        lines.append("checks:")
+        lines.extend("  " + x.check_line() for x in self.epochs)
+        warning = self.repeat_warning()
+        if warning:
+            lines.append("  " + warning)
+        return "\n".join(lines)
+
+
+def _mark(e: EpochShards, rank: int, pos: int) -> str:
+    if e.is_padding[rank][pos]:
+        return "*"
+    return "!" if e.rank_indices[rank][pos] in e.overlaps else ""
+
+
+def _epoch_from_plan(plan: ShardPlan, shown_epoch: int) -> EpochShards:
+    seen = {i for row in plan.rank_indices for i in row}
+    missing = tuple(i for i in range(plan.size) if i not in seen and i not in set(plan.dropped))
+    overlaps = _overlaps(plan.rank_indices, plan.is_padding)
+    return EpochShards(
+        epoch=shown_epoch,
+        size=plan.size,
+        rank_indices=tuple(tuple(r) for r in plan.rank_indices),
+        is_padding=tuple(tuple(p) for p in plan.is_padding),
+        dropped=tuple(plan.dropped),
+        overlaps=overlaps,
+        missing=missing,
+    )
+
+
+def _overlaps(rows: Sequence[Sequence[int]], pads: Sequence[Sequence[bool]]) -> dict[int, tuple[int, ...]]:
+    ranks_of: dict[int, list[int]] = {}
+    for r, row in enumerate(rows):
+        for i, pad in zip(row, pads[r], strict=True):
+            if not pad:
+                ranks_of.setdefault(i, []).append(r)
+    return {i: tuple(rs) for i, rs in sorted(ranks_of.items()) if len(rs) > 1}
+
+
+def shard_table(
+    size: int,
+    num_replicas: int,
+    *,
+    seed: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    shard_mode: Literal["even", "disjoint"] = "even",
+    epochs: int = 3,
+    set_epoch: bool = True,
+) -> ShardTable:
+    """Every rank's shard for epochs ``0..epochs-1`` from sampler settings.
+
+    Args:
+        size (int), num_replicas (int), seed (int), shuffle (bool), drop_last (bool),
+        shard_mode ("even" | "disjoint"): as :func:`clorch_nb.data.distributed_sampler`.
+        epochs (int): how many epochs, >= 1.
+        set_epoch (bool): False shows what forgetting ``set_epoch`` does: every epoch is
+            computed as epoch 0, so they are all the same.
+
+    Returns:
+        ShardTable: the cells are exactly ``DistributedSampler``'s (and torch's) indices.
+
+    Raises:
+        ConfigError: a bad setting (the message names it), or ``epochs < 1``.
+
+    Example:
+        >>> t = shard_table(10, 3, shuffle=False)
+        >>> t.epochs[0].rank_indices[1], t.epochs[0].padding_cells
+        ((1, 4, 7, 0), [(1, 3, 0), (2, 3, 1)])
+        >>> t.epochs[2].check_line()
+        'epoch 2: shards disjoint apart from 2 padding repeats; cover all 10 items'
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ConfigError(f"epochs={epochs!r} must be an int >= 1 (how many epochs to show)")
+    if drop_last and shard_mode == "disjoint":
+        raise ConfigError(
+            "drop_last=True contradicts shard_mode='disjoint' (which keeps every item exactly "
+            "once); pick one"
+        )
+    shown = []
+    for e in range(epochs):
+        plan = shard_plan(
+            size, num_replicas, seed=seed, epoch=e if set_epoch else 0, shuffle=shuffle,
+            drop_last=drop_last, shard_mode=shard_mode,
+        )
+        shown.append(_epoch_from_plan(plan, e))
+    settings: dict[str, object] = {
+        "seed": seed, "shuffle": shuffle, "drop_last": drop_last, "shard_mode": shard_mode,
+        "set_epoch": set_epoch,
+    }
+    return ShardTable(size, num_replicas, tuple(shown), "settings", settings)
+
+
+def _epoch_from_records(epoch: int, rows: Sequence[Sequence[int]], size: int) -> EpochShards:
+    rows_t = tuple(tuple(int(i) for i in row) for row in rows)
+    nrep = len(rows_t)
+    even = len({len(r) for r in rows_t}) <= 1
+    pads = [[False] * len(r) for r in rows_t]
+    first_seen: set[int] = set()
+    npos = max((len(r) for r in rows_t), default=0)
+    # Walk in torch's interleaved order (position-major) so the *later* copy is the repeat.
+    for p in range(npos):
+        for r in range(nrep):
+            if p >= len(rows_t[r]):
+                continue
+            i = rows_t[r][p]
+            if i in first_seen and even and p * nrep + r >= size:
+                pads[r][p] = True
+            first_seen.add(i)
+    in_range = [i for i in first_seen if 0 <= i < size]
+    return EpochShards(
+        epoch=epoch,
+        size=size,
+        rank_indices=rows_t,
+        is_padding=tuple(tuple(p) for p in pads),
+        overlaps=_overlaps(rows_t, pads),
+        missing=tuple(sorted(set(range(size)) - set(in_range))),
+        out_of_range=tuple(sorted(i for i in first_seen if not 0 <= i < size)),
+    )
+
+
+def records_table(records: Sequence[Sequence[Sequence[int]]], size: int) -> ShardTable:
+    """A :class:`ShardTable` from indices recorded on real ranks.
+
+    Args:
+        records (Sequence[Sequence[Sequence[int]]]): ``records[epoch][rank]`` is the list of
+            dataset indices rank ``rank`` read in epoch ``epoch`` (e.g. gathered from a
+            ``torchrun`` job with ``sample_indices``); every epoch needs the same number of
+            ranks.
+        size (int): the dataset size ``N`` the ranks share.
+
+    Returns:
+        ShardTable: padding inferred as torch lays it out (see the module docstring); other
+        repeats are overlaps, unseen items missing.
+
+    Raises:
+        ConfigError: no epochs, no ranks, ranks differing between epochs, or a bad size.
+
+    Example:
+        >>> t = records_table([[[0, 2, 4], [1, 2, 5]]], 6)
+        >>> t.epochs[0].overlaps, t.epochs[0].check_line()
+        ({2: (0, 1)}, 'epoch 0: shards OVERLAP: index 2 read by ranks 0 and 1; cover 5 of 6 items; MISSING 3')
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ConfigError(f"size={size!r} must be an int >= 0 (the dataset size)")
+    if len(records) == 0:
+        raise ConfigError("records is empty; pass records[epoch][rank] = list of indices")
+    nrep = {len(ep) for ep in records}
+    if len(nrep) != 1 or 0 in nrep:
+        raise ConfigError(
+            f"records[epoch] must list the same number (>= 1) of ranks in every epoch; got "
+            f"{[len(ep) for ep in records]} ranks per epoch"
+        )
+    epochs = tuple(_epoch_from_records(e, rows, size) for e, rows in enumerate(records))
+    return ShardTable(size, nrep.pop(), epochs, "records", {})

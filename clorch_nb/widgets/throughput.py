@@ -1,0 +1,286 @@
+"""Throughput from loader events: the pure layer of :class:`~clorch_nb.widgets.ThroughputMonitor`
+(no ipywidgets, no matplotlib).
+
+:class:`ThroughputStats` is fed :class:`~clorch_nb.instrumentation.BatchEvent` and
+:class:`~clorch_nb.instrumentation.EpochEvent` records (``stats.add(event)`` is a list append, so
+it can sit on the loader's hot path) and folds them into totals when asked (:meth:`flush`,
+:meth:`snapshot`), a few C-level sums per call. Wall time counts only while an epoch runs (from
+its ``start`` event to its ``end``/``stopped`` event), so pauses between epochs do not dilute
+the rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from clorch_nb.instrumentation import BatchEvent, EpochEvent
+
+__all__ = ["HistoryPoint", "ThroughputSnapshot", "ThroughputStats", "WorkerRate", "worker_name"]
+
+
+def worker_name(worker_id: int) -> str:
+    """``-1`` -> ``"main thread"``, ``k`` -> ``"worker k"``."""
+    return "main thread" if worker_id < 0 else f"worker {worker_id}"
+
+
+@dataclass(frozen=True)
+class WorkerRate:
+    """One worker's share. ``items_per_s`` is its items over the run's wall time (the workers'
+    rates add up to the overall rate); ``busy_share`` is fetch + collate time over wall time."""
+
+    worker_id: int
+    batches: int
+    items: int
+    items_per_s: float
+    busy_s: float
+    busy_share: float
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """Rates over one refresh window ending ``t_s`` seconds into the run."""
+
+    t_s: float
+    items_per_s: float
+    wait_share: float
+    queue_depth: float
+    per_worker: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ThroughputSnapshot:
+    """Totals so far.
+
+    Attributes:
+        elapsed_s (float): wall seconds inside epochs.
+        epochs (int): epochs started; ``running`` is True while one is open.
+        batches (int), items (int): consumed so far.
+        items_per_s (float): ``items / elapsed_s``.
+        wait_s (float): seconds the loop waited for batches; ``wait_share = wait_s / elapsed_s``
+            (the data stall: 0 means the data was always ready, 1 means the loop did nothing
+            but wait).
+        queue_depth_last (int), queue_depth_mean (float), queue_depth_max (int): batches ready
+            and waiting when a batch was handed over.
+        workers (tuple[WorkerRate, ...]): per ``worker_id``, sorted.
+        backend (str), num_workers (int): from the last epoch event.
+    """
+
+    elapsed_s: float
+    epochs: int
+    running: bool
+    batches: int
+    items: int
+    items_per_s: float
+    wait_s: float
+    wait_share: float
+    queue_depth_last: int
+    queue_depth_mean: float
+    queue_depth_max: int
+    workers: tuple[WorkerRate, ...]
+    backend: str
+    num_workers: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain numbers (JSON-able), rounded for reading."""
+        return {
+            "elapsed_s": round(self.elapsed_s, 4), "epochs": self.epochs, "batches": self.batches,
+            "items": self.items, "items_per_s": round(self.items_per_s, 1),
+            "wait_s": round(self.wait_s, 4), "wait_share": round(self.wait_share, 4),
+            "queue_depth_mean": round(self.queue_depth_mean, 2),
+            "queue_depth_max": self.queue_depth_max, "backend": self.backend,
+            "num_workers": self.num_workers,
+            "per_worker": {
+                worker_name(w.worker_id): {"batches": w.batches, "items": w.items,
+                                           "items_per_s": round(w.items_per_s, 1),
+                                           "busy_share": round(w.busy_share, 4)}
+                for w in self.workers
+            },
+        }
+
+    def to_text(self) -> str:
+        """Multi-line summary (about timing, so not deterministic)."""
+        state = "running" if self.running else "done"
+        lines = [
+            f"Throughput ({state}): {self.items:,} items in {self.batches:,} batches over "
+            f"{self.elapsed_s:.2f} s ({self.epochs} epoch{'s' if self.epochs != 1 else ''}, "
+            f"{self.backend}, num_workers={self.num_workers})",
+            f"  overall: {self.items_per_s:,.0f} items/s",
+            f"  waiting for data: {self.wait_share:.1%} of the time ({self.wait_s:.3f} s)",
+            f"  queue depth: mean {self.queue_depth_mean:.1f}, max {self.queue_depth_max}, "
+            f"last {self.queue_depth_last}",
+        ]
+        for w in self.workers:
+            lines.append(
+                f"  {worker_name(w.worker_id)}: {w.items_per_s:,.0f} items/s "
+                f"({w.items:,} items, {w.batches:,} batches, busy {w.busy_share:.0%})"
+            )
+        return "\n".join(lines)
+
+
+class ThroughputStats:
+    """Running totals and a rate history from loader events.
+
+    Feed it with ``loader.subscribe(stats.add)`` (or call :meth:`add`); read :meth:`snapshot`.
+
+    Args:
+        max_history (int): history points kept; older ones are merged pairwise beyond it.
+
+    Example:
+        >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
+        >>> s = ThroughputStats()
+        >>> s.add(EpochEvent("start", 0, 2, "inline", 0, 10.0))
+        >>> s.add(BatchEvent(0, 0, -1, 32, 0.1, 0.0, 0.25, 0, 10.5))
+        >>> s.add(BatchEvent(0, 1, -1, 32, 0.1, 0.0, 0.25, 0, 11.0))
+        >>> s.add(EpochEvent("end", 0, 2, "inline", 0, 12.0))
+        >>> snap = s.snapshot()
+        >>> snap.items_per_s, snap.wait_share
+        (32.0, 0.25)
+    """
+
+    def __init__(self, *, max_history: int = 512) -> None:
+        self._pending: list[Any] = []
+        self.add = self._pending.append  # the hot path: one C call per event
+        self.max_history = max_history
+        self.history: list[HistoryPoint] = []
+        self.epochs = 0
+        self.running = False
+        self.backend = "inline"
+        self.num_workers = 0
+        self.batches = 0
+        self.items = 0
+        self.wait_s = 0.0
+        self.queue_last = 0
+        self.queue_sum = 0
+        self.queue_max = 0
+        self._closed_s = 0.0  # wall time of finished epochs
+        self._t_start: float | None = None  # start of the open epoch
+        self._t0: float | None = None  # first start: history's time origin
+        self._t_last = 0.0
+        self._workers: dict[int, list[float]] = {}  # id -> [batches, items, busy_s]
+        self._win_start: float | None = None
+
+    def add_many(self, events: Iterable[Any]) -> None:
+        """:meth:`add` each event."""
+        self._pending.extend(events)
+
+    def elapsed(self, now: float | None = None) -> float:
+        """Wall seconds inside epochs up to ``now`` (default: the last event's time)."""
+        if self._t_start is None:
+            return self._closed_s
+        t = self._t_last if now is None else max(now, self._t_last)
+        return self._closed_s + max(0.0, t - self._t_start)
+
+    def flush(self, now: float | None = None) -> None:
+        """Fold the pending events into the totals and append one history point."""
+        pending = self._pending
+        if not pending:
+            return
+        events = pending[:]
+        del pending[:]  # keep the same list: ``add`` is bound to it
+        items0, wait0, queue_n0 = self.items, self.wait_s, self.batches
+        queue_sum0 = self.queue_sum
+        worker_items0 = {w: v[1] for w, v in self._workers.items()}
+        t_begin = self.elapsed()
+        run: list[BatchEvent] = []
+        for ev in events:
+            if ev.__class__ is BatchEvent:
+                run.append(ev)
+            else:
+                self._fold(run)
+                run = []
+                self._epoch(ev)
+        self._fold(run)
+        t_end = self.elapsed(now)
+        dt = t_end - t_begin
+        if dt > 0 and self.batches > queue_n0:
+            per_worker = {
+                w: (v[1] - worker_items0.get(w, 0)) / dt for w, v in self._workers.items()
+            }
+            self._push(HistoryPoint(
+                t_end, (self.items - items0) / dt, min(1.0, (self.wait_s - wait0) / dt),
+                (self.queue_sum - queue_sum0) / (self.batches - queue_n0), per_worker,
+            ))
+
+    def _fold(self, evs: list[BatchEvent]) -> None:
+        if not evs:
+            return
+        cols = list(zip(*evs, strict=True))  # columns in BatchEvent field order
+        n = len(evs)
+        items, queue = cols[3], cols[7]
+        self.batches += n
+        self.items += sum(items)
+        self.wait_s += sum(cols[6])
+        self.queue_sum += sum(queue)
+        self.queue_max = max(self.queue_max, max(queue))
+        self.queue_last = queue[-1]
+        self._t_last = max(self._t_last, cols[8][-1])
+        worker_ids = cols[2]
+        if len(set(worker_ids)) == 1:
+            acc = self._workers.setdefault(worker_ids[0], [0, 0, 0.0])
+            acc[0] += n
+            acc[1] += sum(items)
+            acc[2] += sum(cols[4]) + sum(cols[5])
+        else:
+            for w, k, f, c in zip(worker_ids, items, cols[4], cols[5], strict=True):
+                acc = self._workers.setdefault(w, [0, 0, 0.0])
+                acc[0] += 1
+                acc[1] += k
+                acc[2] += f + c
+
+    def _epoch(self, ev: EpochEvent) -> None:
+        self.backend, self.num_workers = ev.backend, ev.num_workers
+        self._t_last = max(self._t_last, ev.t_s)
+        if ev.kind == "start":
+            if self._t_start is not None:  # an epoch left open: close it at this start
+                self._closed_s += max(0.0, ev.t_s - self._t_start)
+            self.epochs += 1
+            self.running = True
+            self._t_start = ev.t_s
+            if self._t0 is None:
+                self._t0 = ev.t_s
+        elif self._t_start is not None:
+            self._closed_s += max(0.0, ev.t_s - self._t_start)
+            self._t_start = None
+            self.running = False
+
+    def _push(self, point: HistoryPoint) -> None:
+        self.history.append(point)
+        if len(self.history) > self.max_history:  # merge neighbours: half the points, same span
+            h = self.history
+            merged = [
+                HistoryPoint(
+                    b.t_s, (a.items_per_s + b.items_per_s) / 2, (a.wait_share + b.wait_share) / 2,
+                    (a.queue_depth + b.queue_depth) / 2,
+                    {w: (a.per_worker.get(w, 0.0) + b.per_worker.get(w, 0.0)) / 2
+                     for w in {*a.per_worker, *b.per_worker}},
+                )
+                for a, b in zip(h[0::2], h[1::2], strict=False)
+            ]
+            if len(h) % 2:
+                merged.append(h[-1])
+            self.history = merged
+
+    def snapshot(self, now: float | None = None) -> ThroughputSnapshot:
+        """Totals so far (pending events are folded in first).
+
+        Args:
+            now (float | None): ``time.perf_counter()`` to measure an open epoch up to; default
+                the last event's time.
+        """
+        self.flush(now)
+        elapsed = self.elapsed(now)
+        per_s = (lambda x: x / elapsed) if elapsed > 0 else (lambda x: 0.0)
+        workers = tuple(
+            WorkerRate(w, int(v[0]), int(v[1]), per_s(v[1]), v[2], min(1.0, per_s(v[2])))
+            for w, v in sorted(self._workers.items())
+        )
+        return ThroughputSnapshot(
+            elapsed_s=elapsed, epochs=self.epochs, running=self.running, batches=self.batches,
+            items=self.items, items_per_s=per_s(self.items), wait_s=self.wait_s,
+            wait_share=min(1.0, per_s(self.wait_s)), queue_depth_last=self.queue_last,
+            queue_depth_mean=self.queue_sum / self.batches if self.batches else 0.0,
+            queue_depth_max=self.queue_max, workers=workers, backend=self.backend,
+            num_workers=self.num_workers,
+        )

@@ -1,0 +1,92 @@
+"""Shared fixtures.
+
+* ``backend``: the loader options of each worker backend (inline, thread, process); loader
+  tests take it so every behaviour is proven under all three.
+* ``no_leaks`` (autouse): after every test, no child process, no extra thread and no
+  shared-memory segment of this process is left behind.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import threading
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+from clorch_nb.data.workers import shm
+
+BACKENDS = {
+    "inline": {"num_workers": 0},
+    "thread": {"num_workers": 2, "worker_backend": "thread"},
+    "process": {"num_workers": 2, "worker_backend": "process"},
+}
+
+
+@pytest.fixture(params=list(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """Loader keyword arguments for one backend (``num_workers`` and ``worker_backend``)."""
+    return dict(BACKENDS[request.param], name=request.param)
+
+
+def _python_helpers() -> set[int | None]:
+    # Python's forkserver (the parent of process workers) and the resource tracker it starts
+    # live until interpreter exit by design, one per interpreter; they hold no dataset.
+    from multiprocessing import forkserver, resource_tracker
+
+    return {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _leftovers(
+    threads_before: set[threading.Thread], procs_before: set[int]
+) -> tuple[list[Any], list[str], list[str]]:
+    keep = {*_python_helpers(), *procs_before}
+    procs = [
+        p for p in psutil.Process().children(recursive=True)
+        if p.pid not in keep and _alive(p)
+    ]
+    procs += [p for p in multiprocessing.active_children() if p.pid not in keep]
+    threads = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    segments = [f for f in os.listdir(shm.SHM_DIR) if f.startswith(f"{shm.PREFIX}-{os.getpid()}-")]
+    return procs, threads, segments
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Any:
+    """Fail a test that leaves a worker process, a thread or a ``/dev/shm`` segment behind.
+
+    Loaders a test dropped are garbage-collected first (that is one of the ways workers must
+    stop); leftovers get 3 s to finish exiting. Processes and threads that existed before the
+    test (e.g. from session fixtures) are not counted.
+    """
+    threads_before = set(threading.enumerate())
+    procs_before = _children()
+    yield
+    gc.collect()
+    deadline = time.monotonic() + 3.0
+    while True:
+        procs, threads, segments = _leftovers(threads_before, procs_before)
+        if not (procs or threads or segments) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not procs, f"child processes left behind: {procs}"
+    assert not threads, f"threads left behind: {threads}"
+    assert not segments, f"shared-memory segments left behind: {segments}"

@@ -1,0 +1,147 @@
+"""Dataset factories and collate functions for tests, importable by process workers
+(``process_spec={"factory": "tests.fixtures:...", ...}``).
+
+Each factory returns a dataset whose items are ``{"data": ..., "target": tensor(i)}`` so a test can
+read back which indices a batch holds with :func:`idx`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from clorch_nb import data
+
+#: released by thread-backend stall tests so an abandoned thread finishes (threads cannot be killed)
+RELEASE = threading.Event()
+
+
+def idx(batch: Any) -> list[int]:
+    """The dataset indices of a batch (its ``target`` field)."""
+    return [int(t) for t in batch["target"]]
+
+
+def _spec(name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    return {"factory": f"tests.fixtures:{name}", "args": list(args), "kwargs": kwargs}
+
+
+def make6() -> Any:
+    """B17's dataset: 6 items ``{"data": [float(i)], "target": i}``."""
+    return data.dataset(
+        size=6,
+        get_item=lambda i: {"data": torch.tensor([float(i)]), "target": torch.tensor(i)},
+        process_spec=_spec("make6"),
+    )
+
+
+def numbers(n: int, width: int = 2) -> Any:
+    """``n`` items ``{"data": full((width,), i) float32, "target": i}``; a large ``width`` makes
+    batches travel through ``/dev/shm`` rather than inline."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("numbers", n, width))
+
+
+class RebuildFails(Exception):
+    """An exception whose ``__init__`` signature does not match its ``args``: unpickling fails."""
+
+    def __init__(self, code: int, detail: str) -> None:
+        super().__init__(f"code {code}: {detail}")
+
+
+def faulty(n: int, mode: str, at: int) -> Any:
+    """``numbers(n)`` except that ``get_item(at)`` misbehaves.
+
+    Modes: ``"raise"`` (ValueError), ``"rebuild"`` (:class:`RebuildFails`), ``"kill"``
+    (SIGKILL itself), ``"exit"`` (``os._exit(3)``), ``"stall"`` (waits for :data:`RELEASE`,
+    up to 60 s: a process worker must be killed, a thread is released by the test).
+    """
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if i == at:
+            if mode == "raise":
+                raise ValueError(f"bad item {i}")
+            if mode == "rebuild":
+                raise RebuildFails(7, f"bad item {i}")
+            if mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if mode == "exit":
+                os._exit(3)
+            if mode == "stall":
+                RELEASE.wait(60)
+        return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("faulty", n, mode, at))
+
+
+def slow(n: int, seconds: float) -> Any:
+    """``numbers(n)`` where each item takes ``seconds`` of sleep (for interrupt tests)."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        time.sleep(seconds)
+        return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("slow", n, seconds))
+
+
+def random_items(n: int) -> Any:
+    """B15: items carry draws from numpy's, Python's and torch's global RNGs, plus the worker's
+    id and seed from ``get_worker_info()``."""
+
+    def get_item(i: int) -> dict[str, Any]:
+        info = data.get_worker_info()
+        return {
+            "np": torch.tensor(np.random.randint(2**31)),
+            "py": torch.tensor(random.getrandbits(31)),
+            "torch": torch.randint(2**31, ()),
+            "worker": torch.tensor(-1 if info is None else info.worker_id),
+            "seed": torch.tensor(-1 if info is None else info.seed),
+            "backend": "none" if info is None else info.backend,
+            "target": torch.tensor(i),
+        }
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("random_items", n))
+
+
+def shm_full(n: int, width: int) -> Any:
+    """``numbers(n, width)`` in a worker whose ``/dev/shm`` reports ENOSPC (as a full Docker
+    ``/dev/shm`` does): the factory makes ``posix_fallocate`` fail in that worker only."""
+
+    def no_space(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    os.posix_fallocate = no_space  # type: ignore[assignment]  # this worker process only
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("shm_full", n, width))
+
+
+def list_collate(items: list[Any]) -> list[Any]:
+    """A module-level collate_fn that keeps the items as a list."""
+    return list(items)
+
+
+def failing_collate(items: list[Any]) -> Any:
+    """A collate_fn that always raises ``KeyError``."""
+    raise KeyError(f"collate saw {len(items)} items")
+
+
+def tuple_collate(items: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+    """A collate_fn returning a tuple with a non-tensor part (checks arbitrary structures)."""
+    return (
+        torch.stack([x["data"] for x in items]),
+        torch.stack([x["target"] for x in items]),
+        [f"item-{int(x['target'])}" for x in items],
+    )

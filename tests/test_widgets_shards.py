@@ -1,0 +1,153 @@
+"""The shard view's pure layer (exact cells) and its widget, without a kernel."""
+
+from __future__ import annotations
+
+import pytest
+
+from clorch_nb import data
+from clorch_nb.errors import ConfigError
+from clorch_nb.widgets.shards import records_table, shard_table
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_padding_cells_size_10_on_3_ranks() -> None:
+    t = shard_table(10, 3, shuffle=False)
+    e = t.epochs[0]
+    assert e.rank_indices == ((0, 3, 6, 9), (1, 4, 7, 0), (2, 5, 8, 1))
+    # rank 1 position 3 = index 0 and rank 2 position 3 = index 1 are the padding repeats
+    assert e.padding_cells == [(1, 3, 0), (2, 3, 1)]
+    assert e.disjoint and e.covers and e.ok
+    assert e.check_line() == "epoch 0: shards disjoint apart from 2 padding repeats; cover all 10 items"
+
+
+@pytest.mark.parametrize("epoch", [0, 1, 2])
+def test_cells_are_the_samplers_indices(epoch: int) -> None:
+    t = shard_table(10, 3, seed=7, epochs=3)
+    for rank in range(3):
+        s = data.distributed_sampler(10, num_replicas=3, rank=rank, seed=7)
+        s.set_epoch(epoch)
+        assert list(t.epochs[epoch].rank_indices[rank]) == s.sample_indices()
+
+
+def test_drop_last_lists_dropped_items() -> None:
+    t = shard_table(10, 3, shuffle=False, drop_last=True)
+    e = t.epochs[0]
+    assert e.rank_indices == ((0, 3, 6), (1, 4, 7), (2, 5, 8))
+    assert e.dropped == (9,) and e.padding_cells == []
+    assert not e.covers and e.ok  # the cut is by design, not an error
+    assert e.check_line() == "epoch 0: shards disjoint; cover 9 of 10 items (1 dropped by drop_last)"
+    assert "dropped (drop_last): 9" in t.to_text(0)
+
+
+def test_disjoint_mode_is_uneven_without_padding() -> None:
+    e = shard_table(10, 4, shard_mode="disjoint", shuffle=False).epochs[0]
+    assert [len(r) for r in e.rank_indices] == [3, 3, 2, 2]
+    assert e.padding_cells == [] and e.check_line() == "epoch 0: shards disjoint; cover all 10 items"
+
+
+def test_set_epoch_off_gives_identical_epochs_flagged() -> None:
+    on = shard_table(10, 3, epochs=3)
+    assert on.identical_epochs() == [] and on.repeat_warning() is None
+    off = shard_table(10, 3, epochs=3, set_epoch=False)
+    assert off.identical_epochs() == [[0, 1, 2]]
+    warning = off.repeat_warning()
+    assert warning is not None and "set_epoch" in warning
+    assert "set_epoch NOT called" in off.title()
+    # without shuffle identical epochs are expected, and the warning says so
+    assert "expected: shuffle=False" in (shard_table(10, 3, shuffle=False).repeat_warning() or "")
+
+
+def test_records_overlap_and_missing_detected() -> None:
+    good = [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
+    bad = [[0, 3, 6, 9], [1, 3, 7, 0], [2, 5, 8, 1]]  # rank 1 read 3 instead of 4
+    t = records_table([good, bad], 10)
+    e0, e1 = t.epochs
+    assert e0.padding_cells == [(1, 3, 0), (2, 3, 1)] and e0.ok
+    assert e1.overlaps == {3: (0, 1)} and e1.missing == (4,) and not e1.ok
+    assert e1.check_line() == (
+        "epoch 1: shards OVERLAP: index 3 read by ranks 0 and 1; cover 9 of 10 items; MISSING 4"
+    )
+    assert "3!" in t.to_text(1)
+
+
+def test_records_repeat_before_the_tail_is_an_overlap_not_padding() -> None:
+    e = records_table([[[0, 1], [0, 2]]], 4).epochs[0]  # index 0 at interleaved position 1 < 4
+    assert e.padding_cells == [] and e.overlaps == {0: (0, 1)} and e.missing == (3,)
+
+
+def test_records_out_of_range_and_identical_epochs() -> None:
+    t = records_table([[[0, 1], [2, 12]], [[0, 1], [2, 12]]], 4)
+    assert t.epochs[0].out_of_range == (12,)
+    assert "OUT OF RANGE" in t.epochs[0].check_line()
+    assert t.identical_epochs() == [[0, 1]] and "set_epoch" in (t.repeat_warning() or "")
+
+
+def test_bad_inputs_are_config_errors() -> None:
+    with pytest.raises(ConfigError, match="epochs"):
+        shard_table(10, 3, epochs=0)
+    with pytest.raises(ConfigError, match="drop_last"):
+        shard_table(10, 3, drop_last=True, shard_mode="disjoint")
+    with pytest.raises(ConfigError, match="ranks"):
+        records_table([[[0], [1]], [[0]]], 2)
+
+
+def test_to_text_matches_the_grid() -> None:
+    text = shard_table(10, 3, shuffle=False).to_text(0)
+    lines = text.splitlines()
+    assert lines[0] == "Shards of 10 items on 3 ranks (seed=0, not shuffled, shard_mode=even)"
+    assert lines[3].split() == ["rank", "0", "0", "3", "6", "9", "(4", "items)"]
+    assert lines[4].split() == ["rank", "1", "1", "4", "7", "0*", "(4", "items)"]
+    assert lines[5].split() == ["rank", "2", "2", "5", "8", "1*", "(4", "items)"]
+
+
+# -- the widget, no kernel ---------------------------------------------------------------------
+
+
+def test_view_widget_controls_and_png_change_with_slider() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb.widgets import ShardView
+
+    v = ShardView(10, 3, epochs=3)
+    assert v.epoch_slider.max == 2 and v.epoch_slider.value == 0
+    assert set(v.controls) == {"size", "num_replicas", "seed", "shuffle", "drop_last",
+                               "set_epoch", "shard_mode"}
+    assert v.image in v.widget.children and v.check in v.widget.children
+    png0 = v.to_png()
+    assert png0.startswith(PNG_MAGIC) and v.image.value == png0
+    v.epoch_slider.value = 1
+    png1 = v.to_png()
+    assert png1 != png0 and v.image.value == png1
+    assert "epoch 1:" in v.check.value
+
+
+def test_view_controls_recompute_and_set_epoch_off_shows_warning() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb.widgets import ShardView
+
+    v = ShardView(10, 3)
+    v.controls["set_epoch"].value = False
+    assert v.table.identical_epochs() == [[0, 1, 2]]
+    assert "set_epoch" in v.check.value
+    v.controls["num_replicas"].value = 4
+    assert v.table.num_replicas == 4
+    v.controls["drop_last"].value = True
+    v.controls["shard_mode"].value = "disjoint"  # contradicts drop_last: error shown, grid kept
+    assert "drop_last" in v.error.value and v.table.settings["shard_mode"] == "even"
+
+
+def test_view_mimebundle_and_constructors() -> None:
+    pytest.importorskip("ipywidgets")
+    import base64
+
+    from clorch_nb.widgets import ShardView
+
+    v = ShardView.from_sampler(data.distributed_sampler(10, num_replicas=3, rank=1, shuffle=False))
+    bundle = v._repr_mimebundle_()
+    assert bundle["text/plain"] == v.to_text()
+    assert base64.b64decode(bundle["image/png"]).startswith(PNG_MAGIC)
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    r = ShardView.from_records([[[0, 2], [1, 2]]], 4)
+    assert r.controls == {} and r.table.epochs[0].overlaps == {2: (0, 1)}
+    with pytest.raises(ConfigError, match="from_records"):
+        ShardView.from_sampler([0, 1, 2])  # type: ignore[arg-type]

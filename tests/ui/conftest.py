@@ -1,0 +1,496 @@
+"""Fixtures for the real-browser tests: one JupyterLab server and one headless Chromium per session.
+
+* ``lab_server`` starts ``jupyter lab`` (from the interpreter running pytest, so the kernel is
+  this environment's ``python3`` kernelspec) on 127.0.0.1 and a free port, with a temporary root
+  dir holding *copies* of what the tests open (``notebooks/``, ``examples/`` and this folder's
+  notebooks), so the committed ``.ipynb`` files are never touched. Token auth, password and XSRF
+  are off for this throw-away server only; settings, workspaces and runtime files live in the
+  temporary dir too. Teardown asks the server to shut down, then kills whatever is left of its
+  process tree (kernels run in their own sessions and their workers below them).
+* ``browser_context`` launches Debian's Chromium (``/usr/bin/chromium``, never a downloaded one)
+  through Playwright's sync API with a fresh user-data dir. Without it every test here is skipped
+  with the reason.
+* ``lab`` gives each test a fresh page and a :class:`Lab` helper (open a notebook, run all, wait,
+  collect errors, screenshot); afterwards the test's kernels are shut down.
+
+Screenshots go to ``tests/ui/screenshots/`` (gitignored); the key ones are also copied to
+``/tmp/ui_shots/`` for a quick look.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+UI_DIR = Path(__file__).resolve().parent
+REPO = UI_DIR.parents[1]
+SHOTS = UI_DIR / "screenshots"
+TMP_SHOTS = Path("/tmp/ui_shots")
+VIEWPORT = {"width": 1400, "height": 1000}
+
+# JupyterLab user settings for the test server: every cell in the DOM (no virtual scrolling), no
+# autosave (nothing is written back, not even to the temporary copies), no news/update checks.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings": {"autosave": False},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+        "fetchNews": "false",
+        "checkForUpdates": False,
+    },
+}
+
+
+def _skip_without_chromium() -> None:
+    if not CHROMIUM.is_file() or not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(
+            f"{CHROMIUM} not found: the browser tests need Debian's chromium "
+            "(`apt-get install chromium`; scripts/test.sh installs it when run as root)"
+        )
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:  # pragma: no cover - part of the test extra
+        pytest.skip("the playwright package is not installed (pip install -e '.[test]')")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Skip at collection time too, so the reason shows once per test without starting anything.
+    if CHROMIUM.is_file():
+        return
+    reason = pytest.mark.skip(reason=f"{CHROMIUM} not found: browser tests need Debian's chromium")
+    for item in items:
+        if UI_DIR in Path(str(item.fspath)).parents:
+            item.add_marker(reason)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _copytree(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(
+            src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__", "*.pyc")
+        )
+
+
+@dataclass
+class LabServer:
+    url: str
+    root: Path
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def api(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no server log)"
+
+    def shutdown_kernels(self) -> None:
+        """Delete every session (which shuts its kernel down) and any kernel left without one."""
+        try:
+            for s in self.api("GET", "/api/sessions"):
+                self.api("DELETE", f"/api/sessions/{s['id']}", timeout=30)
+            for k in self.api("GET", "/api/kernels"):
+                self.api("DELETE", f"/api/kernels/{k['id']}", timeout=30)
+        except (urllib.error.URLError, OSError):
+            pass
+
+
+def _kill_tree(procs: list[Any]) -> None:
+    import psutil
+
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=10)
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    _skip_without_chromium()
+    import psutil
+
+    base = tmp_path_factory.mktemp("jupyterlab")
+    root = base / "root"
+    root.mkdir()
+    _copytree(REPO / "notebooks", root / "notebooks")
+    _copytree(REPO / "examples", root / "examples")
+    (root / "ui").mkdir()
+    for nb in UI_DIR.glob("*.ipynb"):
+        shutil.copy2(nb, root / "ui" / nb.name)
+
+    cfg = base / "config"
+    settings_dir = cfg / "lab" / "user-settings"
+    for rel, value in LAB_SETTINGS.items():
+        f = settings_dir / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
+
+    port = _free_port()
+    env = dict(os.environ)
+    env.update(
+        JUPYTER_CONFIG_DIR=str(cfg),
+        JUPYTER_RUNTIME_DIR=str(base / "runtime"),
+        JUPYTER_DATA_DIR=str(base / "data"),  # sys.prefix/share/jupyter (the venv) still applies
+        JUPYTER_PLATFORM_DIRS="1",
+        IPYTHONDIR=str(base / "ipython"),
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+    )
+    cmd = [
+        sys.executable, "-m", "jupyterlab",
+        "--no-browser",
+        "--ServerApp.ip=127.0.0.1",
+        f"--ServerApp.port={port}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.root_dir={root}",
+        "--IdentityProvider.token=",
+        "--ServerApp.password=",
+        "--ServerApp.disable_check_xsrf=True",
+        "--LabApp.expose_app_in_browser=True",
+        f"--LabApp.user_settings_dir={settings_dir}",
+        f"--LabApp.workspaces_dir={cfg / 'lab' / 'workspaces'}",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--MappingKernelManager.default_kernel_name=python3",
+        "--KernelSpecManager.ensure_native_kernel=True",
+        "--ServerApp.terminals_enabled=False",
+    ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        cmd.append("--allow-root")  # containers and CI run as root
+    log = base / "jupyterlab.log"
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(
+            cmd, cwd=root, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = LabServer(f"http://127.0.0.1:{port}", root, proc, log)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{server.log_tail()}")
+            try:
+                server.api("GET", "/api/status", timeout=2)
+                break
+            except (urllib.error.URLError, OSError, ValueError):
+                if time.monotonic() > deadline:
+                    pytest.fail(f"jupyter lab not up after 90 s:\n{server.log_tail()}")
+                time.sleep(0.3)
+        # The kernel must be the python3 kernelspec of the environment running the tests.
+        specs = server.api("GET", "/api/kernelspecs")
+        assert "python3" in specs["kernelspecs"], specs
+        yield server
+    finally:
+        server.shutdown_kernels()
+        try:
+            family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            family = []
+        try:
+            server.api("POST", "/api/shutdown", timeout=5)
+        except (urllib.error.URLError, OSError):
+            pass
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(timeout=10)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                proc.kill()
+                proc.wait(timeout=10)
+        # Kernels live in their own sessions: kill whatever of the tree is still alive.
+        _kill_tree([p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
+        stray = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        assert not stray, f"processes left after the JupyterLab server: {stray}"
+
+
+@pytest.fixture(scope="session")
+def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    _skip_without_chromium()
+    from playwright.sync_api import sync_playwright
+
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path_factory.getbasetemp())
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            profile,  # a fresh --user-data-dir
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport=VIEWPORT,
+            device_scale_factor=1,
+        )
+        try:
+            yield ctx
+        finally:
+            ctx.close()
+
+
+# JavaScript run in the page; `window.jupyterapp` exists because of expose_app_in_browser.
+_JS_HELPERS = r"""
+() => {
+  if (window.__ui) return;
+  const panel = () => {
+    const w = window.jupyterapp.shell.currentWidget;
+    return (w && w.content && w.content.widgets && w.sessionContext) ? w : null;
+  };
+  const outputsOf = (cell) => (cell.model.outputs ? cell.model.outputs.toJSON() : []);
+  window.__ui = {
+    panel,
+    state() {
+      const p = panel();
+      if (!p) return {ready: false};
+      const kernel = p.sessionContext.session && p.sessionContext.session.kernel;
+      const cells = p.content.widgets.map((c, i) => {
+        const prompt = c.node.querySelector('.jp-InputArea-prompt');
+        return {
+          index: i,
+          type: c.model.type,
+          source: c.model.sharedModel.getSource(),
+          prompt: prompt ? prompt.textContent.trim() : '',
+          executionCount: c.model.type === 'code' ? c.model.executionCount : null,
+          outputs: c.model.type === 'code' ? outputsOf(c) : [],
+        };
+      });
+      return {
+        ready: true,
+        path: p.context.path,
+        kernelStatus: kernel ? kernel.status : 'none',
+        kernelName: kernel ? kernel.name : null,
+        sessionReady: p.sessionContext.isReady,
+        cells,
+      };
+    },
+    markCells(marks) {
+      // marks: {name: substring of the cell source}; sets data-uitest=name on the cell node.
+      const p = panel();
+      const found = {};
+      for (const [name, needle] of Object.entries(marks)) {
+        const c = p.content.widgets.find((w) => w.model.sharedModel.getSource().includes(needle));
+        if (c) { c.node.setAttribute('data-uitest', name); found[name] = true; }
+      }
+      return found;
+    },
+    runAll() {
+      window.__runAllResult = undefined;
+      window.jupyterapp.commands.execute('notebook:run-all-cells').then(
+        (ok) => { window.__runAllResult = {done: true, ok: ok !== false}; },
+        (err) => { window.__runAllResult = {done: true, ok: false, error: String(err)}; });
+    },
+    watchImages(name, everyMs) {
+      // Samples the <img> srcs in the marked cell's outputs and the cell's prompt every everyMs,
+      // recording each distinct set of srcs with the prompt shown at that moment.
+      const rec = {samples: [], changes: []};
+      window.__watch = window.__watch || {};
+      window.__watch[name] = rec;
+      let last = null;
+      rec.timer = setInterval(() => {
+        const node = document.querySelector(`[data-uitest="${name}"]`);
+        if (!node) return;
+        const prompt = (node.querySelector('.jp-InputArea-prompt') || {}).textContent || '';
+        const imgs = [...node.querySelectorAll('.jp-OutputArea img')];
+        const srcs = imgs.map((i) => i.getAttribute('src') || '').filter((s) => s);
+        const key = srcs.join('|');
+        rec.samples.push(1);
+        if (srcs.length && key !== last) {
+          last = key;
+          rec.changes.push({t: performance.now(), prompt: prompt.trim(), n: imgs.length,
+                            complete: imgs.every((i) => i.complete && i.naturalWidth > 0)});
+        }
+      }, everyMs);
+    },
+    stopWatch(name) {
+      const rec = window.__watch[name];
+      clearInterval(rec.timer);
+      return {samples: rec.samples.length, changes: rec.changes};
+    },
+  };
+}
+"""
+
+
+class Lab:
+    """Drives one JupyterLab page: open a notebook, run all cells, wait, inspect, screenshot."""
+
+    def __init__(self, page: Any, server: LabServer, test_name: str) -> None:
+        self.page = page
+        self.server = server
+        self.test_name = test_name
+        self.console: list[str] = []
+        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
+        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+
+    def open(self, relpath: str, timeout_s: float = 90) -> None:
+        """Open ``relpath`` (relative to the server root) in a fresh workspace; wait for the kernel."""
+        self.page.goto(f"{self.server.url}/lab/tree/{relpath}?reset", wait_until="domcontentloaded")
+        self.page.wait_for_function(
+            "() => window.jupyterapp && window.jupyterapp.shell && "
+            "window.jupyterapp.shell.currentWidget && "
+            "window.jupyterapp.shell.currentWidget.context && "
+            f"window.jupyterapp.shell.currentWidget.context.path === {json.dumps(relpath)}",
+            timeout=timeout_s * 1000,
+        )
+        self.page.evaluate(_JS_HELPERS)
+        self.page.wait_for_function(
+            "() => { const s = window.__ui.state(); "
+            "return s.ready && s.sessionReady && s.kernelStatus === 'idle'; }",
+            timeout=timeout_s * 1000,
+            polling=250,
+        )
+        self.page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="visible")
+        # More room for the notebook in screenshots: fold the file browser away.
+        self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
+
+    def state(self) -> dict[str, Any]:
+        return self.page.evaluate("() => window.__ui.state()")
+
+    def mark_cells(self, marks: dict[str, str]) -> dict[str, bool]:
+        return self.page.evaluate("(m) => window.__ui.markCells(m)", marks)
+
+    def run_all(self) -> None:
+        self.page.evaluate("() => window.__ui.runAll()")
+
+    def wait_run_all(self, timeout_s: float) -> dict[str, Any]:
+        """Wait for Run All to finish: the command resolved, no ``[*]`` prompt, kernel idle."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            res = self.page.evaluate("() => window.__runAllResult || null")
+            st = self.state()
+            busy = [c["index"] for c in st["cells"] if c["prompt"].startswith("[*]")]
+            if st.get("kernelStatus") in ("dead", "unknown"):
+                raise AssertionError(f"kernel {st['kernelStatus']} while running {st['path']}")
+            if res and res.get("done") and not busy and st["kernelStatus"] == "idle":
+                return {"result": res, "state": st}
+            if time.monotonic() > deadline:
+                self.screenshot("timeout")
+                raise AssertionError(
+                    f"Run All of {st.get('path')} not finished after {timeout_s:.0f} s; "
+                    f"cells still [*]: {busy}; kernel {st.get('kernelStatus')}; result {res}"
+                )
+            time.sleep(0.25)
+
+    def errors(self) -> list[str]:
+        """Uncaught errors: error outputs in the model, stderr areas showing a Traceback, widgets
+        that failed to render. Empty when the notebook ran clean."""
+        problems: list[str] = []
+        for c in self.state()["cells"]:
+            for out in c["outputs"]:
+                if out.get("output_type") == "error":
+                    problems.append(
+                        f"cell {c['index']} ({c['source'][:60]!r}...): "
+                        f"{out.get('ename')}: {out.get('evalue')}"
+                    )
+        dom = self.page.evaluate(
+            r"""() => {
+              const found = [];
+              const sel = '.jp-RenderedText[data-mime-type="application/vnd.jupyter.stderr"]';
+              for (const el of document.querySelectorAll(sel)) {
+                if (/Traceback/.test(el.textContent)) found.push(el.textContent.slice(0, 400));
+              }
+              for (const el of document.querySelectorAll('.jp-OutputArea-output')) {
+                const t = el.textContent || '';
+                if (/Error displaying widget|Error rendering output item/.test(t))
+                  found.push(t.slice(0, 200));
+              }
+              return found;
+            }"""
+        )
+        problems += [f"stderr/DOM: {t}" for t in dom]
+        return problems
+
+    def record_runtime(self, name: str, seconds: float, ok: bool) -> None:
+        """Add ``name``'s Run All time to screenshots/notebook_runtimes.json (and /tmp/ui_shots/)."""
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        f = SHOTS / "notebook_runtimes.json"
+        data = json.loads(f.read_text()) if f.exists() else {}
+        data[name] = {"run_all_seconds": round(seconds, 1), "passed": ok}
+        f.write_text(json.dumps(data, indent=1, sort_keys=True))
+        TMP_SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, TMP_SHOTS / f.name)
+
+    def screenshot(self, name: str, locator: Any = None, *, full: bool = False, key: bool = True) -> Path:
+        """Save ``<test>-<name>.png`` under tests/ui/screenshots/ (and /tmp/ui_shots/ if ``key``).
+
+        ``full`` grows the viewport to the notebook's height so the whole notebook is one image.
+        """
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"{self.test_name}-{name}.png"
+        if locator is not None:
+            locator.scroll_into_view_if_needed()
+            self.page.wait_for_timeout(300)
+            locator.screenshot(path=str(path))
+        elif full:
+            h = self.page.evaluate(
+                "() => { const n = document.querySelector("
+                "'.jp-NotebookPanel .jp-WindowedPanel-inner');"
+                " return n ? n.scrollHeight : 0; }"
+            )
+            self.page.set_viewport_size(
+                {"width": VIEWPORT["width"], "height": min(max(h + 160, 600), 16000)}
+            )
+            self.page.evaluate(
+                "() => { const o = document.querySelector("
+                "'.jp-NotebookPanel .jp-WindowedPanel-outer'); if (o) o.scrollTop = 0; }"
+            )
+            self.page.wait_for_timeout(700)
+            self.page.screenshot(path=str(path))
+            self.page.set_viewport_size(VIEWPORT)
+        else:
+            self.page.screenshot(path=str(path))
+        if key:
+            TMP_SHOTS.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, TMP_SHOTS / path.name)
+        return path
+
+
+@pytest.fixture
+def lab(lab_server: LabServer, browser_context: Any, request: pytest.FixtureRequest) -> Any:
+    name = request.node.name.replace("[", "-").replace("]", "").replace("/", "_")
+    page = browser_context.new_page()
+    page.set_default_timeout(60_000)
+    helper = Lab(page, lab_server, name)
+    try:
+        yield helper
+    finally:
+        try:
+            page.close()
+        finally:
+            lab_server.shutdown_kernels()

@@ -1,0 +1,145 @@
+"""The three notebook views, live in JupyterLab, in a real browser (headless Chromium).
+
+Opens ``tests/ui/widgets_live.ipynb`` (a temporary copy), runs all cells and checks what a learner
+would see:
+
+* the shard view, the batch-shapes view and the throughput monitor render as live widgets (widget
+  DOM, a decoded ``<img>``, the slider), not as their static fallbacks;
+* the throughput monitor's PNG is redrawn while the cell is still running: its ``src`` takes at
+  least three distinct values (so it *changed* at least twice) while the cell's prompt shows
+  ``[*]``, sampled in the page every 40 ms;
+* the monitor leaves its final summary in the output, the run ends clean (no error output, no
+  Traceback on stderr, no "Error displaying widget");
+* after the run the shard view's epoch slider works from the browser (arrow key -> new picture).
+
+Screenshots of each view go to tests/ui/screenshots/ and /tmp/ui_shots/.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.ui]
+
+MARKS = {
+    "shards": "# ui-test: shards",
+    "shapes": "# ui-test: shapes",
+    "monitor": "# ui-test: monitor",
+    "check": "# ui-test: check",
+}
+RUN_TIMEOUT_S = 180
+
+_CELL_INFO = r"""(name) => {
+  const hash = (s) => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0;
+                        return `${s.length}:${h}`; };
+  const node = document.querySelector(`[data-uitest="${name}"]`);
+  if (!node) return null;
+  const out = node.querySelector('.jp-Cell-outputWrapper') || node;
+  const imgs = [...out.querySelectorAll('img')];
+  return {
+    prompt: (node.querySelector('.jp-InputArea-prompt') || {}).textContent || '',
+    widgets: out.querySelectorAll('.jupyter-widgets').length,
+    widgetImages: out.querySelectorAll('img.widget-image, .widget-image img').length,
+    images: imgs.map((i) => ({src: hash(i.getAttribute('src') || ''),
+                              w: i.naturalWidth, h: i.naturalHeight, complete: i.complete})),
+    sliders: out.querySelectorAll('.widget-slider').length,
+    readouts: [...out.querySelectorAll('.widget-readout')].map((r) => r.textContent.trim()),
+    text: out.innerText,
+  };
+}"""
+
+
+def _cell(lab, name: str) -> dict:
+    info = lab.page.evaluate(_CELL_INFO, name)
+    assert info is not None, f"cell {name!r} not found in the page"
+    return info
+
+
+def _assert_widget_with_image(info: dict, name: str) -> None:
+    assert info["widgets"] > 0, f"{name}: no .jupyter-widgets in the output (static fallback?)"
+    assert info["widgetImages"] > 0, f"{name}: no widget <img>: {info['images']}"
+    drawn = [i for i in info["images"] if i["complete"] and i["w"] > 50 and i["h"] > 50]
+    assert drawn, f"{name}: the image did not decode: {info['images']}"
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_views_render_live_in_jupyterlab(lab) -> None:
+    lab.open("ui/widgets_live.ipynb")
+    found = lab.mark_cells(MARKS)
+    assert set(found) == set(MARKS), f"marked cells missing from the notebook: {found}"
+    lab.page.evaluate("() => window.__ui.watchImages('monitor', 40)")
+
+    t0 = time.monotonic()
+    lab.run_all()
+    # While the monitor cell runs, grab one screenshot of it mid-run.
+    live_shot = False
+    while time.monotonic() - t0 < RUN_TIMEOUT_S and not live_shot:
+        changes = lab.page.evaluate("() => (window.__watch.monitor || {changes: []}).changes")
+        if sum(c["prompt"].startswith("[*]") for c in changes) >= 3:
+            lab.screenshot("monitor-live", lab.page.locator('[data-uitest="monitor"]'))
+            live_shot = True
+        elif lab.page.evaluate("() => !!(window.__runAllResult && window.__runAllResult.done)"):
+            break
+        else:
+            time.sleep(0.2)
+    done = lab.wait_run_all(max(10.0, RUN_TIMEOUT_S - (time.monotonic() - t0)))
+    run_s = time.monotonic() - t0
+    watch = lab.page.evaluate("() => window.__ui.stopWatch('monitor')")
+
+    for name in ("shards", "shapes", "monitor"):
+        lab.screenshot(name, lab.page.locator(f'[data-uitest="{name}"] .jp-Cell-outputWrapper'))
+    lab.screenshot("notebook", full=True)
+
+    errors = lab.errors()
+    assert not errors, "uncaught errors in widgets_live.ipynb:\n" + "\n".join(errors)
+    assert done["result"]["ok"], done["result"]
+
+    # Shard view: widget, picture, epoch slider, the check line.
+    shards = _cell(lab, "shards")
+    _assert_widget_with_image(shards, "shard view")
+    assert shards["sliders"] >= 1, "shard view: no epoch slider"
+    assert "epoch" in shards["text"] and "disjoint" in shards["text"], shards["text"][:500]
+    assert "padding" in shards["text"], f"shard view: padding not mentioned: {shards['text'][:500]}"
+
+    # Batch shapes: widget, picture, the key tree with the digits' fields.
+    shapes = _cell(lab, "shapes")
+    _assert_widget_with_image(shapes, "batch shapes")
+    for word in ("data", "target", "float32", "int64"):
+        assert word in shapes["text"], f"batch shapes: {word!r} not shown: {shapes['text'][:500]}"
+    assert "partial" in shapes["text"].lower(), "batch shapes: the partial last batch isn't flagged"
+
+    # Throughput monitor: redrawn live, then a final summary stays.
+    monitor = _cell(lab, "monitor")
+    _assert_widget_with_image(monitor, "throughput monitor")
+    live = [c for c in watch["changes"] if c["prompt"].startswith("[*]")]
+    assert len(live) >= 3, (
+        f"monitor PNG took {len(live)} distinct srcs while the cell ran (need >= 3, i.e. changed "
+        f"at least twice); all changes: {watch['changes']}; {watch['samples']} samples"
+    )
+    assert "ui-test: consumed 1797 items" in monitor["text"], monitor["text"][-500:]
+    for words in ("Done", "items/s", "waiting for data", "worker 0", "worker 1"):
+        assert words in monitor["text"], (
+            f"monitor: {words!r} missing from the final summary: {monitor['text'][-800:]}"
+        )
+    assert "ui-test: all views done" in _cell(lab, "check")["text"]
+
+    # The shard view's slider works from the browser once the cell is done.
+    before = _cell(lab, "shards")
+    handle = lab.page.locator('[data-uitest="shards"] .widget-slider .noUi-handle').first
+    handle.focus()
+    handle.press("ArrowRight")
+    deadline = time.monotonic() + 20
+    while True:
+        after = _cell(lab, "shards")
+        if after["images"] and after["images"][0]["src"] != before["images"][0]["src"] and (
+            after["images"][0]["complete"]
+        ):
+            break
+        assert time.monotonic() < deadline, "shard view: the epoch slider did not redraw the picture"
+        time.sleep(0.2)
+    assert "1" in after["readouts"], f"epoch slider readout after ArrowRight: {after['readouts']}"
+    assert "epoch 1" in after["text"], after["text"][:500]
+    lab.screenshot("shards-epoch1", lab.page.locator('[data-uitest="shards"] .jp-Cell-outputWrapper'))
+    print(f"widgets_live.ipynb: Run All {run_s:.1f} s; monitor redraws while running: {len(live)}")
