@@ -115,12 +115,12 @@ def random_items(n: int) -> Any:
 
 def shm_full(n: int, width: int) -> Any:
     """``numbers(n, width)`` in a worker whose ``/dev/shm`` reports ENOSPC (as a full Docker
-    ``/dev/shm`` does): the factory makes ``posix_fallocate`` fail in that worker only."""
+    ``/dev/shm`` does): the factory makes ``os.pwrite`` fail in that worker only."""
 
-    def no_space(fd: int, offset: int, length: int) -> None:
+    def no_space(fd: int, view: Any, offset: int) -> int:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    os.posix_fallocate = no_space  # type: ignore[assignment]  # this worker process only
+    os.pwrite = no_space  # type: ignore[assignment]  # this worker process only
 
     def get_item(i: int) -> dict[str, torch.Tensor]:
         return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
@@ -145,3 +145,18 @@ def tuple_collate(items: list[Any]) -> tuple[torch.Tensor, torch.Tensor, list[st
         torch.stack([x["target"] for x in items]),
         [f"item-{int(x['target'])}" for x in items],
     )
+
+
+def broken_factory() -> Any:
+    """A factory that fails inside the worker, as one reading a missing file would."""
+    raise FileNotFoundError("no data at /nonexistent/data.bin")
+
+
+def images(n: int) -> Any:
+    """``n`` random 3x224x224 float32 images (600 KB each): batches of 64 are 38.5 MB."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(i)
+        return {"data": torch.rand(3, 224, 224, generator=g), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("images", n))

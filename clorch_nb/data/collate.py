@@ -252,8 +252,10 @@ def cleanup_data(batch: Any) -> None:
     dropping this batch's reference to its memory: the memory is freed as soon as nothing else
     refers to it, and for process-worker batches the shared-memory segment behind it is unmapped
     and its file descriptor closed. Tensors that share memory with a dataset (views returned by a
-    custom ``collate_fn``) lose only the batch's reference; the dataset is untouched. Calling it
-    twice is safe. Read what you need (``loss.item()``) before calling it.
+    custom ``collate_fn``) lose only the batch's reference; the dataset is untouched. The one
+    exception: a tensor *object* that the dataset stores and a custom ``collate_fn`` passes through
+    as it is (neither a view nor a copy) is emptied too, so such a collate should return views.
+    Calling it twice is safe. Read what you need (``loss.item()``) before calling it.
 
     Args:
         batch (Any): a batch as yielded by a loader.
@@ -269,7 +271,7 @@ def cleanup_data(batch: Any) -> None:
         while stack:
             x = stack.pop()
             if isinstance(x, torch.Tensor):
-                x.set_()
+                x.set_()  # type: ignore[call-overload]  # no-argument form: empty storage
             elif isinstance(x, Mapping):
                 stack.extend(x.values())
             elif isinstance(x, list | tuple):

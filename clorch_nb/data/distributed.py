@@ -57,13 +57,13 @@ _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 
 
 def _check_seed(seed: Any, epoch: int = 0) -> int:
-    _check_int("seed", seed)
+    seed = _check_int("seed", seed)
     if not _SEED_MIN <= seed + epoch <= _SEED_MAX:
         raise ConfigError(
             f"seed={seed} with epoch={epoch} gives seed + epoch = {seed + epoch}, outside the "
             f"range a torch.Generator accepts ({_SEED_MIN}..{_SEED_MAX}); use a smaller seed"
         )
-    return seed  # type: ignore[no-any-return]
+    return seed
 
 
 def _base_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:

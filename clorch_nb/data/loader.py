@@ -29,7 +29,7 @@ from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
-from clorch_nb.errors import ConfigError, WorkerError, WorkerTimeoutError
+from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
 __all__ = ["DataLoader", "WorkerBackend", "dataloader"]
@@ -236,7 +236,9 @@ class DataLoader:
             if self.backend == "thread":
                 from clorch_nb.data.workers.thread import ThreadPool
 
-                pool = ThreadPool(self.dataset, self.collate_fn, self.num_workers, batched=self._batched)
+                pool = ThreadPool(
+                    self.dataset, self.collate_fn, self.num_workers, batched=self._batched
+                )
             else:
                 from clorch_nb.data.workers.process import ProcessPool, SharedTensors
 
@@ -276,7 +278,7 @@ class DataLoader:
                         raise self._timeout_error(pool, next_yield, batches[next_yield])
                     try:
                         result = pool.get(remaining)
-                    except WorkerError:
+                    except Exception:  # a dead worker, a failed start: not KeyboardInterrupt
                         broken = True
                         raise
                     if result is not None:
@@ -299,9 +301,11 @@ class DataLoader:
                 pool.stop_epoch(discard_workers=broken)
             self._epoch_event("end" if done else "stopped", epoch, n)
 
-    def _timeout_error(self, pool: WorkerPool, batch_index: int, idx: torch.Tensor) -> WorkerTimeoutError:
+    def _timeout_error(
+        self, pool: WorkerPool, batch_index: int, idx: torch.Tensor
+    ) -> WorkerTimeoutError:
         worker = pool.worker_of(batch_index)
-        who = f"{self.backend} worker {worker}" if worker is not None else "no worker (still queued)"
+        who = f"{self.backend} worker {worker}" if worker is not None else "no worker (queued)"
         shown = idx[:8].tolist()
         return WorkerTimeoutError(
             f"batch {batch_index} (dataset indices {shown}{'...' if len(idx) > 8 else ''}) was not "

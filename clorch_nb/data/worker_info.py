@@ -57,7 +57,8 @@ def worker_seed(base_seed: int, worker_id: int) -> int:
         True
     """
     ss = np.random.SeedSequence([base_seed & (2**63 - 1), worker_id])
-    return int(ss.generate_state(2, np.uint32).astype(np.uint64) @ np.array([1, 2**31], np.uint64)) & (2**63 - 1)
+    words = ss.generate_state(2, np.uint32).astype(np.uint64)
+    return int(words @ np.array([1, 2**31], np.uint64)) & (2**63 - 1)
 
 
 def seed_worker(seed: int) -> None:

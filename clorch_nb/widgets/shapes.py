@@ -309,7 +309,7 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
         >>> ds = data.tensor_dataset(torch.zeros(10, 3), torch.arange(10))
         >>> r = batch_shapes(data.dataloader(ds, batch_size=4, shuffle=False))
         >>> [g.batch_indices for g in r.groups], r.partial_batches
-        [((0, 1), (2,)], [2])
+        ([(0, 1), (2,)], [2])
     """
     if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
                                     or max_batches < 1):

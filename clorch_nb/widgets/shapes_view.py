@@ -127,7 +127,7 @@ class BatchShapesView(View):
         >>> ds = data.tensor_dataset(torch.zeros(10, 3), torch.arange(10))
         >>> v = BatchShapesView(data.dataloader(ds, batch_size=4, shuffle=False))
         >>> print(v.to_text().splitlines()[0])
-        Batch shapes: 3 of 3 batches read, batch_size=4, 280 B in all
+        Batch shapes: 3 of 3 batches read, batch_size=4, 200 B in all
     """
 
     def __init__(self, loader: Any, max_batches: int | None = None) -> None:

@@ -243,13 +243,61 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         assert not stray, f"processes left after the JupyterLab server: {stray}"
 
 
+# Playwright's driver processes: Chromium and its renderers live below them for the whole session.
+_BROWSER_ROOTS: set[int] = set()
+
+
+def _descends_from(p: Any, roots: set[int]) -> bool:
+    import psutil
+
+    try:
+        return any(a.pid in roots for a in [p, *p.parents()])
+    except psutil.Error:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Any:
+    """Overrides tests/conftest.py's leak check for the browser tests: the session's Chromium
+    starts and ends renderer processes as pages come and go, so processes below Playwright's
+    driver are not counted; anything else new (a kernel, a process worker, a forkserver)
+    still alive 5 s after the test (its kernel was shut down) fails it."""
+    import psutil
+
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+
+    def leftovers() -> list[Any]:
+        out = []
+        for p in me.children(recursive=True):
+            if p.pid in before or _descends_from(p, _BROWSER_ROOTS):
+                continue
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    deadline = time.monotonic() + 5.0
+    while (left := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes left behind by the test: {[(p.pid, p.name()) for p in left]}"
+
+
 @pytest.fixture(scope="session")
 def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Any:
     _skip_without_chromium()
     from playwright.sync_api import sync_playwright
 
+    import psutil
+
     profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path_factory.getbasetemp())
+    me = psutil.Process()
+    before = {c.pid for c in me.children()}
     with sync_playwright() as p:
+        _BROWSER_ROOTS.update(c.pid for c in me.children() if c.pid not in before)
         ctx = p.chromium.launch_persistent_context(
             profile,  # a fresh --user-data-dir
             executable_path=str(CHROMIUM),
@@ -317,7 +365,7 @@ _JS_HELPERS = r"""
     },
     watchImages(name, everyMs) {
       // Samples the <img> srcs in the marked cell's outputs and the cell's prompt every everyMs,
-      // recording each distinct set of srcs with the prompt shown at that moment.
+      // recording each distinct set of srcs with the prompt and output text shown at that moment.
       const rec = {samples: [], changes: []};
       window.__watch = window.__watch || {};
       window.__watch[name] = rec;
@@ -329,11 +377,14 @@ _JS_HELPERS = r"""
         const imgs = [...node.querySelectorAll('.jp-OutputArea img')];
         const srcs = imgs.map((i) => i.getAttribute('src') || '').filter((s) => s);
         const key = srcs.join('|');
+        const out = node.querySelector('.jp-Cell-outputWrapper');
+        const text = out ? out.innerText : '';
         rec.samples.push(1);
         if (srcs.length && key !== last) {
           last = key;
           rec.changes.push({t: performance.now(), prompt: prompt.trim(), n: imgs.length,
-                            complete: imgs.every((i) => i.complete && i.naturalWidth > 0)});
+                            complete: imgs.every((i) => i.complete && i.naturalWidth > 0),
+                            text: text.slice(0, 300)});
         }
       }, everyMs);
     },
@@ -446,7 +497,10 @@ class Lab:
         TMP_SHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, TMP_SHOTS / f.name)
 
-    def screenshot(self, name: str, locator: Any = None, *, full: bool = False, key: bool = True) -> Path:
+    def screenshot(
+        self, name: str, locator: Any = None, *, full: bool = False, key: bool = True,
+        settle_ms: int = 300,
+    ) -> Path:
         """Save ``<test>-<name>.png`` under tests/ui/screenshots/ (and /tmp/ui_shots/ if ``key``).
 
         ``full`` grows the viewport to the notebook's height so the whole notebook is one image.
@@ -455,7 +509,8 @@ class Lab:
         path = SHOTS / f"{self.test_name}-{name}.png"
         if locator is not None:
             locator.scroll_into_view_if_needed()
-            self.page.wait_for_timeout(300)
+            if settle_ms:
+                self.page.wait_for_timeout(settle_ms)
             locator.screenshot(path=str(path))
         elif full:
             h = self.page.evaluate(

@@ -49,7 +49,9 @@ class BatchResult:
 
 def note_index(exc: BaseException, index: int, batch_index: int, worker: str) -> None:
     """Add a note naming the dataset index, batch and worker to an exception (kept type)."""
-    exc.add_note(f"[clorch_nb] while loading dataset index {index} (batch {batch_index}) in {worker}")
+    exc.add_note(
+        f"[clorch_nb] while loading dataset index {index} (batch {batch_index}) in {worker}"
+    )
 
 
 def build_batch(

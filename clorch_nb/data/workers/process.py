@@ -19,10 +19,10 @@ How it differs from ``torch.utils.data``'s workers, and why:
 from __future__ import annotations
 
 import collections
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,52 +30,21 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
 import torch
-import torch.multiprocessing  # noqa: F401 - registers the reductions that send SharedTensors as fds
 
-from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchResult, BatchTask
-from clorch_nb.data.workers.child import ExceptionBlob, WorkerConfig, worker_main
+from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
+from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import WorkerError
 
-__all__ = ["ProcessPool", "SharedTensors", "rebuild_exception"]
+__all__ = ["ProcessPool", "SharedTensors"]
 
 StartMethod = Literal["forkserver", "spawn"]
 _HIGHEST = pickle.HIGHEST_PROTOCOL
 #: how long an abandoned epoch's busy workers get to acknowledge a cancel before being killed
 CANCEL_GRACE_S = 1.0
-
-
-@dataclass(frozen=True)
-class SharedTensors:
-    """A :class:`~clorch_nb.data.dataset.TensorDataset` without a ``process_spec``, for workers.
-
-    Its two tensors are moved to shared memory once (``Tensor.share_memory_()``, in place: the
-    caller's tensors keep their values and now live in shared memory). What reaches a worker is
-    a handle to that memory (a file descriptor, torch's ``file_descriptor`` strategy), never a
-    pickled copy of the data nor of any Python object: every worker maps the same pages, so
-    ``N`` workers over a 1 GB ``X`` use about 1 GB in total, not ``N + 1`` GB.
-
-    Args:
-        data (torch.Tensor): ``X``, shape ``(N, *S)``.
-        target (torch.Tensor): ``y``, shape ``(N, *T)``.
-    """
-
-    data: torch.Tensor
-    target: torch.Tensor
-
-    @classmethod
-    def from_dataset(cls, ds: TensorDataset) -> SharedTensors:
-        """Share ``ds``'s tensors (in place) and wrap them."""
-        return cls(ds.data.share_memory_(), ds.target.share_memory_())
-
-    def build(self) -> TensorDataset:
-        """The dataset, as a worker rebuilds it (over the shared tensors)."""
-        return TensorDataset(self.data, self.target)
-
-    def __repr__(self) -> str:
-        return f"SharedTensors(data={tuple(self.data.shape)}, target={tuple(self.target.shape)})"
 
 
 def _context(start_method: StartMethod | None) -> Any:
@@ -92,38 +61,6 @@ def _context(start_method: StartMethod | None) -> Any:
         if "clorch_nb.data.workers.child" not in current:
             ctx.set_forkserver_preload([*current, "clorch_nb.data.workers.child"])
     return ctx
-
-
-def _exit_text(code: int | None) -> str:
-    if code is None:
-        return "an unknown exit status"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name} (exit code {code})"
-        except ValueError:
-            return f"signal {-code} (exit code {code})"
-    return f"exit code {code}"
-
-
-def rebuild_exception(blob: ExceptionBlob, where: str) -> BaseException:
-    """The worker's exception for the parent to raise: the original type, message and notes
-    when it can be rebuilt, else a :class:`WorkerError` carrying them; the worker's traceback
-    is added as a note either way."""
-    exc: BaseException | None = None
-    if blob.pickled is not None:
-        try:
-            exc = pickle.loads(blob.pickled)
-        except Exception:  # noqa: BLE001 - e.g. its module is not importable here
-            exc = None
-    if exc is None:
-        exc = WorkerError(
-            f"{blob.type_name}: {blob.message} (raised in {where}; the exception could not be "
-            "rebuilt in the main process, so it is wrapped)"
-        )
-        for note in blob.notes:
-            exc.add_note(note)
-    exc.add_note(f"[clorch_nb] traceback in {where}:\n{blob.traceback.rstrip()}")
-    return exc
 
 
 @dataclass(eq=False)
@@ -217,16 +154,19 @@ class ProcessPool:
         shm.sweep(os.getpid(), w.pid)
         w.tasks.close()
         w.results.close()
-        status = _exit_text(w.proc.exitcode)
+        status = exit_text(w.proc.exitcode)
         w.proc.close()
         return status
 
     def _drain(self, w: _Worker) -> None:
-        try:
-            while w.results.poll():
-                self._handle(w, w.results.recv_bytes(), keep=False)
-        except (EOFError, OSError):
-            pass
+        while True:
+            try:
+                if not w.results.poll():
+                    return
+                raw = w.results.recv_bytes()
+            except (EOFError, OSError):
+                return
+            self._handle(w, raw, keep=False)
 
     def close(self) -> None:
         """Stop every worker and remove every shared-memory segment; idempotent."""
@@ -237,10 +177,7 @@ class ProcessPool:
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
         for w in live:
-            try:
-                w.tasks.send_bytes(pickle.dumps(("stop",), _HIGHEST))
-            except OSError:
-                pass
+            self._send_quiet(w, ("stop",))
         deadline = time.monotonic() + 1.0
         for w in live:
             w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
@@ -316,9 +253,11 @@ class ProcessPool:
                 w = by_obj[obj]
                 if obj is w.results:
                     try:
-                        self._handle(w, w.results.recv_bytes(), keep=True)
+                        raw = w.results.recv_bytes()
                     except (EOFError, OSError):
                         dead.append(w)
+                        continue
+                    self._handle(w, raw, keep=True)
                 elif not w.results.poll():  # sentinel: it exited and has nothing left to read
                     dead.append(w)
             for w in dict.fromkeys(dead):
@@ -388,13 +327,15 @@ class ProcessPool:
                 return
             for w in busy:
                 self._send_quiet(w, ("cancel", token))
-            waiting = {w.results: w for w in busy if self._workers[w.worker_id] is w}
+            waiting: dict[Any, _Worker] = {
+                w.results: w for w in busy if self._workers[w.worker_id] is w
+            }
             deadline = time.monotonic() + CANCEL_GRACE_S
             while waiting and (left := deadline - time.monotonic()) > 0:
                 for conn in wait(list(waiting), left):
                     w = waiting[conn]
                     try:
-                        msg = pickle.loads(conn.recv_bytes())
+                        msg = pickle.loads(w.results.recv_bytes())
                     except (EOFError, OSError):
                         del waiting[conn]
                         self._reap(w, kill=True)
@@ -417,7 +358,5 @@ class ProcessPool:
                     w.outstanding.clear()
 
     def _send_quiet(self, w: _Worker, msg: tuple[Any, ...]) -> None:
-        try:
+        with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
-        except OSError:
-            pass  # it is dead; the wait below sees EOF

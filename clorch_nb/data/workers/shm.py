@@ -5,19 +5,20 @@ every dense CPU tensor replaced by a reference to a slot in one buffer:
 
 * batches whose tensors total at most ``INLINE_MAX_BYTES`` travel inside the pipe message (for
   tiny batches a shared-memory file costs more system calls than copying a few KiB);
-* larger ones go to one file per batch in ``/dev/shm`` (``clorch_nb-<parent pid>-<worker pid>-<n>``).
-  The worker writes it and closes it; the parent maps it, **unlinks it at once** and closes the
-  file descriptor. So a live batch holds a memory mapping but no fd and no ``/dev/shm`` entry
+* larger ones go to one file per batch in ``/dev/shm``
+  (``clorch_nb-<parent pid>-<worker pid>-<n>``). The worker writes it and closes it; the parent
+  maps it, **unlinks it at once** and closes the file descriptor. So a live batch holds a memory mapping but no fd and no ``/dev/shm`` entry
   (thousands of held batches never hit ``RLIMIT_NOFILE``; pytorch/pytorch#11201), and the pages
   are freed as soon as the batch's tensors are (``cleanup_data`` or garbage collection).
 
-Space is reserved with ``posix_fallocate`` before writing, so a full ``/dev/shm`` is an ENOSPC
-error turned into :class:`~clorch_nb.errors.SharedMemoryError`, not a ``SIGBUS`` on a page write
-(pytorch/pytorch#5040).
+The worker fills a segment with ``pwrite`` (never through a mapping), so a full ``/dev/shm`` is an
+ENOSPC error turned into :class:`~clorch_nb.errors.SharedMemoryError`, not a ``SIGBUS`` on a page
+write (pytorch/pytorch#5040).
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import io
@@ -86,8 +87,12 @@ class _Unpacker(pickle.Unpickler):
         return self.tensors[pid[1]]
 
 
-def _layout(tensors: list[torch.Tensor]) -> tuple[list[tuple[torch.dtype, tuple[int, ...], int]], int]:
-    metas, offset = [], 0
+_Meta = tuple[torch.dtype, tuple[int, ...], int]
+
+
+def _layout(tensors: list[torch.Tensor]) -> tuple[list[_Meta], int]:
+    metas: list[_Meta] = []
+    offset = 0
     for t in tensors:
         metas.append((t.dtype, tuple(t.shape), offset))
         offset += -(-t.numel() * t.element_size() // _ALIGN) * _ALIGN
@@ -104,10 +109,11 @@ def _views(storage: torch.UntypedStorage | bytearray, metas: list[Any]) -> list[
         if numel == 0:
             out.append(torch.empty(shape, dtype=dtype))
         elif isinstance(storage, bytearray):
-            out.append(torch.frombuffer(storage, dtype=dtype, count=numel, offset=offset).view(shape))
+            flat = torch.frombuffer(storage, dtype=dtype, count=numel, offset=offset)
+            out.append(flat.view(shape))
         else:
             itemsize = torch.empty((), dtype=dtype).element_size()
-            out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape))
+            out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape, ()))
     return out
 
 
@@ -115,7 +121,8 @@ def shm_full_error(nbytes: int, where: str, cause: OSError) -> SharedMemoryError
     """The error for a failed shared-memory allocation of ``nbytes`` bytes in ``where``."""
     try:
         st = os.statvfs(SHM_DIR)
-        free = f"{st.f_bavail * st.f_frsize / 2**20:.1f} MB free of {st.f_blocks * st.f_frsize / 2**20:.1f} MB"
+        mb = st.f_frsize / 2**20
+        free = f"{st.f_bavail * mb:.1f} MB free of {st.f_blocks * mb:.1f} MB"
     except OSError:
         free = "size unknown"
     return SharedMemoryError(
@@ -152,26 +159,33 @@ def encode_batch(batch: Any, *, parent_pid: int, where: str) -> EncodedBatch:
         return EncodedBatch(buf.getvalue(), metas, nbytes, None, bytes(payload))
     name = f"{PREFIX}-{parent_pid}-{os.getpid()}-{next(_seq)}"
     path = os.path.join(SHM_DIR, name)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        try:
-            os.posix_fallocate(fd, 0, nbytes)  # reserve now: ENOSPC here, not SIGBUS later
-        except OSError as exc:
-            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG):
-                raise shm_full_error(nbytes, where, exc) from None
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            os.ftruncate(fd, nbytes)  # a filesystem without fallocate
-        storage = torch.UntypedStorage.from_file(path, True, nbytes)  # maps it; keeps no fd
+        # write(), not a mapping: the kernel copies straight into fresh tmpfs pages (no page
+        # faults here, ~40% faster than fallocate + mmap + copy for 38 MB), and a full /dev/shm
+        # is an ENOSPC error instead of a SIGBUS on a page write.
+        for t, (_, _, offset) in zip(tensors, metas, strict=True):
+            if t.numel():
+                raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+                _write_all(fd, memoryview(raw), offset)  # type: ignore[arg-type]
+        os.ftruncate(fd, nbytes)  # the tail padding of the last tensor
+    except OSError as exc:
+        os.unlink(path)
+        if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
+            raise shm_full_error(nbytes, where, exc) from None
+        raise
     except BaseException:
         os.unlink(path)
         raise
     finally:
         os.close(fd)
-    for t, view in zip(tensors, _views(storage, metas), strict=True):
-        if view.numel():
-            view.copy_(t)
     return EncodedBatch(buf.getvalue(), metas, nbytes, name, None)
+
+
+def _write_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
 
 
 def decode_batch(enc: EncodedBatch) -> Any:
@@ -179,9 +193,7 @@ def decode_batch(enc: EncodedBatch) -> Any:
     if enc.segment is not None:
         path = os.path.join(SHM_DIR, enc.segment)
         try:
-            storage: torch.UntypedStorage | bytearray = torch.UntypedStorage.from_file(
-                path, True, enc.nbytes
-            )
+            storage: Any = torch.UntypedStorage.from_file(path, True, enc.nbytes)
         finally:
             discard(enc.segment)
     else:
@@ -193,10 +205,8 @@ def decode_batch(enc: EncodedBatch) -> Any:
 def discard(segment: str | None) -> None:
     """Unlink a batch's segment without reading it (a stale or abandoned batch)."""
     if segment is not None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(SHM_DIR, segment))
-        except FileNotFoundError:
-            pass
 
 
 def sweep(parent_pid: int, worker_pid: int | None) -> int:

@@ -35,7 +35,12 @@ class ThreadPool:
     """
 
     def __init__(
-        self, dataset: Any, collate_fn: Callable[[list[Any]], Any], num_workers: int, *, batched: bool
+        self,
+        dataset: Any,
+        collate_fn: Callable[[list[Any]], Any],
+        num_workers: int,
+        *,
+        batched: bool,
     ) -> None:
         self.dataset = dataset
         self.collate_fn = collate_fn
@@ -54,7 +59,8 @@ class ThreadPool:
 
     def _spawn(self, worker_id: int) -> threading.Thread:
         t = threading.Thread(
-            target=self._run, args=(worker_id,), name=f"{self._name}-worker-{worker_id}", daemon=True
+            target=self._run, args=(worker_id,), name=f"{self._name}-worker-{worker_id}",
+            daemon=True,
         )
         t.start()
         return t

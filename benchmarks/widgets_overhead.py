@@ -1,0 +1,167 @@
+"""What watching a loader costs.
+
+1. Instrumentation (issue 4: at most 2 % on the tensor fast path): per-batch time of
+   ``for batch in loader`` over ``tensor_dataset(60000 x 784)`` at batch 256, inline, with no
+   subscriber and with a no-op subscriber, against the loader with its event path stubbed out
+   (the pre-instrumentation cost) and ``build_batch`` alone (the floor).
+2. ``widgets.monitor`` (at most 5 % of loop throughput): the digits tensor path at batch 64,
+   many epochs per measurement, loop with and without the monitor (pushing widget updates and
+   charts as it would in a kernel), with an empty loop body and with a tiny training step.
+
+Run: ``.venv/bin/python benchmarks/widgets_overhead.py [--reps 15]``. Times are CPU time of this
+process (``time.process_time``, torch on one thread, inline loading), so other jobs on a shared
+machine disturb them less than wall time; repetitions are interleaved, medians and minimums
+reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from clorch_nb import data, widgets
+from clorch_nb.data.loader import DataLoader
+from clorch_nb.data.workers.base import build_batch
+from clorch_nb.examples import digits_dataset
+from clorch_nb.instrumentation import BatchEvent
+
+
+def _per_batch(loader: DataLoader, epochs: int = 1) -> float:
+    t0 = time.process_time()
+    n = 0
+    for _ in range(epochs):
+        for _ in loader:
+            n += 1
+    return (time.process_time() - t0) / n
+
+
+def instrumentation(reps: int) -> dict[str, list[float]]:
+    X, y = torch.randn(60000, 784), torch.randint(0, 10, (60000,))  # noqa: N806
+    ds = data.tensor_dataset(X, y)
+    plain = data.dataloader(ds, batch_size=256, shuffle=False)
+    noop = data.dataloader(ds, batch_size=256, shuffle=False)
+    noop.subscribe(lambda ev: None)
+    idxs = list(torch.arange(60000).split(256))
+
+    def floor() -> float:
+        t0 = time.process_time()
+        for bi, idx in enumerate(idxs):
+            build_batch(ds, data.default_collate, idx, batched=True, batch_index=bi, worker="main")
+        return (time.process_time() - t0) / len(idxs)
+
+    real_event = BatchEvent
+
+    def stubbed() -> float:
+        # the loader without its event path: no record, no epoch events, no event objects
+        import clorch_nb.data.loader as L  # noqa: N812
+
+        rec, ep = DataLoader._record, DataLoader._epoch_event
+        DataLoader._record = lambda self, ev: None  # type: ignore[method-assign,assignment]
+        DataLoader._epoch_event = lambda self, kind, epoch, n: None  # type: ignore[method-assign,assignment]
+        L.BatchEvent = lambda *a: None  # type: ignore[assignment,misc]
+        try:
+            return _per_batch(plain)
+        finally:
+            DataLoader._record, DataLoader._epoch_event = rec, ep  # type: ignore[method-assign]
+            L.BatchEvent = real_event  # type: ignore[misc]
+
+    cases: dict[str, Callable[[], float]] = {
+        "build_batch alone (floor)": floor,
+        "loader, event path stubbed": stubbed,
+        "loader, no subscriber": lambda: _per_batch(plain),
+        "loader, no-op subscriber": lambda: _per_batch(noop),
+    }
+    for f in cases.values():
+        f()  # warm up
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(reps):
+        for k, f in cases.items():
+            out[k].append(f())
+    return out
+
+
+def monitor_cost(reps: int, epochs: int) -> dict[str, list[float]]:
+    ds = digits_dataset()
+    loader = data.dataloader(ds, batch_size=64, seed=0)
+    model = torch.nn.Linear(64, 10)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def step(batch: dict[str, torch.Tensor]) -> None:
+        loss = torch.nn.functional.cross_entropy(model(batch["data"]), batch["target"])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    def bare(body: Callable[[dict[str, torch.Tensor]], None] | None) -> float:
+        t0 = time.process_time()
+        for _ in range(epochs):
+            for b in loader:
+                if body is not None:
+                    body(b)
+        return time.process_time() - t0
+
+    def watched(body: Callable[[dict[str, torch.Tensor]], None] | None) -> float:
+        mon = widgets.monitor(loader)  # built outside the timed region, like a cell's setup
+        mon.live = True  # push updates as in a kernel
+        t0 = time.process_time()
+        for _ in range(epochs):
+            for b in mon:
+                if body is not None:
+                    body(b)
+        dt = time.process_time() - t0
+        watched.redraws.append(mon.redraws)  # type: ignore[attr-defined]
+        watched.updates.append(mon.updates)  # type: ignore[attr-defined]
+        return dt
+
+    watched.redraws = []  # type: ignore[attr-defined]
+    watched.updates = []  # type: ignore[attr-defined]
+    cases: dict[str, Callable[[], float]] = {
+        "empty body, bare": lambda: bare(None),
+        "empty body, monitor": lambda: watched(None),
+        "train step, bare": lambda: bare(step),
+        "train step, monitor": lambda: watched(step),
+    }
+    for f in cases.values():
+        f()
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(reps):
+        for k, f in cases.items():
+            out[k].append(f())
+    print(f"monitor redraws per run: {watched.redraws[-reps:]}, text updates: {watched.updates[-reps:]}")  # type: ignore[attr-defined]
+    return out
+
+
+def _report(title: str, res: dict[str, list[float]], unit: float, unit_name: str,
+            pairs: list[tuple[str, str]]) -> None:
+    print(f"\n{title}")
+    for k, v in res.items():
+        print(f"  {k:32s} median {statistics.median(v) * unit:9.2f} {unit_name}   "
+              f"min {min(v) * unit:9.2f} {unit_name}")
+    for base, other in pairs:
+        med = statistics.median(res[other]) / statistics.median(res[base]) - 1
+        mn = min(res[other]) / min(res[base]) - 1
+        print(f"  {other} vs {base}: {med:+.2%} (medians), {mn:+.2%} (minimums)")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--epochs", type=int, default=300)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    ins = instrumentation(a.reps)
+    base = "loader, event path stubbed"
+    _report("instrumentation: per batch, tensor_dataset 60000x784, batch 256, inline", ins, 1e6,
+            "us", [(base, "loader, no subscriber"), (base, "loader, no-op subscriber")])
+    mon = monitor_cost(a.reps, a.epochs)
+    _report(f"monitor: {a.epochs} epochs of digits (1797 items) at batch 64, inline", mon, 1e3,
+            "ms", [("empty body, bare", "empty body, monitor"),
+                   ("train step, bare", "train step, monitor")])
+
+
+if __name__ == "__main__":
+    main()
