@@ -7,6 +7,7 @@ ones) so drift in the machine's load falls on both; the reported value is the me
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import platform
@@ -16,7 +17,7 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -130,7 +131,9 @@ class Series:
         if not self.values:
             return "n/a"
         lo, hi = min(self.values), max(self.values)
-        return f"median {fmt(self.median, self.unit)} (min {fmt(lo, self.unit)}, max {fmt(hi, self.unit)}, n={len(self.values)})"
+        u = self.unit
+        return (f"median {fmt(self.median, u)} (min {fmt(lo, u)}, max {fmt(hi, u)}, "
+                f"n={len(self.values)})")
 
 
 class Context:
@@ -194,6 +197,22 @@ class Context:
         return series
 
 
+@contextlib.contextmanager
+def torch_threads(n: int) -> Iterator[None]:
+    """Run a block with ``torch.set_num_threads(n)`` in this process (restored after).
+
+    The worker scenarios use 1, as every worker process does (torch's and ours set 1 thread
+    per worker): the parallelism compared is then the loaders', not torch's intra-op pool, and
+    the in-process baseline builds batches under the same conditions as a worker.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def consume(iterable: Iterable[Any], limit: int | None = None) -> int:
     """Iterate, dropping every batch; returns how many were taken."""
     n = 0
@@ -240,7 +259,10 @@ def close_loader(loader: Any) -> None:
     gc.collect()
 
 
-COMPARATORS: dict[str, str] = {"torch": "torch DataLoader", "torchdata": "torchdata StatefulDataLoader"}
+COMPARATORS: dict[str, str] = {
+    "torch": "torch DataLoader",
+    "torchdata": "torchdata StatefulDataLoader",
+}
 
 
 def versus(
@@ -296,7 +318,7 @@ def probe(ctx: Context) -> None:
         if proc.returncode == 0 and proc.stdout.startswith("ok"):
             ctx.avail["process"] = (True, "process backend works")
         else:
-            last = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
+            last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
             ctx.avail["process"] = (False, f"process backend unavailable ({last[:200]})")
     except subprocess.TimeoutExpired:
         ctx.avail["process"] = (False, "process backend unavailable (probe hung > 180 s)")

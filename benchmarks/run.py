@@ -29,10 +29,13 @@ DEFAULT_OUTPUT = os.path.join(REPO, "benchmarks", "RESULTS.md")
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)")
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes (smoke test; numbers meaningless)")
     p.add_argument("--repeats", type=int, default=None,
                    help="timed repeats per case (default 5; 1 with --quick); medians reported")
     p.add_argument("--output", default=DEFAULT_OUTPUT, help="where to write the markdown results")
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="torch.set_num_threads for the run (default: torch's own, one per core)")
     p.add_argument("--only", default="", help="comma-separated scenario numbers, e.g. 1,7")
     args = p.parse_args(argv)
     if args.repeats is None:
@@ -63,7 +66,9 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def render(ctx: Context, rows: list[Row], info: dict[str, str], *, command: str, wall_s: float) -> str:
+def render(
+    ctx: Context, rows: list[Row], info: dict[str, str], *, command: str, wall_s: float
+) -> str:
     targeted = [r for r in rows if r.target is not None]
     met = [r for r in targeted if r.met]
     missed = [r for r in targeted if r.met is False]
@@ -90,8 +95,9 @@ def render(ctx: Context, rows: list[Row], info: dict[str, str], *, command: str,
     if missed:
         out += ["## Missed targets: why, and what would close them", ""]
         for r in missed:
+            why = r.why or "not investigated yet"
             out.append(f"- **{r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}** "
-                       f"({fmt_ratio(r.ratio)}, {r.target_text}): {r.why or 'not investigated yet'}")
+                       f"({fmt_ratio(r.ratio)}, {r.target_text}): {why}")
         out.append("")
     if unknown:
         out += ["## Not measurable in this run", ""]
@@ -122,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    if args.torch_threads is not None:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
     t_start = time.perf_counter()
     ctx = Context(quick=args.quick, repeats=args.repeats, log=log)
     log("probing comparators and backends ...")

@@ -18,7 +18,7 @@ import torch
 
 from clorch_nb import data
 from clorch_nb.errors import WorkerError, WorkerTimeoutError
-from tests import fixtures
+from tests import conftest, fixtures
 from tests.fixtures import idx
 
 pytestmark = pytest.mark.timeout(120)
@@ -43,12 +43,15 @@ def as_lists(batches: list[Any]) -> list[tuple[list[int], list[float]]]:
 # -- same batches, same order -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("num_workers", [0, 1, 2, 4])
+WORKER_COUNTS = [("inline", 0)] + [(b, n) for b in ("thread", "process") for n in (1, 2, 4)]
+
+
+@pytest.mark.parametrize(("name", "num_workers"), WORKER_COUNTS)
 @pytest.mark.parametrize("width", [2, 5000])  # inline transfer / /dev/shm segments (80 KB batches)
-def test_same_batches_in_order(backend: dict[str, Any], num_workers: int, width: int) -> None:
-    """Batches equal the inline loader's, in sampler order, for any worker count and epoch."""
-    if (backend["name"] == "inline") != (num_workers == 0):
-        pytest.skip("inline is num_workers=0; thread/process need workers")
+def test_same_batches_in_order(name: str, num_workers: int, width: int) -> None:
+    """Batches equal the inline loader's, in sampler order, for num_workers in {0, 1, 2, 4}
+    under each backend, epoch after epoch."""
+    backend = dict(conftest.BACKENDS[name], name=name)
     ds = spec_ds("numbers", 37, width)
     ref = data.dataloader(ds, batch_size=4, seed=11)
     with loader(ds, backend, num_workers=num_workers, batch_size=4, seed=11) as dl:
@@ -257,3 +260,22 @@ def test_fds_and_memory_flat_over_200_epochs(backend: dict[str, Any]) -> None:
         gc.collect()
         assert me.num_fds() <= fds
         assert me.memory_info().rss - rss < 8 * 2**20, "RSS grew by more than 8 MB"
+
+
+@pytest.mark.timeout(60)
+def test_first_batch_does_not_wait_for_the_whole_plan(backend: dict[str, Any]) -> None:
+    """An epoch of 1M batches (batch_size=1) starts at once: batches are sliced from the index
+    order when dispatched, not materialised up front (that took ~40 s)."""
+    dl = loader(spec_ds("numbers", 1_000_000), backend, batch_size=1, seed=0)
+    t0 = time.monotonic()
+    it = iter(dl)
+    next(it)
+    next(iter(dl))  # also a restart mid-epoch
+    assert time.monotonic() - t0 < 5.0 + (3.0 if backend["name"] == "process" else 0.0)
+    assert len(dl) == 1_000_000
+    dl.close()
+
+
+def test_empty_dataset_has_no_batches(backend: dict[str, Any]) -> None:
+    with loader(spec_ds("numbers", 0), backend, batch_size=4) as dl:
+        assert len(dl) == 0 and list(dl) == []

@@ -122,6 +122,20 @@ def test_ignored_outputs_are_followed_by_a_checked_cell(path: Path) -> None:
             )
 
 
+@pytest.mark.parametrize("path", PATHS, ids=[p.name for p in PATHS])
+def test_nbval_markers_are_recognised(path: Path) -> None:
+    # nbval only honours a marker that is a whole comment line: "# NBVAL_IGNORE_OUTPUT (why)"
+    # is silently ignored and the cell compared anyway.
+    markers = {"NBVAL_IGNORE_OUTPUT", "NBVAL_CHECK_OUTPUT", "NBVAL_SKIP", "NBVAL_RAISES_EXCEPTION"}
+    for i, cell in enumerate(_read(path).cells):
+        for line in cell.source.splitlines() if cell.cell_type == "code" else []:
+            if "NBVAL_" in line and line.strip().startswith("#"):
+                assert line.strip().lstrip("#").strip() in markers, (
+                    f"cell {i}: {line.strip()!r} is not a marker nbval recognises; put the marker "
+                    "alone on its line"
+                )
+
+
 def test_recorded_ddp_shards_have_the_documented_format() -> None:
     doc = json.loads((NOTEBOOKS / "data" / "ddp_shards.json").read_text())
     size, reps, epochs = doc["size"], doc["num_replicas"], doc["epochs"]

@@ -11,7 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.harness import Context, Series, close_loader, comparators, epoch_seconds, torch_loader
+from benchmarks.harness import (
+    Context,
+    Series,
+    close_loader,
+    comparators,
+    epoch_seconds,
+    torch_loader,
+)
 from clorch_nb import data
 
 TIMEOUT_MS = 120_000

@@ -6,17 +6,23 @@ ours rebuild the dataset from ``process_spec`` in a spawned interpreter, torch's
 rest of that epoch, then 3 more epochs whose **warm** start (``iter()`` to first batch) is
 averaged. clorch_nb's workers persist by default; torch's DataLoader is run with
 ``persistent_workers=False`` (its default: it starts workers every epoch) and ``True``.
+These cold starts happen in an interpreter that has started process workers before (Python's
+forkserver, which ours use, is then already up); the very first loader of a fresh interpreter
+(a new kernel) is timed separately, in a new subprocess per repeat, after its imports.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 from benchmarks import datasets
 from benchmarks.harness import (
-    COMPARATORS, Context, Row, Series, close_loader, comparators, consume, torch_loader, versus,
+    COMPARATORS, REPO, Context, Row, Series, close_loader, comparators, consume, torch_loader,
+    versus,
 )
 from benchmarks.scenarios._workers import TIMEOUT_MS, process_note
 from clorch_nb import data
@@ -45,6 +51,33 @@ def _cycle(make: Callable[[], Any]) -> dict[str, float]:
     return {"cold": cold, "warm": sum(warm) / len(warm)}
 
 
+_FRESH = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from benchmarks import datasets
+from benchmarks.harness import torch_loader
+from clorch_nb import data
+t0 = time.perf_counter()
+if {ours!r}:
+    loader = data.dataloader(datasets.cpu_items({n}, {loops}), batch_size={bs}, num_workers={nw},
+                             worker_backend="process", timeout_ms=120000)
+else:
+    loader = torch_loader("torch", datasets.CpuItemsTorch({n}, {loops}), batch_size={bs},
+                          shuffle=True, num_workers={nw})
+next(iter(loader))
+print(time.perf_counter() - t0)
+"""
+
+
+def _fresh(ours: bool, n: int, loops: int, bs: int, nw: int) -> float:
+    code = _FRESH.format(repo=REPO, ours=ours, n=n, loops=loops, bs=bs, nw=nw)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["no output"])[-1])
+    return float(proc.stdout.strip().splitlines()[-1])
+
+
 def run(ctx: Context) -> list[Row]:
     n, loops, bs, nw = (64, 10, 16, 2) if ctx.quick else (640, 50, 32, 2)
     ours_ds, torch_ds = datasets.cpu_items(n, loops), datasets.CpuItemsTorch(n, loops)
@@ -71,9 +104,21 @@ def run(ctx: Context) -> list[Row]:
         w = Series(f"{k}: warm epoch start", "s", [r["warm"] for r in rs], res[k].error)
         ctx.add_series(f"{TITLE} warm epoch start", w)
         cold[k], warm[k] = res[k].median, w.median
+    fresh_cases = {"torch": lambda: _fresh(False, n, loops, bs, nw)}
+    if ctx.avail["process"][0]:
+        fresh_cases["clorch_nb process"] = lambda: _fresh(True, n, loops, bs, nw)
+    ctx.log("  first loader of a fresh interpreter (one subprocess per repeat)")
+    fresh = ctx.measure(f"{TITLE} fresh interpreter, first batch", fresh_cases, unit="s",
+                        repeats=min(ctx.repeats, 3), warmup=0)
     rows: list[Row] = []
     case = f"{n} light items, batch {bs}, num_workers={nw}"
     t_def, t_pw = "torch persistent_workers=False", "torch persistent_workers=True"
+    f_ours = fresh["clorch_nb process"].median if "clorch_nb process" in fresh else None
+    rows.append(versus(ctx, TITLE, f"{case}: first loader of a fresh interpreter → first batch",
+                       "time to first batch ↓", "s", "clorch_nb process", f_ours,
+                       f"{COMPARATORS['torch']} (default, fork)", fresh["torch"].median,
+                       note=process_note(ctx) or "includes starting the forkserver (imports torch)",
+                       ))
     for b in ("process", "thread"):
         key = f"clorch_nb {b}"
         note = process_note(ctx) if b == "process" else ""

@@ -68,7 +68,7 @@ def _monitor(loader: Any) -> Any:
 
 
 def run(ctx: Context) -> list[Row]:
-    n, d, bs, epochs = (2_000, 32, 64, 3) if ctx.quick else (60_000, 784, 64, 10)
+    n, d, bs, epochs = (2_000, 32, 64, 3) if ctx.quick else (60_000, 784, 64, 5)
     torch.manual_seed(0)
     X, y = torch.randn(n, d), torch.randint(0, 10, (n,))  # noqa: N806
     ds = data.tensor_dataset(X, y)
@@ -112,7 +112,8 @@ def run(ctx: Context) -> list[Row]:
     tot = {}
     for k, v in totals.items():
         v = v[1:]  # drop the warm-up run
-        tot[k] = ctx.add_series(f"{TITLE} (whole runs)", Series(f"{k}: {epochs} epochs, wall", "s", v)).median
+        series = Series(f"{k}: {epochs} epochs, wall", "s", v)
+        tot[k] = ctx.add_series(f"{TITLE} (whole runs)", series).median
     case_txt = f"{n:,}×{d} f32, batch {bs}, inline, {epochs} epochs"
     fixed = None
     if tot.get("widgets.monitor") is not None and med.get("widgets.monitor") is not None:

@@ -10,8 +10,11 @@
 * ``browser_context`` launches Debian's Chromium (``/usr/bin/chromium``, never a downloaded one)
   through Playwright's sync API with a fresh user-data dir. Without it every test here is skipped
   with the reason.
-* ``lab`` gives each test a fresh page and a :class:`Lab` helper (open a notebook, run all, wait,
-  collect errors, screenshot); afterwards the test's kernels are shut down.
+* ``lab`` gives each test a :class:`Lab` helper on the session's JupyterLab page (open a
+  notebook, run all, wait, collect errors, screenshot); afterwards the test's tabs are closed
+  unsaved and every kernel is shut down. After a failed test the page is replaced.
+* ``no_leaks`` overrides the suite's leak check: Chromium's renderers are the session's, but a
+  kernel, process worker or forkserver outliving its test fails it.
 
 Screenshots go to ``tests/ui/screenshots/`` (gitignored); the key ones are also copied to
 ``/tmp/ui_shots/`` for a quick look.
@@ -19,6 +22,7 @@ Screenshots go to ``tests/ui/screenshots/`` (gitignored); the key ones are also 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -36,7 +40,11 @@ from typing import Any
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
+# The notebooks here are opened by the browser tests, never collected by nbval (no stored outputs).
+collect_ignore_glob = ["*.ipynb"]
+
+# Debian's chromium; CLORCH_NB_CHROMIUM points elsewhere (e.g. to a missing path, to see the skip).
+CHROMIUM = Path(os.environ.get("CLORCH_NB_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -81,10 +89,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Skip at collection time too, so the reason shows once per test without starting anything.
     if CHROMIUM.is_file():
         return
-    reason = pytest.mark.skip(reason=f"{CHROMIUM} not found: browser tests need Debian's chromium")
+    reason = pytest.mark.skip(
+        reason=f"{CHROMIUM} not found: the browser tests need Debian's chromium "
+        "(`apt-get install chromium`; scripts/test.sh installs it when run as root)"
+    )
     for item in items:
         if UI_DIR in Path(str(item.fspath)).parents:
             item.add_marker(reason)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    rep = yield
+    if rep.when == "call" and rep.failed:
+        item.ui_call_failed = True  # type: ignore[attr-defined]
+    return rep
 
 
 def _free_port() -> int:
@@ -100,6 +119,10 @@ def _copytree(src: Path, dst: Path) -> None:
         )
 
 
+# The test server is on 127.0.0.1: never send its API calls through an http_proxy from the env.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 @dataclass
 class LabServer:
     url: str
@@ -111,7 +134,7 @@ class LabServer:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with _NO_PROXY.open(req, timeout=timeout) as resp:
             raw = resp.read()
         return json.loads(raw) if raw else None
 
@@ -136,10 +159,8 @@ def _kill_tree(procs: list[Any]) -> None:
     import psutil
 
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(procs, timeout=10)
 
 
@@ -224,10 +245,8 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
             family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
         except psutil.Error:
             family = []
-        try:
+        with contextlib.suppress(urllib.error.URLError, OSError):
             server.api("POST", "/api/shutdown", timeout=5)
-        except (urllib.error.URLError, OSError):
-            pass
         try:
             proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
@@ -289,9 +308,8 @@ def no_leaks() -> Any:
 @pytest.fixture(scope="session")
 def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Any:
     _skip_without_chromium()
-    from playwright.sync_api import sync_playwright
-
     import psutil
+    from playwright.sync_api import sync_playwright
 
     profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path_factory.getbasetemp())
     me = psutil.Process()
@@ -405,13 +423,22 @@ class Lab:
         self.page = page
         self.server = server
         self.test_name = test_name
-        self.console: list[str] = []
-        page.on("console", lambda m: self.console.append(f"{m.type}: {m.text}"))
-        page.on("pageerror", lambda e: self.console.append(f"pageerror: {e}"))
+        self.console: list[str] = getattr(page, "console_log", [])
 
     def open(self, relpath: str, timeout_s: float = 90) -> None:
-        """Open ``relpath`` (relative to the server root) in a fresh workspace; wait for the kernel."""
-        self.page.goto(f"{self.server.url}/lab/tree/{relpath}?reset", wait_until="domcontentloaded")
+        """Open ``relpath`` (relative to the server root) as the current tab; wait for its kernel.
+
+        The first test loads JupyterLab (``?reset``: a fresh workspace); later ones reuse the
+        page and open the notebook with the ``docmanager:open`` command."""
+        if self.page.url.startswith(self.server.url + "/lab"):
+            self.page.evaluate(
+                "(path) => { window.jupyterapp.commands.execute('docmanager:open',"
+                " {path, factory: 'Notebook'}); }",
+                relpath,
+            )
+        else:
+            url = f"{self.server.url}/lab/tree/{relpath}?reset"
+            self.page.goto(url, wait_until="domcontentloaded")
         self.page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell && "
             "window.jupyterapp.shell.currentWidget && "
@@ -488,7 +515,7 @@ class Lab:
         return problems
 
     def record_runtime(self, name: str, seconds: float, ok: bool) -> None:
-        """Add ``name``'s Run All time to screenshots/notebook_runtimes.json (and /tmp/ui_shots/)."""
+        """Add ``name``'s Run All time to screenshots/notebook_runtimes.json (+ /tmp/ui_shots/)."""
         SHOTS.mkdir(parents=True, exist_ok=True)
         f = SHOTS / "notebook_runtimes.json"
         data = json.loads(f.read_text()) if f.exists() else {}
@@ -536,16 +563,52 @@ class Lab:
         return path
 
 
+_CLOSE_ALL = """() => {
+  // Close every document tab without saving (the copies are throw-away) or asking.
+  for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) {
+    if (w.context && w.context.model) w.context.model.dirty = false;
+    w.close();
+  }
+}"""
+
+
+@pytest.fixture(scope="session")
+def lab_page(browser_context: Any) -> Any:
+    """One JupyterLab page for the session (loading JupyterLab costs seconds per test)."""
+    holder: dict[str, Any] = {}
+
+    def get() -> Any:
+        page = holder.get("page")
+        if page is None or page.is_closed():
+            page = holder["page"] = browser_context.new_page()
+            page.set_default_timeout(60_000)
+            page.console_log = []  # type: ignore[attr-defined]
+            page.on("console", lambda m: page.console_log.append(f"{m.type}: {m.text}"))
+            page.on("pageerror", lambda e: page.console_log.append(f"pageerror: {e}"))
+        return page
+
+    yield get
+    page = holder.get("page")
+    if page is not None and not page.is_closed():
+        page.close()
+
+
 @pytest.fixture
-def lab(lab_server: LabServer, browser_context: Any, request: pytest.FixtureRequest) -> Any:
+def lab(lab_server: LabServer, lab_page: Any, request: pytest.FixtureRequest) -> Any:
+    """A :class:`Lab` on the session's page; afterwards its tabs are closed unsaved and every
+    kernel is shut down (a page that went wrong is replaced for the next test)."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("/", "_")
-    page = browser_context.new_page()
-    page.set_default_timeout(60_000)
+    page = lab_page()
     helper = Lab(page, lab_server, name)
     try:
         yield helper
     finally:
         try:
+            if getattr(request.node, "ui_call_failed", False):
+                page.close()  # start the next test from a freshly loaded JupyterLab
+            elif page.url.startswith(lab_server.url + "/lab"):
+                page.evaluate(_CLOSE_ALL)
+        except Exception:  # noqa: BLE001 - a broken page is replaced, never reused
             page.close()
         finally:
             lab_server.shutdown_kernels()

@@ -3,7 +3,8 @@
 For each ``notebooks/NN_*.ipynb`` (found at collection time): open a temporary copy in
 JupyterLab, run all cells, wait until no prompt shows ``[*]`` and the kernel is idle, then assert
 that every code cell ran and no output is an uncaught error (an ``error`` output, a stderr area
-with a Traceback, or a widget that failed to render). A screenshot of the whole notebook is saved.
+with a Traceback, or a widget that failed to render). A screenshot of the whole notebook is saved,
+and one of each cell output holding a live widget.
 The server's root is a temporary copy of ``notebooks/``, so the committed ``.ipynb`` files are
 never opened, executed or saved by it.
 """
@@ -20,6 +21,18 @@ NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 RUN_TIMEOUT_S = 150  # the series promises < 60 s each on 2 cores; leave room for a busy machine
 
 pytestmark = [pytest.mark.ui]
+
+_MARK_WIDGET_CELLS = """() => {
+  const p = window.__ui.panel();
+  const found = [];
+  p.content.widgets.forEach((c, i) => {
+    if (c.node.querySelector('.jp-OutputArea .jupyter-widgets')) {
+      c.node.setAttribute('data-uitest', `w${i}`);
+      found.push(i);
+    }
+  });
+  return found;
+}"""
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
@@ -43,6 +56,11 @@ def test_notebook_runs_all_in_jupyterlab(lab, notebook: Path, record_property) -
         seconds = time.monotonic() - t0
         record_property("run_all_seconds", round(seconds, 1))
         lab.screenshot("notebook", full=True)
+        # Each live widget output on its own, to look at (and for the README's tour).
+        widget_cells = lab.page.evaluate(_MARK_WIDGET_CELLS)
+        for idx in widget_cells[:8]:
+            out = lab.page.locator(f'[data-uitest="w{idx}"] .jp-Cell-outputWrapper')
+            lab.screenshot(f"cell{idx:02d}", out)
 
         errors = lab.errors()
         assert not errors, f"{notebook.name}: uncaught errors after Run All:\n" + "\n".join(errors)

@@ -5,9 +5,9 @@ would see:
 
 * the shard view, the batch-shapes view and the throughput monitor render as live widgets (widget
   DOM, a decoded ``<img>``, the slider), not as their static fallbacks;
-* the throughput monitor's PNG is redrawn while the cell is still running: its ``src`` takes at
-  least three distinct values (so it *changed* at least twice) while the cell's prompt shows
-  ``[*]``, sampled in the page every 40 ms;
+* the throughput monitor's PNG is redrawn while the cell is still running: its ``src`` changes
+  at least twice while the cell's prompt shows ``[*]`` and the monitor says "Running", sampled
+  in the page every 40 ms;
 * the monitor leaves its final summary in the output, the run ends clean (no error output, no
   Traceback on stderr, no "Error displaying widget");
 * after the run the shard view's epoch slider works from the browser (arrow key -> new picture).
@@ -18,6 +18,7 @@ Screenshots of each view go to tests/ui/screenshots/ and /tmp/ui_shots/.
 from __future__ import annotations
 
 import re
+import sys
 import time
 
 import pytest
@@ -33,8 +34,11 @@ MARKS = {
 RUN_TIMEOUT_S = 180
 
 _CELL_INFO = r"""(name) => {
-  const hash = (s) => { let h = 0; for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0;
-                        return `${s.length}:${h}`; };
+  const hash = (s) => {
+    let h = 0;
+    for (let i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0;
+    return `${s.length}:${h}`;
+  };
   const node = document.querySelector(`[data-uitest="${name}"]`);
   if (!node) return null;
   const out = node.querySelector('.jp-Cell-outputWrapper') || node;
@@ -82,7 +86,7 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     live_shot = False
     while time.monotonic() - t0 < RUN_TIMEOUT_S and not live_shot:
         changes = lab.page.evaluate("() => (window.__watch.monitor || {changes: []}).changes")
-        if sum(_is_live(c) for c in changes) >= 3:
+        if sum(_is_live(c) for c in changes[1:]) >= 2:
             lab.screenshot("monitor-live", lab.page.locator('[data-uitest="monitor"]'), settle_ms=0)
             live_shot = True
         elif lab.page.evaluate("() => !!(window.__runAllResult && window.__runAllResult.done)"):
@@ -118,20 +122,24 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     # Throughput monitor: redrawn live, then a final summary stays.
     monitor = _cell(lab, "monitor")
     _assert_widget_with_image(monitor, "throughput monitor")
-    # Live = the cell still shows [*] and the monitor's own title still says "Running" (the
-    # final redraw and re-display at the end of the loop do not count).
-    live = [c for c in watch["changes"] if _is_live(c)]
-    assert len(live) >= 3, (
-        f"monitor PNG took {len(live)} distinct srcs while the loop ran (need >= 3, i.e. changed "
-        f"at least twice); all changes: {[(c['prompt'], c['text'][:60]) for c in watch['changes']]}"
-        f"; {watch['samples']} samples"
+    # A change while live: the src differs from the previous one (not the image's first
+    # appearance), the cell still shows [*] and the monitor's own title still says "Running"
+    # (the final redraw and re-display when the loop is over do not count).
+    live = [c for c in watch["changes"][1:] if _is_live(c)]
+    assert len(live) >= 2, (
+        f"monitor PNG changed {len(live)} times while the loop ran (need >= 2); all changes: "
+        f"{[(c['prompt'], c['text'][:60]) for c in watch['changes']]}; {watch['samples']} samples"
     )
-    assert re.search(r"ui-test: consumed \d+ items in \d+ epochs", monitor["text"]), monitor["text"][-500:]
+    consumed = re.search(r"ui-test: consumed \d+ items in \d+ epochs", monitor["text"])
+    assert consumed, monitor["text"][-500:]
     for words in ("Done", "items/s", "waiting for data", "worker 0", "worker 1"):
         assert words in monitor["text"], (
             f"monitor: {words!r} missing from the final summary: {monitor['text'][-800:]}"
         )
-    assert "ui-test: all views done" in _cell(lab, "check")["text"]
+    check = _cell(lab, "check")["text"]
+    assert "ui-test: all views done" in check, check
+    # The kernel is the python3 kernelspec of the environment running the tests (the venv).
+    assert f"ui-test: kernel prefix {sys.prefix}" in check, (check, sys.prefix)
 
     # The shard view's slider works from the browser once the cell is done.
     before = _cell(lab, "shards")
@@ -145,9 +153,10 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
             after["images"][0]["complete"]
         ):
             break
-        assert time.monotonic() < deadline, "shard view: the epoch slider did not redraw the picture"
+        assert time.monotonic() < deadline, "shard view: the epoch slider did not redraw it"
         time.sleep(0.2)
     assert "1" in after["readouts"], f"epoch slider readout after ArrowRight: {after['readouts']}"
     assert "epoch 1" in after["text"], after["text"][:500]
-    lab.screenshot("shards-epoch1", lab.page.locator('[data-uitest="shards"] .jp-Cell-outputWrapper'))
+    shard_out = lab.page.locator('[data-uitest="shards"] .jp-Cell-outputWrapper')
+    lab.screenshot("shards-epoch1", shard_out)
     print(f"widgets_live.ipynb: Run All {run_s:.1f} s; monitor redraws while running: {len(live)}")

@@ -128,7 +128,12 @@ class ProcessPool:
             target=worker_main, args=(cfg, self.source, task_r, result_w),
             name=f"clorch_nb-worker-{worker_id}", daemon=True,
         )
-        proc.start()
+        try:
+            proc.start()
+        except BaseException:
+            for conn in (task_r, task_w, result_r, result_w):
+                conn.close()
+            raise
         # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF there.
         task_r.close()
         result_w.close()
@@ -197,6 +202,9 @@ class ProcessPool:
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
         for wid, w in enumerate(self._workers):
+            if w is not None and not w.proc.is_alive():  # died between epochs (killed, OOM)
+                self._reap(w, kill=True)
+                w = None
             if w is None:
                 self._spawn(wid)  # all at once, so they start in parallel
             else:
@@ -214,8 +222,18 @@ class ProcessPool:
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices.to(torch.int64).contiguous()
+        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes())
+        if not w.outstanding:
+            # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
+            try:
+                w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
+            except OSError:
+                self._reap(w, kill=True)
+                w = self._spawn(wid)
+                self._send(w, msg)
+        else:
+            self._send(w, msg)
         w.outstanding[task.batch_index] = idx[:8].tolist()
-        self._send(w, ("task", task.epoch, task.batch_index, idx.numpy().tobytes()))
 
     def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
         try:

@@ -13,7 +13,12 @@ __all__ = ["exit_text", "rebuild_exception"]
 
 
 def exit_text(code: int | None) -> str:
-    """``"signal SIGKILL (exit code -9)"`` or ``"exit code 3"`` for a process exit code."""
+    """``"signal SIGKILL (exit code -9)"`` or ``"exit code 3"`` for a process exit code.
+
+    Example:
+        >>> exit_text(-9), exit_text(3)
+        ('signal SIGKILL (exit code -9)', 'exit code 3')
+    """
     if code is None:
         return "an unknown exit status"
     if code < 0:

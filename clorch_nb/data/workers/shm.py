@@ -6,10 +6,11 @@ every dense CPU tensor replaced by a reference to a slot in one buffer:
 * batches whose tensors total at most ``INLINE_MAX_BYTES`` travel inside the pipe message (for
   tiny batches a shared-memory file costs more system calls than copying a few KiB);
 * larger ones go to one file per batch in ``/dev/shm``
-  (``clorch_nb-<parent pid>-<worker pid>-<n>``). The worker writes it and closes it; the parent
-  maps it, **unlinks it at once** and closes the file descriptor. So a live batch holds a memory mapping but no fd and no ``/dev/shm`` entry
-  (thousands of held batches never hit ``RLIMIT_NOFILE``; pytorch/pytorch#11201), and the pages
-  are freed as soon as the batch's tensors are (``cleanup_data`` or garbage collection).
+  (``clorch_nb-<parent pid>-<worker pid>-<n>``). The worker writes it and closes it; the
+  parent maps it, **unlinks it at once** and closes the file descriptor. So a live batch holds
+  a memory mapping but no fd and no ``/dev/shm`` entry (thousands of held batches never hit
+  ``RLIMIT_NOFILE``; pytorch/pytorch#11201), and the pages are freed as soon as the batch's
+  tensors are (``cleanup_data`` or garbage collection).
 
 The worker fills a segment with ``pwrite`` (never through a mapping), so a full ``/dev/shm`` is an
 ENOSPC error turned into :class:`~clorch_nb.errors.SharedMemoryError`, not a ``SIGBUS`` on a page

@@ -25,6 +25,13 @@ class SharedTensors:
     Args:
         data (torch.Tensor): ``X``, shape ``(N, *S)``.
         target (torch.Tensor): ``y``, shape ``(N, *T)``.
+
+    Example:
+        >>> from clorch_nb.data import tensor_dataset
+        >>> X = torch.zeros(4, 2)
+        >>> src = SharedTensors.from_dataset(tensor_dataset(X, torch.arange(4)))
+        >>> X.is_shared(), src.build().get_size()
+        (True, 4)
     """
 
     data: torch.Tensor

@@ -13,10 +13,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
-from clorch_nb.data.workers.base import BatchResult, BatchTask, build_batch
+from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
 
 __all__ = ["ThreadPool"]
 
@@ -81,26 +82,41 @@ class ThreadPool:
                     self.dataset,
                 )
                 set_worker_info(info, process=False)
-            self._busy[worker_id] = task.batch_index
-            self._assigned[task.batch_index] = worker_id
+            me = threading.current_thread()
+            if self._threads[worker_id] is me:
+                self._busy[worker_id] = task.batch_index
+                self._assigned[task.batch_index] = worker_id
             try:
                 batch, fetch_s, collate_s = build_batch(
                     self.dataset, self.collate_fn, task.indices, batched=self.batched,
                     batch_index=task.batch_index, worker=f"thread worker {worker_id}",
+                    should_stop=partial(self._abandoned, task.epoch),
                 )
-                result = BatchResult(
+                result: BatchResult | None = BatchResult(
                     task.epoch, task.batch_index, worker_id, batch, len(task.indices), fetch_s,
                     collate_s,
                 )
+            except BatchCancelled:
+                result = None
             except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
                 result = BatchResult(
                     task.epoch, task.batch_index, worker_id, None, len(task.indices), 0.0, 0.0, exc
                 )
-            if self._threads[worker_id] is not threading.current_thread():
-                return  # replaced while stuck past a timeout: its result is stale, exit
-            self._busy.pop(worker_id, None)
-            self._assigned.pop(task.batch_index, None)
-            self._results.put(result)
+            replaced = self._threads[worker_id] is not me
+            if not replaced:
+                self._busy.pop(worker_id, None)
+                self._assigned.pop(task.batch_index, None)
+            if result is not None:
+                # Delivered even by a replaced thread: a current-epoch result is valid whoever
+                # built it, and get() drops stale ones. Dropping it could lose a batch when a
+                # thread is replaced just as it finishes.
+                self._results.put(result)
+            if replaced:
+                return  # its slot has a fresh thread now
+
+    def _abandoned(self, epoch: int) -> bool:
+        # checked between items, so an abandoned epoch stops within one get_item
+        return epoch != self._epoch
 
     def start_epoch(self, epoch: int, base_seed: int) -> None:
         """Begin epoch token ``epoch``; threads derive their seeds from ``base_seed``."""
