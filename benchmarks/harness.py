@@ -17,9 +17,9 @@ import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
@@ -49,6 +49,14 @@ class Row:
     target: tuple[str, Any] | None = None
     note: str = ""
     why: str = ""  # shown when the target is missed: the cause found, and what would close it
+    ours_range: tuple[float, float] | None = None  # min, max over the repeats
+    base_range: tuple[float, float] | None = None
+
+    @property
+    def overlapping(self) -> bool:
+        """True when the repeats of ours and of the baseline overlap: a difference within noise."""
+        a, b = self.ours_range, self.base_range
+        return a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]
 
     @property
     def ratio(self) -> float | None:
@@ -157,7 +165,7 @@ class Context:
     def measure(
         self,
         scenario: str,
-        cases: dict[str, Callable[[], float]],
+        cases: Mapping[str, Callable[[], float]],
         *,
         unit: str,
         repeats: int | None = None,
@@ -233,7 +241,7 @@ def epoch_seconds(loader: Any) -> float:
 # -- comparators --------------------------------------------------------------------------------
 
 
-def torch_loader(kind: Literal["torch", "torchdata"], dataset: Any, **kw: Any) -> Any:
+def torch_loader(kind: str, dataset: Any, **kw: Any) -> Any:
     """torch's DataLoader or torchdata's StatefulDataLoader over ``dataset`` (torch defaults:
     fork on Linux; a 120 s timeout with workers so a hang cannot stall the run)."""
     if kw.get("num_workers", 0) > 0:
@@ -265,17 +273,27 @@ COMPARATORS: dict[str, str] = {
 }
 
 
+def _value(x: Series | float | None) -> tuple[float | None, tuple[float, float] | None]:
+    if isinstance(x, Series):
+        ok = x.error is None and len(x.values) > 1
+        return x.median, (min(x.values), max(x.values)) if ok else None
+    return x, None
+
+
 def versus(
     ctx: Context, scenario: str, case: str, metric: str, unit: str, ours_label: str,
-    ours: float | None, base_key: str, base: float | None, target: tuple[str, Any] | None = None,
-    note: str = "", why: str = "",
+    ours: Series | float | None, base_key: str, base: Series | float | None,
+    target: tuple[str, Any] | None = None, note: str = "", why: str = "",
 ) -> Row:
     """A row against a comparator (``"torch"``/``"torchdata"``) or any named baseline; an
-    unavailable torchdata gives a row saying so instead of a number."""
+    unavailable torchdata gives a row saying so instead of a number. A :class:`Series` given
+    for a value also gives the row its spread (to tell a real miss from noise)."""
     label = COMPARATORS.get(base_key, base_key)
     if base_key == "torchdata" and not ctx.avail["torchdata"][0]:
         base, note = None, ctx.avail["torchdata"][1]
-    return Row(scenario, case, metric, unit, ours_label, ours, label, base, target, note, why)
+    (o, o_range), (b, b_range) = _value(ours), _value(base)
+    return Row(scenario, case, metric, unit, ours_label, o, label, b, target, note, why,
+               o_range, b_range)
 
 
 def comparators(ctx: Context) -> list[str]:

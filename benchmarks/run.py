@@ -95,7 +95,9 @@ def render(
     if missed:
         out += ["## Missed targets: why, and what would close them", ""]
         for r in missed:
-            why = r.why or "not investigated yet"
+            why = r.why or ("within run-to-run noise: the repeats of ours and the baseline "
+                             "overlap (see every series below)" if r.overlapping
+                             else "not investigated yet")
             out.append(f"- **{r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}** "
                        f"({fmt_ratio(r.ratio)}, {r.target_text}): {why}")
         out.append("")
@@ -159,7 +161,12 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     with open(args.output, "w") as f:
         f.write(text)
+    print("\n".join(f"- {k}: {v}" for k, v in info.items()) + "\n")
     print(table(rows))
+    targeted = [r for r in rows if r.target is not None]
+    print(f"\ntargets: {sum(1 for r in targeted if r.met)} met, "
+          f"{sum(1 for r in targeted if r.met is False)} missed, "
+          f"{sum(1 for r in targeted if r.met is None)} not measurable (of {len(targeted)})")
     log(f"wrote {args.output} ({time.perf_counter() - t_start:.0f} s)")
     if ctx.errors:
         log(f"{len(ctx.errors)} case(s) failed:")

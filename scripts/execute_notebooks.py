@@ -59,8 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path, help="default: notebooks/NN_*.ipynb")
     parser.add_argument("--timeout", type=int, default=300, help="per-cell timeout, seconds")
-    parser.add_argument("--draft", type=Path, default=None, metavar="DIR",
-                        help="allow errors and write the executed notebooks to DIR, not in place")
+    parser.add_argument(
+        "--draft",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="allow errors and write the executed notebooks to DIR, not in place",
+    )
     args = parser.parse_args(argv)
     if args.draft is not None:
         args.draft.mkdir(parents=True, exist_ok=True)

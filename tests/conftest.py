@@ -69,6 +69,14 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Everything imported so far (torch, hypothesis, the collected modules) lives for the whole
+    # run: move it out of the collector's reach so no_leaks' gc.collect() after each test only
+    # walks what that test made.
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def no_leaks() -> Any:
     """Fail a test that leaves a worker process, a thread or a ``/dev/shm`` segment behind.

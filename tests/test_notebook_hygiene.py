@@ -36,7 +36,7 @@ def test_series_is_numbered_without_gaps() -> None:
     bad = [p.name for p in PATHS if not NAME.match(p.name)]
     assert not bad, f"notebook names must look like NN_lower_snake.ipynb: {bad}"
     numbers = [int(NAME.match(p.name).group(1)) for p in PATHS]  # type: ignore[union-attr]
-    assert numbers == list(range(len(PATHS))), f"numbers must run 00, 01, ... without gaps: {numbers}"
+    assert numbers == list(range(len(PATHS))), f"numbers must run 00, 01, ... (no gap): {numbers}"
     assert PATHS[0].name == "00_index.ipynb"
 
 
@@ -85,9 +85,11 @@ def test_outputs_clean_and_small(path: Path) -> None:
     for i, cell in enumerate(_read(path).cells):
         for out in cell.get("outputs", []):
             where = f"cell {i}"
-            assert out.output_type != "error", f"{where}: stored error {out.get('ename')}; catch and print it"
+            assert out.output_type != "error", (
+                f"{where}: stored error {out.get('ename')}; catch and print it"
+            )
             if out.output_type == "stream":
-                assert out.name == "stdout", f"{where}: stderr in stored outputs: {out.text[:200]!r}"
+                assert out.name == "stdout", f"{where}: stderr stored: {out.text[:200]!r}"
             size = len(json.dumps(out))
             assert size <= MAX_OUTPUT_BYTES, f"{where}: an output of {size} bytes (max 200 KB)"
 
@@ -142,4 +144,5 @@ def test_recorded_ddp_shards_have_the_documented_format() -> None:
     assert isinstance(size, int) and size > 0 and isinstance(reps, int) and reps >= 1
     assert epochs and all(len(ranks) == reps for ranks in epochs)
     for ranks in epochs:
-        assert set().union(*map(set, ranks)) == set(range(size)), "an epoch does not cover the dataset"
+        covered = set().union(*map(set, ranks))
+        assert covered == set(range(size)), "an epoch does not cover the dataset"

@@ -51,9 +51,8 @@ def run(ctx: Context) -> list[Row]:
             why = WHY_THREAD if b == "thread" else ""
             note = process_note(ctx) if b == "process" else ""
             rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", label,
-                               ours.median if ours else None, "torch", res["torch"].median,
+                               ours, "torch", res["torch"],
                                (">=", 1.0), note=note, why=why))
             rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", label,
-                               ours.median if ours else None, "torchdata",
-                               res["torchdata"].median if "torchdata" in res else None, note=note))
+                               ours, "torchdata", res.get("torchdata"), note=note))
     return rows

@@ -65,14 +65,12 @@ def _run(ctx: Context) -> list[Row]:
                             batch_size=bs, value=lambda s, n=n: n / s, unit="items/s")
             case = f"{name} ({cost * 1e3:.2f} ms/item), batch {bs}, num_workers={nw}"
             for b in ["inline"] if nw == 0 else ["thread", "process"]:
-                s = res.get(f"clorch_nb {b}")
-                ours = s.median if s else None
+                ours = res.get(f"clorch_nb {b}")
                 note = process_note(ctx) if b == "process" else ""
                 rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", f"clorch_nb {b}",
-                                   ours, "torch", res["torch"].median, (">=", 1.0), note=note))
+                                   ours, "torch", res["torch"], (">=", 1.0), note=note))
             if nw:
                 th, pr = res.get("clorch_nb thread"), res.get("clorch_nb process")
                 rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", "clorch_nb thread",
-                                   th.median if th else None, "clorch_nb process",
-                                   pr.median if pr else None, note=process_note(ctx)))
+                                   th, "clorch_nb process", pr, note=process_note(ctx)))
     return rows

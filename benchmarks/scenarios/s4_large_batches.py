@@ -55,8 +55,8 @@ def _run(ctx: Context) -> list[Row]:
             key = f"clorch_nb {b}"
             target = (">=", 1.0) if b in ("process", "inline") else None
             note = process_note(ctx) if b == "process" else ""
-            rows.append(versus(ctx, TITLE, case, "GiB/s ↑", "GiB/s", key, med[nw].get(key),
-                               "torch", med[nw]["torch"], target, note=note))
+            rows.append(versus(ctx, TITLE, case, "GiB/s ↑", "GiB/s", key, res.get(key),
+                               "torch", res["torch"], target, note=note))
         if nw:
             rows.append(versus(ctx, TITLE, case, "GiB/s ↑", "GiB/s", "clorch_nb process",
                                med[nw].get("clorch_nb process"), "torchdata",
@@ -110,7 +110,7 @@ def _run(ctx: Context) -> list[Row]:
     for b in ("process", "thread"):
         s = res.get(f"clorch_nb {b}")
         rows.append(versus(ctx, TITLE, case, "time/batch ↓", "s", f"clorch_nb {b}",
-                           s.median if s else None, "torch", res["torch"].median,
+                           s, "torch", res["torch"],
                            ("<=", 1.0) if b == "process" else None,
                            note=process_note(ctx) if b == "process" else ""))
     return rows

@@ -21,7 +21,15 @@ from typing import Any
 
 from benchmarks import datasets
 from benchmarks.harness import (
-    COMPARATORS, REPO, Context, Row, Series, close_loader, comparators, consume, torch_loader,
+    COMPARATORS,
+    REPO,
+    Context,
+    Row,
+    Series,
+    close_loader,
+    comparators,
+    consume,
+    torch_loader,
     versus,
 )
 from benchmarks.scenarios._workers import TIMEOUT_MS, process_note
@@ -133,10 +141,11 @@ def run(ctx: Context) -> list[Row]:
                 f"{COMPARATORS['torch']} persistent_workers={pw}", warm[base],
                 None if pw else ("<=", 1.0), note=note,
             ))
-        w = warm.get(key)
-        rows.append(Row(TITLE, f"{case}: warm epoch start, absolute", "epoch start ↓", "s", key, w,
+        ws = warm.get(key)
+        rows.append(Row(TITLE, f"{case}: warm epoch start, absolute", "epoch start ↓", "s", key, ws,
                         "anchor goal: ≤ 50 ms", 0.050,
-                        ("≤ 50 ms (anchors goal 5)", None if w is None else w <= 0.050), note=note))
+                        ("≤ 50 ms (anchors goal 5)", None if ws is None else ws <= 0.050),
+                        note=note))
     return rows
 
 

@@ -131,14 +131,15 @@ def run(ctx: Context) -> list[Row]:
                "torch DataLoader (fork, persistent)", get("torch pw=True", "peak"), note=note,
                why=""),
     ]
-    p1, p3 = get("ours", "e1 parent rss"), get("ours", f"e{EPOCHS} parent rss")
+    def growth_ratio(name: str) -> float | None:
+        a, b = get(name, "e1 parent rss"), get(name, f"e{EPOCHS} parent rss")
+        return None if a is None or b is None else b / a
+
+    r_ours = growth_ratio("ours")
     rows.append(versus(
         ctx, TITLE, f"{case}: parent RSS after epoch {EPOCHS} ÷ after epoch 1", "ratio ↓", "×",
-        "clorch_nb process", None if p1 is None or p3 is None else p3 / p1,
-        "torch (fork, persistent)",
-        None if get("torch pw=True", "e1 parent rss") is None
-        else get("torch pw=True", f"e{EPOCHS} parent rss") / get("torch pw=True", "e1 parent rss"),
-        ("within 10% (B20)", None if p1 is None or p3 is None else abs(p3 / p1 - 1) <= 0.10),
+        "clorch_nb process", r_ours, "torch (fork, persistent)", growth_ratio("torch pw=True"),
+        ("within 10% (B20)", None if r_ours is None else abs(r_ours - 1) <= 0.10),
         note=note,
     ))
     rows += _shared_tensors(ctx)

@@ -365,6 +365,19 @@ _JS_HELPERS = r"""
         cells,
       };
     },
+    progress() {
+      // Cheap to poll: prompts and kernel status only (no outputs).
+      const p = panel();
+      if (!p) return {ready: false, busy: [], kernelStatus: 'none'};
+      const kernel = p.sessionContext.session && p.sessionContext.session.kernel;
+      const busy = [];
+      p.content.widgets.forEach((c, i) => {
+        const prompt = c.node.querySelector('.jp-InputArea-prompt');
+        if (prompt && prompt.textContent.trim().startsWith('[*]')) busy.push(i);
+      });
+      return {ready: true, path: p.context.path, busy,
+              kernelStatus: kernel ? kernel.status : 'none'};
+    },
     markCells(marks) {
       // marks: {name: substring of the cell source}; sets data-uitest=name on the cell node.
       const p = panel();
@@ -471,17 +484,17 @@ class Lab:
         deadline = time.monotonic() + timeout_s
         while True:
             res = self.page.evaluate("() => window.__runAllResult || null")
-            st = self.state()
-            busy = [c["index"] for c in st["cells"] if c["prompt"].startswith("[*]")]
-            if st.get("kernelStatus") in ("dead", "unknown"):
-                raise AssertionError(f"kernel {st['kernelStatus']} while running {st['path']}")
-            if res and res.get("done") and not busy and st["kernelStatus"] == "idle":
-                return {"result": res, "state": st}
+            st = self.page.evaluate("() => window.__ui.progress()")
+            if st["kernelStatus"] in ("dead", "unknown"):
+                self.screenshot("kernel-dead")
+                raise AssertionError(f"kernel {st['kernelStatus']} while running {st.get('path')}")
+            if res and res.get("done") and not st["busy"] and st["kernelStatus"] == "idle":
+                return {"result": res, "state": self.state()}
             if time.monotonic() > deadline:
                 self.screenshot("timeout")
                 raise AssertionError(
                     f"Run All of {st.get('path')} not finished after {timeout_s:.0f} s; "
-                    f"cells still [*]: {busy}; kernel {st.get('kernelStatus')}; result {res}"
+                    f"cells still [*]: {st['busy']}; kernel {st['kernelStatus']}; result {res}"
                 )
             time.sleep(0.25)
 
