@@ -27,7 +27,39 @@ class ConfigError(ClorchError, ValueError):
 
 
 class CollateError(ClorchError, TypeError):
-    """Items of a batch cannot be merged; the message names the key path, positions and shapes."""
+    """Items of a batch cannot be merged; the message names the key path, positions and shapes.
+
+    The same facts as fields, for tools that show the error (e.g. the batch-shapes view) without
+    parsing the message:
+
+    Attributes:
+        key_path (tuple): keys (and tuple positions) from the item to the field that failed,
+            e.g. ``("meta", "box")``; ``()`` when the items themselves clash.
+        positions (tuple[int, ...]): positions in the batch of the items that do not match
+            item 0 (or the first group of items); ``()`` when the error is not about items.
+        found (tuple[tuple[str, tuple[int, ...]], ...]): what the items have there, grouped:
+            ``(("shape (3,)", (0, 1)), ("shape (4,)", (2,)))``; ``()`` when not applicable.
+
+    Example:
+        >>> e = CollateError("cannot stack key 'x': ...", key_path=("x",), positions=(2,))
+        >>> e.key_path, e.positions, str(e)
+        (('x',), (2,), "cannot stack key 'x': ...")
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        key_path: tuple[object, ...] = (),
+        positions: tuple[int, ...] = (),
+        found: tuple[tuple[str, tuple[int, ...]], ...] = (),
+    ) -> None:
+        super().__init__(message)
+        # plain instance attributes: they survive pickling (the exception's __dict__), so a
+        # process worker's CollateError arrives in the parent with them
+        self.key_path = tuple(key_path)
+        self.positions = tuple(positions)
+        self.found = tuple(found)
 
 
 class WorkerError(ClorchError, RuntimeError):

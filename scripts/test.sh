@@ -12,8 +12,7 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
 fi
 export PYTHONHASHSEED=0 OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 # One pytest run: the package's doctests, tests/, and the tutorial series under strict nbval
-# (stored outputs compared, kernel from this environment; tests/ui's own notebook is opened by
-# the browser tests, not collected here).
+# (stored outputs compared, kernel from this environment; tests/ui/conftest.py keeps its own
+# notebooks, which the browser tests open, out of nbval's collection).
 exec .venv/bin/python -m pytest clorch_nb tests notebooks \
-  --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
-  --ignore-glob='*/tests/*.ipynb' "$@"
+  --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg "$@"

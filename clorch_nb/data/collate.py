@@ -46,6 +46,19 @@ def _kind(x: Any) -> str:
     return "other"
 
 
+_BARE = "<item>"  # pad_collate's path for bare tensor items (named in messages, not a key)
+
+
+def _key_path(path: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``CollateError.key_path``: the real keys of ``path`` (bare items have none)."""
+    return () if path == (_BARE,) else tuple(path)
+
+
+def _odd_ones(groups: dict[Any, list[int]], first: Any) -> tuple[int, ...]:
+    """Positions outside the group ``first`` (the items that do not match)."""
+    return tuple(sorted(i for k, pos in groups.items() if k != first for i in pos))
+
+
 def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -> CollateError:
     # Group positions by concrete type name, tensors first, so the message is the same whatever
     # order the items come in.
@@ -60,7 +73,11 @@ def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -
         if "Tensor" in kinds
         else "every item must have the same structure here"
     )
-    return CollateError(f"cannot collate {_path_str(path)}: items mix types: {found}; {hint}")
+    return CollateError(
+        f"cannot collate {_path_str(path)}: items mix types: {found}; {hint}",
+        key_path=_key_path(path), positions=_odd_ones(groups, order[0]),
+        found=tuple((n, tuple(groups[n])) for n in order),
+    )
 
 
 def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor:
@@ -74,7 +91,9 @@ def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor
             raise CollateError(
                 f"cannot stack {_path_str(path)}: tensors differ in shape: {found}. Pad or crop "
                 "the items to one shape, or pass collate_fn=data.pad_collate (pads to the longest "
-                "and returns the lengths)"
+                "and returns the lengths)",
+                key_path=_key_path(path), positions=_odd_ones(groups, tuple(shape)),
+                found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
             )
     return torch.stack(list(items), 0)
 
@@ -99,7 +118,9 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
                     f"cannot collate {_path_str(path)}: item {i} has keys {_keys(x)} but item 0 "
                     f"has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
                     f"{_keys(set(x) - key_set)}); every item must have the same keys (nothing "
-                    "is dropped)"
+                    "is dropped)",
+                    key_path=_key_path(path), positions=(i,),
+                    found=((f"keys {_keys(keys)}", (0,)), (f"keys {_keys(x)}", (i,))),
                 )
         return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
     if kind == "tuple":
@@ -108,7 +129,9 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
             if len(x) != n:
                 raise CollateError(
                     f"cannot collate {_path_str(path)}: item 0 is a tuple of {n} fields but "
-                    f"item {i} has {len(x)}; every item must have the same number of fields"
+                    f"item {i} has {len(x)}; every item must have the same number of fields",
+                    key_path=_key_path(path), positions=(i,),
+                    found=((f"tuple of {n} fields", (0,)), (f"tuple of {len(x)} fields", (i,))),
                 )
         fields = [_collate([x[j] for x in items], (*path, j)) for j in range(n)]
         if hasattr(first, "_fields"):  # namedtuple keeps its type
@@ -195,11 +218,12 @@ def pad_collate(
         raise ConfigError("pad_collate got no items; a batch needs at least one item")
     first = items[0]
     if isinstance(first, torch.Tensor):
-        return _pad(items, ("<item>",), padding_value)
+        return _pad(items, (_BARE,), padding_value)
     if not isinstance(first, Mapping):
         raise CollateError(
             f"pad_collate takes tensors or mappings of tensors, got {type(first).__name__}; "
-            "use default_collate for other items"
+            "use default_collate for other items",
+            positions=(0,), found=((type(first).__name__, (0,)),),
         )
     if isinstance(keys, str):  # keys="data" means one key, not the letters d, a, t, a
         keys = [keys]
@@ -215,7 +239,8 @@ def pad_collate(
         padded, lengths = _pad([x[k] for x in items], (k,), padding_value)
         for extra in (f"{k}_lengths", f"{k}_mask"):
             if extra in first:
-                raise CollateError(f"pad_collate: the items already have a key {extra!r}")
+                raise CollateError(f"pad_collate: the items already have a key {extra!r}",
+                                   key_path=(extra,))
         out[k] = padded
         out[f"{k}_lengths"] = lengths
         if mask:
@@ -229,14 +254,23 @@ def _pad(
     kinds = [_kind(s) for s in seqs]
     if any(k != "Tensor" for k in kinds):
         raise _type_error(seqs, path, kinds)
-    if any(s.dim() == 0 for s in seqs):
-        raise CollateError(f"pad_collate: {_path_str(path)} has 0-d tensors; nothing to pad")
+    zero_d = tuple(i for i, s in enumerate(seqs) if s.dim() == 0)
+    if zero_d:
+        raise CollateError(f"pad_collate: {_path_str(path)} has 0-d tensors; nothing to pad",
+                           key_path=_key_path(path), positions=zero_d,
+                           found=(("0-d tensor", zero_d),))
     trailing = seqs[0].shape[1:]
     for i, s in enumerate(seqs):
         if s.shape[1:] != trailing:
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for j, u in enumerate(seqs):
+                groups.setdefault(tuple(u.shape[1:]), []).append(j)
             raise CollateError(
                 f"pad_collate: {_path_str(path)}: item 0 has shape {tuple(seqs[0].shape)} but "
-                f"item {i} has {tuple(s.shape)}; only the first (length) dimension may differ"
+                f"item {i} has {tuple(s.shape)}; only the first (length) dimension may differ",
+                key_path=_key_path(path), positions=_odd_ones(groups, tuple(trailing)),
+                found=tuple((f"shape (L, {', '.join(map(str, t))})" if t else "shape (L,)",
+                             tuple(p)) for t, p in groups.items()),
             )
     lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
     padded = torch.nn.utils.rnn.pad_sequence(

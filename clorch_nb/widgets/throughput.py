@@ -40,7 +40,9 @@ class WorkerRate:
 
 @dataclass(frozen=True)
 class HistoryPoint:
-    """Rates over one refresh window ending ``t_s`` seconds into the run."""
+    """Rates at ``t_s`` seconds into the run: ``items_per_s``, ``wait_share`` and
+    ``queue_depth`` over the refresh window ending there; ``per_worker`` over a sliding window
+    (see :meth:`ThroughputStats.worker_rates`)."""
 
     t_s: float
     items_per_s: float
@@ -126,6 +128,8 @@ class ThroughputStats:
 
     Args:
         max_history (int): history points kept; older ones are merged pairwise beyond it.
+        rate_window_s (float): per-worker rates in the history are measured over the last
+            ``rate_window_s`` seconds of that worker's batches (see :meth:`worker_rates`).
 
     Example:
         >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
@@ -139,10 +143,11 @@ class ThroughputStats:
         (32.0, 0.25)
     """
 
-    def __init__(self, *, max_history: int = 512) -> None:
+    def __init__(self, *, max_history: int = 512, rate_window_s: float = 1.0) -> None:
         self._pending: list[Any] = []
         self.add = self._pending.append  # the hot path: one C call per event
         self.max_history = max_history
+        self.rate_window_s = rate_window_s
         self.history: list[HistoryPoint] = []
         self.epochs = 0
         self.running = False
@@ -159,7 +164,9 @@ class ThroughputStats:
         self._t0: float | None = None  # first start: history's time origin
         self._t_last = 0.0
         self._workers: dict[int, list[float]] = {}  # id -> [batches, items, busy_s]
-        self._win_start: float | None = None
+        # per worker, this epoch: (t_s, items) of its recent batches, oldest first; the first
+        # entry is an anchor (the epoch's start, or the last batch before the window)
+        self._recent: dict[int, list[tuple[float, int]]] = {}
 
     def add_many(self, events: Iterable[Any]) -> None:
         """:meth:`add` each event."""
@@ -181,7 +188,6 @@ class ThroughputStats:
         del pending[:]  # keep the same list: ``add`` is bound to it
         items0, wait0, queue_n0 = self.items, self.wait_s, self.batches
         queue_sum0 = self.queue_sum
-        worker_items0 = {w: v[1] for w, v in self._workers.items()}
         t_begin = self.elapsed()
         run: list[BatchEvent] = []
         for ev in events:
@@ -195,9 +201,7 @@ class ThroughputStats:
         t_end = self.elapsed(now)
         dt = t_end - t_begin
         if dt > 0 and self.batches > queue_n0:
-            per_worker = {
-                w: (v[1] - worker_items0.get(w, 0)) / dt for w, v in self._workers.items()
-            }
+            per_worker = self.worker_rates(now)
             self._push(HistoryPoint(
                 t_end, (self.items - items0) / dt, min(1.0, (self.wait_s - wait0) / dt),
                 (self.queue_sum - queue_sum0) / (self.batches - queue_n0), per_worker,
@@ -216,18 +220,75 @@ class ThroughputStats:
         self.queue_max = max(self.queue_max, max(queue))
         self.queue_last = queue[-1]
         self._t_last = max(self._t_last, cols[8][-1])
-        worker_ids = cols[2]
+        worker_ids, times = cols[2], cols[8]
         if len(set(worker_ids)) == 1:
-            acc = self._workers.setdefault(worker_ids[0], [0, 0, 0.0])
+            w = worker_ids[0]
+            acc = self._workers.setdefault(w, [0, 0, 0.0])
             acc[0] += n
             acc[1] += sum(items)
             acc[2] += sum(cols[4]) + sum(cols[5])
+            self._recent_of(w, times[0]).extend(zip(times, items, strict=True))
         else:
-            for w, k, f, c in zip(worker_ids, items, cols[4], cols[5], strict=True):
+            for w, k, f, c, t in zip(worker_ids, items, cols[4], cols[5], times, strict=True):
                 acc = self._workers.setdefault(w, [0, 0, 0.0])
                 acc[0] += 1
                 acc[1] += k
                 acc[2] += f + c
+                self._recent_of(w, t).append((t, k))
+        self._prune(self._t_last)
+
+    def _recent_of(self, worker_id: int, t_first: float) -> list[tuple[float, int]]:
+        recent = self._recent.get(worker_id)
+        if recent is None:  # first batch of this worker in this epoch: anchor at the epoch start
+            anchor = self._t_start if self._t_start is not None else t_first
+            recent = self._recent[worker_id] = [(min(anchor, t_first), 0)]
+        return recent
+
+    def _prune(self, t_raw: float) -> None:
+        cut = t_raw - self.rate_window_s
+        for recent in self._recent.values():
+            k = 0
+            while len(recent) - k > 2 and recent[k + 1][0] <= cut:
+                k += 1
+            if k:
+                del recent[:k]
+
+    def worker_rates(self, now: float | None = None) -> dict[int, float]:
+        """Items/s of each worker of the open (or last) epoch over a sliding window, smooth
+        from batch to batch.
+
+        Measured between that worker's own batches: the items of its batches in the last
+        ``rate_window_s`` seconds (at least its last one) over the time since the batch before
+        them (or the epoch's start), so the count does not jump by one batch whenever a
+        refresh window happens to hold one more of them. A worker silent for longer than its
+        usual gap between batches decays towards 0.
+
+        Args:
+            now (float | None): ``time.perf_counter()``; default the last event's time.
+
+        Example:
+            >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
+            >>> s = ThroughputStats()
+            >>> s.add(EpochEvent("start", 0, 9, "thread", 2, 0.0))
+            >>> for i in range(6):  # worker 0 and 1 take turns, one 8-item batch per 0.5 s
+            ...     s.add(BatchEvent(0, i, i % 2, 8, 0.0, 0.0, 0.0, 0, 0.5 * (i + 1)))
+            >>> s.flush(); s.worker_rates()
+            {0: 8.0, 1: 8.0}
+        """
+        t = self._t_last if now is None else max(now, self._t_last)
+        self._prune(t)
+        rates: dict[int, float] = {}
+        for w, recent in self._recent.items():
+            k = len(recent) - 1
+            if k < 1:
+                continue
+            t_first, t_last = recent[0][0], recent[-1][0]
+            span = t_last - t_first
+            items = sum(n for _, n in recent[1:])
+            gap = span / k
+            denom = span + max(0.0, (t - t_last) - gap)
+            rates[w] = items / denom if denom > 0 else 0.0
+        return rates
 
     def _epoch(self, ev: EpochEvent) -> None:
         self.backend, self.num_workers = ev.backend, ev.num_workers
@@ -238,6 +299,7 @@ class ThroughputStats:
             self.epochs += 1
             self.running = True
             self._t_start = ev.t_s
+            self._recent = {}  # workers start anew each epoch
             if self._t0 is None:
                 self._t0 = ev.t_s
         elif self._t_start is not None:
