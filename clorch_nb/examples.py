@@ -9,6 +9,7 @@ documentation text (``pydoc_data.topics``). Needs the ``examples`` extra (scikit
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
 import random
 import re
@@ -34,10 +35,21 @@ __all__ = [
 
 @functools.lru_cache(maxsize=1)
 def _digits() -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
+    # Read the CSV that ships inside scikit-learn directly: importing sklearn.datasets costs
+    # about a second (scipy and friends), paid again by every process worker that rebuilds a
+    # digits dataset. Same values as sklearn.datasets.load_digits() (a test checks it).
+    spec = importlib.util.find_spec("sklearn")
+    origin = spec.origin if spec is not None else None
+    path = Path(origin).parent / "datasets" / "data" / "digits.csv.gz" if origin else None
+    if path is not None and path.is_file():
+        table = np.loadtxt(path, delimiter=",", dtype=np.float64)
+        images, labels = table[:, :-1].reshape(-1, 8, 8), table[:, -1]
+    else:  # pragma: no cover - a scikit-learn that stores the data elsewhere
+        from sklearn.datasets import load_digits
 
-    d = load_digits()
-    return d.images.astype(np.float32) / 16.0, d.target.astype(np.int64)
+        d = load_digits()
+        images, labels = d.images, d.target
+    return images.astype(np.float32) / 16.0, labels.astype(np.int64)
 
 
 def digits_tensors(*, flat: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,7 +148,7 @@ def write_digit_pngs(root: str | os.PathLike[str], *, limit: int | None = None, 
         if path.exists():
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
-        pixels = (images[i] * 255).astype(np.uint8)
+        pixels = np.rint(images[i] * 255).astype(np.uint8)
         Image.fromarray(pixels).resize((8 * scale, 8 * scale), Image.NEAREST).save(path)
     return root
 

@@ -46,6 +46,13 @@ def _check_int(name: str, value: Any, minimum: int, fix: str) -> int:
     return value
 
 
+def _short(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters at a word boundary, with an ellipsis if cut."""
+    if len(text) <= limit:
+        return text
+    return text[: limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
+
+
 def _sendable(fn: Any) -> bool:
     """True if ``fn`` pickles by reference (a module-level function or a partial of one) and a
     worker process can import it: a function defined in a notebook or REPL lives in a
@@ -175,7 +182,7 @@ class DataLoader:
 
     def __repr__(self) -> str:
         return (
-            f"DataLoader(dataset={self.dataset!r:.60}, batch_size={self.batch_size}, "
+            f"DataLoader(dataset={_short(repr(self.dataset))}, batch_size={self.batch_size}, "
             f"shuffle={self.shuffle}, drop_last={self.drop_last}, num_workers={self.num_workers}, "
             f"backend={self.backend!r}, "
             f"sampler={None if self.sampler is None else type(self.sampler).__name__})"

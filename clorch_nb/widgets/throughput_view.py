@@ -93,12 +93,14 @@ class ThroughputChart:
                      va="bottom")
             ax.spines[["top", "right"]].set_visible(False)
             ax.tick_params(labelsize=10)
-            ax.xaxis.set_major_locator(MaxNLocator(4))
-            ax.yaxis.set_major_locator(MaxNLocator(4))
+            ax.xaxis.set_major_locator(MaxNLocator(3))
+            ax.yaxis.set_major_locator(MaxNLocator(3))
         a1.set_ylim(0, 100)
+        a1.set_yticks([0, 50, 100])
         self.empty = a0.text(0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center",
                              color="grey", fontsize=10)
         self._legend_ids: tuple[int, ...] | None = None
+        self._key: list[Any] = []
         self._layout: tuple[Any, ...] | None = None  # what the cached background shows
         self._background: Any = None
         self.frames = 0
@@ -132,17 +134,23 @@ class ThroughputChart:
         return (t[-1] if t else 0.0), top, qtop, ids
 
     def _set_legend(self, ids: tuple[int, ...]) -> None:
+        # A key above the items/s panel, under its title, so it never sits on the lines: one
+        # coloured text per line (a matplotlib Legend costs as much to lay out as a panel).
         if ids == self._legend_ids:
             return
         self._legend_ids = ids
-        old = self.axes[0].get_legend()
-        if old is not None:
-            old.remove()
-        if ids:  # above the panel, under its title: never on the lines
-            self.axes[0].legend(
-                handles=[self.total, *(self.workers[w] for w in ids)], loc="lower left",
-                bbox_to_anchor=(0.0, 1.0), ncol=len(ids) + 1, fontsize=9, frameon=False,
-                borderaxespad=0.1, handlelength=1.2, columnspacing=0.8, handletextpad=0.4)
+        for t in self._key:
+            t.remove()
+        self._key = []
+        if not ids:
+            return
+        renderer = self.canvas.get_renderer()
+        x = self.axes[0].get_position().x0 - 0.04
+        for line, name in [(self.total, "all"), *((self.workers[w], worker_name(w)) for w in ids)]:
+            t = self.fig.text(x, 0.755, "\u2014 " + name, color=line.get_color(), fontsize=10,
+                              fontweight="bold" if line is self.total else "normal")
+            self._key.append(t)
+            x += t.get_window_extent(renderer).width / self.fig.bbox.width + 0.015
 
     def render(self, stats: ThroughputStats, snap: ThroughputSnapshot, *,
                final: bool = False) -> bytes:

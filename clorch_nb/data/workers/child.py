@@ -83,7 +83,9 @@ class ExceptionBlob:
     @classmethod
     def capture(cls, exc: BaseException) -> ExceptionBlob:
         """Describe ``exc``; its traceback is rendered here since tracebacks do not pickle."""
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        te = traceback.TracebackException.from_exception(exc)
+        te.__notes__ = None  # the notes travel separately; rendering them here would repeat them
+        tb = "".join(te.format())
         pickled: bytes | None
         try:
             data = pickle.dumps(exc, _HIGHEST)
