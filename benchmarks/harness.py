@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+#: torch's own default (one thread per core), read before ``--torch-threads`` changes it
+DEFAULT_TORCH_THREADS = torch.get_num_threads()
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -375,7 +377,8 @@ def machine(ctx: Context) -> dict[str, str]:
         f"({psutil.cpu_count(logical=False)} physical), {mem:.0f} GiB RAM",
         "OS": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "torch": f"{torch.__version__} (intra-op threads {torch.get_num_threads()})",
+        "torch": f"{torch.__version__}; intra-op threads in this process: "
+        f"{torch.get_num_threads()} (set by --torch-threads; worker processes use 1)",
         "numpy": np.__version__,
         "torchdata": ctx.avail.get("torchdata", (False, "not probed"))[1],
         "clorch_nb process backend": ctx.avail.get("process", (False, "not probed"))[1],

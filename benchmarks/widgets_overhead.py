@@ -5,8 +5,11 @@
    subscriber and with a no-op subscriber, against the loader with its event path stubbed out
    (the pre-instrumentation cost) and ``build_batch`` alone (the floor).
 2. ``widgets.monitor`` (at most 5 % of loop throughput): the digits tensor path at batch 64,
-   many epochs per measurement, loop with and without the monitor (pushing widget updates and
-   charts as it would in a kernel), with an empty loop body and with a tiny training step.
+   many epochs per measurement (a loop of a few seconds, so the live chart is redrawn as in a
+   notebook), loop with and without the monitor (pushing widget updates and charts as it would
+   in a kernel), with an empty loop body and with a tiny training step.
+3. The monitor's chart: CPU ms per frame, a live (blitted) frame, a live frame whose axes grow
+   (a full draw) and the final chart, on a 200-point, two-worker history.
 
 Run: ``.venv/bin/python benchmarks/widgets_overhead.py [--reps 15]``. Times are CPU time of this
 process (``time.process_time``, torch on one thread, inline loading), so other jobs on a shared
@@ -84,7 +87,51 @@ def instrumentation(reps: int) -> dict[str, list[float]]:
     return out
 
 
-def monitor_cost(reps: int, epochs: int) -> dict[str, list[float]]:
+def chart_cost(reps: int) -> dict[str, list[float]]:
+    from clorch_nb.instrumentation import EpochEvent
+    from clorch_nb.widgets.throughput import ThroughputStats
+    from clorch_nb.widgets.throughput_view import ThroughputChart
+
+    s = ThroughputStats()
+    s.add(EpochEvent("start", 0, 10_000, "thread", 2, 0.0))
+    t = 0.0
+    for i in range(800):
+        t += 0.0625
+        s.add(BatchEvent(0, i, i % 2, 16, 0.05, 0.001, 0.002 * (i % 3), i % 3, t))
+        if i % 4 == 3:
+            s.flush(t)
+    snap = s.snapshot()
+    chart = ThroughputChart()
+    chart.render(s, snap)
+
+    def timed(f: Callable[[], object]) -> float:
+        t0 = time.process_time()
+        f()
+        return time.process_time() - t0
+
+    def relayout() -> float:
+        chart._layout = None  # as when an axis limit grows
+        return timed(lambda: chart.render(s, snap))
+
+    def blit() -> float:
+        chart.render(s, snap)  # lays the axes out again after a final chart
+        return timed(lambda: chart.render(s, snap))
+
+    cases: dict[str, Callable[[], float]] = {
+        "live frame (blit)": blit,
+        "live frame, axes grow (full)": relayout,
+        "final chart": lambda: timed(lambda: chart.render(s, snap, final=True)),
+    }
+    out: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(reps):
+        for k, f in cases.items():
+            out[k].append(f())
+    chart.render(s, snap)
+    print(f"\nlive frame PNG: {len(chart.render(s, snap)):,} bytes")
+    return out
+
+
+def monitor_cost(reps: int, epochs: int, epochs_train: int | None = None) -> dict[str, list[float]]:
     ds = digits_dataset()
     loader = data.dataloader(ds, batch_size=64, seed=0)
     model = torch.nn.Linear(64, 10)
@@ -96,9 +143,12 @@ def monitor_cost(reps: int, epochs: int) -> dict[str, list[float]]:
         loss.backward()
         opt.step()
 
+    def n_epochs(body: object) -> int:
+        return epochs if body is None or epochs_train is None else epochs_train
+
     def bare(body: Callable[[dict[str, torch.Tensor]], None] | None) -> float:
         t0 = time.process_time()
-        for _ in range(epochs):
+        for _ in range(n_epochs(body)):
             for b in loader:
                 if body is not None:
                     body(b)
@@ -108,12 +158,12 @@ def monitor_cost(reps: int, epochs: int) -> dict[str, list[float]]:
         mon = widgets.monitor(loader)  # built outside the timed region, like a cell's setup
         mon.live = True  # push updates as in a kernel
         t0 = time.process_time()
-        for _ in range(epochs):
+        for _ in range(n_epochs(body)):
             for b in mon:
                 if body is not None:
                     body(b)
         dt = time.process_time() - t0
-        watched.redraws.append(mon.redraws)  # type: ignore[attr-defined]
+        watched.redraws.append(mon.live_frames)  # type: ignore[attr-defined]
         watched.updates.append(mon.updates)  # type: ignore[attr-defined]
         return dt
 
@@ -131,7 +181,8 @@ def monitor_cost(reps: int, epochs: int) -> dict[str, list[float]]:
     for _ in range(reps):
         for k, f in cases.items():
             out[k].append(f())
-    print(f"monitor redraws per run: {watched.redraws[-reps:]}, text updates: {watched.updates[-reps:]}")  # type: ignore[attr-defined]
+    print(f"\nmonitor live chart frames per run: {watched.redraws[-2 * reps:]}, text updates: "  # type: ignore[attr-defined]
+          f"{watched.updates[-2 * reps:]} (empty body and train step runs, interleaved)")  # type: ignore[attr-defined]
     return out
 
 
@@ -150,17 +201,24 @@ def _report(title: str, res: dict[str, list[float]], unit: float, unit_name: str
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--reps", type=int, default=15)
-    p.add_argument("--epochs", type=int, default=300)
+    p.add_argument("--epochs", type=int, default=9000, help="epochs per run, empty body")
+    p.add_argument("--epochs-train", type=int, default=300, help="epochs per run, train step")
+    p.add_argument("--only", choices=["instrumentation", "monitor", "chart"], default=None)
     a = p.parse_args()
     torch.set_num_threads(1)
-    ins = instrumentation(a.reps)
-    base = "loader, event path stubbed"
-    _report("instrumentation: per batch, tensor_dataset 60000x784, batch 256, inline", ins, 1e6,
-            "us", [(base, "loader, no subscriber"), (base, "loader, no-op subscriber")])
-    mon = monitor_cost(a.reps, a.epochs)
-    _report(f"monitor: {a.epochs} epochs of digits (1797 items) at batch 64, inline", mon, 1e3,
-            "ms", [("empty body, bare", "empty body, monitor"),
-                   ("train step, bare", "train step, monitor")])
+    if a.only in (None, "instrumentation"):
+        ins = instrumentation(a.reps)
+        base = "loader, event path stubbed"
+        _report("instrumentation: per batch, tensor_dataset 60000x784, batch 256, inline", ins,
+                1e6, "us", [(base, "loader, no subscriber"), (base, "loader, no-op subscriber")])
+    if a.only in (None, "chart"):
+        _report("monitor chart: CPU per frame", chart_cost(a.reps), 1e3, "ms", [])
+    if a.only in (None, "monitor"):
+        mon = monitor_cost(a.reps, a.epochs, a.epochs_train)
+        _report(f"monitor: digits (1797 items) at batch 64, inline; {a.epochs} epochs per run "
+                f"with an empty body, {a.epochs_train} with a train step", mon, 1e3, "ms",
+                [("empty body, bare", "empty body, monitor"),
+                 ("train step, bare", "train step, monitor")])
 
 
 if __name__ == "__main__":

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.errors import ConfigError
-from clorch_nb.widgets.shapes import batch_shapes, describe_batch, format_bytes
+from clorch_nb.data import default_collate
+from clorch_nb.errors import CollateError, ConfigError
+from clorch_nb.widgets.shapes import CollateFailure, batch_shapes, describe_batch, format_bytes
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -128,3 +129,106 @@ def test_view_shows_collate_error_without_traceback() -> None:
     assert "CollateError at key [&#x27;image&#x27;]" in v.error.value
     assert "Traceback" not in v.to_text()
     assert v.to_png().startswith(PNG_MAGIC)
+
+
+def test_collate_error_fields_key_path_positions_found() -> None:
+    import pickle
+
+    def err(fn, items):  # type: ignore[no-untyped-def]
+        with pytest.raises(CollateError) as exc:
+            fn(items)
+        e = pickle.loads(pickle.dumps(exc.value))  # as a process worker's error arrives
+        assert str(e) == str(exc.value)
+        return e.key_path, e.positions, e.found
+
+    z = torch.zeros
+    assert err(default_collate, [{"a": {"b": z(2)}}, {"a": {"b": z(3)}}, {"a": {"b": z(2)}}]) == (
+        ("a", "b"), (1,), (("shape (2,)", (0, 2)), ("shape (3,)", (1,))))
+    assert err(default_collate, [{"x": z(2)}, {"x": None}, {"x": z(2)}]) == (
+        ("x",), (1,), (("Tensor", (0, 2)), ("NoneType", (1,))))
+    assert err(default_collate, [(z(1), z(2)), (z(1), z(3))]) == (
+        (1,), (1,), (("shape (2,)", (0,)), ("shape (3,)", (1,))))
+    assert err(default_collate, [{"x": 1}, {"y": 1}]) == (
+        (), (1,), (("keys ['x']", (0,)), ("keys ['y']", (1,))))
+    assert err(default_collate, [(1, 2), (1, 2, 3)]) == (
+        (), (1,), (("tuple of 2 fields", (0,)), ("tuple of 3 fields", (1,))))
+    assert err(default_collate, [z(2), z(3), z(3)]) == (
+        (), (1, 2), (("shape (2,)", (0,)), ("shape (3,)", (1, 2))))
+    assert err(data.pad_collate, [z(2, 2), z(3, 3)]) == (
+        (), (1,), (("shape (L, 2)", (0,)), ("shape (L, 3)", (1,))))
+    assert err(data.pad_collate, [{"x": z(2)}, {"x": 5}]) == (
+        ("x",), (1,), (("Tensor", (0,)), ("int", (1,))))
+    assert err(data.pad_collate, [3]) == ((), (0,), (("int", (0,)),))
+    assert err(data.pad_collate, [{"x": z(2), "x_lengths": 1}]) == (("x_lengths",), (), ())
+    plain = CollateError("made by hand")
+    assert (plain.key_path, plain.positions, plain.found) == ((), (), ())
+
+
+def test_failure_reads_the_error_fields(num_workers: int) -> None:
+    ds = data.dataset(size=10, get_item=_bad_image_item)
+    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=num_workers,
+                         worker_backend="thread") as loader:
+        f = batch_shapes(loader).failure
+    assert f is not None
+    assert (f.batch_index, f.key_path, f.path) == (1, "['image']", ("image",))
+    assert f.positions == (2,)  # item 6 is position 2 of batch 1
+    assert f.found == (("shape (3, 8, 8)", (0, 1, 3)), ("shape (3, 7, 8)", (2,)))
+
+
+def test_failure_fields_not_parsed_from_the_message() -> None:
+    # a key whose repr the message parser would get wrong: the structured field is used
+    exc = CollateError("cannot stack key 'a b': whatever", key_path=("a: b", 0), positions=(1,),
+                       found=(("shape (2,)", (0,)), ("shape (3,)", (1,))))
+    f = CollateFailure.from_error(3, exc)
+    assert (f.key_path, f.path, f.positions) == ("['a: b'][0]", ("a: b", 0), (1,))
+    # an error without fields (e.g. raised by a custom collate_fn): read from the message
+    f = CollateFailure.from_error(0, CollateError("cannot stack key ['m']['box']: differ"))
+    assert (f.key_path, f.path, f.positions, f.found) == ("['m']['box']", ("m", "box"), (), ())
+    f = CollateFailure.from_error(0, CollateError("items clash"))
+    assert (f.key_path, f.path) == (None, None)
+    f = CollateFailure.from_error(0, CollateError("x", positions=(1,), found=(("int", (1,)),)))
+    assert (f.key_path, f.path) == (None, ())  # the items themselves
+
+
+def _first_batch_fails(i: int) -> dict:
+    s = 7 if i % 8 == 0 else 8
+    return {"image": torch.zeros(1, s, s), "label": i}
+
+
+def test_view_collate_error_picture_and_message_once() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb.widgets import BatchShapesView
+    from clorch_nb.widgets.shapes_view import draw_shapes
+
+    v = BatchShapesView(data.dataloader(data.dataset(size=40, get_item=_first_batch_fails),
+                                        batch_size=4, shuffle=False))
+    msg = v.report.failure.message  # type: ignore[union-attr]
+    assert v.batch_slider.layout.display == "none"  # no batch to pick
+    # the message once in the widget (red line), not again in the text under it
+    assert v.error.value.count("tensors differ in shape") == 1
+    assert "tensors differ in shape" not in v.tree.value
+    assert "collate error: batch 0, key [&#x27;image&#x27;]" in v.tree.value
+    assert v.to_text().count(msg) == 1  # the static text: once too
+    fig = draw_shapes(v.report)
+    # no bar axis (no "bytes per batch" from 0 to 1): only the error panel
+    assert [ax.get_ylabel() for ax in fig.axes] == [""]
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert "\u2717 batch 0: CollateError at key ['image']" in texts
+    assert "shape (1, 7, 7): position 0" in texts
+    assert "shape (1, 8, 8): positions 1-3  <- mismatch" in texts
+    assert "the 4 items of batch 0, by position:" in texts
+    assert not any(msg in t for t in texts)  # the picture has the facts, not the prose
+
+
+def test_view_collate_error_after_good_batches_marks_its_slot() -> None:
+    pytest.importorskip("matplotlib")
+    from clorch_nb.widgets.shapes_view import draw_shapes
+
+    r = batch_shapes(data.dataloader(data.dataset(size=10, get_item=_bad_image_item),
+                                     batch_size=4, shuffle=False))
+    fig = draw_shapes(r, 0)
+    bars_ax, panel = fig.axes
+    assert bars_ax.get_ylabel() == "bytes per batch (KiB)"
+    assert len(bars_ax.patches) == 2 + 1  # batch 0's two fields + the selection box; no error bar
+    assert [ln.get_xdata()[0] for ln in bars_ax.lines] == [1]  # the dotted line at batch 1
+    assert "\u2717 batch 1: CollateError at key ['image']" in [t.get_text() for t in panel.texts]

@@ -113,12 +113,55 @@ def test_view_widget_controls_and_png_change_with_slider() -> None:
     assert set(v.controls) == {"size", "num_replicas", "seed", "shuffle", "drop_last",
                                "set_epoch", "shard_mode"}
     assert v.image in v.widget.children and v.check in v.widget.children
-    png0 = v.to_png()
-    assert png0.startswith(PNG_MAGIC) and v.image.value == png0
+    png0, live0 = v.to_png(), bytes(v.image.value)
+    assert png0.startswith(PNG_MAGIC) and live0.startswith(PNG_MAGIC)
+    assert live0 != png0  # the widget's picture leaves the check lines to the text under it
     v.epoch_slider.value = 1
     png1 = v.to_png()
-    assert png1 != png0 and v.image.value == png1
-    assert "epoch 1:" in v.check.value
+    assert png1 != png0 and bytes(v.image.value) not in (live0, png1)
+    # every epoch's check line once, the shown epoch in bold
+    for e in range(3):
+        assert v.check.value.count(f"epoch {e}:") == 1
+    assert "<b>\u2713 epoch 1:" in v.check.value and "<b>\u2713 epoch 0:" not in v.check.value
+
+
+def test_toggle_labels_fit_and_big_grids_colour_by_index() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb.widgets import ShardView
+
+    v = ShardView(10, 3)
+    t = v.color_toggle
+    assert t.description == "colour by" and t.style.description_width == "initial"
+    assert [label for label, _ in t.options] == ["rank", "dataset index"]
+    assert t.value == "rank"  # 4 positions: numbers in the cells, colour by rank
+    big = ShardView(1437, 2, epochs=1)
+    assert big.color_toggle.value == "index"  # 719 positions: colour by dataset index
+
+
+def test_big_grid_keeps_edge_padding_marker_inside_the_figure() -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib.lines import Line2D
+
+    from clorch_nb.widgets.shard_view import draw_shards
+
+    t = shard_table(1437, 2, shuffle=True, epochs=1)
+    assert t.epochs[0].padding_cells == [(1, 718, t.epochs[0].rank_indices[1][718])]
+    for color_by in ("index", "rank"):
+        fig = draw_shards(t, 0, color_by=color_by)
+        fig.canvas.draw()
+        ax = fig.axes[0]
+        markers = [a for a in ax.lines if a.get_marker() == "v"]
+        assert len(markers) == 1 and not markers[0].get_clip_on()
+        (x,), (y,) = markers[0].get_data()
+        assert (x, y) == (718.5, 1)  # the last cell of rank 1, on top of its row
+        box = markers[0].get_window_extent(fig.canvas.get_renderer())
+        assert box.x1 <= fig.bbox.x1 and box.x0 >= fig.bbox.x0  # the whole marker is drawn
+        legend = ax.get_legend()
+        assert [x.get_text() for x in legend.get_texts()] == ["padding repeat (1)"]
+        assert isinstance(legend.legend_handles[0], Line2D)
+    by_index = draw_shards(t, 0, color_by="index")
+    assert len(by_index.axes) == 2 and by_index.axes[1].get_ylabel() == "dataset index"
+    assert len(draw_shards(t, 0, color_by="rank").axes) == 1  # no colour bar by rank
 
 
 def test_view_controls_recompute_and_set_epoch_off_shows_warning() -> None:

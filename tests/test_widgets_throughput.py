@@ -3,6 +3,7 @@ loader, and the dependency rules of the widgets package."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -64,7 +65,38 @@ def test_open_epoch_measured_up_to_now_and_history() -> None:
     h0, h1 = s.history
     assert (h0.t_s, h0.items_per_s, h0.wait_share, h0.queue_depth) == (1.0, 4.0, 0.5, 1.0)
     assert (h1.t_s, h1.items_per_s, h1.queue_depth) == (4.0, 4 / 3, 3.0)
-    assert h1.per_worker == {0: 0.0, 1: 4 / 3}
+    # per worker, between its own batches (epoch start as the first mark): worker 0 had 4
+    # items in 1 s, then 3 s of silence (2 s beyond its usual 1 s gap): 4 / 3; worker 1 had
+    # 4 items in 2 s and is not overdue: 2.0
+    assert h0.per_worker == {0: 4.0}
+    assert h1.per_worker == {0: 4 / 3, 1: 2.0}
+
+
+def test_per_worker_rates_do_not_zig_zag() -> None:
+    # Two workers alternate 16-item batches, one every 0.1 s overall (80 items/s each); the
+    # monitor flushes every 0.25 s, so a refresh window holds 2 or 3 batches of a worker by
+    # turns: per-window counts would read 64 / 96 / 64 ... items/s.
+    s = ThroughputStats()
+    s.add(EpochEvent("start", 0, 200, "thread", 2, 0.0))
+    t, next_flush, i = 0.0, 0.25, 0
+    while t < 10.0:
+        t = round(t + 0.1, 10)
+        s.add(BatchEvent(0, i, i % 2, 16, 0.05, 0.0, 0.0, 1, t))
+        i += 1
+        if t >= next_flush:
+            s.flush(t)
+            next_flush += 0.25
+    late = [p for p in s.history if p.t_s > 1.5]
+    assert len(late) > 30
+    for p in late:
+        assert p.per_worker == pytest.approx({0: 80.0, 1: 80.0}, rel=1e-6)
+        assert p.items_per_s == pytest.approx(160.0, rel=0.25)  # the overall line: per window
+    # a worker that stops decays instead of holding its last rate
+    s.add(BatchEvent(0, i, 0, 16, 0.05, 0.0, 0.0, 1, t + 0.1))
+    s.flush(t + 0.1)
+    assert s.worker_rates(now=t + 0.1) == pytest.approx({0: 80.0, 1: 80.0}, rel=0.15)
+    rates = s.worker_rates(now=t + 2.1)  # worker 1: 2.1 s quiet, worker 0: 2.0 s
+    assert rates[1] < rates[0] < 40
 
 
 def test_history_is_bounded() -> None:
@@ -153,3 +185,93 @@ def test_data_never_imports_widgets() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def _stats_with_history(seconds: float, workers: int = 2) -> ThroughputStats:
+    s = ThroughputStats()
+    s.add(EpochEvent("start", 0, 10_000, "thread", workers, 0.0))
+    t, i = 0.0, 0
+    while t < seconds:
+        t = round(t + 0.05, 10)
+        s.add(BatchEvent(0, i, i % workers, 16, 0.05, 0.0, 0.01, i % 3, t))
+        i += 1
+        if i % 5 == 0:
+            s.flush(t)
+    return s
+
+
+def test_live_frames_update_the_same_figure_and_blit() -> None:
+    pytest.importorskip("matplotlib")
+    from clorch_nb.widgets.throughput_view import ThroughputChart, _nice_ceil
+
+    assert [_nice_ceil(x) for x in (0, 0.3, 1, 1.01, 2.5, 7, 11, 480)] == [
+        1, 0.5, 1, 2, 5, 10, 20, 500]
+    chart = ThroughputChart()
+    fig, total = chart.fig, chart.total
+    s = _stats_with_history(3.0)
+    png1 = chart.render(s, s.snapshot())
+    assert png1.startswith(PNG_MAGIC) and (chart.frames, chart.full_draws) == (1, 1)
+    assert chart._layout == (5.0, 500.0, 2.0, (0, 1))  # x to 5 s, y to 500 items/s, queue to 2
+    assert chart.axes[0].get_xlim() == (0.0, 5.0) and chart.axes[0].get_ylim() == (0.0, 500.0)
+    n_points = len(s.history)
+    assert list(total.get_xdata()) == [p.t_s for p in s.history] and n_points == 12
+    # more data within the same limits: the same figure and lines, a blitted frame only
+    s2 = _stats_with_history(4.0)
+    png2 = chart.render(s2, s2.snapshot())
+    assert chart.fig is fig and chart.total is total and png2 != png1
+    assert (chart.frames, chart.full_draws) == (2, 1)
+    assert len(total.get_xdata()) == len(s2.history) == 16
+    assert set(chart.workers) == {0, 1} and [t.get_text() for t in chart._key] == [
+        "\u2014 all", "\u2014 worker 0", "\u2014 worker 1"]
+    # past the x limit: one more full draw, limits grown
+    s3 = _stats_with_history(6.0)
+    chart.render(s3, s3.snapshot())
+    assert (chart.frames, chart.full_draws) == (3, 2) and chart.axes[0].get_xlim() == (0.0, 10.0)
+    # the final chart: a full draw with tight limits and the numbers in the headline
+    chart.render(s3, s3.snapshot(), final=True)
+    assert chart.axes[0].get_xlim() == pytest.approx((0.0, 6.0 * 1.02))
+    assert chart.headline.get_text().startswith("Loader throughput: 320 items/s")
+    assert not chart.total.get_animated()
+    chart.render(s3, s3.snapshot())  # live again: the background is laid out anew
+    assert chart.full_draws == 4 and chart.total.get_animated()
+
+
+def test_monitor_subscribes_per_epoch_without_wrapping_the_iterator() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb import widgets
+
+    loader = data.dataloader(data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)),
+                             batch_size=10)
+    mon = widgets.monitor(loader)
+    it = iter(mon)
+    assert inspect.isgenerator(it)  # the loader's own epoch generator, not a wrapper
+    assert len(loader.events._subscribers) == 1
+    assert sum(1 for _ in it) == 10
+    assert loader.events._subscribers == ()  # the epoch's end event ended the subscription
+    it = iter(mon)  # made but never started, then another epoch: still one subscriber
+    it2 = iter(mon)
+    assert len(loader.events._subscribers) == 1
+    assert sum(1 for _ in it2) == 10 and loader.events._subscribers == ()
+    del it
+    assert mon.summary()["batches"] == 20 and mon.summary()["epochs"] == 2
+
+
+def test_chart_redraws_within_budget_and_rate() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb import widgets
+
+    loader = data.dataloader(data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)),
+                             batch_size=10)
+    mon = widgets.monitor(loader, refresh_hz=4.0)
+    mon.live = True
+    s = mon.stats
+    s.add(EpochEvent("start", 0, 1000, "inline", 0, 100.0))
+    s.add(BatchEvent(0, 0, -1, 10, 0.0, 0.0, 0.0, 0, 100.5))
+    s.flush()
+    assert not mon._chart_due(100.5)  # the first live frame after 2 chart intervals (1 s)
+    assert mon._chart_due(101.0)
+    mon._chart_est = 0.05
+    mon.live_frames, mon._chart_spent, mon._next_chart = 1, 0.06, 101.5
+    assert not mon._chart_due(101.4)  # at most chart_hz (2/s)
+    # 3 % of 4 s = 0.12 s: 0.06 spent + 0.05 next fits; of 3 s (0.09 s) it does not
+    assert mon._chart_due(104.0) and not mon._chart_due(103.0)

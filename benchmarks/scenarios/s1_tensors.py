@@ -3,7 +3,9 @@
 ``tensor_dataset`` of N x D float32 with int64 labels, shuffled, at batch 32 and 256, against
 ``torch.utils.data.DataLoader(TensorDataset(X, y))`` and against the practical limit: bare
 ``X.index_select(0, chunk)`` over the chunks of a fresh ``randperm`` (no loader at all).
-Metric: items/s over one full epoch (N / epoch wall time).
+Metric: items/s over one full epoch (N / epoch wall time). Run at this process's torch thread
+count (``--torch-threads``, default 1) and at torch's own default (one per core): the gather is
+a parallel copy, so the ceiling moves with the threads.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ from typing import Any
 import torch
 
 from benchmarks.harness import (
+    DEFAULT_TORCH_THREADS,
     Context,
     Row,
     close_loader,
     comparators,
     epoch_seconds,
     torch_loader,
+    torch_threads,
     versus,
 )
 from clorch_nb import data
@@ -41,6 +45,16 @@ def run(ctx: Context) -> list[Row]:
     ours_ds = data.tensor_dataset(X, y)
     torch_ds = torch.utils.data.TensorDataset(X, y)
     rows: list[Row] = []
+    for threads in sorted({torch.get_num_threads(), DEFAULT_TORCH_THREADS}):
+        with torch_threads(threads):
+            rows += _run(ctx, X, y, ours_ds, torch_ds, threads)
+    return rows
+
+
+def _run(ctx: Context, X: torch.Tensor, y: torch.Tensor, ours_ds: Any, torch_ds: Any,  # noqa: N803
+         threads: int) -> list[Row]:
+    n, d = X.shape
+    rows: list[Row] = []
     for bs in (32, 256):
         ours = data.dataloader(ours_ds, batch_size=bs, shuffle=True)
         theirs: dict[str, Any] = {
@@ -50,8 +64,10 @@ def run(ctx: Context) -> list[Row]:
         for k, loader in theirs.items():
             cases[k] = lambda loader=loader: n / epoch_seconds(loader)
         cases["index_select"] = lambda bs=bs: n / _index_select_epoch(X, bs)
-        ctx.log(f"  batch {bs}: {n:,} x {d} float32, {len(ours)} batches/epoch")
-        res = ctx.measure(f"{TITLE} b{bs}", cases, unit="items/s", repeats=2 * ctx.repeats)
+        ctx.log(f"  batch {bs}: {n:,} x {d} float32, {len(ours)} batches/epoch, "
+                f"{threads} torch thread(s)")
+        res = ctx.measure(f"{TITLE} b{bs} threads={threads}", cases, unit="items/s",
+                          repeats=2 * ctx.repeats)
         close_loader(ours)
         for loader in theirs.values():
             close_loader(loader)
@@ -60,7 +76,7 @@ def run(ctx: Context) -> list[Row]:
         note = "µs/batch: " + ", ".join(
             f"{k} {v:.1f}" for k, v in per_batch.items() if v is not None
         )
-        case = f"{n:,}×{d} f32, batch {bs}, shuffled"
+        case = f"{n:,}×{d} f32, batch {bs}, shuffled, torch threads {threads}"
         ours_label = "clorch_nb inline (get_batch)"
         v_ours, v_isel, v_torch = med.get("clorch_nb"), med.get("index_select"), med.get("torch")
         why = ""

@@ -61,8 +61,9 @@ def _run(ctx: Context) -> list[Row]:
         n = ours_ds.get_size()
         for nw in (0, 2):
             ctx.log(f"  {name}: {n} items of {cost * 1e3:.2f} ms, num_workers={nw}")
-            res = run_group(ctx, f"{TITLE}: {name}", ours_ds=ours_ds, torch_ds=torch_ds, num_workers=nw,
-                            batch_size=bs, value=lambda s, n=n: n / s, unit="items/s")
+            res = run_group(ctx, f"{TITLE}: {name}", ours_ds=ours_ds, torch_ds=torch_ds,
+                            num_workers=nw, batch_size=bs, value=lambda s, n=n: n / s,
+                            unit="items/s")
             case = f"{name} ({cost * 1e3:.2f} ms/item), batch {bs}, num_workers={nw}"
             for b in ["inline"] if nw == 0 else ["thread", "process"]:
                 ours = res.get(f"clorch_nb {b}")

@@ -98,8 +98,9 @@ def _run(ctx: Context) -> list[Row]:
 
     m = 40 if ctx.quick else 1_000
     ctx.log(f"  IPC floor: {m} int items, batch 1, num_workers=1")
-    res = run_group(ctx, f"{TITLE}: IPC floor", ours_ds=datasets.int_items(m), torch_ds=datasets.IntItemsTorch(m),
-                    num_workers=1, batch_size=1, value=lambda s: s / m, unit="s")
+    res = run_group(ctx, f"{TITLE}: IPC floor", ours_ds=datasets.int_items(m),
+                    torch_ds=datasets.IntItemsTorch(m), num_workers=1, batch_size=1,
+                    value=lambda s: s / m, unit="s")
     case = "IPC floor: int items, batch 1, num_workers=1"
     for b in ("process", "thread"):
         s = res.get(f"clorch_nb {b}")

@@ -81,6 +81,11 @@ def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -
 
 
 def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor:
+    # Optimistic: stack first (torch checks the shapes in C), explain only when it fails.
+    try:
+        return torch.stack(list(items), 0)
+    except RuntimeError:
+        pass
     shape = items[0].shape
     for t in items:
         if t.shape != shape:
@@ -95,13 +100,14 @@ def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor
                 key_path=_key_path(path), positions=_odd_ones(groups, tuple(shape)),
                 found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
             )
-    return torch.stack(list(items), 0)
+    return torch.stack(list(items), 0)  # same shapes, so re-raise torch's own error (e.g. dtype)
 
 
 def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
     first = items[0]
     kind = _kind(first)
-    kinds = [_kind(x) for x in items]
+    # Fast path: items of one concrete type (the usual case) need one kind check, not B.
+    kinds = [kind] if len(set(map(type, items))) == 1 else [_kind(x) for x in items]
     if any(k != kind for k in kinds):
         # plain values mixed with tuples are "anything else": a list, whichever comes first
         if set(kinds) <= {"other", "tuple"}:
@@ -111,9 +117,10 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
         return _stack(items, path)
     if kind == "Mapping":
         keys = list(first.keys())
+        first_keys = first.keys()
         key_set = set(keys)
         for i, x in enumerate(items):
-            if set(x.keys()) != key_set:
+            if x.keys() != first_keys and set(x.keys()) != key_set:
                 raise CollateError(
                     f"cannot collate {_path_str(path)}: item {i} has keys {_keys(x)} but item 0 "
                     f"has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "

@@ -94,6 +94,15 @@ class _Plan(Sequence[torch.Tensor]):
         i %= self._len
         return self.order[i * self.batch_size : (i + 1) * self.batch_size]
 
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        # In order, the cheap way: ``split`` makes views ~3x faster than one slice per batch;
+        # done a chunk of batches at a time so nothing is paid far ahead.
+        bs = self.batch_size
+        total = min(self.order.numel(), self._len * bs)
+        step = 1024 * bs
+        for start in range(0, total, step):
+            yield from self.order[start : min(start + step, total)].split(bs)
+
 
 class DataLoader:
     """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
@@ -254,8 +263,8 @@ class DataLoader:
                     worker="the main thread (num_workers=0)",
                 )
                 t1 = time.perf_counter()
-                self._record(
-                    BatchEvent(epoch, bi, -1, len(idx), fetch_s, collate_s, t1 - t0, 0, t1)
+                self._record(  # idx.shape[0]: Tensor.__len__ is a slow Python-level call
+                    BatchEvent(epoch, bi, -1, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1)
                 )
                 yield batch
             done = True

@@ -129,20 +129,50 @@ class CollateFailure:
 
     Attributes:
         batch_index (int): the batch (in epoch order) whose items did not collate.
-        key_path (str | None): the key path named by the error (e.g. ``"['data']"``), None when
-            the items themselves clash.
+        key_path (str | None): the key path, written ``"['data']"`` / ``"['meta']['box']"``;
+            None when the items themselves clash.
         message (str): the error's message (it names positions and shapes).
         notes (tuple[str, ...]): where it ran (batch, worker), from the error's notes.
+        path (tuple | None): the key path as keys (``("meta", "box")``, ``()`` for the items
+            themselves); None when unknown.
+        positions (tuple[int, ...]): positions in the batch of the items that do not match.
+        found (tuple[tuple[str, tuple[int, ...]], ...]): what the items have at the key path,
+            grouped: ``(("shape (1, 7, 7)", (0,)), ("shape (1, 8, 8)", (1, 2, 3)))``.
+
+    The structured fields come from :class:`~clorch_nb.errors.CollateError`'s ``key_path``,
+    ``positions`` and ``found``; for an error raised without them (e.g. by a custom
+    ``collate_fn``) the key path is read from the message when it names one.
     """
 
     batch_index: int
     key_path: str | None
     message: str
     notes: tuple[str, ...] = ()
+    path: tuple[Any, ...] | None = None
+    positions: tuple[int, ...] = ()
+    found: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @classmethod
+    def from_error(cls, batch_index: int, exc: BaseException) -> CollateFailure:
+        """From a raised :class:`~clorch_nb.errors.CollateError`."""
+        message = str(exc)
+        path = getattr(exc, "key_path", None)
+        positions = tuple(getattr(exc, "positions", ()) or ())
+        found = tuple(getattr(exc, "found", ()) or ())
+        if isinstance(path, tuple) and (path or positions or found):
+            key = _key_str(path) if path else None
+        else:  # no structured fields: fall back to the message
+            key = _key_path(message)
+            path = _parse_key(key) if key else None
+        return cls(batch_index, key, message, _notes(exc), path, positions, found)
 
     def describe(self) -> str:
         where = f"key {self.key_path}" if self.key_path else "the items themselves"
         return f"batch {self.batch_index}: CollateError at {where}: {self.message}"
+
+
+def _key_str(path: tuple[Any, ...]) -> str:
+    return "".join(f"[{k!r}]" for k in path)
 
 
 _KEY_RE = re.compile(r"(?:cannot (?:stack|collate)|pad_collate:) key ((?:\[[^\]]*\])+|'[^']*'|\S+?)[:,]")
@@ -154,6 +184,17 @@ def _key_path(message: str) -> str | None:
         return None
     key = m.group(1)
     return key if key.startswith("[") else f"[{key}]"
+
+
+def _parse_key(key: str) -> tuple[Any, ...] | None:
+    """``"['a'][0]"`` -> ``('a', 0)`` (None when it does not parse)."""
+    import ast
+
+    parts = re.findall(r"\[([^\]]*)\]", key)
+    try:
+        return tuple(ast.literal_eval(p) for p in parts) or None
+    except (ValueError, SyntaxError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -229,8 +270,12 @@ class ShapeReport:
     def total_bytes(self) -> int:
         return sum(b.nbytes for b in self.batches)
 
-    def to_text(self) -> str:
-        """The grouped tree, flags and the collate error, deterministic (no timing)."""
+    def to_text(self, *, include_failure: bool = True) -> str:
+        """The grouped tree, flags and the collate error, deterministic (no timing).
+
+        ``include_failure=False`` leaves out the error's message (for a view that shows it
+        elsewhere); the flag line still names the batch and key.
+        """
         n = len(self.batches)
         head = f"Batch shapes: {n}"
         if self.expected_batches is not None:
@@ -248,7 +293,7 @@ class ShapeReport:
             each = " each" if len(g.batch_indices) > 1 else ""
             lines.append(f"{g.label}: {format_bytes(g.first.nbytes)}{each}{flag}")
             lines.extend(_tree(g.first.fields, ragged))
-        if self.failure is not None:
+        if self.failure is not None and include_failure:
             f = self.failure
             lines.append(f"batch {f.batch_index}: COLLATE ERROR at "
                          f"{'key ' + f.key_path if f.key_path else 'the items themselves'}")
@@ -333,7 +378,7 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
             except StopIteration:
                 break
             except CollateError as exc:
-                failure = CollateFailure(len(infos), _key_path(str(exc)), str(exc), _notes(exc))
+                failure = CollateFailure.from_error(len(infos), exc)
                 break
             fields = describe_batch(batch)
             infos.append(BatchInfo(len(infos), fields, _batch_len(fields)))

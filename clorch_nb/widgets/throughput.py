@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.instrumentation import EpochEvent
 
 __all__ = ["HistoryPoint", "ThroughputSnapshot", "ThroughputStats", "WorkerRate", "worker_name"]
 
@@ -125,6 +125,8 @@ class ThroughputStats:
     """Running totals and a rate history from loader events.
 
     Feed it with ``loader.subscribe(stats.add)`` (or call :meth:`add`); read :meth:`snapshot`.
+    Adding is cheap (a list append); the events are folded into totals, a few C-level sums per
+    flush, when :meth:`flush` or :meth:`snapshot` is called.
 
     Args:
         max_history (int): history points kept; older ones are merged pairwise beyond it.
@@ -144,8 +146,11 @@ class ThroughputStats:
     """
 
     def __init__(self, *, max_history: int = 512, rate_window_s: float = 1.0) -> None:
-        self._pending: list[Any] = []
-        self.add = self._pending.append  # the hot path: one C call per event
+        self._pending: list[Any] = []  # batch records since the last flush
+        self._marks: list[tuple[int, EpochEvent]] = []  # (position in _pending, epoch event)
+        #: the hot path for a batch: one C call. Takes a BatchEvent or the same fields as a
+        #: plain tuple (what the monitor passes: a tuple of numbers is untracked by the GC).
+        self.add_batch = self._pending.append
         self.max_history = max_history
         self.rate_window_s = rate_window_s
         self.history: list[HistoryPoint] = []
@@ -161,16 +166,26 @@ class ThroughputStats:
         self.queue_max = 0
         self._closed_s = 0.0  # wall time of finished epochs
         self._t_start: float | None = None  # start of the open epoch
+        self._t_epoch: float | None = None  # start of the last epoch started
         self._t0: float | None = None  # first start: history's time origin
         self._t_last = 0.0
         self._workers: dict[int, list[float]] = {}  # id -> [batches, items, busy_s]
-        # per worker, this epoch: (t_s, items) of its recent batches, oldest first; the first
-        # entry is an anchor (the epoch's start, or the last batch before the window)
-        self._recent: dict[int, list[tuple[float, int]]] = {}
+        # per worker, this epoch: chunks (t_last, items, batches) of its recent batches, one
+        # per fold, oldest first; the first chunk is the anchor (the epoch's start, or the
+        # batches before the window), whose items do not count
+        self._recent: dict[int, list[tuple[float, int, int]]] = {}
+
+    def add(self, event: Any) -> None:
+        """Take one loader event (:class:`BatchEvent` or :class:`EpochEvent`)."""
+        if event.__class__ is EpochEvent:
+            self._marks.append((len(self._pending), event))
+        else:
+            self._pending.append(event)
 
     def add_many(self, events: Iterable[Any]) -> None:
         """:meth:`add` each event."""
-        self._pending.extend(events)
+        for ev in events:
+            self.add(ev)
 
     def elapsed(self, now: float | None = None) -> float:
         """Wall seconds inside epochs up to ``now`` (default: the last event's time)."""
@@ -181,23 +196,24 @@ class ThroughputStats:
 
     def flush(self, now: float | None = None) -> None:
         """Fold the pending events into the totals and append one history point."""
-        pending = self._pending
-        if not pending:
+        pending, marks = self._pending, self._marks
+        if not pending and not marks:
             return
         events = pending[:]
-        del pending[:]  # keep the same list: ``add`` is bound to it
+        del pending[:]  # keep the same list: ``add_batch`` is bound to it
+        epoch_marks = marks[:]
+        del marks[:]
         items0, wait0, queue_n0 = self.items, self.wait_s, self.batches
         queue_sum0 = self.queue_sum
         t_begin = self.elapsed()
-        run: list[BatchEvent] = []
-        for ev in events:
-            if ev.__class__ is BatchEvent:
-                run.append(ev)
-            else:
-                self._fold(run)
-                run = []
-                self._epoch(ev)
-        self._fold(run)
+        # Epoch events only move the clock (time inside epochs) and restart the per-worker
+        # windows, so all batches fold in one go whatever the number of epochs in between.
+        start_pos = 0
+        for i, ev in epoch_marks:
+            self._epoch(ev)
+            if ev.kind == "start":
+                start_pos = i
+        self._fold(events, start_pos)
         t_end = self.elapsed(now)
         dt = t_end - t_begin
         if dt > 0 and self.batches > queue_n0:
@@ -207,60 +223,66 @@ class ThroughputStats:
                 (self.queue_sum - queue_sum0) / (self.batches - queue_n0), per_worker,
             ))
 
-    def _fold(self, evs: list[BatchEvent]) -> None:
+    def _fold(self, evs: list[Any], recent_from: int = 0) -> None:
+        # totals from every batch record; per-worker window chunks from ``evs[recent_from:]``,
+        # the batches of the epoch open (or last started) now
         if not evs:
             return
         cols = list(zip(*evs, strict=True))  # columns in BatchEvent field order
         n = len(evs)
         items, queue = cols[3], cols[7]
+        n_items = sum(items)
         self.batches += n
-        self.items += sum(items)
+        self.items += n_items
         self.wait_s += sum(cols[6])
         self.queue_sum += sum(queue)
         self.queue_max = max(self.queue_max, max(queue))
         self.queue_last = queue[-1]
-        self._t_last = max(self._t_last, cols[8][-1])
         worker_ids, times = cols[2], cols[8]
+        self._t_last = max(self._t_last, times[-1])
         if len(set(worker_ids)) == 1:
             w = worker_ids[0]
             acc = self._workers.setdefault(w, [0, 0, 0.0])
             acc[0] += n
-            acc[1] += sum(items)
+            acc[1] += n_items
             acc[2] += sum(cols[4]) + sum(cols[5])
-            self._recent_of(w, times[0]).extend(zip(times, items, strict=True))
+            if recent_from < n:
+                self._recent_of(w, times[recent_from]).append(
+                    (times[-1], n_items - sum(items[:recent_from]), n - recent_from))
         else:
-            for w, k, f, c, t in zip(worker_ids, items, cols[4], cols[5], times, strict=True):
+            for w, k, f, c in zip(worker_ids, items, cols[4], cols[5], strict=True):
                 acc = self._workers.setdefault(w, [0, 0, 0.0])
                 acc[0] += 1
                 acc[1] += k
                 acc[2] += f + c
-                self._recent_of(w, t).append((t, k))
-        self._prune(self._t_last)
+            chunk: dict[int, list[Any]] = {}  # id -> [t_last, items, batches, t_first]
+            for w, k, t in zip(worker_ids[recent_from:], items[recent_from:], times[recent_from:],
+                               strict=True):
+                ch = chunk.get(w)
+                if ch is None:
+                    chunk[w] = [t, k, 1, t]
+                else:
+                    ch[0] = t
+                    ch[1] += k
+                    ch[2] += 1
+            for w, (t, k, m, t_first) in chunk.items():
+                self._recent_of(w, t_first).append((t, k, m))
 
-    def _recent_of(self, worker_id: int, t_first: float) -> list[tuple[float, int]]:
+    def _recent_of(self, worker_id: int, t_first: float) -> list[tuple[float, int, int]]:
         recent = self._recent.get(worker_id)
         if recent is None:  # first batch of this worker in this epoch: anchor at the epoch start
-            anchor = self._t_start if self._t_start is not None else t_first
-            recent = self._recent[worker_id] = [(min(anchor, t_first), 0)]
+            anchor = self._t_epoch if self._t_epoch is not None else t_first
+            recent = self._recent[worker_id] = [(min(anchor, t_first), 0, 0)]
         return recent
-
-    def _prune(self, t_raw: float) -> None:
-        cut = t_raw - self.rate_window_s
-        for recent in self._recent.values():
-            k = 0
-            while len(recent) - k > 2 and recent[k + 1][0] <= cut:
-                k += 1
-            if k:
-                del recent[:k]
 
     def worker_rates(self, now: float | None = None) -> dict[int, float]:
         """Items/s of each worker of the open (or last) epoch over a sliding window, smooth
         from batch to batch.
 
-        Measured between that worker's own batches: the items of its batches in the last
-        ``rate_window_s`` seconds (at least its last one) over the time since the batch before
-        them (or the epoch's start), so the count does not jump by one batch whenever a
-        refresh window happens to hold one more of them. A worker silent for longer than its
+        Measured between that worker's own batches: its items since the last of its batches
+        before the window (``rate_window_s`` seconds back; or since the epoch's start) over the
+        time from that batch to its latest one, so the rate does not jump by one batch whenever
+        a refresh window happens to hold one more of them. A worker silent for longer than its
         usual gap between batches decays towards 0.
 
         Args:
@@ -270,22 +292,29 @@ class ThroughputStats:
             >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
             >>> s = ThroughputStats()
             >>> s.add(EpochEvent("start", 0, 9, "thread", 2, 0.0))
-            >>> for i in range(6):  # worker 0 and 1 take turns, one 8-item batch per 0.5 s
+            >>> for i in range(6):  # workers 0 and 1 take turns, one 8-item batch per 0.5 s
             ...     s.add(BatchEvent(0, i, i % 2, 8, 0.0, 0.0, 0.0, 0, 0.5 * (i + 1)))
-            >>> s.flush(); s.worker_rates()
+            ...     s.flush()  # the monitor flushes a few times a second
+            >>> s.worker_rates()  # each: 8 items per second, though they alternate
             {0: 8.0, 1: 8.0}
+            >>> s.worker_rates(now=5.0)  # later, nothing new: decaying towards 0
+            {0: 3.2, 1: 4.0}
         """
         t = self._t_last if now is None else max(now, self._t_last)
-        self._prune(t)
+        cut = t - self.rate_window_s
         rates: dict[int, float] = {}
         for w, recent in self._recent.items():
-            k = len(recent) - 1
-            if k < 1:
+            k = 0  # drop chunks wholly before the window, keeping one as the anchor
+            while len(recent) - k > 2 and recent[k + 1][0] <= cut:
+                k += 1
+            if k:
+                del recent[:k]
+            if len(recent) < 2:
                 continue
             t_first, t_last = recent[0][0], recent[-1][0]
             span = t_last - t_first
-            items = sum(n for _, n in recent[1:])
-            gap = span / k
+            items = sum(c[1] for c in recent[1:])
+            gap = span / sum(c[2] for c in recent[1:])
             denom = span + max(0.0, (t - t_last) - gap)
             rates[w] = items / denom if denom > 0 else 0.0
         return rates
@@ -298,7 +327,7 @@ class ThroughputStats:
                 self._closed_s += max(0.0, ev.t_s - self._t_start)
             self.epochs += 1
             self.running = True
-            self._t_start = ev.t_s
+            self._t_start = self._t_epoch = ev.t_s
             self._recent = {}  # workers start anew each epoch
             if self._t0 is None:
                 self._t0 = ev.t_s

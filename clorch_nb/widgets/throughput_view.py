@@ -2,16 +2,19 @@
 worker), the share of time the loop waits for data, and queue depth; the numbers come from
 :class:`~clorch_nb.widgets.throughput.ThroughputStats`, fed by the loader's events.
 
-Why it stays cheap (at most a few % of the loop):
+Why it stays cheap (a few % of the loop at most):
 
-* per batch, the subscriber appends the event to a list and compares one float (its ``t_s``)
-  with the next refresh time; no clock read, no widget traffic;
+* ``for batch in monitor(loader)`` iterates the loader's own iterator (no wrapper); per batch
+  the subscriber keeps the event's numbers as a plain tuple (one the GC untracks) and compares
+  its timestamp with the next refresh time: no clock read, no widget traffic;
 * at most ``refresh_hz`` times a second, on the consuming thread (a notebook's kernel cannot run
-  timers while a cell blocks), the events are folded into totals and the text is updated inside
-  one ``hold_sync`` message;
-* the chart (Agg -> PNG -> ``ipywidgets.Image``) is redrawn at most ``refresh_hz`` times a second
-  and no more often than keeps its own cost under ``chart_budget`` of the wall time (a redraw
-  that took 30 ms waits at least 1.5 s at the default 2 %).
+  timers while a cell blocks), the events are folded into totals (C-level sums) and the text is
+  updated inside one ``hold_sync`` message;
+* the chart (``ipywidgets.Image``) is one matplotlib figure made once: a live frame restores
+  the cached axes, draws the lines and encodes the pixels (a few ms); the axes are drawn again
+  only when their stepped limits grow. It is redrawn at most ``chart_hz`` times a second and
+  only while all live drawing stays within ``chart_budget`` of the loop's time (the first
+  frame comes after 1 s); the final chart, drawn when the cell ends, is a full draw.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from clorch_nb.errors import ConfigError
+from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.widgets._base import View
 from clorch_nb.widgets._render import DPI, RANK_COLORS, figure_png, new_figure
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats, worker_name
@@ -71,6 +75,7 @@ class ThroughputChart:
 
     Attributes:
         frames (int): PNGs made; ``full_draws`` of them drew the whole figure.
+        last_blit_s (float | None): wall seconds of the last blitted (live) frame.
     """
 
     def __init__(self, *, dpi: int = DPI) -> None:
@@ -105,6 +110,7 @@ class ThroughputChart:
         self._background: Any = None
         self.frames = 0
         self.full_draws = 0
+        self.last_blit_s: float | None = None  # seconds the last blitted frame took
 
     def _dynamic(self) -> list[Any]:
         return [self.total, *self.workers.values(), self.wait, self.queue, self.empty]
@@ -156,6 +162,7 @@ class ThroughputChart:
                final: bool = False) -> bytes:
         """Update the artists from ``stats.history`` and return the PNG: a blitted live frame,
         or with ``final=True`` the full chart."""
+        t0 = time.perf_counter()
         tmax, top, qtop, ids = self._set_data(stats, snap)
         self._set_legend(ids)
         # live frames: the numbers are in the monitor's text beside the chart, so the headline
@@ -176,11 +183,11 @@ class ThroughputChart:
             self._layout = self._background = None
             self.full_draws += 1
             return figure_png(self.fig)
-        layout = (_nice_ceil(tmax * 1.05), _nice_ceil(top * 1.1), _nice_ceil(qtop * 1.1), ids)
+        layout = (_nice_ceil(max(tmax * 1.05, 5.0)), _nice_ceil(max(top * 1.1, 1.0)),
+                  _nice_ceil(max(qtop * 1.1, 1.0)), ids)
+        if self._layout is not None:  # live limits only grow: no back-and-forth redraws
+            layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)), ids)
         if layout != self._layout:
-            if self._layout is not None:  # live limits only grow: no back-and-forth redraws
-                layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)),
-                          ids)
             for ax in self.axes:
                 ax.set_xlim(0, layout[0])
             a0.set_ylim(0, layout[1])
@@ -191,12 +198,17 @@ class ThroughputChart:
             self._background = self.canvas.copy_from_bbox(self.fig.bbox)
             self._layout = layout
             self.full_draws += 1
+            blit = False
         else:
             self.canvas.restore_region(self._background)
+            blit = True
         for a in self._dynamic():
             if a.get_visible():
                 self.fig.draw_artist(a)
-        return _buffer_png(self.canvas)
+        png = _buffer_png(self.canvas)
+        if blit:
+            self.last_blit_s = time.perf_counter() - t0
+        return png
 
 
 def _buffer_png(canvas: FigureCanvasAgg) -> bytes:
@@ -218,20 +230,35 @@ def draw_throughput(stats: ThroughputStats, snap: ThroughputSnapshot) -> Figure:
 
 
 class ThroughputMonitor(View):
-    """Wraps iteration over a loader and shows its throughput live; see :func:`monitor`."""
+    """Wraps iteration over a loader and shows its throughput live; see :func:`monitor`.
 
-    def __init__(self, loader: Any, *, refresh_hz: float = 4.0, chart_budget: float = 0.02) -> None:
+    Args:
+        loader (DataLoader): the loader to watch (through its ``subscribe``).
+        refresh_hz (float): most text updates per second.
+        chart_hz (float): most chart redraws per second.
+        chart_budget (float): the chart's share of the loop's wall time, at most: a redraw
+            waits until the time spent drawing so far, plus the next one, fits in it.
+
+    Attributes:
+        redraws (int): chart PNGs pushed to the widget (``live_frames`` of them while
+            iterating); ``updates``: text updates pushed.
+    """
+
+    def __init__(self, loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0,
+                 chart_budget: float = 0.03) -> None:
         if not callable(getattr(loader, "subscribe", None)):
             raise ConfigError(
                 f"monitor needs a clorch_nb DataLoader (something with .subscribe(callback)), got "
                 f"{type(loader).__name__}"
             )
-        if isinstance(refresh_hz, bool) or not isinstance(refresh_hz, int | float) or not refresh_hz > 0:
-            raise ConfigError(f"refresh_hz={refresh_hz!r} must be a number > 0 (redraws per second)")
+        for name, value in (("refresh_hz", refresh_hz), ("chart_hz", chart_hz)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ConfigError(f"{name}={value!r} must be a number > 0 (updates per second)")
         if not 0 < chart_budget <= 1:
             raise ConfigError(f"chart_budget={chart_budget!r} must be in (0, 1]")
         self.loader = loader
         self.refresh_hz = float(refresh_hz)
+        self.chart_hz = float(chart_hz)
         self.chart_budget = chart_budget
         self.stats = ThroughputStats()
         self.redraws = 0  # chart PNGs pushed to the widget
@@ -240,16 +267,24 @@ class ThroughputMonitor(View):
         self.live = self._kernel  # push updates while iterating (off in scripts)
         self._final_pending = False
         self._interval = 1.0 / self.refresh_hz
+        self._chart_interval = 1.0 / self.chart_hz
         self._next_tick = 0.0
         self._next_chart = 0.0
+        self._chart_spent = 0.0  # seconds spent drawing live charts while iterating
+        self.live_frames = 0  # of the redraws, those made while iterating
         self._handle: Any = None
+        self._unsubscribe: Any = None
         self.title = W.HTML()
         self.numbers = W.HTML()
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.widget = W.VBox([self.title, self.image, self.numbers])
         self._chart = ThroughputChart()
-        self._chart_cost = 0.0
-        self._update(chart=True)
+        t0 = time.perf_counter()
+        self._update(chart=True)  # the empty chart; it also lays out the live background
+        # what the next chart may cost: like this full draw (the process's first one also loads
+        # fonts, hence the cap); one blitted frame now measures what later frames cost
+        self._chart_est = min(time.perf_counter() - t0, 0.1)
+        self._chart.render(self.stats, self.stats.snapshot())
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -257,26 +292,57 @@ class ThroughputMonitor(View):
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
-        """One epoch of the loader, with the panel updating while it runs."""
+        """One epoch of the loader, with the panel updating while it runs.
+
+        Returns the loader's own iterator (no wrapper: nothing is added per batch but the event
+        subscriber); the subscription ends with the epoch's end (or stop) event.
+        """
         if self._kernel and self.live and self._handle is None:
             from IPython.display import display
 
             self._handle = display(self, display_id=True)
-        if self._next_chart == 0.0:  # the first chart waits as long as the last one cost
-            self._next_chart = time.perf_counter() + max(
-                self._interval, self._chart_cost / self.chart_budget)
-        unsubscribe = self.loader.subscribe(self._subscriber())
-        try:
-            yield from self.loader
-        finally:
-            unsubscribe()
-            if self.live:
-                # Epochs can be milliseconds long: the same throttle as during the epoch; the
-                # cell's end brings the final text and chart (see finish).
-                now = time.perf_counter()
-                if now >= self._next_tick:
-                    self._tick(now)
-                self._schedule_finish()
+        it = iter(self.loader)  # an epoch of ours still open hears its "stopped" event here
+        self._end_subscription()  # an iterator made but never started
+        self._unsubscribe = self.loader.subscribe(self._subscriber())
+        return it  # type: ignore[no-any-return]
+
+    def _end_subscription(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+
+    def _subscriber(self) -> Any:
+        # Runs on the consuming thread for every event. Per batch: the event's fields kept as a
+        # plain tuple (numbers only, so Python's GC untracks it at its next collection; kept
+        # BatchEvent objects would be promoted and make full collections more frequent, which
+        # costs more than the rest of this together), and one float compare with the next
+        # refresh time (the event's own timestamp, no clock read). A closure: fewer attribute
+        # lookups than a method.
+        stats, tick, live, batch_event = self.stats, self._tick, self.live, BatchEvent
+        add_batch = stats.add_batch
+
+        def on_event(ev: Any) -> None:
+            if ev.__class__ is batch_event:
+                add_batch(tuple(ev))
+                if ev.t_s >= self._next_tick and live:
+                    tick(ev.t_s)
+                return
+            stats.add(ev)
+            if ev.kind != "start":
+                self._epoch_over(ev.t_s)
+            elif ev.t_s >= self._next_tick and live:
+                tick(ev.t_s)
+
+        return on_event
+
+    def _epoch_over(self, now: float) -> None:
+        self._end_subscription()
+        if self.live:
+            # Epochs can be milliseconds long: the same throttle as during the epoch; the
+            # cell's end brings the final text and chart (see finish).
+            if now >= self._next_tick:
+                self._tick(now)
+            self._schedule_finish()
 
     def _schedule_finish(self) -> None:
         if self._final_pending or not self._kernel:
@@ -297,32 +363,34 @@ class ThroughputMonitor(View):
         """Draw the final chart and put the final text + PNG into the cell's output (so a saved
         notebook shows them). Called when the cell that iterated ends; call it yourself when
         iterating outside a notebook cell."""
-        self._update(chart=True)
+        self._update(chart=True, final=True)
         if self._handle is not None:
             self._handle.update(self)
 
-    def _subscriber(self) -> Any:
-        # Runs on the consuming thread for every event: an append and one float compare (the
-        # event's own timestamp, no clock read). A closure: fewer attribute lookups than a method.
-        add, tick, live = self.stats.add, self._tick, self.live
-
-        def on_event(ev: Any) -> None:
-            add(ev)
-            if ev.t_s >= self._next_tick and live:
-                tick(ev.t_s)
-
-        return on_event
+    def _chart_due(self, now: float) -> bool:
+        # The first live frame (a full draw: the axes get their limits) once the loop has run
+        # for two chart intervals; after it, at most chart_hz, and only while all the live
+        # drawing so far plus the next frame fits in chart_budget of the loop's (in-epoch) wall
+        # time: the first frame is paid back before the next, and a 1 s loop sees one frame.
+        elapsed = self.stats.elapsed(now)
+        if not self.live_frames:
+            return elapsed >= 2 * self._chart_interval
+        return now >= self._next_chart and (
+            self._chart_spent + self._chart_est <= self.chart_budget * elapsed)
 
     def _tick(self, now: float) -> None:
         try:
-            self._update(chart=now >= self._next_chart, now=now)
+            self._update(chart=None, now=now)
         except Exception as exc:  # noqa: BLE001 - a display problem must never stop the loop
             self.live = False
             warnings.warn(f"throughput monitor stopped updating: {exc!r}", RuntimeWarning, stacklevel=2)
         self._next_tick = now + self._interval
 
-    def _update(self, *, chart: bool, now: float | None = None) -> None:
+    def _update(self, *, chart: bool | None, now: float | None = None, final: bool = False) -> None:
+        # chart=None: a tick while iterating; whether to redraw is decided on the fresh totals
         snap = self.stats.snapshot(now)
+        if chart is None:
+            chart = now is not None and self._chart_due(now)
         with self.widget.hold_sync():
             self.title.value = (
                 f"<b>{'Running' if snap.running else 'Done'}</b>: {snap.items:,} items, "
@@ -331,11 +399,16 @@ class ThroughputMonitor(View):
             self.numbers.value = f"<pre style='font-size:12px;margin:0'>{html.escape(snap.to_text())}</pre>"
             if chart:
                 t0 = time.perf_counter()
-                self.image.value = self._chart.render(self.stats, snap)
-                cost = self._chart_cost = time.perf_counter() - t0
+                self.image.value = self._chart.render(self.stats, snap, final=final)
+                cost = time.perf_counter() - t0
                 self.redraws += 1
-                if now is not None:
-                    self._next_chart = now + max(self._interval, cost / self.chart_budget)
+                if now is not None:  # a live frame while iterating
+                    self.live_frames += 1
+                    self._chart_spent += cost
+                    # the next frame is most likely a blit (the limits grow rarely)
+                    self._chart_est = cost if self._chart.last_blit_s is None else (
+                        self._chart.last_blit_s)
+                    self._next_chart = now + self._chart_interval
         self.updates += 1
 
     # -- static forms ---------------------------------------------------------------------------
@@ -354,7 +427,7 @@ class ThroughputMonitor(View):
         return self.stats.snapshot().to_text()
 
     def to_png(self) -> bytes:
-        return self._chart.render(self.stats, self.stats.snapshot())
+        return self._chart.render(self.stats, self.stats.snapshot(), final=True)
 
     def __repr__(self) -> str:
         s = self.stats.snapshot()
@@ -372,7 +445,7 @@ class _Summary(dict[str, Any]):
         return self._text
 
 
-def monitor(loader: Any, *, refresh_hz: float = 4.0) -> ThroughputMonitor:
+def monitor(loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0) -> ThroughputMonitor:
     """Iterate ``loader`` with a live throughput panel: ``for batch in monitor(loader): ...``.
 
     In a notebook the panel appears when iteration starts and updates while the cell runs:
@@ -383,8 +456,9 @@ def monitor(loader: Any, *, refresh_hz: float = 4.0) -> ThroughputMonitor:
 
     Args:
         loader (DataLoader): the loader to run; the monitor only subscribes to its events.
-        refresh_hz (float): most redraws per second (text and chart); the chart also waits long
-            enough to keep its rendering under 2 % of the loop's time.
+        refresh_hz (float): most text updates per second.
+        chart_hz (float): most chart redraws per second; the chart also keeps its drawing
+            under 3 % of the loop's time (``ThroughputMonitor(chart_budget=...)``).
 
     Returns:
         ThroughputMonitor: iterable (yields the loader's batches), with ``summary()``,
@@ -399,4 +473,4 @@ def monitor(loader: Any, *, refresh_hz: float = 4.0) -> ThroughputMonitor:
         >>> sum(len(b["data"]) for b in mon), mon.summary()["items"]
         (100, 100)
     """
-    return ThroughputMonitor(loader, refresh_hz=refresh_hz)
+    return ThroughputMonitor(loader, refresh_hz=refresh_hz, chart_hz=chart_hz)
