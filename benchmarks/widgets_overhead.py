@@ -163,7 +163,7 @@ def monitor_cost(reps: int, epochs: int, epochs_train: int | None = None) -> dic
                 if body is not None:
                     body(b)
         dt = time.process_time() - t0
-        watched.redraws.append(mon.live_frames)  # type: ignore[attr-defined]
+        watched.redraws.append(getattr(mon, "live_frames", mon.redraws))  # type: ignore[attr-defined]
         watched.updates.append(mon.updates)  # type: ignore[attr-defined]
         return dt
 

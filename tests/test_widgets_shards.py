@@ -131,7 +131,9 @@ def test_toggle_labels_fit_and_big_grids_colour_by_index() -> None:
 
     v = ShardView(10, 3)
     t = v.color_toggle
-    assert t.description == "colour by" and t.style.description_width == "initial"
+    assert v.color_label.value == "colour by:" and t.description == ""
+    row = next(r for r in v.widget.children if t in getattr(r, "children", ()))
+    assert list(row.children) == [v.epoch_slider, v.color_label, t]
     assert [label for label, _ in t.options] == ["rank", "dataset index"]
     assert t.value == "rank"  # 4 positions: numbers in the cells, colour by rank
     big = ShardView(1437, 2, epochs=1)

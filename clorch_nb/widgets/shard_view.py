@@ -332,10 +332,13 @@ class ShardView(View):
         self.epoch_slider = W.IntSlider(value=0, min=0, max=max(n_ep - 1, 0), description="epoch",
                                         continuous_update=False, disabled=n_ep == 1)
         big = max(e.num_positions for e in self.table.epochs) > _MAX_LABELLED
+        # the label as its own widget: a ToggleButtons description sits above the buttons
+        self.color_label = W.Label("colour by:",
+                                   layout=W.Layout(width="auto", margin="0 4px 0 24px"))
         self.color_toggle = W.ToggleButtons(
-            options=[("rank", "rank"), ("dataset index", "index")], description="colour by",
+            options=[("rank", "rank"), ("dataset index", "index")],
             value="index" if big else "rank",  # big grids: the indices tell more than the rows
-            style={"description_width": "initial", "button_width": "110px"})
+            style={"button_width": "110px"}, layout=W.Layout(width="auto"))
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.check = W.HTML()
         self.error = W.HTML()
@@ -364,7 +367,7 @@ class ShardView(View):
             rows.append(W.HBox([c["shuffle"], c["drop_last"], c["set_epoch"]]))
         self.epoch_slider.observe(self._on_view, names="value")
         self.color_toggle.observe(self._on_view, names="value")
-        rows.append(W.HBox([self.epoch_slider, self.color_toggle]))
+        rows.append(W.HBox([self.epoch_slider, self.color_label, self.color_toggle]))
         self.widget = W.VBox([*rows, self.error, self.image, self.check])
         self._refresh()
 

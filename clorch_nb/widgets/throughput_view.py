@@ -30,6 +30,7 @@ from typing import Any
 import ipywidgets as W
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from clorch_nb.errors import ConfigError
@@ -74,7 +75,8 @@ class ThroughputChart:
     draw with tight limits.
 
     Attributes:
-        frames (int): PNGs made; ``full_draws`` of them drew the whole figure.
+        frames (int): PNGs made; ``full_draws`` of them drew axes again (the whole figure, or
+            only a panel whose y limit grew).
         last_blit_s (float | None): wall seconds of the last blitted (live) frame.
     """
 
@@ -106,6 +108,16 @@ class ThroughputChart:
                              color="grey", fontsize=10)
         self._legend_ids: tuple[int, ...] | None = None
         self._key: list[Any] = []
+        # white boxes over a panel with its tick labels (not over its title or the x label
+        # under it): painted before drawing that panel alone again
+        self._erasers = []
+        for ax in self.axes:
+            pos = ax.get_position()
+            box = Rectangle((pos.x0 - 0.062, 0.075), pos.width + 0.077, 0.66,
+                            transform=fig.transFigure, facecolor="white", edgecolor="none",
+                            animated=True, visible=False)
+            fig.patches.append(box)
+            self._erasers.append(box)
         self._layout: tuple[Any, ...] | None = None  # what the cached background shows
         self._background: Any = None
         self.frames = 0
@@ -187,14 +199,26 @@ class ThroughputChart:
                   _nice_ceil(max(qtop * 1.1, 1.0)), ids)
         if self._layout is not None:  # live limits only grow: no back-and-forth redraws
             layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)), ids)
-        if layout != self._layout:
+        old = self._layout
+        if layout != old:
             for ax in self.axes:
                 ax.set_xlim(0, layout[0])
             a0.set_ylim(0, layout[1])
             a2.set_ylim(0, layout[2])
-            for a in self._dynamic():
-                a.set_animated(True)
-            self.canvas.draw()  # everything but the animated artists
+            if old is not None and self._background is not None and old[0] == layout[0] and (
+                    old[3] == layout[3]):
+                # only a y limit grew: draw just that panel again on the cached background
+                self.canvas.restore_region(self._background)
+                for i, changed in ((0, old[1] != layout[1]), (2, old[2] != layout[2])):
+                    if changed:
+                        self._erasers[i].set_visible(True)
+                        self.fig.draw_artist(self._erasers[i])
+                        self._erasers[i].set_visible(False)
+                        self.fig.draw_artist(self.axes[i])  # skips the animated lines
+            else:
+                for a in self._dynamic():
+                    a.set_animated(True)
+                self.canvas.draw()  # everything but the animated artists
             self._background = self.canvas.copy_from_bbox(self.fig.bbox)
             self._layout = layout
             self.full_draws += 1
@@ -274,6 +298,8 @@ class ThroughputMonitor(View):
         self.live_frames = 0  # of the redraws, those made while iterating
         self._handle: Any = None
         self._unsubscribe: Any = None
+        self._on_event: Any = None  # the subscriber, made once (for the current ``live``)
+        self._on_event_live = False
         self.title = W.HTML()
         self.numbers = W.HTML()
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
@@ -303,7 +329,9 @@ class ThroughputMonitor(View):
             self._handle = display(self, display_id=True)
         it = iter(self.loader)  # an epoch of ours still open hears its "stopped" event here
         self._end_subscription()  # an iterator made but never started
-        self._unsubscribe = self.loader.subscribe(self._subscriber())
+        if self._on_event is None or self._on_event_live != self.live:
+            self._on_event, self._on_event_live = self._subscriber(), self.live
+        self._unsubscribe = self.loader.subscribe(self._on_event)
         return it  # type: ignore[no-any-return]
 
     def _end_subscription(self) -> None:
