@@ -64,6 +64,7 @@ class Field:
         return _path_str(self.path)
 
     def describe(self) -> str:
+        """``"(B, ...) dtype bytes"`` for this field."""
         shape = str(self.shape) if self.shape is not None else ""
         return f"{shape} {self.dtype} {format_bytes(self.nbytes)}".strip()
 
@@ -120,6 +121,7 @@ class BatchInfo:
         return sum(f.nbytes or 0 for f in self.fields)
 
     def signature(self) -> tuple[tuple[Any, ...], ...]:
+        """(path, kind, shape, dtype) of each field: batches with equal signatures are grouped."""
         return tuple((f.path, f.kind, f.shape, f.dtype) for f in self.fields)
 
 
@@ -167,6 +169,7 @@ class CollateFailure:
         return cls(batch_index, key, message, _notes(exc), path, positions, found)
 
     def describe(self) -> str:
+        """One line: the batch, the key path and the error message."""
         where = f"key {self.key_path}" if self.key_path else "the items themselves"
         return f"batch {self.batch_index}: CollateError at {where}: {self.message}"
 
@@ -269,6 +272,14 @@ class ShapeReport:
     @property
     def total_bytes(self) -> int:
         return sum(b.nbytes for b in self.batches)
+
+    def __repr__(self) -> str:
+        # The text form, not the dataclass dump: this is what a notebook shows for
+        # ``widgets.batch_shapes(loader)`` on its own line.
+        return self.to_text()
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(self.to_text())
 
     def to_text(self, *, include_failure: bool = True) -> str:
         """The grouped tree, flags and the collate error, deterministic (no timing).

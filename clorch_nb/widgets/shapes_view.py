@@ -230,9 +230,11 @@ class BatchShapesView(View):
         return int(self.batch_slider.value) if self.report.batches else None
 
     def to_text(self) -> str:
+        """The grouped key tree, flags and any collate error, as deterministic text."""
         return self.report.to_text()
 
     def to_png(self) -> bytes:
+        """The bytes-per-field chart (or the error panel) with the selected batch, as PNG."""
         return figure_png(draw_shapes(self.report, self.selected))
 
     def __repr__(self) -> str:

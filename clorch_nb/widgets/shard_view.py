@@ -317,9 +317,11 @@ class ShardView(View):
         return self.color_toggle.value  # type: ignore[no-any-return]
 
     def to_text(self) -> str:
+        """The shown epoch's grid and every epoch's check line, as deterministic text."""
         return self.table.to_text(self.epoch)
 
     def to_png(self) -> bytes:
+        """The shown epoch's grid (padding hatched, check lines below), as PNG."""
         return figure_png(draw_shards(self.table, self.epoch, color_by=self.color_by))
 
     def __repr__(self) -> str:

@@ -452,9 +452,11 @@ class ThroughputMonitor(View):
         return _Summary(snap.as_dict(), snap.to_text())
 
     def to_text(self) -> str:
+        """The current numbers (items/s overall and per worker, waiting share, queue depth)."""
         return self.stats.snapshot().to_text()
 
     def to_png(self) -> bytes:
+        """The full-quality chart of the run so far, as PNG."""
         return self._chart.render(self.stats, self.stats.snapshot(), final=True)
 
     def __repr__(self) -> str:
