@@ -123,12 +123,15 @@ def augmented_digits(*, work: int = 4, seed: int | None = None) -> Any:
 
     kwargs: dict[str, Any] = {"work": work, "seed": seed}
     return dataset(
-        size=len(images), get_item=get_item,
+        size=len(images),
+        get_item=get_item,
         process_spec={"factory": "clorch_nb.examples:augmented_digits", "kwargs": kwargs},
     )
 
 
-def write_digit_pngs(root: str | os.PathLike[str], *, limit: int | None = None, scale: int = 4) -> Path:
+def write_digit_pngs(
+    root: str | os.PathLike[str], *, limit: int | None = None, scale: int = 4
+) -> Path:
     """Write the digits as PNG files ``root/<label>/<index:04d>.png`` (upscaled ``scale`` times),
     to have real image files to decode. Returns ``root``; existing files are kept.
 
@@ -149,7 +152,7 @@ def write_digit_pngs(root: str | os.PathLike[str], *, limit: int | None = None, 
             continue
         path.parent.mkdir(parents=True, exist_ok=True)
         pixels = np.rint(images[i] * 255).astype(np.uint8)
-        Image.fromarray(pixels).resize((8 * scale, 8 * scale), Image.NEAREST).save(path)
+        Image.fromarray(pixels).resize((8 * scale, 8 * scale), Image.Resampling.NEAREST).save(path)
     return root
 
 
@@ -173,7 +176,9 @@ def image_folder_dataset(root: str) -> Any:
     base = Path(root)
     classes = sorted(p.name for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
     files = [
-        (str(f), ci) for ci, c in enumerate(classes) for f in sorted((base / c).iterdir())
+        (str(f), ci)
+        for ci, c in enumerate(classes)
+        for f in sorted((base / c).iterdir())
         if f.suffix.lower() in {".png", ".jpg", ".jpeg"}
     ]
     if not files:
@@ -183,10 +188,15 @@ def image_folder_dataset(root: str) -> Any:
         path, label = files[check_index(idx, len(files))]
         with Image.open(path) as im:
             arr = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
-        return {"data": torch.from_numpy(arr).unsqueeze(0), "target": torch.tensor(label), "path": path}
+        return {
+            "data": torch.from_numpy(arr).unsqueeze(0),
+            "target": torch.tensor(label),
+            "path": path,
+        }
 
     return dataset(
-        size=len(files), get_item=get_item,
+        size=len(files),
+        get_item=get_item,
         process_spec={"factory": "clorch_nb.examples:image_folder_dataset", "args": [str(root)]},
     )
 
@@ -209,4 +219,3 @@ def pydoc_text(*, max_chars: int | None = None) -> str:
 
     text = " ".join(re.sub(r"\s+", " ", topics[k]) for k in sorted(topics))
     return text if max_chars is None else text[:max_chars]
-

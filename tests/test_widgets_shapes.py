@@ -14,8 +14,11 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _seq_item(i: int) -> dict:
-    return {"tokens": torch.arange(i % 5 + 1), "label": torch.tensor(i % 2),
-            "meta": {"id": f"s{i}", "w": torch.ones(2)}}
+    return {
+        "tokens": torch.arange(i % 5 + 1),
+        "label": torch.tensor(i % 2),
+        "meta": {"id": f"s{i}", "w": torch.ones(2)},
+    }
 
 
 def _bad_image_item(i: int) -> dict:
@@ -30,15 +33,22 @@ def num_workers(request: pytest.FixtureRequest) -> int:
 def test_digits_groups_and_partial_last_batch(num_workers: int) -> None:
     from clorch_nb.examples import digits_dataset
 
-    with data.dataloader(digits_dataset(), batch_size=64, shuffle=False,
-                         num_workers=num_workers, worker_backend="thread") as loader:
+    with data.dataloader(
+        digits_dataset(),
+        batch_size=64,
+        shuffle=False,
+        num_workers=num_workers,
+        worker_backend="thread",
+    ) as loader:
         r = batch_shapes(loader)
     assert len(r.batches) == 29 and r.expected_batches == 29 and r.batch_size == 64
     g0, g1 = r.groups
     assert g0.batch_indices == tuple(range(28)) and not g0.partial
     assert g1.batch_indices == (28,) and g1.partial
     assert [(f.name, f.shape, f.dtype, f.nbytes) for f in g0.first.fields] == [
-        ("data", (64, 64), "float32", 64 * 64 * 4), ("target", (64,), "int64", 64 * 8)]
+        ("data", (64, 64), "float32", 64 * 64 * 4),
+        ("target", (64,), "int64", 64 * 8),
+    ]
     assert r.partial_batches == [28] and r.batches[28].num_items == 1797 - 28 * 64
     assert r.ragged == {} and r.failure is None
     assert r.total_bytes == 1797 * (64 * 4 + 8)
@@ -60,8 +70,9 @@ def test_ragged_field_flagged_not_partial_alone() -> None:
 
 def test_collate_error_shown_in_place_with_key_path(num_workers: int) -> None:
     ds = data.dataset(size=10, get_item=_bad_image_item)
-    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=num_workers,
-                         worker_backend="thread") as loader:
+    with data.dataloader(
+        ds, batch_size=4, shuffle=False, num_workers=num_workers, worker_backend="thread"
+    ) as loader:
         r = batch_shapes(loader)  # no exception escapes
     assert len(r.batches) == 1
     assert r.failure is not None
@@ -74,8 +85,9 @@ def test_nested_key_path_and_bare_items() -> None:
     def item(i: int) -> dict:
         return {"a": {"b": torch.zeros(2 if i else 3)}}
 
-    r = batch_shapes(data.dataloader(data.dataset(size=4, get_item=item), batch_size=4,
-                                     shuffle=False))
+    r = batch_shapes(
+        data.dataloader(data.dataset(size=4, get_item=item), batch_size=4, shuffle=False)
+    )
     assert r.failure is not None and r.failure.key_path == "['a']['b']"
 
 
@@ -94,9 +106,13 @@ def test_max_batches_and_other_errors_propagate() -> None:
 
 
 def test_describe_batch_tuple_and_bytes() -> None:
-    fields = describe_batch((torch.zeros(2, 3, dtype=torch.float16), torch.zeros(2, dtype=torch.bool)))
+    fields = describe_batch(
+        (torch.zeros(2, 3, dtype=torch.float16), torch.zeros(2, dtype=torch.bool))
+    )
     assert [(f.path, f.shape, f.dtype, f.nbytes) for f in fields] == [
-        ((0,), (2, 3), "float16", 12), ((1,), (2,), "bool", 2)]
+        ((0,), (2, 3), "float16", 12),
+        ((1,), (2,), "bool", 2),
+    ]
     assert format_bytes(512) == "512 B" and format_bytes(1536) == "1.5 KiB"
     assert format_bytes(3 * 1024**2) == "3.0 MiB" and format_bytes(None) == "-"
 
@@ -124,8 +140,11 @@ def test_view_shows_collate_error_without_traceback() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb.widgets import BatchShapesView
 
-    v = BatchShapesView(data.dataloader(data.dataset(size=10, get_item=_bad_image_item),
-                                        batch_size=4, shuffle=False))
+    v = BatchShapesView(
+        data.dataloader(
+            data.dataset(size=10, get_item=_bad_image_item), batch_size=4, shuffle=False
+        )
+    )
     assert "CollateError at key [&#x27;image&#x27;]" in v.error.value
     assert "Traceback" not in v.to_text()
     assert v.to_png().startswith(PNG_MAGIC)
@@ -143,21 +162,45 @@ def test_collate_error_fields_key_path_positions_found() -> None:
 
     z = torch.zeros
     assert err(default_collate, [{"a": {"b": z(2)}}, {"a": {"b": z(3)}}, {"a": {"b": z(2)}}]) == (
-        ("a", "b"), (1,), (("shape (2,)", (0, 2)), ("shape (3,)", (1,))))
+        ("a", "b"),
+        (1,),
+        (("shape (2,)", (0, 2)), ("shape (3,)", (1,))),
+    )
     assert err(default_collate, [{"x": z(2)}, {"x": None}, {"x": z(2)}]) == (
-        ("x",), (1,), (("Tensor", (0, 2)), ("NoneType", (1,))))
+        ("x",),
+        (1,),
+        (("Tensor", (0, 2)), ("NoneType", (1,))),
+    )
     assert err(default_collate, [(z(1), z(2)), (z(1), z(3))]) == (
-        (1,), (1,), (("shape (2,)", (0,)), ("shape (3,)", (1,))))
+        (1,),
+        (1,),
+        (("shape (2,)", (0,)), ("shape (3,)", (1,))),
+    )
     assert err(default_collate, [{"x": 1}, {"y": 1}]) == (
-        (), (1,), (("keys ['x']", (0,)), ("keys ['y']", (1,))))
+        (),
+        (1,),
+        (("keys ['x']", (0,)), ("keys ['y']", (1,))),
+    )
     assert err(default_collate, [(1, 2), (1, 2, 3)]) == (
-        (), (1,), (("tuple of 2 fields", (0,)), ("tuple of 3 fields", (1,))))
+        (),
+        (1,),
+        (("tuple of 2 fields", (0,)), ("tuple of 3 fields", (1,))),
+    )
     assert err(default_collate, [z(2), z(3), z(3)]) == (
-        (), (1, 2), (("shape (2,)", (0,)), ("shape (3,)", (1, 2))))
+        (),
+        (1, 2),
+        (("shape (2,)", (0,)), ("shape (3,)", (1, 2))),
+    )
     assert err(data.pad_collate, [z(2, 2), z(3, 3)]) == (
-        (), (1,), (("shape (L, 2)", (0,)), ("shape (L, 3)", (1,))))
+        (),
+        (1,),
+        (("shape (L, 2)", (0,)), ("shape (L, 3)", (1,))),
+    )
     assert err(data.pad_collate, [{"x": z(2)}, {"x": 5}]) == (
-        ("x",), (1,), (("Tensor", (0,)), ("int", (1,))))
+        ("x",),
+        (1,),
+        (("Tensor", (0,)), ("int", (1,))),
+    )
     assert err(data.pad_collate, [3]) == ((), (0,), (("int", (0,)),))
     assert err(data.pad_collate, [{"x": z(2), "x_lengths": 1}]) == (("x_lengths",), (), ())
     plain = CollateError("made by hand")
@@ -166,8 +209,9 @@ def test_collate_error_fields_key_path_positions_found() -> None:
 
 def test_failure_reads_the_error_fields(num_workers: int) -> None:
     ds = data.dataset(size=10, get_item=_bad_image_item)
-    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=num_workers,
-                         worker_backend="thread") as loader:
+    with data.dataloader(
+        ds, batch_size=4, shuffle=False, num_workers=num_workers, worker_backend="thread"
+    ) as loader:
         f = batch_shapes(loader).failure
     assert f is not None
     assert (f.batch_index, f.key_path, f.path) == (1, "['image']", ("image",))
@@ -177,8 +221,12 @@ def test_failure_reads_the_error_fields(num_workers: int) -> None:
 
 def test_failure_fields_not_parsed_from_the_message() -> None:
     # a key whose repr the message parser would get wrong: the structured field is used
-    exc = CollateError("cannot stack key 'a b': whatever", key_path=("a: b", 0), positions=(1,),
-                       found=(("shape (2,)", (0,)), ("shape (3,)", (1,))))
+    exc = CollateError(
+        "cannot stack key 'a b': whatever",
+        key_path=("a: b", 0),
+        positions=(1,),
+        found=(("shape (2,)", (0,)), ("shape (3,)", (1,))),
+    )
     f = CollateFailure.from_error(3, exc)
     assert (f.key_path, f.path, f.positions) == ("['a: b'][0]", ("a: b", 0), (1,))
     # an error without fields (e.g. raised by a custom collate_fn): read from the message
@@ -200,8 +248,11 @@ def test_view_collate_error_picture_and_message_once() -> None:
     from clorch_nb.widgets import BatchShapesView
     from clorch_nb.widgets.shapes_view import draw_shapes
 
-    v = BatchShapesView(data.dataloader(data.dataset(size=40, get_item=_first_batch_fails),
-                                        batch_size=4, shuffle=False))
+    v = BatchShapesView(
+        data.dataloader(
+            data.dataset(size=40, get_item=_first_batch_fails), batch_size=4, shuffle=False
+        )
+    )
     msg = v.report.failure.message  # type: ignore[union-attr]
     assert v.batch_slider.layout.display == "none"  # no batch to pick
     # the message once in the widget (red line), not again in the text under it
@@ -224,8 +275,11 @@ def test_view_collate_error_after_good_batches_marks_its_slot() -> None:
     pytest.importorskip("matplotlib")
     from clorch_nb.widgets.shapes_view import draw_shapes
 
-    r = batch_shapes(data.dataloader(data.dataset(size=10, get_item=_bad_image_item),
-                                     batch_size=4, shuffle=False))
+    r = batch_shapes(
+        data.dataloader(
+            data.dataset(size=10, get_item=_bad_image_item), batch_size=4, shuffle=False
+        )
+    )
     fig = draw_shapes(r, 0)
     bars_ax, panel = fig.axes
     assert bars_ax.get_ylabel() == "bytes per batch (KiB)"

@@ -18,7 +18,10 @@ def test_padding_cells_size_10_on_3_ranks() -> None:
     # rank 1 position 3 = index 0 and rank 2 position 3 = index 1 are the padding repeats
     assert e.padding_cells == [(1, 3, 0), (2, 3, 1)]
     assert e.disjoint and e.covers and e.ok
-    assert e.check_line() == "epoch 0: shards disjoint apart from 2 padding repeats; cover all 10 items"
+    assert (
+        e.check_line()
+        == "epoch 0: shards disjoint apart from 2 padding repeats; cover all 10 items"
+    )
 
 
 @pytest.mark.parametrize("epoch", [0, 1, 2])
@@ -36,14 +39,18 @@ def test_drop_last_lists_dropped_items() -> None:
     assert e.rank_indices == ((0, 3, 6), (1, 4, 7), (2, 5, 8))
     assert e.dropped == (9,) and e.padding_cells == []
     assert not e.covers and e.ok  # the cut is by design, not an error
-    assert e.check_line() == "epoch 0: shards disjoint; cover 9 of 10 items (1 dropped by drop_last)"
+    assert (
+        e.check_line() == "epoch 0: shards disjoint; cover 9 of 10 items (1 dropped by drop_last)"
+    )
     assert "dropped (drop_last): 9" in t.to_text(0)
 
 
 def test_disjoint_mode_is_uneven_without_padding() -> None:
     e = shard_table(10, 4, shard_mode="disjoint", shuffle=False).epochs[0]
     assert [len(r) for r in e.rank_indices] == [3, 3, 2, 2]
-    assert e.padding_cells == [] and e.check_line() == "epoch 0: shards disjoint; cover all 10 items"
+    assert (
+        e.padding_cells == [] and e.check_line() == "epoch 0: shards disjoint; cover all 10 items"
+    )
 
 
 def test_set_epoch_off_gives_identical_epochs_flagged() -> None:
@@ -110,8 +117,15 @@ def test_view_widget_controls_and_png_change_with_slider() -> None:
 
     v = ShardView(10, 3, epochs=3)
     assert v.epoch_slider.max == 2 and v.epoch_slider.value == 0
-    assert set(v.controls) == {"size", "num_replicas", "seed", "shuffle", "drop_last",
-                               "set_epoch", "shard_mode"}
+    assert set(v.controls) == {
+        "size",
+        "num_replicas",
+        "seed",
+        "shuffle",
+        "drop_last",
+        "set_epoch",
+        "shard_mode",
+    }
     assert v.image in v.widget.children and v.check in v.widget.children
     png0, live0 = v.to_png(), bytes(v.image.value)
     assert png0.startswith(PNG_MAGIC) and live0.startswith(PNG_MAGIC)

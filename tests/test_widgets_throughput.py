@@ -18,8 +18,15 @@ from clorch_nb.widgets.throughput import ThroughputStats
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _epoch(stats: ThroughputStats, t0: float, batches: list[tuple[int, int, float, int]],
-           *, step: float = 1.0, backend: str = "thread", workers: int = 2) -> None:
+def _epoch(
+    stats: ThroughputStats,
+    t0: float,
+    batches: list[tuple[int, int, float, int]],
+    *,
+    step: float = 1.0,
+    backend: str = "thread",
+    workers: int = 2,
+) -> None:
     """batches: (worker_id, num_items, wait_s, queue_depth), one per ``step`` seconds."""
     stats.add(EpochEvent("start", 0, len(batches), backend, workers, t0))
     for i, (w, n, wait, q) in enumerate(batches):
@@ -137,8 +144,9 @@ def test_monitor_break_unsubscribes_and_keeps_counts() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb import widgets
 
-    loader = data.dataloader(data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)),
-                             batch_size=10)
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)), batch_size=10
+    )
     mon = widgets.monitor(loader)
     for i, _ in enumerate(mon):
         if i == 2:
@@ -181,7 +189,10 @@ def test_pure_modules_import_without_ipywidgets_or_matplotlib() -> None:
 
 
 def test_data_never_imports_widgets() -> None:
-    code = "import sys, clorch_nb, clorch_nb.data; print([m for m in sys.modules if 'widgets' in m and m.startswith('clorch_nb')])"
+    code = (
+        "import sys, clorch_nb, clorch_nb.data; "
+        "print([m for m in sys.modules if 'widgets' in m and m.startswith('clorch_nb')])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -205,7 +216,15 @@ def test_live_frames_update_the_same_figure_and_blit() -> None:
     from clorch_nb.widgets.throughput_view import ThroughputChart, _nice_ceil
 
     assert [_nice_ceil(x) for x in (0, 0.3, 1, 1.01, 2.5, 7, 11, 480)] == [
-        1, 0.5, 1, 2, 5, 10, 20, 500]
+        1,
+        0.5,
+        1,
+        2,
+        5,
+        10,
+        20,
+        500,
+    ]
     chart = ThroughputChart()
     fig, total = chart.fig, chart.total
     s = _stats_with_history(3.0)
@@ -222,7 +241,10 @@ def test_live_frames_update_the_same_figure_and_blit() -> None:
     assert (chart.frames, chart.full_draws) == (2, 1)
     assert len(total.get_xdata()) == len(s2.history) == 16
     assert set(chart.workers) == {0, 1} and [t.get_text() for t in chart._key] == [
-        "\u2014 all", "\u2014 worker 0", "\u2014 worker 1"]
+        "\u2014 all",
+        "\u2014 worker 0",
+        "\u2014 worker 1",
+    ]
     # past the x limit: one more full draw, limits grown
     s3 = _stats_with_history(6.0)
     chart.render(s3, s3.snapshot())
@@ -240,8 +262,9 @@ def test_monitor_subscribes_per_epoch_without_wrapping_the_iterator() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb import widgets
 
-    loader = data.dataloader(data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)),
-                             batch_size=10)
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)), batch_size=10
+    )
     mon = widgets.monitor(loader)
     it = iter(mon)
     assert inspect.isgenerator(it)  # the loader's own epoch generator, not a wrapper
@@ -260,8 +283,9 @@ def test_chart_redraws_within_budget_and_rate() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb import widgets
 
-    loader = data.dataloader(data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)),
-                             batch_size=10)
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)), batch_size=10
+    )
     mon = widgets.monitor(loader, refresh_hz=4.0)
     mon.live = True
     s = mon.stats

@@ -17,7 +17,14 @@ DPI = 90
 
 # Okabe & Ito's colour-blind-safe palette (black last, for a ninth rank onwards they repeat).
 RANK_COLORS = (
-    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#999999",
+    "#0072B2",
+    "#E69F00",
+    "#009E73",
+    "#CC79A7",
+    "#56B4E9",
+    "#D55E00",
+    "#F0E442",
+    "#999999",
 )
 
 

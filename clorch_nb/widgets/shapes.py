@@ -19,8 +19,16 @@ import torch
 
 from clorch_nb.errors import CollateError, ConfigError
 
-__all__ = ["BatchInfo", "CollateFailure", "Field", "ShapeGroup", "ShapeReport", "batch_shapes",
-           "describe_batch", "format_bytes"]
+__all__ = [
+    "BatchInfo",
+    "CollateFailure",
+    "Field",
+    "ShapeGroup",
+    "ShapeReport",
+    "batch_shapes",
+    "describe_batch",
+    "format_bytes",
+]
 
 
 def format_bytes(n: int | None) -> str:
@@ -81,8 +89,15 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
 
     def walk(x: Any, path: tuple[Any, ...]) -> None:
         if isinstance(x, torch.Tensor):
-            out.append(Field(path, "tensor", tuple(x.shape), str(x.dtype).removeprefix("torch."),
-                             x.element_size() * x.numel()))
+            out.append(
+                Field(
+                    path,
+                    "tensor",
+                    tuple(x.shape),
+                    str(x.dtype).removeprefix("torch."),
+                    x.element_size() * x.numel(),
+                )
+            )
         elif isinstance(x, Mapping):
             for k, v in x.items():
                 walk(v, (*path, k))
@@ -178,7 +193,9 @@ def _key_str(path: tuple[Any, ...]) -> str:
     return "".join(f"[{k!r}]" for k in path)
 
 
-_KEY_RE = re.compile(r"(?:cannot (?:stack|collate)|pad_collate:) key ((?:\[[^\]]*\])+|'[^']*'|\S+?)[:,]")
+_KEY_RE = re.compile(
+    r"(?:cannot (?:stack|collate)|pad_collate:) key ((?:\[[^\]]*\])+|'[^']*'|\S+?)[:,]"
+)
 
 
 def _key_path(message: str) -> str | None:
@@ -213,7 +230,8 @@ class ShapeGroup:
         from clorch_nb.widgets.shards import _ranges
 
         n = len(self.batch_indices)
-        return f"batch{'es' if n > 1 else ''} {_ranges(self.batch_indices)} ({n} batch{'es' if n > 1 else ''})"
+        es = "es" if n > 1 else ""
+        return f"batch{es} {_ranges(self.batch_indices)} ({n} batch{es})"
 
 
 @dataclass(frozen=True)
@@ -238,7 +256,11 @@ class ShapeReport:
 
     def is_partial(self, b: BatchInfo) -> bool:
         """Fewer items than ``batch_size`` (only the last batch can be, with drop_last off)."""
-        return self.batch_size is not None and b.num_items is not None and b.num_items < self.batch_size
+        return (
+            self.batch_size is not None
+            and b.num_items is not None
+            and b.num_items < self.batch_size
+        )
 
     @property
     def partial_batches(self) -> list[int]:
@@ -306,19 +328,38 @@ class ShapeReport:
             lines.extend(_tree(g.first.fields, ragged))
         if self.failure is not None and include_failure:
             f = self.failure
-            lines.append(f"batch {f.batch_index}: COLLATE ERROR at "
-                         f"{'key ' + f.key_path if f.key_path else 'the items themselves'}")
+            lines.append(
+                f"batch {f.batch_index}: COLLATE ERROR at "
+                f"{'key ' + f.key_path if f.key_path else 'the items themselves'}"
+            )
             lines.append(f"  {f.message}")
         lines.append("flags:")
-        lines.append("  partial last batch: " + (
-            ", ".join(f"batch {i} ({self.batches[i].num_items} of {self.batch_size} items)"
-                      for i in self.partial_batches) or "none"))
-        lines.append("  ragged fields: " + (
-            "; ".join(f"{k} (trailing shapes {', '.join(map(str, v[:6]))}{', ...' if len(v) > 6 else ''})"
-                      for k, v in ragged.items()) or "none"))
+        lines.append(
+            "  partial last batch: "
+            + (
+                ", ".join(
+                    f"batch {i} ({self.batches[i].num_items} of {self.batch_size} items)"
+                    for i in self.partial_batches
+                )
+                or "none"
+            )
+        )
+        lines.append(
+            "  ragged fields: "
+            + (
+                "; ".join(
+                    f"{k} (trailing shapes {', '.join(map(str, v[:6]))}"
+                    f"{', ...' if len(v) > 6 else ''})"
+                    for k, v in ragged.items()
+                )
+                or "none"
+            )
+        )
         if self.failure is not None:
-            lines.append(f"  collate error: batch {self.failure.batch_index}"
-                         + (f", key {self.failure.key_path}" if self.failure.key_path else ""))
+            lines.append(
+                f"  collate error: batch {self.failure.batch_index}"
+                + (f", key {self.failure.key_path}" if self.failure.key_path else "")
+            )
         if self.truncated:
             lines.append(f"  stopped after max_batches={n}")
         return "\n".join(lines)
@@ -367,9 +408,12 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
         >>> [g.batch_indices for g in r.groups], r.partial_batches
         ([(0, 1), (2,)], [2])
     """
-    if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
-                                    or max_batches < 1):
-        raise ConfigError(f"max_batches={max_batches!r} must be None (the whole epoch) or an int >= 1")
+    if max_batches is not None and (
+        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
+    ):
+        raise ConfigError(
+            f"max_batches={max_batches!r} must be None (the whole epoch) or an int >= 1"
+        )
     batch_size = getattr(loader, "batch_size", None)
     try:
         expected = len(loader)  # type: ignore[arg-type]
@@ -397,5 +441,11 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
         close = getattr(it, "close", None)
         if close is not None:
             close()
-    return ShapeReport(tuple(infos), batch_size if isinstance(batch_size, int) else None,
-                       expected, failure, truncated, repr(loader))
+    return ShapeReport(
+        tuple(infos),
+        batch_size if isinstance(batch_size, int) else None,
+        expected,
+        failure,
+        truncated,
+        repr(loader),
+    )

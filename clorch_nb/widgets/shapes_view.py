@@ -31,8 +31,14 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     n = len(report.batches)
     if failure is not None and n == 0:
         fig = new_figure(10.0, 2.3)
-        fig.text(0.01, 0.95, f"Batch shapes: batch {failure.batch_index} could not be collated "
-                 "(no batch was built)", fontsize=12, fontweight="bold", va="top")
+        fig.text(
+            0.01,
+            0.95,
+            f"Batch shapes: batch {failure.batch_index} could not be collated (no batch was built)",
+            fontsize=12,
+            fontweight="bold",
+            va="top",
+        )
         _draw_failure(fig, failure, report.batch_size, (0.03, 0.05, 0.94, 0.74))
         return fig
     fig = new_figure(10.0, 4.4 if failure is None else 5.6)
@@ -50,13 +56,27 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     ragged = report.ragged
     partial = set(report.partial_batches)
     for k, name in enumerate(names):
-        vals = np.array([
-            next((f.nbytes or 0 for f in b.fields if f.name == name), 0) for b in report.batches
-        ], dtype=float) / scale
+        vals = (
+            np.array(
+                [
+                    next((f.nbytes or 0 for f in b.fields if f.name == name), 0)
+                    for b in report.batches
+                ],
+                dtype=float,
+            )
+            / scale
+        )
         color = RANK_COLORS[k % len(RANK_COLORS)]
-        bars = ax.bar(xs[:n], vals, bottom=bottom, color=color, width=0.8,
-                      label=name + ("  (RAGGED)" if name in ragged else ""),
-                      edgecolor="white", linewidth=0.3 if n > 40 else 0.8)
+        bars = ax.bar(
+            xs[:n],
+            vals,
+            bottom=bottom,
+            color=color,
+            width=0.8,
+            label=name + ("  (RAGGED)" if name in ragged else ""),
+            edgecolor="white",
+            linewidth=0.3 if n > 40 else 0.8,
+        )
         for i, bar in enumerate(bars):
             if i in partial:
                 bar.set_hatch("//")
@@ -64,24 +84,54 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
         bottom += vals
     if failure is not None:  # no bar: nothing was built; a marker at its slot
         ax.axvline(n, color=_ERROR, linewidth=2, linestyle=":")
-        ax.text(n, 0.5, "\u2717 collate\nerror", transform=ax.get_xaxis_transform(),
-                ha="center", va="center", color=_ERROR, fontsize=10, fontweight="bold",
-                bbox={"facecolor": "white", "edgecolor": _ERROR, "boxstyle": "round,pad=0.3"})
+        ax.text(
+            n,
+            0.5,
+            "\u2717 collate\nerror",
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="center",
+            color=_ERROR,
+            fontsize=10,
+            fontweight="bold",
+            bbox={"facecolor": "white", "edgecolor": _ERROR, "boxstyle": "round,pad=0.3"},
+        )
     for i in partial:
-        ax.annotate("partial", (i, bottom[i]), xytext=(0, 3), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=8)
+        ax.annotate(
+            "partial",
+            (i, bottom[i]),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     if selected is not None and 0 <= selected < n:
-        ax.bar([selected], [bottom[selected]], fill=False, edgecolor="black", linewidth=2.0, width=0.9)
+        ax.bar(
+            [selected], [bottom[selected]], fill=False, edgecolor="black", linewidth=2.0, width=0.9
+        )
     ax.set_xlabel("batch index (epoch order)")
     ax.set_ylabel(f"bytes per batch ({unit})")
     ax.set_xlim(-0.7, len(xs) - 0.3)
     ax.set_xticks(xs if len(xs) <= 15 else xs[:: max(5, len(xs) // 60 * 5 or 5)])
     ax.spines[["top", "right"]].set_visible(False)
     if names:
-        ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=min(len(names), 4), fontsize=9,
-                  frameon=False, borderaxespad=0.3)
-    fig.text(0.01, 1 - 0.1 / h, "Batch shapes: bytes per field in each batch", fontsize=12,
-             fontweight="bold", va="top")
+        ax.legend(
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0),
+            ncol=min(len(names), 4),
+            fontsize=9,
+            frameon=False,
+            borderaxespad=0.3,
+        )
+    fig.text(
+        0.01,
+        1 - 0.1 / h,
+        "Batch shapes: bytes per field in each batch",
+        fontsize=12,
+        fontweight="bold",
+        va="top",
+    )
     flags = []
     if partial:
         flags.append("partial: batch " + ", ".join(map(str, sorted(partial))))
@@ -89,11 +139,18 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
         flags.append("ragged: " + ", ".join(ragged))
     if failure is not None:
         flags.append(f"collate error in batch {failure.batch_index}")
-    fig.text(0.01, 0.02 + (1.9 / h if failure is not None else 0.0),
-             ("Flags: " + "; ".join(flags)) if flags else "Flags: none (every batch full, no ragged field)",
-             fontsize=9, color=_ERROR if (ragged or failure) else "#333333")
-    fig.text(0.62, 1 - 0.75 / h, _side_text(report, selected), fontsize=8.5, family="monospace",
-             va="top")
+    fig.text(
+        0.01,
+        0.02 + (1.9 / h if failure is not None else 0.0),
+        ("Flags: " + "; ".join(flags))
+        if flags
+        else "Flags: none (every batch full, no ragged field)",
+        fontsize=9,
+        color=_ERROR if (ragged or failure) else "#333333",
+    )
+    fig.text(
+        0.62, 1 - 0.75 / h, _side_text(report, selected), fontsize=8.5, family="monospace", va="top"
+    )
     if failure is not None:
         _draw_failure(fig, failure, report.batch_size, (0.03, 0.02, 0.94, 1.55 / h))
     return fig
@@ -104,24 +161,49 @@ def _failure_title(f: CollateFailure) -> str:
     return f"\u2717 batch {f.batch_index}: CollateError at {where}"
 
 
-def _draw_failure(fig: Figure, f: CollateFailure, batch_size: int | None,
-                  rect: tuple[float, float, float, float]) -> None:
+def _draw_failure(
+    fig: Figure, f: CollateFailure, batch_size: int | None, rect: tuple[float, float, float, float]
+) -> None:
     """The error panel inside ``rect`` (figure fraction): key path, then one cell per item of
     the failed batch coloured by what it holds at that key, then the groups spelled out."""
     x0, y0, w, hgt = rect
     fig_h = fig.get_figheight()
     ax = fig.add_axes(rect)
     ax.set_axis_off()
-    ax.add_patch(Rectangle((0, 0), 1, 1, transform=ax.transAxes, facecolor="#FFF3F3",
-                           edgecolor=_ERROR, linewidth=1.5))
+    ax.add_patch(
+        Rectangle(
+            (0, 0),
+            1,
+            1,
+            transform=ax.transAxes,
+            facecolor="#FFF3F3",
+            edgecolor=_ERROR,
+            linewidth=1.5,
+        )
+    )
     line = 0.28 / (hgt * fig_h)  # one text line, in axes fraction
-    ax.text(0.015, 1 - 0.6 * line, _failure_title(f), transform=ax.transAxes, fontsize=11.5,
-            fontweight="bold", color=_ERROR, va="center")
+    ax.text(
+        0.015,
+        1 - 0.6 * line,
+        _failure_title(f),
+        transform=ax.transAxes,
+        fontsize=11.5,
+        fontweight="bold",
+        color=_ERROR,
+        va="center",
+    )
     if not f.found:  # nothing structured: the message, wrapped
         import textwrap
 
-        ax.text(0.015, 1 - 1.4 * line, "\n".join(textwrap.wrap(f.message, 120)[:6]),
-                transform=ax.transAxes, fontsize=9, va="top", family="monospace")
+        ax.text(
+            0.015,
+            1 - 1.4 * line,
+            "\n".join(textwrap.wrap(f.message, 120)[:6]),
+            transform=ax.transAxes,
+            fontsize=9,
+            va="top",
+            family="monospace",
+        )
         return
     odd = set(f.positions)
     groups = list(f.found)
@@ -141,27 +223,63 @@ def _draw_failure(fig: Figure, f: CollateFailure, batch_size: int | None,
         group_color.append(c)
         for p in pos:
             colors[p] = c
-    ax.text(0.015, 1 - 1.7 * line, f"the {n_items} items of batch {f.batch_index}, by position:",
-            transform=ax.transAxes, fontsize=9.5, va="center", color="#333333")
+    ax.text(
+        0.015,
+        1 - 1.7 * line,
+        f"the {n_items} items of batch {f.batch_index}, by position:",
+        transform=ax.transAxes,
+        fontsize=9.5,
+        va="center",
+        color="#333333",
+    )
     cell_w = min(0.05, 0.97 / max(shown, 1))
     cy, ch = 1 - 3.3 * line, 1.1 * line
     for p in range(shown):
         color = colors.get(p, "#DDDDDD")
-        ax.add_patch(Rectangle((0.015 + p * cell_w, cy), cell_w * 0.92, ch, transform=ax.transAxes,
-                               facecolor=color, edgecolor="white"))
+        ax.add_patch(
+            Rectangle(
+                (0.015 + p * cell_w, cy),
+                cell_w * 0.92,
+                ch,
+                transform=ax.transAxes,
+                facecolor=color,
+                edgecolor="white",
+            )
+        )
         if shown <= 40:
-            ax.text(0.015 + (p + 0.46) * cell_w, cy + ch / 2, str(p), transform=ax.transAxes,
-                    ha="center", va="center", fontsize=8.5, color=text_color_on(color))
+            ax.text(
+                0.015 + (p + 0.46) * cell_w,
+                cy + ch / 2,
+                str(p),
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+                fontsize=8.5,
+                color=text_color_on(color),
+            )
     if shown < n_items:
-        ax.text(0.015 + shown * cell_w, cy + ch / 2, f" ... {n_items - shown} more",
-                transform=ax.transAxes, va="center", fontsize=8.5)
+        ax.text(
+            0.015 + shown * cell_w,
+            cy + ch / 2,
+            f" ... {n_items - shown} more",
+            transform=ax.transAxes,
+            va="center",
+            fontsize=8.5,
+        )
     y = cy - 0.9 * line
     for (what, pos), color in list(zip(groups, group_color, strict=True))[:4]:
         mark = "  <- mismatch" if any(q in odd for q in pos) else ""
-        ax.text(0.015, y, "\u25A0", transform=ax.transAxes, color=color, fontsize=11, va="center")
-        ax.text(0.04, y, f"{what}: {_positions(pos)}{mark}", transform=ax.transAxes,
-                fontsize=9.5, va="center", family="monospace",
-                color=_ERROR if mark else "#222222")
+        ax.text(0.015, y, "\u25a0", transform=ax.transAxes, color=color, fontsize=11, va="center")
+        ax.text(
+            0.04,
+            y,
+            f"{what}: {_positions(pos)}{mark}",
+            transform=ax.transAxes,
+            fontsize=9.5,
+            va="center",
+            family="monospace",
+            color=_ERROR if mark else "#222222",
+        )
         y -= 0.75 * line
 
 
@@ -213,8 +331,14 @@ class BatchShapesView(View):
     def __init__(self, loader: Any, max_batches: int | None = None) -> None:
         self.report = batch_shapes(loader, max_batches)
         n = len(self.report.batches)
-        self.batch_slider = W.IntSlider(value=0, min=0, max=max(n - 1, 0), description="batch",
-                                        continuous_update=False, disabled=n <= 1)
+        self.batch_slider = W.IntSlider(
+            value=0,
+            min=0,
+            max=max(n - 1, 0),
+            description="batch",
+            continuous_update=False,
+            disabled=n <= 1,
+        )
         if n == 0:  # nothing to choose from
             self.batch_slider.layout.display = "none"
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
@@ -248,6 +372,11 @@ class BatchShapesView(View):
             text = self.report.to_text(include_failure=False)
             self.tree.value = f"<pre style='font-size:12px'>{html.escape(text)}</pre>"
             f = self.report.failure
-            self.error.value = "" if f is None else (
-                f"<div style='color:{_ERROR};font-weight:bold'>{html.escape(f.describe())}</div>"
+            self.error.value = (
+                ""
+                if f is None
+                else (
+                    f"<div style='color:{_ERROR};font-weight:bold'>"
+                    f"{html.escape(f.describe())}</div>"
+                )
             )

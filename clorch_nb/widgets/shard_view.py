@@ -46,8 +46,9 @@ def _rank_shades(color: Any) -> Any:
     return LinearSegmentedColormap.from_list("rank", [pale, (r, g, b), deep])
 
 
-def draw_shards(table: ShardTable, epoch: int, *, color_by: ColorBy = "rank",
-                checks: bool = True) -> Figure:
+def draw_shards(
+    table: ShardTable, epoch: int, *, color_by: ColorBy = "rank", checks: bool = True
+) -> Figure:
     """The grid of ``epoch``: one row per rank, one column per position, each cell the dataset
     index that rank reads there; padding repeats hatched (or, when the cells are too narrow to
     hatch, marked with a black tick and a triangle above the row), overlaps outlined (or
@@ -70,7 +71,9 @@ def draw_shards(table: ShardTable, epoch: int, *, color_by: ColorBy = "rank",
     pad_cells = e.padding_cells
     overlap_set = set(e.overlaps)
     overlap_cells = [
-        (r, p) for r, row in enumerate(e.rank_indices) for p, i in enumerate(row)
+        (r, p)
+        for r, row in enumerate(e.rank_indices)
+        for p, i in enumerate(row)
         if i in overlap_set and not e.is_padding[r][p]
     ]
     has_key = bool(pad_cells or overlap_cells)
@@ -88,9 +91,14 @@ def draw_shards(table: ShardTable, epoch: int, *, color_by: ColorBy = "rank",
         from matplotlib import colormaps
 
         cmap = colormaps["viridis"]
-        mesh = ax.pcolormesh(np.ma.masked_invalid(grid), cmap=cmap.with_extremes(bad="#EEEEEE"),
-                             vmin=0, vmax=vmax, edgecolors="white" if labelled else "face",
-                             linewidth=1.0 if labelled else 0)
+        mesh = ax.pcolormesh(
+            np.ma.masked_invalid(grid),
+            cmap=cmap.with_extremes(bad="#EEEEEE"),
+            vmin=0,
+            vmax=vmax,
+            edgecolors="white" if labelled else "face",
+            linewidth=1.0 if labelled else 0,
+        )
         faces = np.asarray(mesh.cmap(mesh.norm(grid)))
     else:
         rgba = np.ones((*grid.shape, 4))
@@ -127,24 +135,68 @@ def draw_shards(table: ShardTable, epoch: int, *, color_by: ColorBy = "rank",
     if labelled:
         for r, p, _ in pad_cells:  # a repeat: pale, hatched in its own colour, dashed border
             face = faces[r, p]
-            ax.add_patch(Rectangle((p + 0.03, r + 0.03), 0.94, 0.94, facecolor="white",
-                                   hatch="///", edgecolor=face, linewidth=0))
-            ax.add_patch(Rectangle((p + 0.05, r + 0.05), 0.9, 0.9, fill=False,
-                                   edgecolor=_PAD_EDGE, linewidth=1.5, linestyle="--"))
+            ax.add_patch(
+                Rectangle(
+                    (p + 0.03, r + 0.03),
+                    0.94,
+                    0.94,
+                    facecolor="white",
+                    hatch="///",
+                    edgecolor=face,
+                    linewidth=0,
+                )
+            )
+            ax.add_patch(
+                Rectangle(
+                    (p + 0.05, r + 0.05),
+                    0.9,
+                    0.9,
+                    fill=False,
+                    edgecolor=_PAD_EDGE,
+                    linewidth=1.5,
+                    linestyle="--",
+                )
+            )
         fontsize = 11 if npos <= 16 else 8
         for r, row in enumerate(e.rank_indices):
             for p, i in enumerate(row):
                 if e.is_padding[r][p]:
-                    ax.text(p + 0.5, r + 0.5, str(i), ha="center", va="center", fontsize=fontsize,
-                            fontweight="bold", color="black",
-                            bbox={"boxstyle": "round,pad=0.15", "facecolor": "white",
-                                  "edgecolor": "none"})
+                    ax.text(
+                        p + 0.5,
+                        r + 0.5,
+                        str(i),
+                        ha="center",
+                        va="center",
+                        fontsize=fontsize,
+                        fontweight="bold",
+                        color="black",
+                        bbox={
+                            "boxstyle": "round,pad=0.15",
+                            "facecolor": "white",
+                            "edgecolor": "none",
+                        },
+                    )
                 else:
-                    ax.text(p + 0.5, r + 0.5, str(i), ha="center", va="center",
-                            fontsize=fontsize, color=text_color_on(faces[r, p]))
+                    ax.text(
+                        p + 0.5,
+                        r + 0.5,
+                        str(i),
+                        ha="center",
+                        va="center",
+                        fontsize=fontsize,
+                        color=text_color_on(faces[r, p]),
+                    )
         for r, p in overlap_cells:
-            ax.add_patch(Rectangle((p + 0.04, r + 0.04), 0.92, 0.92, fill=False,
-                                   edgecolor=_OVERLAP_EDGE, linewidth=3))
+            ax.add_patch(
+                Rectangle(
+                    (p + 0.04, r + 0.04),
+                    0.92,
+                    0.92,
+                    fill=False,
+                    edgecolor=_OVERLAP_EDGE,
+                    linewidth=3,
+                )
+            )
     else:
         # Cells narrower than a marker: a tick through the cell (at least 2 px wide, white
         # edged so it shows on any colour) and a triangle just above its row, drawn unclipped
@@ -152,12 +204,33 @@ def draw_shards(table: ShardTable, epoch: int, *, color_by: ColorBy = "rank",
         for cells, color in ((pad_cells, _PAD_EDGE), (overlap_cells, _OVERLAP_EDGE)):
             for c in cells:
                 r, p = c[0], c[1]
-                ax.plot([p + 0.5, p + 0.5], [r + 0.08, r + 0.92], color="white", linewidth=4.0,
-                        solid_capstyle="butt", clip_on=False)
-                ax.plot([p + 0.5, p + 0.5], [r + 0.08, r + 0.92], color=color, linewidth=2.0,
-                        solid_capstyle="butt", clip_on=False)
-                ax.plot(p + 0.5, r, marker="v", color=color, markersize=8, clip_on=False,
-                        markeredgecolor="white", markeredgewidth=0.8, linestyle="none")
+                ax.plot(
+                    [p + 0.5, p + 0.5],
+                    [r + 0.08, r + 0.92],
+                    color="white",
+                    linewidth=4.0,
+                    solid_capstyle="butt",
+                    clip_on=False,
+                )
+                ax.plot(
+                    [p + 0.5, p + 0.5],
+                    [r + 0.08, r + 0.92],
+                    color=color,
+                    linewidth=2.0,
+                    solid_capstyle="butt",
+                    clip_on=False,
+                )
+                ax.plot(
+                    p + 0.5,
+                    r,
+                    marker="v",
+                    color=color,
+                    markersize=8,
+                    clip_on=False,
+                    markeredgecolor="white",
+                    markeredgewidth=0.8,
+                    linestyle="none",
+                )
 
     handles: list[Any] = []
     if color_by == "index":  # by rank, the row labels already name the colours
@@ -165,46 +238,110 @@ def draw_shards(table: ShardTable, epoch: int, *, color_by: ColorBy = "rank",
         cbar.set_label("dataset index")
         cbar.ax.yaxis.set_major_locator(MaxNLocator(5, integer=True))
     if pad_cells and labelled:
-        handles.append(Patch(facecolor="white", edgecolor=_PAD_EDGE, hatch="///",
-                             linestyle="--", label=f"padding repeat ({len(pad_cells)})"))
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=_PAD_EDGE,
+                hatch="///",
+                linestyle="--",
+                label=f"padding repeat ({len(pad_cells)})",
+            )
+        )
     elif pad_cells:
-        handles.append(Line2D([], [], marker="v", color=_PAD_EDGE, linestyle="none",
-                              markersize=8, label=f"padding repeat ({len(pad_cells)})"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="v",
+                color=_PAD_EDGE,
+                linestyle="none",
+                markersize=8,
+                label=f"padding repeat ({len(pad_cells)})",
+            )
+        )
     if overlap_cells and labelled:
-        handles.append(Patch(facecolor="white", edgecolor=_OVERLAP_EDGE, linewidth=2,
-                             label=f"overlap ({len(overlap_cells)} cells)"))
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=_OVERLAP_EDGE,
+                linewidth=2,
+                label=f"overlap ({len(overlap_cells)} cells)",
+            )
+        )
     elif overlap_cells:
-        handles.append(Line2D([], [], marker="v", color=_OVERLAP_EDGE, linestyle="none",
-                              markersize=8, label=f"overlap ({len(overlap_cells)} cells)"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                marker="v",
+                color=_OVERLAP_EDGE,
+                linestyle="none",
+                markersize=8,
+                label=f"overlap ({len(overlap_cells)} cells)",
+            )
+        )
     if handles:
-        ax.legend(handles=handles, loc="lower left",
-                  bbox_to_anchor=(0.0, 1.0 + (0.2 if not labelled else 0.06) / grid_h),
-                  ncol=len(handles), fontsize=9, frameon=False, borderaxespad=0.0,
-                  handlelength=1.6, handleheight=1.1, columnspacing=1.2)
+        ax.legend(
+            handles=handles,
+            loc="lower left",
+            bbox_to_anchor=(0.0, 1.0 + (0.2 if not labelled else 0.06) / grid_h),
+            ncol=len(handles),
+            fontsize=9,
+            frameon=False,
+            borderaxespad=0.0,
+            handlelength=1.6,
+            handleheight=1.1,
+            columnspacing=1.2,
+        )
     what = "dataset index each rank reads" + (" (recorded)" if table.source == "records" else "")
     sub = table.title()
     if not labelled:
-        sub += ("; colour = dataset index" if color_by == "index"
-                else "; colour = rank, shade = dataset index (pale = low)")
-    fig.text(0.01, 1 - 0.08 / height, f"Epoch {e.epoch}: {what}", fontsize=12, fontweight="bold",
-             va="top")
+        sub += (
+            "; colour = dataset index"
+            if color_by == "index"
+            else "; colour = rank, shade = dataset index (pale = low)"
+        )
+    fig.text(
+        0.01,
+        1 - 0.08 / height,
+        f"Epoch {e.epoch}: {what}",
+        fontsize=12,
+        fontweight="bold",
+        va="top",
+    )
     fig.text(0.01, 1 - 0.36 / height, sub, fontsize=9, va="top", color="#333333")
 
     y = bottom - 0.66 / height
     if e.dropped:
-        fig.text(0.01, y, f"dropped by drop_last (no rank reads them): {_ranges(e.dropped)}",
-                 fontsize=9, color="#D55E00")
+        fig.text(
+            0.01,
+            y,
+            f"dropped by drop_last (no rank reads them): {_ranges(e.dropped)}",
+            fontsize=9,
+            color="#D55E00",
+        )
         y -= 0.2 / height
     if checks:
         for x in table.epochs:
             ok = x.ok
-            fig.text(0.01, y, ("\u2713 " if ok else "\u2717 ") + x.check_line(), fontsize=9,
-                     fontweight="bold" if x.epoch == e.epoch else None,
-                     color="#006400" if ok else _OVERLAP_EDGE)
+            fig.text(
+                0.01,
+                y,
+                ("\u2713 " if ok else "\u2717 ") + x.check_line(),
+                fontsize=9,
+                fontweight="bold" if x.epoch == e.epoch else None,
+                color="#006400" if ok else _OVERLAP_EDGE,
+            )
             y -= 0.2 / height
         if warning:
-            fig.text(0.01, y + 0.1 / height, "\u26a0 " + _wrap(warning, 100), fontsize=9,
-                     color=_OVERLAP_EDGE, va="top")
+            fig.text(
+                0.01,
+                y + 0.1 / height,
+                "\u26a0 " + _wrap(warning, 100),
+                fontsize=9,
+                color=_OVERLAP_EDGE,
+                va="top",
+            )
     return fig
 
 
@@ -258,8 +395,14 @@ class ShardView(View):
         set_epoch: bool = True,
     ) -> None:
         self._settings: dict[str, Any] = dict(
-            size=size, num_replicas=num_replicas, seed=seed, shuffle=shuffle, drop_last=drop_last,
-            shard_mode=shard_mode, epochs=epochs, set_epoch=set_epoch,
+            size=size,
+            num_replicas=num_replicas,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            shard_mode=shard_mode,
+            epochs=epochs,
+            set_epoch=set_epoch,
         )
         self.table = shard_table(**self._settings)
         self._build(editable=True)
@@ -283,8 +426,13 @@ class ShardView(View):
                 "use ShardView.from_records"
             )
         return cls(
-            sampler.size, sampler.num_replicas, seed=sampler.seed, shuffle=sampler.shuffle,
-            drop_last=sampler.drop_last, shard_mode=sampler.shard_mode, epochs=epochs,
+            sampler.size,
+            sampler.num_replicas,
+            seed=sampler.seed,
+            shuffle=sampler.shuffle,
+            drop_last=sampler.drop_last,
+            shard_mode=sampler.shard_mode,
+            epochs=epochs,
         )
 
     @classmethod
@@ -331,16 +479,25 @@ class ShardView(View):
 
     def _build(self, *, editable: bool) -> None:
         n_ep = len(self.table.epochs)
-        self.epoch_slider = W.IntSlider(value=0, min=0, max=max(n_ep - 1, 0), description="epoch",
-                                        continuous_update=False, disabled=n_ep == 1)
+        self.epoch_slider = W.IntSlider(
+            value=0,
+            min=0,
+            max=max(n_ep - 1, 0),
+            description="epoch",
+            continuous_update=False,
+            disabled=n_ep == 1,
+        )
         big = max(e.num_positions for e in self.table.epochs) > _MAX_LABELLED
         # the label as its own widget: a ToggleButtons description sits above the buttons
-        self.color_label = W.Label("colour by:",
-                                   layout=W.Layout(width="auto", margin="0 4px 0 24px"))
+        self.color_label = W.Label(
+            "colour by:", layout=W.Layout(width="auto", margin="0 4px 0 24px")
+        )
         self.color_toggle = W.ToggleButtons(
             options=[("rank", "rank"), ("dataset index", "index")],
             value="index" if big else "rank",  # big grids: the indices tell more than the rows
-            style={"button_width": "110px"}, layout=W.Layout(width="auto"))
+            style={"button_width": "110px"},
+            layout=W.Layout(width="auto"),
+        )
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.check = W.HTML()
         self.error = W.HTML()
@@ -350,15 +507,20 @@ class ShardView(View):
             s = self._settings
             self.controls = {
                 "size": W.BoundedIntText(value=s["size"], min=0, max=100_000, description="size"),
-                "num_replicas": W.BoundedIntText(value=s["num_replicas"], min=1, max=64,
-                                                 description="ranks"),
+                "num_replicas": W.BoundedIntText(
+                    value=s["num_replicas"], min=1, max=64, description="ranks"
+                ),
                 "seed": W.IntText(value=s["seed"], description="seed"),
                 "shuffle": W.Checkbox(value=s["shuffle"], description="shuffle", indent=False),
-                "drop_last": W.Checkbox(value=s["drop_last"], description="drop_last", indent=False),
-                "set_epoch": W.Checkbox(value=s["set_epoch"], description="set_epoch each epoch",
-                                        indent=False),
-                "shard_mode": W.Dropdown(options=["even", "disjoint"], value=s["shard_mode"],
-                                         description="shard_mode"),
+                "drop_last": W.Checkbox(
+                    value=s["drop_last"], description="drop_last", indent=False
+                ),
+                "set_epoch": W.Checkbox(
+                    value=s["set_epoch"], description="set_epoch each epoch", indent=False
+                ),
+                "shard_mode": W.Dropdown(
+                    options=["even", "disjoint"], value=s["shard_mode"], description="shard_mode"
+                ),
             }
             for key in ("size", "num_replicas", "seed"):
                 self.controls[key].layout = W.Layout(width="170px")
@@ -378,7 +540,9 @@ class ShardView(View):
         new["epochs"] = self._settings["epochs"]
         try:
             table = shard_table(**new)
-        except ConfigError as exc:  # e.g. drop_last with shard_mode="disjoint": say so, keep the old grid
+        except (
+            ConfigError
+        ) as exc:  # e.g. drop_last with shard_mode="disjoint": say so, keep the old grid
             self.error.value = f"<span style='color:#D00000'>{_esc(str(exc))}</span>"
             return
         self.error.value = ""
@@ -394,7 +558,8 @@ class ShardView(View):
         # the shown epoch in bold), so they appear once; the static PNG (to_png) carries them.
         with self.widget.hold_sync():
             self.image.value = figure_png(
-                draw_shards(self.table, self.epoch, color_by=self.color_by, checks=False))
+                draw_shards(self.table, self.epoch, color_by=self.color_by, checks=False)
+            )
             lines = []
             for x in self.table.epochs:
                 color = "#006400" if x.ok else "#D00000"
@@ -405,8 +570,9 @@ class ShardView(View):
             warning = self.table.repeat_warning()
             if warning:
                 lines.append(f"<span style='color:#D00000'>\u26a0 {_esc(warning)}</span>")
-            self.check.value = ("<div style='font-size:13px;line-height:1.5'>" + "<br>".join(lines)
-                                + "</div>")
+            self.check.value = (
+                "<div style='font-size:13px;line-height:1.5'>" + "<br>".join(lines) + "</div>"
+            )
 
 
 def _esc(text: str) -> str:

@@ -85,7 +85,9 @@ class EpochShards:
         """``(rank, position, index)`` of every padding cell, rank-major."""
         return [
             (r, p, self.rank_indices[r][p])
-            for r, row in enumerate(self.is_padding) for p, pad in enumerate(row) if pad
+            for r, row in enumerate(self.is_padding)
+            for p, pad in enumerate(row)
+            if pad
         ]
 
     @property
@@ -176,7 +178,8 @@ class ShardTable:
             return f"Recorded shards: {self.size} items on {self.num_replicas} ranks"
         s = self.settings
         bits = [
-            f"seed={s['seed']}", "shuffled" if s["shuffle"] else "not shuffled",
+            f"seed={s['seed']}",
+            "shuffled" if s["shuffle"] else "not shuffled",
             f"shard_mode={s['shard_mode']}",
         ]
         if s["drop_last"]:
@@ -198,7 +201,9 @@ class ShardTable:
         ]
         width = max(len(str(max([self.size - 1, *e.out_of_range], default=0))) + 1, 3)
         npos = min(e.num_positions, max_positions)
-        lines.append("        " + "".join(f"{p:>{width + 1}}" for p in range(npos)) + "  (position)")
+        lines.append(
+            "        " + "".join(f"{p:>{width + 1}}" for p in range(npos)) + "  (position)"
+        )
         for r, row in enumerate(e.rank_indices):
             cells = "".join(
                 f"{str(i) + _mark(e, r, p):>{width + 1}}" for p, i in enumerate(row[:npos])
@@ -236,7 +241,9 @@ def _epoch_from_plan(plan: ShardPlan, shown_epoch: int) -> EpochShards:
     )
 
 
-def _overlaps(rows: Sequence[Sequence[int]], pads: Sequence[Sequence[bool]]) -> dict[int, tuple[int, ...]]:
+def _overlaps(
+    rows: Sequence[Sequence[int]], pads: Sequence[Sequence[bool]]
+) -> dict[int, tuple[int, ...]]:
     ranks_of: dict[int, list[int]] = {}
     for r, row in enumerate(rows):
         for i, pad in zip(row, pads[r], strict=True):
@@ -288,12 +295,20 @@ def shard_table(
     shown = []
     for e in range(epochs):
         plan = shard_plan(
-            size, num_replicas, seed=seed, epoch=e if set_epoch else 0, shuffle=shuffle,
-            drop_last=drop_last, shard_mode=shard_mode,
+            size,
+            num_replicas,
+            seed=seed,
+            epoch=e if set_epoch else 0,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            shard_mode=shard_mode,
         )
         shown.append(_epoch_from_plan(plan, e))
     settings: dict[str, object] = {
-        "seed": seed, "shuffle": shuffle, "drop_last": drop_last, "shard_mode": shard_mode,
+        "seed": seed,
+        "shuffle": shuffle,
+        "drop_last": drop_last,
+        "shard_mode": shard_mode,
         "set_epoch": set_epoch,
     }
     return ShardTable(size, num_replicas, tuple(shown), "settings", settings)
@@ -346,8 +361,10 @@ def records_table(records: Sequence[Sequence[Sequence[int]]], size: int) -> Shar
 
     Example:
         >>> t = records_table([[[0, 2, 4], [1, 2, 5]]], 6)
-        >>> t.epochs[0].overlaps, t.epochs[0].check_line()
-        ({2: (0, 1)}, 'epoch 0: shards OVERLAP: index 2 read by ranks 0 and 1; cover 5 of 6 items; MISSING 3')
+        >>> t.epochs[0].overlaps
+        {2: (0, 1)}
+        >>> print(t.epochs[0].check_line())
+        epoch 0: shards OVERLAP: index 2 read by ranks 0 and 1; cover 5 of 6 items; MISSING 3
     """
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ConfigError(f"size={size!r} must be an int >= 0 (the dataset size)")

@@ -88,16 +88,24 @@ class ThroughputSnapshot:
     def as_dict(self) -> dict[str, Any]:
         """Plain numbers (JSON-able), rounded for reading."""
         return {
-            "elapsed_s": round(self.elapsed_s, 4), "epochs": self.epochs, "batches": self.batches,
-            "items": self.items, "items_per_s": round(self.items_per_s, 1),
-            "wait_s": round(self.wait_s, 4), "wait_share": round(self.wait_share, 4),
+            "elapsed_s": round(self.elapsed_s, 4),
+            "epochs": self.epochs,
+            "batches": self.batches,
+            "items": self.items,
+            "items_per_s": round(self.items_per_s, 1),
+            "wait_s": round(self.wait_s, 4),
+            "wait_share": round(self.wait_share, 4),
             "queue_depth_mean": round(self.queue_depth_mean, 2),
-            "queue_depth_max": self.queue_depth_max, "backend": self.backend,
+            "queue_depth_max": self.queue_depth_max,
+            "backend": self.backend,
             "num_workers": self.num_workers,
             "per_worker": {
-                worker_name(w.worker_id): {"batches": w.batches, "items": w.items,
-                                           "items_per_s": round(w.items_per_s, 1),
-                                           "busy_share": round(w.busy_share, 4)}
+                worker_name(w.worker_id): {
+                    "batches": w.batches,
+                    "items": w.items,
+                    "items_per_s": round(w.items_per_s, 1),
+                    "busy_share": round(w.busy_share, 4),
+                }
                 for w in self.workers
             },
         }
@@ -227,10 +235,15 @@ class ThroughputStats:
         dt = t_end - t_begin
         if dt > 0 and self.batches > queue_n0:
             per_worker = self.worker_rates(now)
-            self._push(HistoryPoint(
-                t_end, (self.items - items0) / dt, min(1.0, (self.wait_s - wait0) / dt),
-                (self.queue_sum - queue_sum0) / (self.batches - queue_n0), per_worker,
-            ))
+            self._push(
+                HistoryPoint(
+                    t_end,
+                    (self.items - items0) / dt,
+                    min(1.0, (self.wait_s - wait0) / dt),
+                    (self.queue_sum - queue_sum0) / (self.batches - queue_n0),
+                    per_worker,
+                )
+            )
 
     def _fold(self, evs: list[Any], recent_from: int = 0) -> None:
         # totals from every batch record; per-worker window chunks from ``evs[recent_from:]``,
@@ -260,7 +273,8 @@ class ThroughputStats:
             acc[2] += sum(cols[4]) + sum(cols[5])
             if recent_from < n:
                 self._recent_of(w, times[recent_from]).append(
-                    (times[-1], n_items - sum(items[:recent_from]), n - recent_from))
+                    (times[-1], n_items - sum(items[:recent_from]), n - recent_from)
+                )
         else:
             for w, k, f, c in zip(worker_ids, items, cols[4], cols[5], strict=True):
                 acc = self._workers.setdefault(w, [0, 0, 0.0])
@@ -268,8 +282,9 @@ class ThroughputStats:
                 acc[1] += k
                 acc[2] += f + c
             chunk: dict[int, list[Any]] = {}  # id -> [t_last, items, batches, t_first]
-            for w, k, t in zip(worker_ids[recent_from:], items[recent_from:], times[recent_from:],
-                               strict=True):
+            for w, k, t in zip(
+                worker_ids[recent_from:], items[recent_from:], times[recent_from:], strict=True
+            ):
                 ch = chunk.get(w)
                 if ch is None:
                     chunk[w] = [t, k, 1, t]
@@ -354,10 +369,14 @@ class ThroughputStats:
             h = self.history
             merged = [
                 HistoryPoint(
-                    b.t_s, (a.items_per_s + b.items_per_s) / 2, (a.wait_share + b.wait_share) / 2,
+                    b.t_s,
+                    (a.items_per_s + b.items_per_s) / 2,
+                    (a.wait_share + b.wait_share) / 2,
                     (a.queue_depth + b.queue_depth) / 2,
-                    {w: (a.per_worker.get(w, 0.0) + b.per_worker.get(w, 0.0)) / 2
-                     for w in {*a.per_worker, *b.per_worker}},
+                    {
+                        w: (a.per_worker.get(w, 0.0) + b.per_worker.get(w, 0.0)) / 2
+                        for w in {*a.per_worker, *b.per_worker}
+                    },
                 )
                 for a, b in zip(h[0::2], h[1::2], strict=False)
             ]
@@ -380,10 +399,18 @@ class ThroughputStats:
             for w, v in sorted(self._workers.items())
         )
         return ThroughputSnapshot(
-            elapsed_s=elapsed, epochs=self.epochs, running=self.running, batches=self.batches,
-            items=self.items, items_per_s=per_s(self.items), wait_s=self.wait_s,
-            wait_share=min(1.0, per_s(self.wait_s)), queue_depth_last=self.queue_last,
+            elapsed_s=elapsed,
+            epochs=self.epochs,
+            running=self.running,
+            batches=self.batches,
+            items=self.items,
+            items_per_s=per_s(self.items),
+            wait_s=self.wait_s,
+            wait_share=min(1.0, per_s(self.wait_s)),
+            queue_depth_last=self.queue_last,
             queue_depth_mean=self.queue_sum / self.batches if self.batches else 0.0,
-            queue_depth_max=self.queue_max, workers=workers, backend=self.backend,
+            queue_depth_max=self.queue_max,
+            workers=workers,
+            backend=self.backend,
             num_workers=self.num_workers,
         )

@@ -92,20 +92,25 @@ class ThroughputChart:
         self.workers: dict[int, Any] = {}
         (self.wait,) = a1.plot([], [], color="#D55E00", linewidth=2, drawstyle="steps-pre")
         (self.queue,) = a2.plot([], [], color="#0072B2", linewidth=2, drawstyle="steps-pre")
-        for ax, title in zip(self.axes, ("items / s", "waiting for data (% of time)",
-                                         "queue depth (batches ready)"), strict=True):
+        for ax, title in zip(
+            self.axes,
+            ("items / s", "waiting for data (% of time)", "queue depth (batches ready)"),
+            strict=True,
+        ):
             x0 = ax.get_position().x0
             fig.text(x0 - 0.04, 0.84, title, fontsize=11, va="bottom")
-            fig.text(x0 + 0.1275, 0.015, "seconds of loading", fontsize=10, ha="center",
-                     va="bottom")
+            fig.text(
+                x0 + 0.1275, 0.015, "seconds of loading", fontsize=10, ha="center", va="bottom"
+            )
             ax.spines[["top", "right"]].set_visible(False)
             ax.tick_params(labelsize=10)
             ax.xaxis.set_major_locator(MaxNLocator(3))
             ax.yaxis.set_major_locator(MaxNLocator(3))
         a1.set_ylim(0, 100)
         a1.set_yticks([0, 50, 100])
-        self.empty = a0.text(0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center",
-                             color="grey", fontsize=10)
+        self.empty = a0.text(
+            0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center", color="grey", fontsize=10
+        )
         self._legend_ids: tuple[int, ...] | None = None
         self._key: list[Any] = []
         # white boxes over a panel with its tick labels (not over its title or the x label
@@ -113,9 +118,16 @@ class ThroughputChart:
         self._erasers = []
         for ax in self.axes:
             pos = ax.get_position()
-            box = Rectangle((pos.x0 - 0.062, 0.075), pos.width + 0.077, 0.66,
-                            transform=fig.transFigure, facecolor="white", edgecolor="none",
-                            animated=True, visible=False)
+            box = Rectangle(
+                (pos.x0 - 0.062, 0.075),
+                pos.width + 0.077,
+                0.66,
+                transform=fig.transFigure,
+                facecolor="white",
+                edgecolor="none",
+                animated=True,
+                visible=False,
+            )
             fig.patches.append(box)
             self._erasers.append(box)
         self._layout: tuple[Any, ...] | None = None  # what the cached background shows
@@ -139,15 +151,20 @@ class ThroughputChart:
         for w in ids:
             if w not in self.workers:
                 (self.workers[w],) = self.axes[0].plot(
-                    [], [], color=RANK_COLORS[len(self.workers) % len(RANK_COLORS)],
-                    linewidth=1.3, label=worker_name(w))
+                    [],
+                    [],
+                    color=RANK_COLORS[len(self.workers) % len(RANK_COLORS)],
+                    linewidth=1.3,
+                    label=worker_name(w),
+                )
             self.workers[w].set_data(t, [p.per_worker.get(w, 0.0) for p in h])
         for w, line in self.workers.items():
             line.set_visible(w in ids)
         self.wait.set_data(t, [100 * p.wait_share for p in h])
         self.queue.set_data(t, [p.queue_depth for p in h])
-        top = max([0.0, *(p.items_per_s for p in h),
-                   *(v for p in h for v in p.per_worker.values())])
+        top = max(
+            [0.0, *(p.items_per_s for p in h), *(v for p in h for v in p.per_worker.values())]
+        )
         qtop = max([0.0, *(p.queue_depth for p in h)])
         return (t[-1] if t else 0.0), top, qtop, ids
 
@@ -165,13 +182,20 @@ class ThroughputChart:
         renderer = self.canvas.get_renderer()
         x = self.axes[0].get_position().x0 - 0.04
         for line, name in [(self.total, "all"), *((self.workers[w], worker_name(w)) for w in ids)]:
-            t = self.fig.text(x, 0.755, "\u2014 " + name, color=line.get_color(), fontsize=10,
-                              fontweight="bold" if line is self.total else "normal")
+            t = self.fig.text(
+                x,
+                0.755,
+                "\u2014 " + name,
+                color=line.get_color(),
+                fontsize=10,
+                fontweight="bold" if line is self.total else "normal",
+            )
             self._key.append(t)
             x += t.get_window_extent(renderer).width / self.fig.bbox.width + 0.015
 
-    def render(self, stats: ThroughputStats, snap: ThroughputSnapshot, *,
-               final: bool = False) -> bytes:
+    def render(
+        self, stats: ThroughputStats, snap: ThroughputSnapshot, *, final: bool = False
+    ) -> bytes:
         """Update the artists from ``stats.history`` and return the PNG: a blitted live frame,
         or with ``final=True`` the full chart."""
         t0 = time.perf_counter()
@@ -182,7 +206,9 @@ class ThroughputChart:
         self.headline.set_text(
             f"Loader throughput: {snap.items_per_s:,.0f} items/s, waiting for data "
             f"{snap.wait_share:.0%} of the time, queue depth {snap.queue_depth_mean:.1f} (mean)"
-            if final else "Loader throughput (live; numbers below)")
+            if final
+            else "Loader throughput (live; numbers below)"
+        )
         a0, a1, a2 = self.axes
         self.frames += 1
         if final:
@@ -195,8 +221,12 @@ class ThroughputChart:
             self._layout = self._background = None
             self.full_draws += 1
             return figure_png(self.fig)
-        layout = (_nice_ceil(max(tmax * 1.05, 5.0)), _nice_ceil(max(top * 1.1, 1.0)),
-                  _nice_ceil(max(qtop * 1.1, 1.0)), ids)
+        layout = (
+            _nice_ceil(max(tmax * 1.05, 5.0)),
+            _nice_ceil(max(top * 1.1, 1.0)),
+            _nice_ceil(max(qtop * 1.1, 1.0)),
+            ids,
+        )
         if self._layout is not None:  # live limits only grow: no back-and-forth redraws
             layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)), ids)
         old = self._layout
@@ -205,8 +235,12 @@ class ThroughputChart:
                 ax.set_xlim(0, layout[0])
             a0.set_ylim(0, layout[1])
             a2.set_ylim(0, layout[2])
-            if old is not None and self._background is not None and old[0] == layout[0] and (
-                    old[3] == layout[3]):
+            if (
+                old is not None
+                and self._background is not None
+                and old[0] == layout[0]
+                and (old[3] == layout[3])
+            ):
                 # only a y limit grew: draw just that panel again on the cached background
                 self.canvas.restore_region(self._background)
                 for i, changed in ((0, old[1] != layout[1]), (2, old[2] != layout[2])):
@@ -268,8 +302,14 @@ class ThroughputMonitor(View):
             iterating); ``updates``: text updates pushed.
     """
 
-    def __init__(self, loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0,
-                 chart_budget: float = 0.03) -> None:
+    def __init__(
+        self,
+        loader: Any,
+        *,
+        refresh_hz: float = 4.0,
+        chart_hz: float = 2.0,
+        chart_budget: float = 0.03,
+    ) -> None:
         if not callable(getattr(loader, "subscribe", None)):
             raise ConfigError(
                 f"monitor needs a clorch_nb DataLoader (something with .subscribe(callback)), got "
@@ -404,14 +444,17 @@ class ThroughputMonitor(View):
         if not self.live_frames:
             return elapsed >= 2 * self._chart_interval
         return now >= self._next_chart and (
-            self._chart_spent + self._chart_est <= self.chart_budget * elapsed)
+            self._chart_spent + self._chart_est <= self.chart_budget * elapsed
+        )
 
     def _tick(self, now: float) -> None:
         try:
             self._update(chart=None, now=now)
         except Exception as exc:  # noqa: BLE001 - a display problem must never stop the loop
             self.live = False
-            warnings.warn(f"throughput monitor stopped updating: {exc!r}", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"throughput monitor stopped updating: {exc!r}", RuntimeWarning, stacklevel=2
+            )
         self._next_tick = now + self._interval
 
     def _update(self, *, chart: bool | None, now: float | None = None, final: bool = False) -> None:
@@ -424,7 +467,9 @@ class ThroughputMonitor(View):
                 f"<b>{'Running' if snap.running else 'Done'}</b>: {snap.items:,} items, "
                 f"{snap.batches:,} batches, {snap.elapsed_s:.2f} s"
             )
-            self.numbers.value = f"<pre style='font-size:12px;margin:0'>{html.escape(snap.to_text())}</pre>"
+            self.numbers.value = (
+                f"<pre style='font-size:12px;margin:0'>{html.escape(snap.to_text())}</pre>"
+            )
             if chart:
                 t0 = time.perf_counter()
                 self.image.value = self._chart.render(self.stats, snap, final=final)
@@ -434,8 +479,9 @@ class ThroughputMonitor(View):
                     self.live_frames += 1
                     self._chart_spent += cost
                     # the next frame is most likely a blit (the limits grow rarely)
-                    self._chart_est = cost if self._chart.last_blit_s is None else (
-                        self._chart.last_blit_s)
+                    self._chart_est = (
+                        cost if self._chart.last_blit_s is None else (self._chart.last_blit_s)
+                    )
                     self._next_chart = now + self._chart_interval
         self.updates += 1
 

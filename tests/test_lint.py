@@ -1,0 +1,27 @@
+"""The code stays ruff- and mypy-clean (STYLE.md), checked by the suite rather than by memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["ruff", "check", "clorch_nb", "tests", "benchmarks", "examples", "scripts"],
+        ["mypy"],
+    ],
+    ids=["ruff", "mypy"],
+)
+def test_clean(command: list[str]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=280
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
