@@ -29,6 +29,29 @@ def idx(batch: Any) -> list[int]:
     return [int(t) for t in batch["target"]]
 
 
+def ds(n: int) -> data.TensorDataset:
+    """The scenarios' shorthand ``ds(n)``: ``tensor_dataset(arange(n) as (n, 1) floats,
+    arange(n))``, so an item's target is its index."""
+    return data.tensor_dataset(torch.arange(n).float().unsqueeze(1), torch.arange(n))
+
+
+def assert_same(a: Any, b: Any) -> None:
+    """Equal structure and container types; tensors equal in value, dtype and shape."""
+    assert type(a) is type(b), (type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    else:
+        assert a == b
+
+
 def _spec(name: str, *args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"factory": f"tests.fixtures:{name}", "args": list(args), "kwargs": kwargs}
 

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import functools
-import multiprocessing
-import threading
 from collections import namedtuple
 
 import numpy as np
@@ -16,37 +14,10 @@ from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb.errors import CollateError, ConfigError
-
-
-@pytest.fixture(autouse=True)
-def no_leaks():
-    """Overrides conftest's ``no_leaks`` (a full ``gc.collect()`` per test, ~0.3 s here) with the
-    cheap part that matters for these single-process tests: no thread or child process left."""
-    threads_before = set(threading.enumerate())
-    yield
-    assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
-    assert multiprocessing.active_children() == []
-
+from tests.fixtures import assert_same
 
 c = data.default_collate
 torch_collate = torch.utils.data.default_collate
-
-
-def assert_same(a, b):
-    """Equal structure; tensors equal in value, dtype and shape."""
-    assert type(a) is type(b), (type(a), type(b))
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            assert_same(x, y)
-    else:
-        assert a == b
 
 
 # -- torch parity on tensors and dicts of tensors ------------------------------------------------
@@ -101,8 +72,10 @@ def test_where_we_differ_from_torch_per_spec():
     # tuples stay tuples field by field (torch: a list)
     pair = c([(torch.tensor(1), torch.tensor(2.0)), (torch.tensor(3), torch.tensor(4.0))])
     assert isinstance(pair, tuple)
-    assert_same(list(pair), torch_collate([(torch.tensor(1), torch.tensor(2.0)),
-                                           (torch.tensor(3), torch.tensor(4.0))]))
+    assert_same(
+        list(pair),
+        torch_collate([(torch.tensor(1), torch.tensor(2.0)), (torch.tensor(3), torch.tensor(4.0))]),
+    )
     # lists inside items are plain values: gathered, not transposed
     assert c([[1, 2], [3, 4]]) == [[1, 2], [3, 4]]
     # None: a list (torch raises)
@@ -129,9 +102,12 @@ def test_mapping_key_order_follows_the_first_item():
 
 # -- B08: variable-length tensors ----------------------------------------------------------------
 
+
 def test_b08_variable_length_tensors_name_key_shapes_positions():
-    items = [{"data": torch.ones(3), "target": torch.tensor(0)},
-             {"data": torch.ones(2), "target": torch.tensor(1)}]
+    items = [
+        {"data": torch.ones(3), "target": torch.tensor(0)},
+        {"data": torch.ones(2), "target": torch.tensor(1)},
+    ]
     with pytest.raises(TypeError) as exc:
         c(items)
     assert isinstance(exc.value, CollateError)
@@ -139,8 +115,10 @@ def test_b08_variable_length_tensors_name_key_shapes_positions():
     assert "key 'data'" in msg
     assert "position 0 shape (3,)" in msg and "position 1 shape (2,)" in msg
     assert "pad_collate" in msg  # the fix
-    equal = [{"data": torch.ones(3), "target": torch.tensor(0)},
-             {"data": torch.ones(3), "target": torch.tensor(1)}]
+    equal = [
+        {"data": torch.ones(3), "target": torch.tensor(0)},
+        {"data": torch.ones(3), "target": torch.tensor(1)},
+    ]
     out = c(equal)
     assert out["data"].shape == (2, 3)
     assert torch.equal(out["target"], torch.tensor([0, 1]))
@@ -172,6 +150,7 @@ def test_tuple_field_errors_name_the_field():
 
 # -- B09: None and mixed types -------------------------------------------------------------------
 
+
 def test_b09_none_mixed_with_tensor_same_error_in_either_order():
     orders = [
         ([{"target": torch.tensor(1)}, {"target": None}], 1),
@@ -200,8 +179,11 @@ def test_b09_all_none_and_mixed_numbers():
 
 def test_mapping_mixed_with_other_and_key_mismatch_errors():
     for items, dict_pos in (([{"a": 1}, None], 0), ([None, {"a": 1}], 1)):
-        with pytest.raises(CollateError, match=r"cannot collate the items themselves: items mix "
-                                               r"types: NoneType at position \d; dict") as exc:
+        with pytest.raises(
+            CollateError,
+            match=r"cannot collate the items themselves: items mix "
+            r"types: NoneType at position \d; dict",
+        ) as exc:
             c(items)
         assert f"dict at position {dict_pos}" in str(exc.value)
     with pytest.raises(CollateError) as exc:
@@ -213,6 +195,7 @@ def test_mapping_mixed_with_other_and_key_mismatch_errors():
 
 
 # -- B10: strings and numpy arrays ---------------------------------------------------------------
+
 
 def test_b10_strings_and_numpy_stay_whole():
     assert c([{"name": "ab"}, {"name": "cd"}]) == {"name": ["ab", "cd"]}
@@ -237,6 +220,7 @@ def test_empty_or_non_sequence_input():
 
 
 # -- pad_collate ---------------------------------------------------------------------------------
+
 
 def test_pad_collate_pads_to_the_longest_with_lengths_and_mask():
     items = [
@@ -275,8 +259,11 @@ def test_pad_collate_errors():
         data.pad_collate([{"x": torch.ones(2)}], keys=["z"])
     with pytest.raises(CollateError, match=r"key 'x' has 0-d tensors"):
         data.pad_collate([{"x": torch.tensor(1)}, {"x": torch.tensor(2)}], keys=["x"])
-    with pytest.raises(CollateError, match=r"key 'x': items mix types: Tensor at position 0; "
-                                           r"NoneType at position 1"):
+    with pytest.raises(
+        CollateError,
+        match=r"key 'x': items mix types: Tensor at position 0; "
+        r"NoneType at position 1",
+    ):
         data.pad_collate([{"x": torch.ones(2)}, {"x": None}], keys=["x"])
     with pytest.raises(CollateError, match=r"already have a key 'x_lengths'"):
         data.pad_collate([{"x": torch.ones(2), "x_lengths": 1}], keys=["x"])
@@ -288,8 +275,9 @@ def test_pad_collate_errors():
 
 def test_pad_collate_in_the_loader():
     d = data.dataset(size=4, get_item=lambda i: {"data": torch.arange(i + 1), "target": i})
-    loader = data.dataloader(d, batch_size=2, shuffle=False,
-                             collate_fn=functools.partial(data.pad_collate, mask=True))
+    loader = data.dataloader(
+        d, batch_size=2, shuffle=False, collate_fn=functools.partial(data.pad_collate, mask=True)
+    )
     b0, b1 = list(loader)
     assert b0["data"].tolist() == [[0, 0], [0, 1]] and b0["target"] == [0, 1]
     assert b1["data"].tolist() == [[0, 1, 2, 0], [0, 1, 2, 3]]
@@ -297,6 +285,7 @@ def test_pad_collate_in_the_loader():
 
 
 # -- cleanup_data --------------------------------------------------------------------------------
+
 
 def test_cleanup_any_nesting_and_idempotent():
     t = [torch.ones(4, 3), torch.zeros(2), torch.ones(1), torch.ones(5), torch.ones(2, 2)]
@@ -327,8 +316,11 @@ def test_cleanup_does_not_damage_the_dataset_when_collate_returns_views():
     d = data.tensor_dataset(X, y)
 
     def views(items):  # what a custom collate might return: the items' own views of X and y
-        return {"data": [it["data"] for it in items], "target": [it["target"] for it in items],
-                "window": X[1:3]}
+        return {
+            "data": [it["data"] for it in items],
+            "target": [it["target"] for it in items],
+            "window": X[1:3],
+        }
 
     loader = data.dataloader(d, batch_size=3, shuffle=False, collate_fn=views)
     for _ in range(2):

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import threading
 from typing import Any
 
 import numpy as np
@@ -16,23 +14,10 @@ from clorch_nb import data
 from clorch_nb.data.process_spec import ProcessSpec, as_process_spec
 from clorch_nb.errors import ConfigError
 from clorch_nb.examples import pydoc_text
-
-
-@pytest.fixture(autouse=True)
-def no_leaks():
-    """Overrides conftest's ``no_leaks`` (a full ``gc.collect()`` per test, ~0.3 s here) with the
-    cheap part that matters for these single-process tests: no thread or child process left."""
-    threads_before = set(threading.enumerate())
-    yield
-    assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
-    assert multiprocessing.active_children() == []
-
-
-def ds(n: int) -> data.TensorDataset:
-    return data.tensor_dataset(torch.arange(n).float().unsqueeze(1), torch.arange(n))
-
+from tests.fixtures import ds
 
 # -- data.dataset --------------------------------------------------------------------------------
+
 
 def test_dataset_from_functions():
     d = data.dataset(size=3, get_item=lambda i: {"data": i * 10})
@@ -82,12 +67,18 @@ def test_dataset_keyword_only():
 
 # -- indices outside the dataset -----------------------------------------------------------------
 
+
 def test_index_outside_the_dataset_names_index_and_range():
     t = ds(10)
     f = data.dataset(size=10, get_item=lambda i: i)
     tds = torch.utils.data.TensorDataset(torch.arange(10))
-    for call in (t.get_item, f.get_item, lambda i: data.get_item(t, i),
-                 lambda i: data.get_item(f, i), lambda i: data.get_item(tds, i)):
+    for call in (
+        t.get_item,
+        f.get_item,
+        lambda i: data.get_item(t, i),
+        lambda i: data.get_item(f, i),
+        lambda i: data.get_item(tds, i),
+    ):
         for bad in (10, -1, 99):
             with pytest.raises(IndexError) as exc:
                 call(bad)
@@ -95,8 +86,11 @@ def test_index_outside_the_dataset_names_index_and_range():
                 f"index {bad} is outside the dataset: valid indices are 0..9 (size 10)"
             )
     empty = data.dataset(size=0, get_item=lambda i: i)
-    with pytest.raises(IndexError, match=r"index 0 is outside the dataset: valid indices are none "
-                                         r"\(the dataset is empty\)"):
+    with pytest.raises(
+        IndexError,
+        match=r"index 0 is outside the dataset: valid indices are none "
+        r"\(the dataset is empty\)",
+    ):
         empty.get_item(0)
 
 
@@ -110,6 +104,7 @@ def test_index_types():
 
 
 # -- tensor_dataset ------------------------------------------------------------------------------
+
 
 def test_tensor_dataset_items_and_batches():
     X = torch.arange(24.0).reshape(4, 3, 2)  # noqa: N806
@@ -128,8 +123,11 @@ def test_tensor_dataset_items_and_batches():
 
 
 def test_tensor_dataset_validation():
-    with pytest.raises(ConfigError, match=r"tensor_dataset X must be a torch.Tensor, got list; "
-                                          r"convert with torch.as_tensor\(X\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"tensor_dataset X must be a torch.Tensor, got list; "
+        r"convert with torch.as_tensor\(X\)",
+    ):
         data.tensor_dataset([[1.0]], torch.zeros(1))
     with pytest.raises(ConfigError, match=r"tensor_dataset y is a 0-d tensor"):
         data.tensor_dataset(torch.zeros(3, 2), torch.tensor(1))
@@ -138,6 +136,7 @@ def test_tensor_dataset_validation():
 
 
 # -- adapters and module functions ---------------------------------------------------------------
+
 
 def test_torch_map_style_datasets_are_datasets():
     class Squares:
@@ -164,8 +163,11 @@ def test_not_a_dataset():
 
     with pytest.raises(ConfigError, match=r"dataset is a torch IterableDataset \(Stream\)"):
         data.get_size(Stream())
-    with pytest.raises(ConfigError, match=r"dataset of type int is not a dataset: it needs "
-                                          r"get_size\(\) and get_item\(idx\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"dataset of type int is not a dataset: it needs "
+        r"get_size\(\) and get_item\(idx\)",
+    ):
         data.get_item(5, 0)
     for bad in ("abc", {"a": 1}):
         with pytest.raises(ConfigError, match=r"is not a dataset"):
@@ -174,21 +176,26 @@ def test_not_a_dataset():
 
 # -- process_spec --------------------------------------------------------------------------------
 
+
 def test_process_spec_valid():
     spec = as_process_spec({"factory": "builtins:range", "args": (2, 7), "kwargs": {}})
     assert spec == ProcessSpec("builtins:range", [2, 7], {})
     assert spec.args == [2, 7]  # tuples become lists
     assert spec.build() == range(2, 7)
-    nested = as_process_spec({"factory": "pkg.sub.mod:Cls.make",
-                              "kwargs": {"a": [1, (2.5, None)], "b": {"c": True, "d": "s"}}})
+    nested = as_process_spec(
+        {
+            "factory": "pkg.sub.mod:Cls.make",
+            "kwargs": {"a": [1, (2.5, None)], "b": {"c": True, "d": "s"}},
+        }
+    )
     assert nested.kwargs == {"a": [1, [2.5, None]], "b": {"c": True, "d": "s"}}
     assert as_process_spec(None) is None and as_process_spec(spec) is spec
-    d = data.dataset(size=5, get_item=lambda i: i,
-                     process_spec={"factory": "builtins:range", "args": [5]})
+    d = data.dataset(
+        size=5, get_item=lambda i: i, process_spec={"factory": "builtins:range", "args": [5]}
+    )
     assert d.process_spec == ProcessSpec("builtins:range", [5], {})
     assert repr(d) == "FunctionDataset(size=5, process_spec='builtins:range')"
-    t = data.tensor_dataset(torch.zeros(2, 1), torch.zeros(2),
-                            process_spec={"factory": "m:f"})
+    t = data.tensor_dataset(torch.zeros(2, 1), torch.zeros(2), process_spec={"factory": "m:f"})
     assert t.process_spec.factory == "m:f"
 
 
@@ -206,14 +213,19 @@ def test_process_spec_bad_factory(factory):
     [
         ({"factory": "m:f", "args": "abc"}, r"process_spec\['args'\] must be a list, got str"),
         ({"factory": "m:f", "kwargs": [1]}, r"process_spec\['kwargs'\] must be a dict, got list"),
-        ({"factory": "m:f", "args": [1, object()]},
-         r"process_spec \['args'\]\[1\] is a object .*must be plain data"),
-        ({"factory": "m:f", "args": [torch.zeros(2)]},
-         r"process_spec \['args'\]\[0\] is a Tensor"),
-        ({"factory": "m:f", "kwargs": {"fn": len}},
-         r"process_spec \['kwargs'\]\['fn'\] is a builtin_function_or_method"),
-        ({"factory": "m:f", "kwargs": {"a": {1: "x"}}},
-         r"process_spec \['kwargs'\]\['a'\] has a key 1 of type int; dict keys must be str"),
+        (
+            {"factory": "m:f", "args": [1, object()]},
+            r"process_spec \['args'\]\[1\] is a object .*must be plain data",
+        ),
+        ({"factory": "m:f", "args": [torch.zeros(2)]}, r"process_spec \['args'\]\[0\] is a Tensor"),
+        (
+            {"factory": "m:f", "kwargs": {"fn": len}},
+            r"process_spec \['kwargs'\]\['fn'\] is a builtin_function_or_method",
+        ),
+        (
+            {"factory": "m:f", "kwargs": {"a": {1: "x"}}},
+            r"process_spec \['kwargs'\]\['a'\] has a key 1 of type int; dict keys must be str",
+        ),
         ({"factory": "m:f", "args": [{3, 4}]}, r"process_spec \['args'\]\[0\] is a set"),
         ({"factory": "m:f", "arg": []}, r"process_spec has unknown keys \['arg'\]"),
         ({"args": []}, r"process_spec needs a 'factory'"),
@@ -226,8 +238,11 @@ def test_process_spec_validation(spec, pattern):
 
 
 def test_process_spec_factory_resolution_errors():
-    with pytest.raises(ImportError, match=r"factory 'nope.mod:make': cannot import module "
-                                          r"'nope.mod'.*worker_backend='thread'"):
+    with pytest.raises(
+        ImportError,
+        match=r"factory 'nope.mod:make': cannot import module "
+        r"'nope.mod'.*worker_backend='thread'",
+    ):
         ProcessSpec("nope.mod:make").resolve_factory()
     with pytest.raises(ImportError, match=r"module 'clorch_nb.examples' has no attribute 'nope'"):
         ProcessSpec("clorch_nb.examples:nope").resolve_factory()
@@ -276,7 +291,7 @@ class Windows:
 
     def get_item(self, idx: int) -> dict[str, torch.Tensor]:
         s = self.starts[idx]
-        return {"data": self.values[s:s + self.width], "target": torch.tensor(idx)}
+        return {"data": self.values[s : s + self.width], "target": torch.tensor(idx)}
 
 
 def test_defdataset_positional_constructor_and_protocol():
@@ -380,6 +395,7 @@ def test_defdataset_process_spec_class_attribute():
 
 # -- the guide's TinyDataset on real text --------------------------------------------------------
 
+
 class WhitespaceTokenizer:
     """Word-level tokenizer: ids are positions in the sorted vocabulary of the text."""
 
@@ -413,8 +429,10 @@ class TinyDataset:
 
     @data.derived
     def inputs(self) -> list[torch.Tensor]:
-        return [torch.tensor(self.token_ids[i:i + self.max_length], dtype=torch.int64)
-                for i in range(0, self.n - self.max_length)]
+        return [
+            torch.tensor(self.token_ids[i : i + self.max_length], dtype=torch.int64)
+            for i in range(0, self.n - self.max_length)
+        ]
 
     @data.derived
     def ml(self) -> int:
@@ -424,7 +442,7 @@ class TinyDataset:
         return len(self.inputs)
 
     def get_item(self, idx: int) -> dict[str, torch.Tensor]:
-        target = self.token_ids[idx + 1:idx + self.ml + 1]
+        target = self.token_ids[idx + 1 : idx + self.ml + 1]
         return {"data": self.inputs[idx], "target": torch.tensor(target, dtype=torch.int64)}
 
 
@@ -438,8 +456,8 @@ def test_tiny_dataset_on_pydoc_text(kind):
     assert data.get_size(tiny) == len(ids) - ml
     for i in (0, 1, len(ids) - ml - 1):
         item = data.get_item(tiny, i)
-        assert item["data"].tolist() == ids[i:i + ml]
-        assert item["target"].tolist() == ids[i + 1:i + ml + 1]
+        assert item["data"].tolist() == ids[i : i + ml]
+        assert item["target"].tolist() == ids[i + 1 : i + ml + 1]
     if kind == "chars":
         assert "".join(map(chr, data.get_item(tiny, 0)["data"].tolist())) == text[:ml]
     else:

@@ -4,8 +4,6 @@ oracle (B01, B02, B04, B05)."""
 from __future__ import annotations
 
 import math
-import multiprocessing
-import threading
 
 import pytest
 import torch
@@ -14,28 +12,9 @@ from hypothesis import strategies as st
 
 from clorch_nb import data, dist
 from clorch_nb.errors import ConfigError
-
-
-@pytest.fixture(autouse=True)
-def no_leaks():
-    """Overrides conftest's ``no_leaks`` (a full ``gc.collect()`` per test, ~0.3 s here) with the
-    cheap part that matters for these single-process tests: no thread or child process left."""
-    threads_before = set(threading.enumerate())
-    yield
-    assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
-    assert multiprocessing.active_children() == []
-
+from tests.fixtures import ds, idx
 
 ENV_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK")
-
-
-def ds(n: int) -> data.TensorDataset:
-    """Scenario shorthand: target = index."""
-    return data.tensor_dataset(torch.arange(n).float().unsqueeze(1), torch.arange(n))
-
-
-def idx(batch: dict) -> list[int]:
-    return batch["target"].tolist()
 
 
 def S(*args, **kwargs) -> list[int]:  # noqa: N802 - the scenarios' shorthand
@@ -105,8 +84,9 @@ def test_shard_plan_covers_and_is_disjoint_apart_from_marked_padding(cfg):
     per_rank = [torch_indices(n, R, r, epoch=cfg["epoch"], **kw) for r in range(R)]
     assert plan.rank_indices == per_rank
     # the whole-dataset order is torch's with a single replica
-    assert plan.order == torch_indices(n, 1, 0, epoch=cfg["epoch"], seed=kw["seed"],
-                                       shuffle=kw["shuffle"])
+    assert plan.order == torch_indices(
+        n, 1, 0, epoch=cfg["epoch"], seed=kw["seed"], shuffle=kw["shuffle"]
+    )
 
     # Oracle for padding: walk torch's interleaved positions (rank r, slot j -> r + j*R); an index
     # met a second time is a padding repeat.
@@ -119,13 +99,17 @@ def test_shard_plan_covers_and_is_disjoint_apart_from_marked_padding(cfg):
         seen.add(i)
     assert plan.is_padding == expected_pad
 
-    real = [i for row, pads in zip(per_rank, expected_pad, strict=True)
-            for i, pad in zip(row, pads, strict=True) if not pad]
+    real = [
+        i
+        for row, pads in zip(per_rank, expected_pad, strict=True)
+        for i, pad in zip(row, pads, strict=True)
+        if not pad
+    ]
     assert len(real) == len(set(real))  # disjoint apart from padding
     assert sorted(real + plan.dropped) == list(range(n))  # every item placed or dropped, once
     assert plan.disjoint
     if cfg["drop_last"]:
-        assert plan.dropped == plan.order[len(real):]
+        assert plan.dropped == plan.order[len(real) :]
         assert not any(map(any, plan.is_padding))
         assert plan.covers == (not plan.dropped)
     else:
@@ -134,8 +118,12 @@ def test_shard_plan_covers_and_is_disjoint_apart_from_marked_padding(cfg):
         n_pad = sum(map(sum, plan.is_padding))
         assert n_pad == (math.ceil(n / R) * R - n if n else 0)
         # padding is the head of the (shuffled) order, wrapping when R > N
-        pads = [i for row, p in zip(per_rank, expected_pad, strict=True)
-                for i, q in zip(row, p, strict=True) if q]
+        pads = [
+            i
+            for row, p in zip(per_rank, expected_pad, strict=True)
+            for i, q in zip(row, p, strict=True)
+            if q
+        ]
         if n:
             assert sorted(pads) == sorted((plan.order * math.ceil(n_pad / n + 1))[:n_pad])
 
@@ -148,7 +136,11 @@ def test_disjoint_mode_gives_each_item_exactly_once(cfg):
     shards = []
     for r in range(R):
         s = data.distributed_sampler(
-            n, num_replicas=R, rank=r, seed=cfg["seed"], shuffle=cfg["shuffle"],
+            n,
+            num_replicas=R,
+            rank=r,
+            seed=cfg["seed"],
+            shuffle=cfg["shuffle"],
             shard_mode="disjoint",
         )
         s.set_epoch(cfg["epoch"])
@@ -158,8 +150,9 @@ def test_disjoint_mode_gives_each_item_exactly_once(cfg):
         shards.append(got)
     assert sorted(i for sh in shards for i in sh) == list(range(n))
     assert max(map(len, shards)) - min(map(len, shards)) <= 1
-    plan = data.shard_plan(n, R, seed=cfg["seed"], epoch=cfg["epoch"], shuffle=cfg["shuffle"],
-                           shard_mode="disjoint")
+    plan = data.shard_plan(
+        n, R, seed=cfg["seed"], epoch=cfg["epoch"], shuffle=cfg["shuffle"], shard_mode="disjoint"
+    )
     assert plan.rank_indices == shards
     assert not any(map(any, plan.is_padding)) and plan.dropped == [] and plan.covers
 
@@ -171,13 +164,22 @@ def test_randperm_seed_uses_low_32_bits_like_torch():
 
 # -- B01: uneven shards, padding duplicates ----------------------------------------------------
 
+
 def test_b01_uneven_shards_pad_with_head_of_order():
     assert [S(10, num_replicas=3, rank=r, shuffle=False) for r in range(3)] == [
-        [0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1],
+        [0, 3, 6, 9],
+        [1, 4, 7, 0],
+        [2, 5, 8, 1],
     ]
     # more than 2x as many replicas as samples: the pad wraps, no assertion
     assert [S(3, num_replicas=7, rank=r, shuffle=False) for r in range(7)] == [
-        [0], [1], [2], [0], [1], [2], [0],
+        [0],
+        [1],
+        [2],
+        [0],
+        [1],
+        [2],
+        [0],
     ]
     plan = data.shard_plan(10, 3, shuffle=False)
     assert plan.is_padding == [[False] * 4, [False] * 3 + [True], [False] * 3 + [True]]
@@ -194,6 +196,7 @@ def test_b01_uneven_shards_pad_with_head_of_order():
 
 
 # -- B02: forgetting set_epoch -----------------------------------------------------------------
+
 
 def test_b02_set_epoch_changes_the_order_and_the_loader_reads_it_at_iter():
     s = data.distributed_sampler(50, num_replicas=2, rank=0, seed=0)
@@ -225,8 +228,10 @@ def test_b02_torch_parity_table():
             data.set_epoch(s, epoch)
             got[rank, epoch] = data.sample_indices(s)
     assert got == {
-        (0, 0): [4, 7, 2, 1], (0, 1): [5, 2, 7, 1],
-        (1, 0): [0, 3, 5, 6], (1, 1): [4, 6, 3, 0],
+        (0, 0): [4, 7, 2, 1],
+        (0, 1): [5, 2, 7, 1],
+        (1, 0): [0, 3, 5, 6],
+        (1, 1): [4, 6, 3, 0],
     }
 
 
@@ -267,9 +272,12 @@ class warnings_as_errors:  # noqa: N801 - used like a function
 
 # -- B04: drop_last in the sampler ---------------------------------------------------------------
 
+
 def test_b04_sampler_drop_last_trims_the_tail():
-    samplers = [data.distributed_sampler(10, num_replicas=3, rank=r, shuffle=False, drop_last=True)
-                for r in range(3)]
+    samplers = [
+        data.distributed_sampler(10, num_replicas=3, rank=r, shuffle=False, drop_last=True)
+        for r in range(3)
+    ]
     assert [list(s) for s in samplers] == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]
     assert [len(s) for s in samplers] == [3, 3, 3]
     assert data.shard_plan(10, 3, shuffle=False, drop_last=True).dropped == [9]
@@ -278,6 +286,7 @@ def test_b04_sampler_drop_last_trims_the_tail():
 
 
 # -- B05: num_replicas / rank resolution and validation -----------------------------------------
+
 
 def test_b05_reads_rank_never_local_rank(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
@@ -377,6 +386,7 @@ def test_process_group_wins_over_env(monkeypatch, tmp_path):
 
 # -- other argument validation -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
@@ -387,14 +397,26 @@ def test_process_group_wins_over_env(monkeypatch, tmp_path):
         ({"n_or_dataset": 8, "num_replicas": True, "rank": 0}, r"num_replicas=True must be an int"),
         ({"n_or_dataset": 8, "num_replicas": 2, "rank": "1"}, r"rank='1' must be an int"),
         ({"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "seed": 1.5}, r"seed=1\.5 must be"),
-        ({"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "seed": 2**64},
-         r"seed=18446744073709551616 .*outside the range"),
+        (
+            {"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "seed": 2**64},
+            r"seed=18446744073709551616 .*outside the range",
+        ),
         ({"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "shuffle": "yes"}, r"shuffle='yes'"),
         ({"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "drop_last": 1}, r"drop_last=1"),
-        ({"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "shard_mode": "uneven"},
-         r"shard_mode='uneven' must be 'even'"),
-        ({"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "drop_last": True,
-          "shard_mode": "disjoint"}, r"drop_last=True contradicts shard_mode='disjoint'"),
+        (
+            {"n_or_dataset": 8, "num_replicas": 2, "rank": 0, "shard_mode": "uneven"},
+            r"shard_mode='uneven' must be 'even'",
+        ),
+        (
+            {
+                "n_or_dataset": 8,
+                "num_replicas": 2,
+                "rank": 0,
+                "drop_last": True,
+                "shard_mode": "disjoint",
+            },
+            r"drop_last=True contradicts shard_mode='disjoint'",
+        ),
     ],
 )
 def test_sampler_rejects_bad_arguments(kwargs, pattern):

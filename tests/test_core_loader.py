@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
-import threading
 
 import pytest
 import torch
@@ -16,45 +14,11 @@ from hypothesis import strategies as st
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
-
-
-@pytest.fixture(autouse=True)
-def no_leaks():
-    """Overrides conftest's ``no_leaks`` (a full ``gc.collect()`` per test, ~0.3 s here) with the
-    cheap part that matters for these single-process tests: no thread or child process left."""
-    threads_before = set(threading.enumerate())
-    yield
-    assert [t for t in threading.enumerate() if t not in threads_before and t.is_alive()] == []
-    assert multiprocessing.active_children() == []
-
-
-def ds(n: int) -> data.TensorDataset:
-    """Scenario shorthand: target = index."""
-    return data.tensor_dataset(torch.arange(n).float().unsqueeze(1), torch.arange(n))
-
-
-def idx(batch: dict) -> list[int]:
-    return batch["target"].tolist()
+from tests.fixtures import assert_same, ds, idx
 
 
 def batches(loader) -> list[list[int]]:
     return [idx(b) for b in loader]
-
-
-def assert_same(a, b):
-    assert type(a) is type(b), (type(a), type(b))
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
-    elif isinstance(a, dict):
-        assert list(a) == list(b)
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            assert_same(x, y)
-    else:
-        assert a == b
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +29,7 @@ def _clean_env(monkeypatch):
 
 # -- basic batches, re-iteration, shuffling ------------------------------------------------------
 
+
 def test_sequential_batches_and_len():
     loader = data.dataloader(ds(10), batch_size=4, shuffle=False)
     assert len(loader) == 3
@@ -73,7 +38,8 @@ def test_sequential_batches_and_len():
     b = next(iter(loader))
     assert b["data"].shape == (4, 1) and b["data"].dtype == torch.float32
     assert batches(data.dataloader(ds(10), batch_size=4, shuffle=False, drop_last=True)) == [
-        [0, 1, 2, 3], [4, 5, 6, 7],
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
     ]
 
 
@@ -125,8 +91,12 @@ def loader_cases(draw):
     case = {"n": n, "batch_size": bs, "drop_last": draw(st.booleans()), "kind": kind}
     if kind in ("distributed", "disjoint"):
         R = draw(st.integers(1, 5))  # noqa: N806
-        case.update(R=R, rank=draw(st.integers(0, R - 1)), seed=draw(st.integers(0, 99)),
-                    sdrop=draw(st.booleans()) and kind == "distributed")
+        case.update(
+            R=R,
+            rank=draw(st.integers(0, R - 1)),
+            seed=draw(st.integers(0, 99)),
+            sdrop=draw(st.booleans()) and kind == "distributed",
+        )
     if kind == "list":
         case["order"] = draw(st.lists(st.integers(0, n - 1), max_size=40)) if n else []
     return case
@@ -145,8 +115,12 @@ def test_len_equals_batches_yielded(case):
         loader, expected = data.dataloader(ds(n), sampler=case["order"], **kw), case["order"]
     else:
         s = data.distributed_sampler(
-            n, num_replicas=case["R"], rank=case["rank"], seed=case["seed"],
-            drop_last=case["sdrop"], shard_mode="even" if kind == "distributed" else "disjoint",
+            n,
+            num_replicas=case["R"],
+            rank=case["rank"],
+            seed=case["seed"],
+            drop_last=case["sdrop"],
+            shard_mode="even" if kind == "distributed" else "disjoint",
         )
         loader, expected = data.dataloader(ds(n), sampler=s, **kw), data.sample_indices(s)
     got = batches(loader)
@@ -168,14 +142,17 @@ def test_empty_dataset_and_empty_shard_yield_no_batches():
         data.dataloader(ds(0), batch_size=3),
         data.dataloader(ds(0), batch_size=3, shuffle=False),
         data.dataloader(data.dataset(size=0, get_item=lambda i: i), batch_size=3),
-        data.dataloader(ds(3), batch_size=3,
-                        sampler=data.distributed_sampler(3, num_replicas=7, rank=5,
-                                                         shard_mode="disjoint")),
+        data.dataloader(
+            ds(3),
+            batch_size=3,
+            sampler=data.distributed_sampler(3, num_replicas=7, rank=5, shard_mode="disjoint"),
+        ),
     ):
         assert len(loader) == 0 and list(loader) == []
 
 
 # -- the batched fast path -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("X", "y"),
@@ -205,8 +182,11 @@ def test_fast_path_is_used_with_the_default_collate(monkeypatch):
         raise AssertionError("get_item called on the fast path")
 
     monkeypatch.setattr(data.TensorDataset, "get_item", no_items)
-    assert batches(data.dataloader(d, batch_size=4, shuffle=False)) == [[0, 1, 2, 3], [4, 5, 6, 7],
-                                                                         [8, 9]]
+    assert batches(data.dataloader(d, batch_size=4, shuffle=False)) == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8, 9],
+    ]
 
 
 def test_custom_collate_bypasses_the_fast_path(monkeypatch):
@@ -223,12 +203,15 @@ def test_custom_collate_bypasses_the_fast_path(monkeypatch):
         return [int(it["target"]) for it in items]
 
     assert list(data.dataloader(d, batch_size=2, shuffle=False, collate_fn=collate)) == [
-        [0, 1], [2, 3], [4],
+        [0, 1],
+        [2, 3],
+        [4],
     ]
     assert seen == [2, 2, 1]
     wrapped = functools.partial(data.default_collate)  # not *the* default: item by item
     assert batches(data.dataloader(d, batch_size=3, shuffle=False, collate_fn=wrapped)) == [
-        [0, 1, 2], [3, 4],
+        [0, 1, 2],
+        [3, 4],
     ]
 
 
@@ -246,6 +229,7 @@ def test_get_item_errors_keep_their_type_and_name_the_index():
 
 # -- events and stats ----------------------------------------------------------------------------
 
+
 def test_events_one_batch_event_per_batch_and_epoch_events():
     loader = data.dataloader(ds(10), batch_size=4, shuffle=False)
     events = []
@@ -258,7 +242,9 @@ def test_events_one_batch_event_per_batch_and_epoch_events():
     assert end.epoch == 0 and end.t_s >= start.t_s
     bev = [e for e in events if isinstance(e, BatchEvent)]
     assert [(e.epoch, e.batch_index, e.num_items, e.worker_id, e.queue_depth) for e in bev] == [
-        (0, 0, 4, -1, 0), (0, 1, 4, -1, 0), (0, 2, 2, -1, 0),
+        (0, 0, 4, -1, 0),
+        (0, 1, 4, -1, 0),
+        (0, 2, 2, -1, 0),
     ]
     assert all(e.wait_s >= 0 and e.fetch_s >= 0 and e.collate_s == 0 for e in bev)  # fast path
 
@@ -280,8 +266,9 @@ def test_events_one_batch_event_per_batch_and_epoch_events():
 
 
 def test_events_report_collate_time_on_the_item_path():
-    loader = data.dataloader(data.dataset(size=3, get_item=lambda i: i), batch_size=2,
-                             shuffle=False)
+    loader = data.dataloader(
+        data.dataset(size=3, get_item=lambda i: i), batch_size=2, shuffle=False
+    )
     events = []
     loader.subscribe(events.append)
     list(loader)
@@ -305,6 +292,7 @@ def test_error_mid_epoch_emits_stopped():
 
 # -- B04 / B06 / B13 -----------------------------------------------------------------------------
 
+
 def test_b04_loader_drop_last_vs_sampler_drop_last():
     s = data.distributed_sampler(10, num_replicas=3, rank=0, shuffle=False)
     for dl, expected in ((False, [[0, 3, 6], [9]]), (True, [[0, 3, 6]])):
@@ -321,7 +309,8 @@ def test_b06_sampler_order_wins_when_shuffle_is_not_passed():
     assert isinstance(exc.value, ConfigError)
     assert "shuffle=True" in str(exc.value) and "sampler=" in str(exc.value)
     assert batches(data.dataloader(ds(8), batch_size=2, sampler=s, shuffle=False)) == [
-        [1, 3], [5, 7],
+        [1, 3],
+        [5, 7],
     ]
 
 
@@ -340,6 +329,7 @@ def test_b13_worker_only_options_with_zero_workers():
 
 
 # -- argument validation -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
@@ -389,8 +379,11 @@ def test_sampler_yielding_indices_outside_the_dataset():
         msg = str(exc.value)
         assert f"sampler list yielded index {bad}, outside the dataset (valid 0..9, size 10)" in msg
     wrong = data.distributed_sampler(20, num_replicas=2, rank=1, shuffle=False)
-    with pytest.raises(IndexError, match=r"DistributedSampler yielded index 11, outside the "
-                                         r"dataset \(valid 0\.\.9"):
+    with pytest.raises(
+        IndexError,
+        match=r"DistributedSampler yielded index 11, outside the "
+        r"dataset \(valid 0\.\.9",
+    ):
         list(data.dataloader(ds(10), batch_size=2, sampler=wrong))
 
 
@@ -407,6 +400,7 @@ def test_sampler_whose_len_lies():
 
 
 # -- interop with torch.utils.data ---------------------------------------------------------------
+
 
 def test_torch_tensor_dataset_in_our_loader_collates_tuples():
     X, Y = torch.randn(7, 3), torch.arange(7)  # noqa: N806
@@ -445,8 +439,10 @@ class Doubles:
     "make",
     [
         lambda: ds(11),
-        lambda: data.dataset(size=11, get_item=lambda i: {"data": torch.full((2,), float(i)),
-                                                          "target": torch.tensor(i)}),
+        lambda: data.dataset(
+            size=11,
+            get_item=lambda i: {"data": torch.full((2,), float(i)), "target": torch.tensor(i)},
+        ),
         lambda: Doubles(11),
     ],
     ids=["tensor_dataset", "dataset", "defdataset"],
@@ -468,10 +464,12 @@ def test_our_sampler_in_torch_dataloader():
         s.set_epoch(4)
         ref = torch.utils.data.DistributedSampler(d, num_replicas=3, rank=rank, seed=9)
         ref.set_epoch(4)
-        theirs = [b["target"].tolist() for b in torch.utils.data.DataLoader(d, batch_size=2,
-                                                                           sampler=s)]
-        with_ref = [b["target"].tolist() for b in torch.utils.data.DataLoader(d, batch_size=2,
-                                                                             sampler=ref)]
+        theirs = [
+            b["target"].tolist() for b in torch.utils.data.DataLoader(d, batch_size=2, sampler=s)
+        ]
+        with_ref = [
+            b["target"].tolist() for b in torch.utils.data.DataLoader(d, batch_size=2, sampler=ref)
+        ]
         assert theirs == with_ref == batches(data.dataloader(d, batch_size=2, sampler=s))
         assert sum(theirs, []) == list(s)
 
@@ -483,8 +481,11 @@ def test_torch_samplers_in_our_loader():
         b["target"].tolist() for b in torch.utils.data.DataLoader(d, batch_size=2, sampler=ref)
     ]
     seq = torch.utils.data.SequentialSampler(range(9))
-    assert batches(data.dataloader(d, batch_size=4, sampler=seq)) == [[0, 1, 2, 3], [4, 5, 6, 7],
-                                                                      [8]]
+    assert batches(data.dataloader(d, batch_size=4, sampler=seq)) == [
+        [0, 1, 2, 3],
+        [4, 5, 6, 7],
+        [8],
+    ]
 
 
 def test_loader_repr_and_context_manager():

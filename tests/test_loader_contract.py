@@ -216,15 +216,16 @@ def test_keyboard_interrupt_in_loop(backend: dict[str, Any]) -> None:
 
 
 def test_stop_during_slow_items_is_prompt(backend: dict[str, Any]) -> None:
-    """Abandoning an epoch whose batches take 10 x 50 ms does not wait for them to finish:
-    workers drop the epoch between two items."""
-    with loader(spec_ds("slow", 64, 0.05), backend, batch_size=8, shuffle=False) as dl:
+    """Abandoning an epoch whose batches take 8 x 200 ms does not wait for them to finish:
+    workers drop the epoch between two items. Waiting would take >= 1.6 s (a whole batch in
+    flight per worker); the bound leaves room for a loaded machine."""
+    with loader(spec_ds("slow", 24, 0.2), backend, batch_size=8, shuffle=False) as dl:
         it = iter(dl)
         next(it)
         t0 = time.monotonic()
         it.close()
-        assert time.monotonic() - t0 < 0.6
-        assert [idx(b) for b in dl][-1] == list(range(56, 64))
+        assert time.monotonic() - t0 < 1.2
+        assert [idx(b) for b in dl] == [list(range(i, i + 8)) for i in (0, 8, 16)]
 
 
 # -- lifecycle and resources --------------------------------------------------------------------
