@@ -385,3 +385,23 @@ def test_worker_killed_between_epochs_is_replaced() -> None:
             time.sleep(0.01)
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
         assert victim not in dl._pool.pids()
+
+
+@pytest.mark.timeout(120)
+def test_torch_tensor_dataset_runs_in_process_workers_through_shared_memory() -> None:
+    """A torch.utils.data.TensorDataset (items are tuples) needs no process_spec: its tensors
+    are shared with the workers, and the batches equal the inline loader's."""
+    from torch.utils.data import TensorDataset as TorchTensorDataset
+
+    X = torch.arange(40.0).reshape(20, 2)  # noqa: N806
+    y = torch.arange(20)
+    ds = TorchTensorDataset(X, y)
+    with data.dataloader(ds, batch_size=6, shuffle=False) as inline, data.dataloader(
+        ds, batch_size=6, shuffle=False, num_workers=2, worker_backend="process"
+    ) as procs:
+        got, want = list(procs), list(inline)
+        assert procs.backend == "process"
+    assert len(got) == len(want) == 4
+    for a, b in zip(got, want, strict=True):
+        assert isinstance(a, tuple) and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert X.is_shared()

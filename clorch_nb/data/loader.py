@@ -25,10 +25,11 @@ from typing import Any, Literal, overload
 import torch
 
 from clorch_nb.data.collate import default_collate
-from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
+from clorch_nb.data.dataset import as_dataset, get_process_spec
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
@@ -281,9 +282,9 @@ class DataLoader:
                     self.dataset, self.collate_fn, self.num_workers, batched=self._batched
                 )
             else:
-                from clorch_nb.data.workers.process import ProcessPool, SharedTensors
+                from clorch_nb.data.workers.process import ProcessPool
 
-                # No process_spec: only a TensorDataset gets here (_resolve_backend); its
+                # No process_spec: only tensor datasets get here (_resolve_backend); their
                 # tensors move to shared memory once and workers map them (no copy each).
                 source = self.process_spec or SharedTensors.from_dataset(self.dataset)
                 pool = ProcessPool(
@@ -327,6 +328,18 @@ class DataLoader:
                 result = ready.pop(next_yield)
                 if result.error is not None:
                     raise result.error
+                # Also take what else has finished, without waiting, so queue_depth counts every
+                # built batch (not only those that arrived while we waited) and workers' result
+                # pipes do not fill up.
+                try:
+                    while next_submit - next_yield - 1 > len(ready):
+                        extra = pool.get(0.0)
+                        if extra is None:
+                            break
+                        ready[extra.batch_index] = extra
+                except Exception:
+                    broken = True
+                    raise
                 t1 = time.perf_counter()
                 self._record(
                     BatchEvent(
@@ -375,6 +388,7 @@ def dataloader(
     *,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
 
@@ -410,6 +424,8 @@ def dataloader(
         seed (int | None): makes shuffling and worker seeds reproducible across runs.
         generator (torch.Generator | None): the same, from a generator you own (not with seed).
             Without either, each epoch draws from torch's global RNG (``torch.manual_seed``).
+        **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
+            refused with an error that says what to use instead.
 
     Returns:
         DataLoader: ``iter()`` per epoch, ``len()`` = batches per epoch, ``close()``.
@@ -428,6 +444,8 @@ def dataloader(
         >>> len(loader), [b["target"].tolist() for b in loader]
         (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
     """
+    if torch_options:
+        _refuse_torch_options(torch_options)
     ds = as_dataset(dataset)
     _check_int("batch_size", batch_size, 1, "pass the number of items per batch, e.g. 32")
     for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
@@ -486,6 +504,35 @@ def dataloader(
     )
 
 
+#: torch.utils.data.DataLoader options that do not exist here, and what to do instead
+_TORCH_ONLY = {
+    "timeout": "use timeout_ms= (milliseconds; torch's timeout is in seconds)",
+    "persistent_workers": "drop it: workers always persist for the loader's life (close() or "
+    "a with block ends them)",
+    "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
+    "pin_memory_device": "drop it (deprecated in torch too)",
+    "worker_init_fn": "drop it: workers are seeded per worker and epoch; dataset code can read "
+    "data.get_worker_info() (worker_id, num_workers, seed)",
+    "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
+    "worker_backend='thread'",
+    "batch_sampler": "pass sampler= and batch_size= instead",
+    "in_order": "drop it: batches are always delivered in sampler order",
+}
+
+
+def _refuse_torch_options(options: dict[str, Any]) -> None:
+    for name in options:
+        fix = _TORCH_ONLY.get(name)
+        if fix is not None:
+            raise ConfigError(
+                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}"
+            )
+    raise TypeError(
+        f"dataloader() got unexpected keyword argument(s) {sorted(options)}; see "
+        "help(data.dataloader) for the options"
+    )
+
+
 def _resolve_backend(
     ds: Any, spec: ProcessSpec | None, num_workers: int, worker_backend: str,
     collate_fn: Callable[..., Any],
@@ -497,16 +544,18 @@ def _resolve_backend(
     if worker_backend == "auto":
         return "process" if spec is not None and _sendable(collate_fn) else "thread"
     # worker_backend == "process": everything a worker needs must reach it, checked here
-    if spec is None and type(ds) is TensorDataset:
+    if spec is None and SharedTensors.supports(ds):
         pass  # workers get its tensors through shared memory (SharedTensors), not a factory
     elif spec is None:
         what = getattr(getattr(ds, "_get_item", None), "__qualname__", type(ds).__name__)
         raise ConfigError(
             f"worker_backend='process' needs a dataset with a process_spec: worker processes "
-            f"rebuild the dataset by calling a factory, because its get_item ({what}) cannot be "
-            "sent to another process (lambdas and notebook-defined functions do not pickle). "
-            "Pass process_spec={'factory': 'my_pkg.my_mod:make_dataset', 'args': [...]} to "
-            "data.dataset, or use worker_backend='thread'"
+            f"rebuild the dataset by calling a factory instead of pickling it (its get_item, "
+            f"{what}, cannot be sent to another process), and this dataset has none. Pass "
+            "process_spec={'factory': 'my_pkg.my_mod:make_dataset', 'args': [...]} to "
+            "data.dataset (the factory must live in an importable module, not "
+            "a notebook cell); for in-memory tensors use data.tensor_dataset(X, y), which process "
+            "workers share without a factory; or use worker_backend='thread'"
         )
     if not _sendable(collate_fn):
         raise ConfigError(

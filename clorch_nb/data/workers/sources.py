@@ -3,28 +3,31 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 import torch.multiprocessing  # noqa: F401 - registers the reductions that send storages as fds
 
-from clorch_nb.data.dataset import TensorDataset
+from clorch_nb.data.dataset import TensorDataset, TorchMapDataset
 
 __all__ = ["SharedTensors"]
 
 
 @dataclass(frozen=True)
 class SharedTensors:
-    """A :class:`~clorch_nb.data.dataset.TensorDataset` without a ``process_spec``, for workers.
+    """A dataset made only of tensors, sent to workers through shared memory.
 
-    Its two tensors are moved to shared memory once (``Tensor.share_memory_()``, in place: the
-    caller's tensors keep their values and now live in shared memory). What reaches a worker is
-    a handle to that memory (a file descriptor, torch's ``file_descriptor`` strategy), never a
+    Two kinds qualify (:meth:`supports`): our :class:`~clorch_nb.data.dataset.TensorDataset`
+    without a ``process_spec``, and ``torch.utils.data.TensorDataset`` (items stay tuples, as in
+    torch). Their tensors are moved to shared memory once (``Tensor.share_memory_()``, in place:
+    the caller's tensors keep their values and now live in shared memory). What reaches a worker
+    is a handle to that memory (a file descriptor, torch's ``file_descriptor`` strategy), never a
     pickled copy of the data nor of any Python object: every worker maps the same pages, so
     ``N`` workers over a 1 GB ``X`` use about 1 GB in total, not ``N + 1`` GB.
 
     Args:
-        data (torch.Tensor): ``X``, shape ``(N, *S)``.
-        target (torch.Tensor): ``y``, shape ``(N, *T)``.
+        tensors (tuple[torch.Tensor, ...]): the dataset's tensors, each of shape ``(N, ...)``.
+        layout ("clorch" | "torch"): which dataset to rebuild around them.
 
     Example:
         >>> from clorch_nb.data import tensor_dataset
@@ -34,17 +37,35 @@ class SharedTensors:
         (True, 4)
     """
 
-    data: torch.Tensor
-    target: torch.Tensor
+    tensors: tuple[torch.Tensor, ...]
+    layout: Literal["clorch", "torch"]
+
+    @staticmethod
+    def supports(ds: Any) -> bool:
+        """True for datasets that are nothing but tensors (see the class docstring)."""
+        if type(ds) is TensorDataset:
+            return ds.process_spec is None
+        return type(ds) is TorchMapDataset and type(ds.wrapped) is torch.utils.data.TensorDataset
 
     @classmethod
-    def from_dataset(cls, ds: TensorDataset) -> SharedTensors:
-        """Share ``ds``'s tensors (in place) and wrap them."""
-        return cls(ds.data.share_memory_(), ds.target.share_memory_())
+    def from_dataset(cls, ds: Any) -> SharedTensors:
+        """Share ``ds``'s tensors (in place) and wrap them.
 
-    def build(self) -> TensorDataset:
+        Raises:
+            TypeError: ``ds`` is not one of the supported kinds.
+        """
+        if type(ds) is TensorDataset:
+            return cls((ds.data.share_memory_(), ds.target.share_memory_()), "clorch")
+        if SharedTensors.supports(ds):
+            return cls(tuple(t.share_memory_() for t in ds.wrapped.tensors), "torch")
+        raise TypeError(f"SharedTensors takes a tensor dataset, got {type(ds).__name__}")
+
+    def build(self) -> Any:
         """The dataset, as a worker rebuilds it (over the shared tensors)."""
-        return TensorDataset(self.data, self.target)
+        if self.layout == "clorch":
+            return TensorDataset(*self.tensors)
+        return TorchMapDataset(torch.utils.data.TensorDataset(*self.tensors))
 
     def __repr__(self) -> str:
-        return f"SharedTensors(data={tuple(self.data.shape)}, target={tuple(self.target.shape)})"
+        shapes = ", ".join(str(tuple(t.shape)) for t in self.tensors)
+        return f"SharedTensors({self.layout}: {shapes})"
