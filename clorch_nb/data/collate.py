@@ -55,8 +55,11 @@ def _key_path(path: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def _odd_ones(groups: dict[Any, list[int]], first: Any) -> tuple[int, ...]:
-    """Positions outside the group ``first`` (the items that do not match)."""
-    return tuple(sorted(i for k, pos in groups.items() if k != first for i in pos))
+    """Positions outside the largest group (the items that do not match the rest); on a tie,
+    outside item 0's group ``first``. One cropped image among 63 good ones is the odd one out,
+    wherever it sits in the batch."""
+    reference = max(groups, key=lambda k: (len(groups[k]), k == first))
+    return tuple(sorted(i for k, pos in groups.items() if k != reference for i in pos))
 
 
 def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -> CollateError:

@@ -175,7 +175,7 @@ class ShardTable:
     def title(self) -> str:
         """What is shown, in words."""
         if self.source == "records":
-            return f"Recorded shards: {self.size} items on {self.num_replicas} ranks"
+            return f"Recorded shards: {self.size} items on {_ranks(self.num_replicas)}"
         s = self.settings
         bits = [
             f"seed={s['seed']}",
@@ -186,7 +186,7 @@ class ShardTable:
             bits.append("drop_last")
         if not s["set_epoch"]:
             bits.append("set_epoch NOT called")
-        return f"Shards of {self.size} items on {self.num_replicas} ranks ({', '.join(bits)})"
+        return f"Shards of {self.size} items on {_ranks(self.num_replicas)} ({', '.join(bits)})"
 
     def to_text(self, epoch: int, *, max_positions: int = 24) -> str:
         """The grid of ``epoch`` as text, then the check line of every epoch.
@@ -378,3 +378,7 @@ def records_table(records: Sequence[Sequence[Sequence[int]]], size: int) -> Shar
         )
     epochs = tuple(_epoch_from_records(e, rows, size) for e, rows in enumerate(records))
     return ShardTable(size, nrep.pop(), epochs, "records", {})
+
+
+def _ranks(n: int) -> str:
+    return f"{n} rank{'' if n == 1 else 's'}"
