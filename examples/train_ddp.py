@@ -133,7 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # ranks share the machine's cores; one thread each is fastest here
     init_process_group()
     try:
-        return train(args)
+        code = train(args)
+        # Every rank reaches here before any tears the group down: a rank that destroys it
+        # while a peer still talks to it makes gloo abort the peer at exit.
+        torch_dist.barrier()
+        return code
     finally:
         torch_dist.destroy_process_group()
 

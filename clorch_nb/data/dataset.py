@@ -310,7 +310,7 @@ def as_dataset(obj: Any, *, argument: str = "dataset") -> Any:
         return TorchMapDataset(obj)
     if isinstance(obj, Mapping | str | bytes):
         raise ConfigError(
-            f"{argument} is a {type(obj).__name__}, which is not a dataset: its [] takes keys "
+            f"{argument} of type {type(obj).__name__} is not a dataset: its [] takes keys "
             "(or characters), not item indices 0..N-1. For tensors {'data': X, 'target': y} use "
             "data.tensor_dataset(X, y); for other values, data.dataset(size=len(rows), "
             "get_item=lambda i: rows[i]) over a list of them"

@@ -63,7 +63,8 @@ class SharedTensors:
     def build(self) -> Any:
         """The dataset, as a worker rebuilds it (over the shared tensors)."""
         if self.layout == "clorch":
-            return TensorDataset(*self.tensors)
+            data, target = self.tensors
+            return TensorDataset(data, target)
         return TorchMapDataset(torch.utils.data.TensorDataset(*self.tensors))
 
     def __repr__(self) -> str:
