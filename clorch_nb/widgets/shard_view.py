@@ -158,34 +158,17 @@ def draw_shards(
                 )
             )
         fontsize = 11 if npos <= 16 else 8
+        pad_style = {
+            "fontweight": "bold",
+            "color": "black",
+            "bbox": {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+        }
         for r, row in enumerate(e.rank_indices):
             for p, i in enumerate(row):
-                if e.is_padding[r][p]:
-                    ax.text(
-                        p + 0.5,
-                        r + 0.5,
-                        str(i),
-                        ha="center",
-                        va="center",
-                        fontsize=fontsize,
-                        fontweight="bold",
-                        color="black",
-                        bbox={
-                            "boxstyle": "round,pad=0.15",
-                            "facecolor": "white",
-                            "edgecolor": "none",
-                        },
-                    )
-                else:
-                    ax.text(
-                        p + 0.5,
-                        r + 0.5,
-                        str(i),
-                        ha="center",
-                        va="center",
-                        fontsize=fontsize,
-                        color=text_color_on(faces[r, p]),
-                    )
+                style = pad_style if e.is_padding[r][p] else {"color": text_color_on(faces[r, p])}
+                ax.text(
+                    p + 0.5, r + 0.5, str(i), ha="center", va="center", fontsize=fontsize, **style
+                )
         for r, p in overlap_cells:
             ax.add_patch(
                 Rectangle(
