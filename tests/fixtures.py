@@ -129,7 +129,7 @@ def random_items(n: int) -> Any:
             "torch": torch.randint(2**31, ()),
             "worker": torch.tensor(-1 if info is None else info.worker_id),
             "seed": torch.tensor(-1 if info is None else info.seed),
-            "backend": "none" if info is None else info.backend,
+            "backend": "none" if info is None else info.worker_backend,
             "target": torch.tensor(i),
         }
 

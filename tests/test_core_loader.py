@@ -238,7 +238,9 @@ def test_events_one_batch_event_per_batch_and_epoch_events():
     kinds = [(type(e).__name__, getattr(e, "kind", None)) for e in events]
     assert kinds == [("EpochEvent", "start")] + [("BatchEvent", None)] * 3 + [("EpochEvent", "end")]
     start, end = events[0], events[-1]
-    assert (start.epoch, start.num_batches, start.backend, start.num_workers) == (0, 3, "inline", 0)
+    assert (start.epoch, start.num_batches, start.worker_backend, start.num_workers) == (
+        0, 3, "inline", 0
+    )
     assert end.epoch == 0 and end.t_s >= start.t_s
     bev = [e for e in events if isinstance(e, BatchEvent)]
     assert [(e.epoch, e.batch_index, e.num_items, e.worker_id, e.queue_depth) for e in bev] == [

@@ -140,7 +140,7 @@ def test_b17_unpicklable_dataset_and_collate_fail_in_parent() -> None:
                         worker_backend="process", collate_fn=lambda b: b)
     with data.dataloader(d, batch_size=2, shuffle=False, num_workers=2,
                          worker_backend="auto") as dl:
-        assert dl.backend == "thread"
+        assert dl.worker_backend == "thread"
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
     assert psutil.Process().children(recursive=True) == before
 
@@ -149,7 +149,7 @@ def test_b17_valid_spec_and_bad_factory() -> None:
     """B17: a valid process_spec gives the same batches with processes; a factory that cannot
     be imported fails in the parent naming it."""
     with proc_loader(fixtures.make6(), batch_size=2, shuffle=False) as dl:
-        assert dl.backend == "process"
+        assert dl.worker_backend == "process"
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
     bad = data.dataset(size=6, get_item=lambda i: i,
                        process_spec={"factory": "nope.mod:make", "args": []})
@@ -171,7 +171,7 @@ def test_collate_from_interactive_main_is_not_sent(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConfigError, match="nb_collate"):
         proc_loader(fixtures.make6(), batch_size=2, collate_fn=nb_collate)
     dl = data.dataloader(fixtures.make6(), batch_size=2, num_workers=1, collate_fn=nb_collate)
-    assert dl.backend == "thread"
+    assert dl.worker_backend == "thread"
     dl.close()
 
 
@@ -400,7 +400,7 @@ def test_torch_tensor_dataset_runs_in_process_workers_through_shared_memory() ->
         ds, batch_size=6, shuffle=False, num_workers=2, worker_backend="process"
     ) as procs:
         got, want = list(procs), list(inline)
-        assert procs.backend == "process"
+        assert procs.worker_backend == "process"
     assert len(got) == len(want) == 4
     for a, b in zip(got, want, strict=True):
         assert isinstance(a, tuple) and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
