@@ -296,6 +296,7 @@ def test_error_mid_epoch_emits_stopped():
 
 
 def test_b04_loader_drop_last_vs_sampler_drop_last():
+    """B04 (public-bug-scenarios: "drop_last semantics and len consistency")."""
     s = data.distributed_sampler(10, num_replicas=3, rank=0, shuffle=False)
     for dl, expected in ((False, [[0, 3, 6], [9]]), (True, [[0, 3, 6]])):
         loader = data.dataloader(ds(10), batch_size=3, sampler=s, shuffle=False, drop_last=dl)
@@ -304,6 +305,7 @@ def test_b04_loader_drop_last_vs_sampler_drop_last():
 
 
 def test_b06_sampler_order_wins_when_shuffle_is_not_passed():
+    """B06 (public-bug-scenarios: "shuffle + sampler conflict")."""
     s = data.distributed_sampler(8, num_replicas=2, rank=1, shuffle=False)
     assert batches(data.dataloader(ds(8), batch_size=2, sampler=s)) == [[1, 3], [5, 7]]
     with pytest.raises(ValueError) as exc:
@@ -318,6 +320,7 @@ def test_b06_sampler_order_wins_when_shuffle_is_not_passed():
 
 def test_b13_worker_only_options_with_zero_workers():
     # defaults: shuffled batches of 2 covering 0..3; with shuffle=False exactly [[0,1],[2,3]]
+    """B13 (public-bug-scenarios: "Worker-only options with num_workers=0")."""
     got = batches(data.dataloader(ds(4), batch_size=2))
     assert [len(b) for b in got] == [2, 2] and sorted(sum(got, [])) == [0, 1, 2, 3]
     assert batches(data.dataloader(ds(4), batch_size=2, shuffle=False)) == [[0, 1], [2, 3]]
