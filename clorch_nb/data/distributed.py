@@ -15,6 +15,17 @@ torch keeps their exact shards:
 ``shard_mode="disjoint"`` skips step 2: every item exactly once per epoch, shards differ in size
 by at most one (rank ``r`` gets ``ceil((N - r) / R)``). Use it for evaluation, where padding
 repeats would double-count; not for DDP training, where uneven batch counts hang collectives.
+
+**Resume, elastic across world sizes** (``state_dict`` / ``load_state_dict``). An epoch's
+positions are dealt round robin, so when every rank of ``R`` has consumed ``d`` indices, the
+consumed positions are exactly the first ``min(d * R, real)`` of the arranged order: a prefix
+``c`` of the epoch's base order. A state loaded with the same ``num_replicas`` continues each
+rank's shard at index ``d`` (bit-identical, padding included). Loaded with another
+``num_replicas`` ``R'``, the rest of that epoch is the base order's positions ``c..N-1``, dealt
+to the ``R'`` ranks by the same rule as a fresh epoch (even: padded with repeats of the rest's
+head, or cut with ``drop_last``; disjoint: uneven counts): every item exactly once over the
+whole epoch, padding aside. Epochs after it (``set_epoch`` to another epoch) are the usual
+torch-exact shards for ``R'``.
 """
 
 from __future__ import annotations
@@ -209,6 +220,8 @@ class DistributedSampler:
         self.drop_last = drop_last
         self.shard_mode: ShardMode = shard_mode
         self.epoch = 0
+        # resumed epoch: (epoch, start of its layout in the base order, indices skipped here)
+        self._resumed: tuple[int, int, int] | None = None
         self._last_iterated_epoch: int | None = None
         self._warned_same_epoch = False
 
@@ -223,12 +236,74 @@ class DistributedSampler:
         """
         _check_seed(self.seed, check_int("epoch", epoch, minimum=0))
         self.epoch = epoch
+        if self._resumed is not None and self._resumed[0] != epoch:
+            self._resumed = None  # a later epoch: torch's shards again
+
+    def state_dict(self, num_consumed: int = 0) -> dict[str, Any]:
+        """This sampler's position as plain data (JSON-serialisable), after this rank consumed
+        ``num_consumed`` of the indices it yields this epoch (the loader passes its count).
+
+        Example:
+            >>> s = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
+            >>> s.state_dict(3)["done"], s.state_dict(3)["start"]
+            (3, 0)
+        """
+        start, skip = self._layout()
+        return {
+            "size": self.size, "seed": self.seed, "shuffle": self.shuffle,
+            "drop_last": self.drop_last, "shard_mode": self.shard_mode, "epoch": self.epoch,
+            "num_replicas": self.num_replicas, "start": start,
+            "done": skip + check_int("num_consumed", num_consumed, minimum=0),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the saved epoch: the rest of this rank's shard with the same
+        ``num_replicas``, else this rank's share of the rest by the elastic rule (module doc).
+
+        Raises:
+            ConfigError: a state from another size, seed, shuffle, drop_last or shard_mode,
+                named with both values; a malformed state.
+
+        Example:
+            >>> a = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
+            >>> b = distributed_sampler(10, num_replicas=1, rank=0, seed=0)
+            >>> b.load_state_dict(a.state_dict(3))  # 2 ranks x 3 consumed; 4 items left
+            >>> len(b), sorted(b.sample_indices() + a.sample_indices()[:3]
+            ...                + distributed_sampler(10, 2, 1, seed=0).sample_indices()[:3])
+            (4, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+        """
+        from clorch_nb.data.state import check_same, consumed_prefix
+
+        if not isinstance(state, dict):
+            raise ConfigError(f"state={state!r:.60} must be a dict from sampler.state_dict()")
+        check_same("DistributedSampler", state, {
+            "size": self.size, "seed": self.seed, "shuffle": self.shuffle,
+            "drop_last": self.drop_last, "shard_mode": self.shard_mode,
+        }, "build the sampler with the same dataset and settings as the one that saved it")
+        try:
+            epoch, start, done, old_w = (int(state[k]) for k in
+                                         ("epoch", "start", "done", "num_replicas"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"sampler state {state!r:.120} is incomplete: {exc!r}") from None
+        if not (0 <= start <= self.size and done >= 0 and old_w >= 1):
+            raise ConfigError(f"sampler state {state!r:.120} is out of range")
+        self.set_epoch(epoch)
+        if old_w != self.num_replicas:  # elastic: deal the rest of the epoch anew
+            start = consumed_prefix(self.size, start, old_w, done, self.drop_last,
+                                    self.shard_mode)
+            done = 0
+        self._resumed = (epoch, start, done)
+
+    def _layout(self) -> tuple[int, int]:
+        r = self._resumed
+        return (r[1], r[2]) if r is not None and r[0] == self.epoch else (0, 0)
 
     def index_tensor(self) -> torch.Tensor:
         """This rank's indices for the current epoch: int64, shape ``(len(self),)``."""
         order = _base_order(self.size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
-        arranged = _arranged(order, self.num_replicas, self.drop_last, self.shard_mode)
-        return arranged[self.rank :: self.num_replicas]
+        start, skip = self._layout()
+        arranged = _arranged(order[start:], self.num_replicas, self.drop_last, self.shard_mode)
+        return arranged[self.rank :: self.num_replicas][skip:]
 
     def sample_indices(self) -> list[int]:
         """This rank's indices for the current epoch (``data/sample-indices``).
@@ -262,9 +337,12 @@ class DistributedSampler:
         return iter(self.sample_indices())
 
     def __len__(self) -> int:
-        if self.shard_mode == "disjoint":
-            return max(0, math.ceil((self.size - self.rank) / self.num_replicas))
-        return _even_layout(self.size, self.num_replicas, self.drop_last)[0]
+        from clorch_nb.data.state import layout_count
+
+        start, skip = self._layout()
+        n = layout_count(self.size - start, self.num_replicas, self.rank, self.drop_last,
+                         self.shard_mode)
+        return max(0, n - skip)
 
     def __repr__(self) -> str:
         return (

@@ -11,7 +11,7 @@ Each ``iter(loader)`` is one epoch:
 3. **deliver**: in plan order, whatever finishes first; every handover is recorded
    (:class:`~clorch_nb.instrumentation.BatchEvent`) for the subscribed views.
 
-Every option lives in one frozen :class:`~clorch_nb.data.config.LoaderConfig`.
+Options: one frozen :class:`~clorch_nb.data.config.LoaderConfig`; position: data/state.py.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ from clorch_nb.data.config import (
     WorkerBackendChoice,
     loader_config,
 )
-from clorch_nb.data.dataset import as_dataset, get_process_spec
+from clorch_nb.data import state as _state
+from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
@@ -75,20 +77,23 @@ class DataLoader:
         config: LoaderConfig,
         *,
         sampler: Any = None,
-        generator: torch.Generator | None = None,
+        seed: int = 0,
         process_spec: ProcessSpec | None = None,
         worker_backend: WorkerBackend = "inline",
     ) -> None:
         self.config = config
         self.dataset = dataset
         self.sampler = sampler
-        self.generator = generator
+        self._seed, self._gen = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
+        self._resume: _state.LoaderState | None = None  # a loaded state, applied by iter()
+        self._position = (0, 0, 0, 0)  # (epoch, first batch, batches delivered to, of n)
         self.process_spec = process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._use_get_batch = uses_get_batch(dataset, config)
+        self._draws = not isinstance(dataset, TensorDataset)
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[Iterator[Any]] | None = None
@@ -109,16 +114,27 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self._stop_active()
-        epoch = self._epoch = 0 if self._epoch is None else self._epoch + 1
+        epoch, start, skip = _state.begin_epoch(self)  # sets self._epoch
         self.stats.epochs_started += 1
         base_seed = self._draw_seed()
-        batches = self._plan()
+        batches = self._plan(skip)
+        self._position = (epoch, start, start, len(batches))
         if self.worker_backend == "inline":
-            it = self._run_inline(epoch, batches)
+            it = self._run_inline(epoch, batches, start, base_seed)
         else:
-            it = self._run_pool(epoch, batches, base_seed)
+            it = self._run_pool(epoch, batches, start, base_seed)
         self._active = weakref.ref(it)
         return it
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last delivered batch (< 1 KB of JSON-able data; see state.py)."""
+        return _state.snapshot(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next ``iter()`` continue exactly where the saver stopped, on any backend
+        and ``num_workers`` (elastic ``num_replicas``: see distributed.py); ConfigError for a
+        state of another size, batch size, drop_last, shuffle or seed (see state.py)."""
+        _state.restore(self, state)
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
@@ -152,12 +168,13 @@ class DataLoader:
     # -- plan -------------------------------------------------------------------------------
 
     def _draw_seed(self) -> int:
-        # One draw per epoch from the loader's generator (or torch's global RNG): the base seed
-        # of the workers' RNGs, and with shuffle the seed of the permutation.
-        return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
+        # per epoch, from the loader's own generator: the base of its batches' RNG seeds
+        return int(torch.empty((), dtype=torch.int64).random_(generator=self._gen).item())
 
-    def _plan(self) -> EpochPlan:
-        order = epoch_order(self.dataset.get_size(), self.config, self.sampler, self.generator)
+    def _plan(self, skip: int = 0) -> EpochPlan:
+        order = epoch_order(self.dataset.get_size(), self.config, self.sampler, self._gen)
+        if skip:  # a resumed sampler yields the rest only: keep the batch positions unchanged
+            order = torch.cat([torch.zeros(skip, dtype=torch.int64), order])
         return EpochPlan(order, self.config.batch_size, self.config.drop_last)
 
     # -- build + deliver --------------------------------------------------------------------
@@ -177,21 +194,25 @@ class DataLoader:
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(self, epoch: int, batches: EpochPlan) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: EpochPlan, start: int, base: int) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
         done = False
         try:
-            for bi, idx in enumerate(batches):
+            for bi, idx in enumerate(batches.iter_from(start), start):
                 t0 = time.perf_counter()
-                batch, fetch_s, collate_s = build_batch(
-                    self.dataset, self.config.collate_fn, idx, use_get_batch=self._use_get_batch,
-                    batch_index=bi, worker="the main thread (num_workers=0)",
-                )
+                # the global RNGs a process worker would see (TensorDataset draws none)
+                with seeded_globals(batch_seed(base, bi), enabled=self._draws):
+                    batch, fetch_s, collate_s = build_batch(
+                        self.dataset, self.config.collate_fn, idx,
+                        use_get_batch=self._use_get_batch, batch_index=bi,
+                        worker="the main thread (num_workers=0)",
+                    )
                 t1 = time.perf_counter()
                 self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
                     epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1
                 ))
+                self._position = (epoch, start, bi + 1, n)
                 yield batch
             done = True
         finally:
@@ -204,13 +225,13 @@ class DataLoader:
             self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
 
-    def _run_pool(self, epoch: int, batches: EpochPlan, base_seed: int) -> Iterator[Any]:
+    def _run_pool(self, epoch: int, batches: EpochPlan, start: int, base: int) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        pool.start_epoch(epoch, base_seed)
+        pool.start_epoch(epoch, base)
         max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
         ready: dict[int, Any] = {}
-        next_submit = next_yield = 0
+        next_submit = next_yield = start
         self._epoch_event("start", epoch, n)
         done = False
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
@@ -247,6 +268,7 @@ class DataLoader:
                     result.collate_s, t1 - t0, len(ready), t1,
                 ))
                 next_yield += 1
+                self._position = (epoch, start, next_yield, n)
                 yield result.batch
             done = True
         finally:
@@ -333,9 +355,12 @@ def dataloader(
         sampler (iterable of int with len): the index order, e.g. :func:`distributed_sampler`.
         timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0);
             beyond it ``WorkerTimeoutError``. Ignored (accepted) when ``num_workers=0``.
-        seed (int | None): makes shuffling and worker seeds reproducible across runs.
-        generator (torch.Generator | None): the same, from a generator you own (not with seed).
-            Without either, each epoch draws from torch's global RNG (``torch.manual_seed``).
+        seed (int | None): the loader's seed: every epoch's order and every batch's RNG seed
+            derive from it and the batch's position (so random augmentation that uses the
+            global RNGs is the same whatever ``num_workers``, inline or in processes, and after a
+            resume; thread workers: use ``get_worker_info().torch_generator()``).
+        generator (torch.Generator | None): the seed is drawn once from it (not with ``seed``).
+            Without either: :func:`~clorch_nb.data.state.resolve_seed`.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -364,12 +389,11 @@ def dataloader(
         drop_last=drop_last, num_workers=num_workers, prefetch_factor=prefetch_factor,
         collate_fn=collate_fn, worker_backend=worker_backend, timeout_ms=timeout_ms, seed=seed,
     )
-    if seed is not None:
-        generator = torch.Generator().manual_seed(seed)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     spec = get_process_spec(ds)
     return DataLoader(
-        ds, config, sampler=sampler, generator=generator, process_spec=spec,
+        ds, config, sampler=sampler, seed=_state.resolve_seed(seed, generator, config.shuffle),
+        process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
     )

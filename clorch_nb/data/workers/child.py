@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from clorch_nb.data.worker_info import WorkerInfo, seed_worker, set_worker_info, worker_seed
+from clorch_nb.data.worker_info import WorkerInfo, batch_seed, seed_worker, set_worker_info
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchCancelled, build_batch
 
@@ -174,6 +174,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         return
     use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
     epoch: int | None = None  # the current epoch token
+    base_seed = 0
     while True:
         msg = state.inbox.get()
         kind = msg[0]
@@ -181,16 +182,17 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             _, task_epoch, batch_index, raw = msg
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
+            # the batch's RNG seed follows its position, not this worker (same for any count)
+            seed = batch_seed(base_seed, batch_index)
+            seed_worker(seed)
+            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
+                                       batch_index), process=True)
             reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch, cfg,
                            where, state)
             if reply is not None:
                 results.send_bytes(reply)
         elif kind == "epoch":
             _, epoch, base_seed = msg
-            seed = worker_seed(base_seed, cfg.worker_id)
-            seed_worker(seed)
-            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset),
-                            process=True)
         elif kind == "cancel":
             results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
 

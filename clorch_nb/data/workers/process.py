@@ -10,8 +10,8 @@ How it differs from ``torch.utils.data``'s workers, and why:
   :class:`~clorch_nb.data.process_spec.ProcessSpec` factory, or :class:`SharedTensors` whose
   tensors were moved to shared memory once and are mapped by every worker (no copy per worker).
 * **one pipe pair per worker, batches dealt round-robin** (batch ``b`` -> worker
-  ``b % num_workers``), so each worker's RNG stream, and thus every augmentation, is
-  reproducible under a loader seed.
+  ``b % num_workers``); each batch's RNGs are seeded from its position (``batch_seed``), so
+  every augmentation is reproducible under a loader seed, whatever ``num_workers``.
 * **no polling**: :meth:`ProcessPool.get` blocks in ``multiprocessing.connection.wait`` on the
   result pipes *and* the process sentinels, so a dead worker is reported the moment it dies.
 """
@@ -194,8 +194,8 @@ class ProcessPool:
     # -- WorkerPool -----------------------------------------------------------------------------
 
     def start_epoch(self, epoch: int, base_seed: int) -> None:
-        """Begin epoch token ``epoch``; each worker reseeds ``random``, numpy and torch from
-        ``worker_seed(base_seed, worker_id)`` and sets its ``get_worker_info()``."""
+        """Begin epoch token ``epoch``; before each batch a worker seeds ``random``, numpy and
+        torch from ``batch_seed(base_seed, batch_index)`` and sets its ``get_worker_info()``."""
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
         self._epoch, self._base_seed = epoch, base_seed

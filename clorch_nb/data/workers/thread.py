@@ -16,8 +16,9 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
+from clorch_nb.data.worker_info import WorkerInfo, batch_seed, set_worker_info
 from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
+from clorch_nb.data.workers.rng_watch import RngWatch
 
 __all__ = ["ThreadPool"]
 
@@ -48,6 +49,7 @@ class ThreadPool:
         self._busy: dict[int, int] = {}  # worker_id -> batch_index it is building now
         self._threads: list[threading.Thread] = []
         self._closed = False
+        self.rng_watch = RngWatch()  # B33: a get_item drawing from a global RNG
         self._threads = [self._spawn(w) for w in range(self.num_workers)]
 
     def _spawn(self, worker_id: int) -> threading.Thread:
@@ -59,7 +61,6 @@ class ThreadPool:
         return t
 
     def _run(self, worker_id: int) -> None:
-        seeded_epoch = None
         while True:
             task = self._tasks.get()
             if task is _STOP:
@@ -67,13 +68,12 @@ class ThreadPool:
             assert isinstance(task, BatchTask)
             if task.epoch != self._epoch:
                 continue  # an abandoned epoch's task
-            if seeded_epoch != task.epoch:
-                seeded_epoch = task.epoch
-                info = WorkerInfo(
-                    worker_id, self.num_workers, worker_seed(self._base_seed, worker_id), "thread",
-                    self.dataset,
-                )
-                set_worker_info(info, process=False)
+            # the batch's own seed and generators (get_worker_info()), whichever thread builds it
+            set_worker_info(WorkerInfo(
+                worker_id, self.num_workers, batch_seed(self._base_seed, task.batch_index),
+                "thread", self.dataset, task.batch_index,
+            ), process=False)
+            snap = self.rng_watch.before()
             me = threading.current_thread()
             if self._threads[worker_id] is me:
                 self._busy[worker_id] = task.batch_index
@@ -88,6 +88,7 @@ class ThreadPool:
                     task.epoch, task.batch_index, worker_id, batch, len(task.indices), fetch_s,
                     collate_s,
                 )
+                self.rng_watch.after(snap)
             except BatchCancelled:
                 result = None
             except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
@@ -113,6 +114,7 @@ class ThreadPool:
     def start_epoch(self, epoch: int, base_seed: int) -> None:
         """Begin epoch token ``epoch``; threads derive their seeds from ``base_seed``."""
         self._base_seed = base_seed
+        self.rng_watch.new_epoch()
         self._assigned.clear()
         self._epoch = epoch
 
@@ -122,13 +124,17 @@ class ThreadPool:
 
     def get(self, timeout_s: float | None) -> BatchResult | None:
         """Next result of the current epoch, or None after ``timeout_s`` seconds with none."""
-        while True:
-            try:
-                result = self._results.get(timeout=timeout_s)
-            except queue.Empty:
-                return None
-            if result.epoch == self._epoch:
-                return result
+        self.rng_watch.consumer_waits(True)
+        try:
+            while True:
+                try:
+                    result = self._results.get(timeout=timeout_s)
+                except queue.Empty:
+                    return None
+                if result.epoch == self._epoch:
+                    return result
+        finally:
+            self.rng_watch.consumer_waits(False)
 
     def worker_of(self, batch_index: int) -> int | None:
         """The thread building ``batch_index``, if one has picked it up."""
