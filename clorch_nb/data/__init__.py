@@ -29,6 +29,7 @@ from clorch_nb.data.dataset import (
 from clorch_nb.data.defdataset import defdataset, derived
 from clorch_nb.data.distributed import (
     DistributedSampler,
+    SamplerSettings,
     ShardPlan,
     distributed_sampler,
     sample_indices,
@@ -45,6 +46,7 @@ __all__ = [
     "Dataset",
     "DistributedSampler",
     "ProcessSpec",
+    "SamplerSettings",
     "ShardPlan",
     "TensorDataset",
     "WorkerInfo",

@@ -7,11 +7,12 @@ from __future__ import annotations
 from functools import lru_cache
 
 from matplotlib.backends.backend_agg import RendererAgg
+from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 
 from clorch_nb.widgets._render import DPI
 
-__all__ = ["LINE", "text_size", "wrap_to"]
+__all__ = ["LINE", "rect_in", "text_size", "wrap_to"]
 
 LINE = 1.45  # line height as a multiple of the font size (matplotlib's default linespacing 1.2
 #              plus the space a text's descenders and the next line's ascenders need)
@@ -70,3 +71,18 @@ def wrap_to(
                 line = candidate
         out.append(line)
     return "\n".join(out)
+
+
+def rect_in(
+    fig: Figure, x: float, y: float, w: float, h: float
+) -> tuple[float, float, float, float]:
+    """A rectangle given in inches from the figure's bottom left, as figure fractions (what
+    ``fig.add_axes`` takes), so layouts can be written in inches.
+
+    Example:
+        >>> from matplotlib.figure import Figure
+        >>> rect_in(Figure(figsize=(10, 4)), 1, 1, 5, 2)
+        (0.1, 0.25, 0.5, 0.5)
+    """
+    fw, fh = fig.get_size_inches()
+    return (x / fw, y / fh, w / fw, h / fh)

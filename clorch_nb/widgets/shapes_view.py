@@ -15,7 +15,7 @@ from matplotlib.patches import Rectangle
 
 from clorch_nb._text import plural, positions_text, ranges
 from clorch_nb.widgets._base import View
-from clorch_nb.widgets._fit import text_size, wrap_to
+from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, text_color_on
 from clorch_nb.widgets.shapes import CollateFailure, ShapeReport, _tree, batch_shapes, format_bytes
 
@@ -57,7 +57,7 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     bars_h = max(_BARS_H, side_h - 0.25 * legend_rows)
     height = head + bars_h + below + panel_h
     fig = new_figure(width, height)
-    ax = fig.add_axes(_rect((_LEFT, panel_h + below), (_BARS_W, bars_h), fig))
+    ax = fig.add_axes(rect_in(fig, _LEFT, panel_h + below, _BARS_W, bars_h))
     tops = _draw_bars(ax, report, names)
     _draw_marks(ax, report, tops, selected)
     _draw_legend(ax, names, report.ragged, legend_cols)
@@ -81,12 +81,6 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     if failure is not None:
         _draw_failure(fig, failure, (_MARGIN, 0.08), (width - 2 * _MARGIN, panel_h - 0.16))
     return fig
-
-
-def _rect(xy_in: tuple[float, float], wh_in: tuple[float, float], fig: Figure) -> tuple:
-    """A rectangle in inches from the bottom left -> figure fractions."""
-    w, h = fig.get_size_inches()
-    return (xy_in[0] / w, xy_in[1] / h, wh_in[0] / w, wh_in[1] / h)
 
 
 def _title(fig: Figure, text: str) -> None:
@@ -262,7 +256,7 @@ def _draw_failure(
     """The error panel at ``xy_in`` (inches from the bottom left) of size ``wh_in``: the key
     path, then one cell per item of the failed batch coloured by what it holds at that key,
     then the groups spelled out; for an error without structured fields, its message."""
-    ax = fig.add_axes(_rect(xy_in, wh_in, fig))
+    ax = fig.add_axes(rect_in(fig, *xy_in, *wh_in))
     ax.set_axis_off()
     ax.add_patch(
         Rectangle(
