@@ -11,18 +11,27 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["KeyPath", "key_path_label", "key_path_text", "plural", "positions_text", "ranges"]
+__all__ = [
+    "KeyPath",
+    "key_path_label",
+    "key_path_text",
+    "plural",
+    "positions_text",
+    "ranges",
+    "subscripts",
+]
 
 KeyPath = tuple[str | int, ...]
 
 
-def plural(n: int, word: str, many: str | None = None) -> str:
+def plural(n: int, word: str, many: str | None = None, *, number: bool = True) -> str:
     """``n`` and ``word``, in the plural unless ``n == 1``.
 
     Args:
         n (int): the count.
         word (str): the singular.
         many (str | None): the plural, when it is not ``word + "s"``.
+        number (bool): False leaves the count out (the word alone, agreeing with ``n``).
 
     Returns:
         str: e.g. ``"1 item"``, ``"3 items"``, ``"2 batches"``.
@@ -30,8 +39,11 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     Example:
         >>> plural(1, "item"), plural(3, "item"), plural(2, "index", "indices")
         ('1 item', '3 items', '2 indices')
+        >>> plural(4, "batch", "batches", number=False)
+        'batches'
     """
-    return f"{n} {word if n == 1 else (many or word + 's')}"
+    noun = word if n == 1 else (many or word + "s")
+    return f"{n} {noun}" if number else noun
 
 
 def ranges(values: Iterable[int], limit: int = 12) -> str:
@@ -72,6 +84,16 @@ def positions_text(positions: Iterable[int], limit: int = 8) -> str:
     return f"position{'s' if len(pos) > 1 else ''} {ranges(pos, limit)}"
 
 
+def subscripts(path: KeyPath) -> str:
+    """A key path as the subscripts that reach it: ``("meta", 0)`` -> ``"['meta'][0]"``.
+
+    Example:
+        >>> "batch" + subscripts(("meta", 0))
+        "batch['meta'][0]"
+    """
+    return "".join(f"[{k!r}]" for k in path)
+
+
 def key_path_text(path: KeyPath) -> str:
     """A key path in prose, as error messages and views write it.
 
@@ -90,7 +112,7 @@ def key_path_text(path: KeyPath) -> str:
         return "the items themselves"
     if len(path) == 1:
         return f"key {path[0]!r}"
-    return "key " + "".join(f"[{k!r}]" for k in path)
+    return "key " + subscripts(path)
 
 
 def key_path_label(path: KeyPath) -> str:

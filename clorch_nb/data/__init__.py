@@ -16,6 +16,7 @@ Example:
 """
 
 from clorch_nb.data.collate import cleanup_data, default_collate, pad_collate
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.dataset import (
     BatchedDataset,
     Dataset,
@@ -45,6 +46,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "LoaderConfig",
     "ProcessSpec",
     "SamplerSettings",
     "ShardPlan",

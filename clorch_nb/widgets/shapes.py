@@ -203,7 +203,7 @@ class ShapeGroup:
     def label(self) -> str:
         """``"batches 0-27 (28 batches)"``."""
         n = len(self.batch_indices)
-        word = "batch" if n == 1 else "batches"
+        word = plural(n, "batch", "batches", number=False)
         return f"{word} {ranges(self.batch_indices)} ({plural(n, 'batch', 'batches')})"
 
 
@@ -284,11 +284,10 @@ class ShapeReport:
         """
         n = len(self.batches)
         total = self.expected_batches if self.expected_batches is not None else n
-        counted = plural(total, "batch", "batches").split(" ", 1)[1]
         head = f"Batch shapes: {n}"
         if self.expected_batches is not None:
             head += f" of {self.expected_batches}"
-        head += f" {counted} read"
+        head += f" {plural(total, 'batch', 'batches', number=False)} read"
         if self.batch_size is not None:
             head += f", batch_size={self.batch_size}"
         head += f", {format_bytes(self.total_bytes)} in all"

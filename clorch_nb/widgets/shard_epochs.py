@@ -149,16 +149,33 @@ def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
 def _panel_title(ax: Any, text: str, *, alarm: bool, shown: bool) -> None:
     """The epoch (bold when it is the slider's) and its repeat flag, above its grid."""
     ax.annotate(
-        text, xy=(0, 1), xycoords="axes fraction", xytext=(0, 5), textcoords="offset points",
-        fontsize=_FONT, va="bottom", ha="left", fontweight="bold" if shown else None,
+        text,
+        xy=(0, 1),
+        xycoords="axes fraction",
+        xytext=(0, 5),
+        textcoords="offset points",
+        fontsize=_FONT,
+        va="bottom",
+        ha="left",
+        fontweight="bold" if shown else None,
         color=ALARM if alarm else "black",
     )
     if shown:  # the slider's epoch: framed, 0.04 in outside its cells
         w, h = ax.get_position().width, ax.get_position().height
         fw, fh = ax.figure.get_size_inches()
         dx, dy = 0.04 / (w * fw), 0.04 / (h * fh)
-        ax.add_patch(Rectangle((-dx, -dy), 1 + 2 * dx, 1 + 2 * dy, transform=ax.transAxes,
-                               fill=False, edgecolor="black", linewidth=2.0, clip_on=False))
+        ax.add_patch(
+            Rectangle(
+                (-dx, -dy),
+                1 + 2 * dx,
+                1 + 2 * dy,
+                transform=ax.transAxes,
+                fill=False,
+                edgecolor="black",
+                linewidth=2.0,
+                clip_on=False,
+            )
+        )
 
 
 def _panel_handles(table: ShardTable) -> list[Any]:
@@ -166,8 +183,15 @@ def _panel_handles(table: ShardTable) -> list[Any]:
     overlaps = sum(len(_overlap_cells(e)) for e in table.epochs)
     handles: list[Any] = []
     if pads:
-        handles.append(Patch(facecolor="white", edgecolor=PAD_EDGE, hatch="///", linestyle="--",
-                             label="padding repeat"))
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=PAD_EDGE,
+                hatch="///",
+                linestyle="--",
+                label="padding repeat",
+            )
+        )
     if overlaps:
         handles.append(Patch(facecolor="white", edgecolor=ALARM, linewidth=2, label="overlap"))
     return handles
@@ -236,8 +260,17 @@ def _mark_strip(ax: Any, strip: Any, size: int, strip_w: float) -> None:
     few = len(strip.gaps) <= _FEW  # many gaps show as red areas by themselves
     for i, pad in enumerate(strip.padded):
         if pad:
-            ax.add_patch(Rectangle((i + 0.5 - wide / 2, 0), wide, 1, facecolor="white",
-                                   hatch="////", edgecolor=PAD_EDGE, linewidth=0.8))
+            ax.add_patch(
+                Rectangle(
+                    (i + 0.5 - wide / 2, 0),
+                    wide,
+                    1,
+                    facecolor="white",
+                    hatch="////",
+                    edgecolor=PAD_EDGE,
+                    linewidth=0.8,
+                )
+            )
             _triangle(ax, i, PAD_EDGE)
     for i in strip.gaps if few else ():
         ax.add_patch(Rectangle((i + 0.5 - wide / 2, 0), wide, 1, facecolor=ALARM, linewidth=0))
@@ -248,17 +281,42 @@ def _mark_strip(ax: Any, strip: Any, size: int, strip_w: float) -> None:
 
 
 def _triangle(ax: Any, i: int, color: str) -> None:
-    ax.plot(i + 0.5, 1, marker="v", color=color, markersize=7, clip_on=False,
-            markeredgecolor="white", markeredgewidth=0.6, linestyle="none")
+    ax.plot(
+        i + 0.5,
+        1,
+        marker="v",
+        color=color,
+        markersize=7,
+        clip_on=False,
+        markeredgecolor="white",
+        markeredgewidth=0.6,
+        linestyle="none",
+    )
 
 
 def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
-    ax.text(-0.01, 0.5, ("\u25b6 " if shown else "") + f"epoch {epoch}",
-            transform=ax.transAxes, ha="right", va="center", fontsize=_FONT + 0.5,
-            fontweight="bold" if shown else None)
+    ax.text(
+        -0.01,
+        0.5,
+        ("\u25b6 " if shown else "") + f"epoch {epoch}",
+        transform=ax.transAxes,
+        ha="right",
+        va="center",
+        fontsize=_FONT + 0.5,
+        fontweight="bold" if shown else None,
+    )
     if flag:
-        ax.text(1.01, 0.5, flag, transform=ax.transAxes, ha="left", va="center",
-                fontsize=_FONT, color=ALARM, fontweight="bold")
+        ax.text(
+            1.01,
+            0.5,
+            flag,
+            transform=ax.transAxes,
+            ha="left",
+            va="center",
+            fontsize=_FONT,
+            color=ALARM,
+            fontweight="bold",
+        )
 
 
 def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
@@ -267,8 +325,14 @@ def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
     ]
     pads = sum(sum(s.padded) for s in strips)
     if pads:
-        handles.append(Patch(facecolor="white", edgecolor=PAD_EDGE, hatch="////",
-                             label="also read as padding repeat"))
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=PAD_EDGE,
+                hatch="////",
+                label="also read as padding repeat",
+            )
+        )
     if any(s.missing for s in strips):
         handles.append(Patch(facecolor=ALARM, label="MISSING: no rank reads it"))
     if any(s.dropped for s in strips):

@@ -53,8 +53,11 @@ def _overlap_cells(e: EpochShards) -> list[tuple[int, int]]:
 def _check_lines(table: ShardTable, shown: int) -> list[tuple[str, str, bool]]:
     """(text, colour, bold) of every epoch's check line and the repeat warning."""
     lines = [
-        (("\u2713 " if x.ok else "\u2717 ") + x.check_line(), _OK if x.ok else ALARM,
-         x.epoch == shown)
+        (
+            ("\u2713 " if x.ok else "\u2717 ") + x.check_line(),
+            _OK if x.ok else ALARM,
+            x.epoch == shown,
+        )
         for x in table.epochs
     ]
     warning = table.repeat_warning()
@@ -64,9 +67,7 @@ def _check_lines(table: ShardTable, shown: int) -> list[tuple[str, str, bool]]:
 
 
 def _wrapped(lines: list[tuple[str, str, bool]], width: float) -> list[tuple[str, str, bool]]:
-    return [
-        (wrap_to(t, width, _FONT, weight="bold" if b else "normal"), c, b) for t, c, b in lines
-    ]
+    return [(wrap_to(t, width, _FONT, weight="bold" if b else "normal"), c, b) for t, c, b in lines]
 
 
 def _lines_height(lines: list[tuple[str, str, bool]]) -> float:
@@ -78,7 +79,12 @@ def _draw_lines(fig: Figure, lines: list[tuple[str, str, bool]], top: float) -> 
     h = fig.get_figheight()
     for text, color, bold in lines:
         fig.text(
-            _MARGIN / fig.get_figwidth(), top / h, text, fontsize=_FONT, va="top", color=color,
+            _MARGIN / fig.get_figwidth(),
+            top / h,
+            text,
+            fontsize=_FONT,
+            va="top",
+            color=color,
             fontweight="bold" if bold else None,
         )
         top -= text_size(text, _FONT)[1]
@@ -143,12 +149,26 @@ def _mark_labelled(ax: Any, e: EpochShards, faces: np.ndarray, fontsize: float) 
     overlaps outlined red."""
     for r, p, _ in e.padding_cells:
         ax.add_patch(
-            Rectangle((p + 0.03, r + 0.03), 0.94, 0.94, facecolor="white", hatch="///",
-                      edgecolor=faces[r, p], linewidth=0)
+            Rectangle(
+                (p + 0.03, r + 0.03),
+                0.94,
+                0.94,
+                facecolor="white",
+                hatch="///",
+                edgecolor=faces[r, p],
+                linewidth=0,
+            )
         )
         ax.add_patch(
-            Rectangle((p + 0.05, r + 0.05), 0.9, 0.9, fill=False, edgecolor=PAD_EDGE,
-                      linewidth=1.5, linestyle="--")
+            Rectangle(
+                (p + 0.05, r + 0.05),
+                0.9,
+                0.9,
+                fill=False,
+                edgecolor=PAD_EDGE,
+                linewidth=1.5,
+                linestyle="--",
+            )
         )
     pad_style = {
         "fontweight": "bold",
@@ -158,8 +178,7 @@ def _mark_labelled(ax: Any, e: EpochShards, faces: np.ndarray, fontsize: float) 
     for r, row in enumerate(e.rank_indices):
         for p, i in enumerate(row):
             style = pad_style if e.is_padding[r][p] else {"color": text_color_on(faces[r, p])}
-            ax.text(p + 0.5, r + 0.5, str(i), ha="center", va="center", fontsize=fontsize,
-                    **style)
+            ax.text(p + 0.5, r + 0.5, str(i), ha="center", va="center", fontsize=fontsize, **style)
     for r, p in _overlap_cells(e):
         ax.add_patch(
             Rectangle((p + 0.04, r + 0.04), 0.92, 0.92, fill=False, edgecolor=ALARM, linewidth=3)
@@ -171,10 +190,25 @@ def _mark_narrow(ax: Any, cells: list[tuple[int, int]], color: str) -> None:
     colour) and a triangle above its row, unclipped so an edge cell keeps its whole marker."""
     for r, p in cells:
         for lw, c in ((4.0, "white"), (2.0, color)):
-            ax.plot([p + 0.5, p + 0.5], [r + 0.08, r + 0.92], color=c, linewidth=lw,
-                    solid_capstyle="butt", clip_on=False)
-        ax.plot(p + 0.5, r, marker="v", color=color, markersize=8, clip_on=False,
-                markeredgecolor="white", markeredgewidth=0.8, linestyle="none")
+            ax.plot(
+                [p + 0.5, p + 0.5],
+                [r + 0.08, r + 0.92],
+                color=c,
+                linewidth=lw,
+                solid_capstyle="butt",
+                clip_on=False,
+            )
+        ax.plot(
+            p + 0.5,
+            r,
+            marker="v",
+            color=color,
+            markersize=8,
+            clip_on=False,
+            markeredgecolor="white",
+            markeredgewidth=0.8,
+            linestyle="none",
+        )
 
 
 def _marker_handle(color: str, label: str, marker: str = "v") -> Line2D:
@@ -189,8 +223,15 @@ def _legend_row(fig: Figure, handles: list[Any], top: float) -> None:
     widest = max(text_size(x.get_label(), _FONT)[0] for x in handles) + 0.55
     cols = max(1, min(len(handles), int((w - 2 * _MARGIN) // widest)))
     fig.legend(
-        handles=handles, loc="upper left", bbox_to_anchor=(_MARGIN / w, top / h), ncol=cols,
-        fontsize=_FONT, frameon=False, borderaxespad=0.0, handlelength=1.6, handleheight=1.1,
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(_MARGIN / w, top / h),
+        ncol=cols,
+        fontsize=_FONT,
+        frameon=False,
+        borderaxespad=0.0,
+        handlelength=1.6,
+        handleheight=1.1,
         columnspacing=1.2,
     )
 
@@ -251,10 +292,16 @@ def draw_shards(
         _mark_narrow(ax, _overlap_cells(e), ALARM)
     if handles:
         ax.legend(
-            handles=handles, loc="lower left",
+            handles=handles,
+            loc="lower left",
             bbox_to_anchor=(0.0, 1.0 + (0.2 if not labelled else 0.06) / grid_h),
-            ncol=len(handles), fontsize=_FONT, frameon=False, borderaxespad=0.0,
-            handlelength=1.6, handleheight=1.1, columnspacing=1.2,
+            ncol=len(handles),
+            fontsize=_FONT,
+            frameon=False,
+            borderaxespad=0.0,
+            handlelength=1.6,
+            handleheight=1.1,
+            columnspacing=1.2,
         )
     what = "dataset index each rank reads" + (" (recorded)" if table.source == "records" else "")
     _heading(fig, f"Epoch {e.epoch}: {what}", subtitle)
@@ -316,13 +363,14 @@ def _paint_grid(
     for r, row in enumerate(e.rank_indices):
         grid[r, : len(row)] = np.asarray(row, dtype=float)
     mesh = ax.pcolormesh(
-        np.ma.masked_invalid(grid), cmap=colormaps["viridis"].with_extremes(bad=_EMPTY),
-        vmin=0, vmax=vmax, edgecolors="white" if labelled else "face",
+        np.ma.masked_invalid(grid),
+        cmap=colormaps["viridis"].with_extremes(bad=_EMPTY),
+        vmin=0,
+        vmax=vmax,
+        edgecolors="white" if labelled else "face",
         linewidth=1.0 if labelled else 0,
     )
     cbar = fig.colorbar(mesh, ax=ax, fraction=0.04, pad=0.03)
     cbar.set_label("dataset index")
     cbar.ax.yaxis.set_major_locator(MaxNLocator(5, integer=True))
     return np.asarray(mesh.cmap(mesh.norm(grid)))
-
-

@@ -22,12 +22,7 @@ from clorch_nb.data import SamplerSettings, ShardPlan
 from clorch_nb.errors import ConfigError
 
 __all__ = [
-    "EpochShards",
-    "IndexStrip",
-    "ShardTable",
-    "records_table",
-    "settings_table",
-    "shard_table",
+    "EpochShards", "IndexStrip", "ShardTable", "records_table", "settings_table", "shard_table"
 ]
 
 Source = Literal["settings", "records"]
@@ -157,12 +152,10 @@ class IndexStrip:
     """One epoch drawn over the dataset index ``0..N-1`` instead of over positions.
 
     Attributes:
-        owner (tuple[int | None, ...]): per index, the rank that reads it (the first one, for
-            an overlap); None when no rank does (a gap).
-        padded (tuple[bool, ...]): per index, True when some rank also reads it as a padding
-            repeat.
-        overlap (tuple[bool, ...]): per index, True when two ranks (or one rank twice) read
-            it, padding apart: a bug.
+        owner (tuple[int | None, ...]): per index, the rank that reads it (the first, for an
+            overlap); None when no rank does (a gap).
+        padded (tuple[bool, ...]): per index, True when a rank also reads it as padding.
+        overlap (tuple[bool, ...]): per index, True when read twice, padding apart: a bug.
         dropped (tuple[int, ...]): the gaps that ``drop_last`` made on purpose.
     """
 
