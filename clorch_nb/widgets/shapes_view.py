@@ -15,6 +15,7 @@ from matplotlib.patches import Rectangle
 
 from clorch_nb._text import plural, positions_text, ranges
 from clorch_nb.widgets._base import View
+from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, text_color_on
 from clorch_nb.widgets.shapes import CollateFailure, ShapeReport, _tree, batch_shapes, format_bytes
@@ -388,14 +389,7 @@ class BatchShapesView(View):
     def __init__(self, loader: Any, max_batches: int | None = None) -> None:
         self.report = batch_shapes(loader, max_batches)
         n = len(self.report.batches)
-        self.batch_slider = W.IntSlider(
-            value=0,
-            min=0,
-            max=max(n - 1, 0),
-            description="batch",
-            continuous_update=False,
-            disabled=n <= 1,
-        )
+        self.batch_slider = index_slider("batch", n)
         if n == 0:  # nothing to choose from
             self.batch_slider.layout.display = "none"
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))

@@ -40,6 +40,7 @@ from clorch_nb.widgets.shard_figures import (
     _paint_rank_cells,
     _rank_color,
     _wrapped,
+    triangle,
 )
 from clorch_nb.widgets.shards import ShardTable
 
@@ -271,27 +272,13 @@ def _mark_strip(ax: Any, strip: Any, size: int, strip_w: float) -> None:
                     linewidth=0.8,
                 )
             )
-            _triangle(ax, i, PAD_EDGE)
+            triangle(ax, i + 0.5, 1, PAD_EDGE)
     for i in strip.gaps if few else ():
         ax.add_patch(Rectangle((i + 0.5 - wide / 2, 0), wide, 1, facecolor=ALARM, linewidth=0))
-        _triangle(ax, i, ALARM)
+        triangle(ax, i + 0.5, 1, ALARM)
     overlaps = [i for i, o in enumerate(strip.overlap) if o]
     for i in overlaps if len(overlaps) <= _FEW else overlaps[:1]:
-        _triangle(ax, i, ALARM)
-
-
-def _triangle(ax: Any, i: int, color: str) -> None:
-    ax.plot(
-        i + 0.5,
-        1,
-        marker="v",
-        color=color,
-        markersize=7,
-        clip_on=False,
-        markeredgecolor="white",
-        markeredgewidth=0.6,
-        linestyle="none",
-    )
+        triangle(ax, i + 0.5, 1, ALARM)
 
 
 def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:

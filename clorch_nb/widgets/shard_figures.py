@@ -198,21 +198,44 @@ def _mark_narrow(ax: Any, cells: list[tuple[int, int]], color: str) -> None:
                 solid_capstyle="butt",
                 clip_on=False,
             )
-        ax.plot(
-            p + 0.5,
-            r,
-            marker="v",
-            color=color,
-            markersize=8,
-            clip_on=False,
-            markeredgecolor="white",
-            markeredgewidth=0.8,
-            linestyle="none",
-        )
+        triangle(ax, p + 0.5, r, color, size=8)
+
+
+def triangle(ax: Any, x: float, y: float, color: str, *, size: float = 7) -> None:
+    """A downward triangle at ``(x, y)`` (data units), white edged and never clipped: the mark
+    for an item too narrow to see by its colour alone."""
+    ax.plot(
+        x,
+        y,
+        marker="v",
+        color=color,
+        markersize=size,
+        clip_on=False,
+        markeredgecolor="white",
+        markeredgewidth=0.1 * size,
+        linestyle="none",
+    )
 
 
 def _marker_handle(color: str, label: str, marker: str = "v") -> Line2D:
     return Line2D([], [], marker=marker, color=color, linestyle="none", markersize=8, label=label)
+
+
+# legend entries side by side, as the matplotlib legend draws them
+LEGEND_STYLE: dict[str, Any] = {
+    "fontsize": _FONT,
+    "frameon": False,
+    "borderaxespad": 0.0,
+    "handlelength": 1.6,
+    "handleheight": 1.1,
+    "columnspacing": 1.2,
+}
+
+
+def _legend_cols(handles: list[Any], width: float) -> int:
+    """How many legend entries fit side by side in ``width`` inches."""
+    widest = max(text_size(x.get_label(), _FONT)[0] for x in handles) + 0.55
+    return max(1, min(len(handles), int((width - 2 * _MARGIN) // widest)))
 
 
 def _legend_row(fig: Figure, handles: list[Any], top: float) -> None:
@@ -220,28 +243,19 @@ def _legend_row(fig: Figure, handles: list[Any], top: float) -> None:
     if not handles:
         return
     w, h = fig.get_size_inches()
-    widest = max(text_size(x.get_label(), _FONT)[0] for x in handles) + 0.55
-    cols = max(1, min(len(handles), int((w - 2 * _MARGIN) // widest)))
     fig.legend(
         handles=handles,
         loc="upper left",
         bbox_to_anchor=(_MARGIN / w, top / h),
-        ncol=cols,
-        fontsize=_FONT,
-        frameon=False,
-        borderaxespad=0.0,
-        handlelength=1.6,
-        handleheight=1.1,
-        columnspacing=1.2,
+        ncol=_legend_cols(handles, w),
+        **LEGEND_STYLE,
     )
 
 
 def _legend_height(handles: list[Any], width: float) -> float:
     if not handles:
         return 0.0
-    widest = max(text_size(x.get_label(), _FONT)[0] for x in handles) + 0.55
-    cols = max(1, min(len(handles), int((width - 2 * _MARGIN) // widest)))
-    return -(-len(handles) // cols) * 0.27 + 0.08
+    return -(-len(handles) // _legend_cols(handles, width)) * 0.27 + 0.08
 
 
 def _tick_step(n: int, target: int = 8) -> int:
@@ -296,12 +310,7 @@ def draw_shards(
             loc="lower left",
             bbox_to_anchor=(0.0, 1.0 + (0.2 if not labelled else 0.06) / grid_h),
             ncol=len(handles),
-            fontsize=_FONT,
-            frameon=False,
-            borderaxespad=0.0,
-            handlelength=1.6,
-            handleheight=1.1,
-            columnspacing=1.2,
+            **LEGEND_STYLE,
         )
     what = "dataset index each rank reads" + (" (recorded)" if table.source == "records" else "")
     _heading(fig, f"Epoch {e.epoch}: {what}", subtitle)

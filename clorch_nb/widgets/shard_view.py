@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from clorch_nb.data import DistributedSampler, SamplerSettings
 from clorch_nb.errors import ConfigError
 from clorch_nb.widgets._base import View
+from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._render import figure_png
 from clorch_nb.widgets.shard_epochs import draw_epochs
 from clorch_nb.widgets.shard_figures import ALARM, ColorBy, draw_shards
@@ -141,15 +142,7 @@ class ShardView(View):
     # -- widget -------------------------------------------------------------------------------
 
     def _build(self, *, editable: bool) -> None:
-        n_ep = len(self.table.epochs)
-        self.epoch_slider = W.IntSlider(
-            value=0,
-            min=0,
-            max=max(n_ep - 1, 0),
-            description="epoch",
-            continuous_update=False,
-            disabled=n_ep == 1,
-        )
+        self.epoch_slider = index_slider("epoch", len(self.table.epochs))
         # the label as its own widget: a ToggleButtons description sits above the buttons
         self.color_label = W.Label(
             "colour by:", layout=W.Layout(width="auto", margin="0 4px 0 24px")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from clorch_nb._text import plural, ranges
 from clorch_nb.data import SamplerSettings, ShardPlan
@@ -323,24 +323,18 @@ def _overlaps(
 
 
 def shard_table(
-    size: int,
-    num_replicas: int,
-    *,
-    seed: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    shard_mode: Literal["even", "disjoint"] = "even",
-    epochs: int = 3,
-    set_epoch: bool = True,
+    size: int, num_replicas: int, *, epochs: int = 3, set_epoch: bool = True, **settings: Any
 ) -> ShardTable:
     """Every rank's shard for epochs ``0..epochs-1`` from sampler settings.
 
     Args:
-        size (int), num_replicas (int), seed (int), shuffle (bool), drop_last (bool),
-        shard_mode ("even" | "disjoint"): as :func:`clorch_nb.data.distributed_sampler`.
+        size (int), num_replicas (int): ``N`` and ``R``.
         epochs (int): how many epochs, >= 1.
         set_epoch (bool): False shows what forgetting ``set_epoch`` does: every epoch is
             computed as epoch 0, so they are all the same.
+        **settings: ``seed``, ``shuffle``, ``drop_last``, ``shard_mode``: the other fields of
+            :class:`~clorch_nb.data.SamplerSettings`, as :func:`clorch_nb.data.distributed_sampler`
+            takes them.
 
     Returns:
         ShardTable: the cells are exactly ``DistributedSampler``'s (and torch's) indices.
@@ -355,10 +349,8 @@ def shard_table(
         >>> t.epochs[2].check_line()
         'epoch 2: shards disjoint apart from 2 padding repeats; cover all 10 items'
     """
-    settings = SamplerSettings(
-        size, num_replicas, seed=seed, shuffle=shuffle, drop_last=drop_last, shard_mode=shard_mode
-    )
-    return settings_table(settings, epochs=epochs, set_epoch=set_epoch)
+    sampler = SamplerSettings(size, num_replicas, **settings)
+    return settings_table(sampler, epochs=epochs, set_epoch=set_epoch)
 
 
 def settings_table(
