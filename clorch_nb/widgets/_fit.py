@@ -84,5 +84,5 @@ def rect_in(
         >>> rect_in(Figure(figsize=(10, 4)), 1, 1, 5, 2)
         (0.1, 0.25, 0.5, 0.5)
     """
-    fw, fh = fig.get_size_inches()
+    fw, fh = (float(v) for v in fig.get_size_inches())
     return (x / fw, y / fh, w / fw, h / fh)
