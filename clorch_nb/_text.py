@@ -47,7 +47,8 @@ def plural(n: int, word: str, many: str | None = None, *, number: bool = True) -
 
 
 def ranges(values: Iterable[int], limit: int = 12) -> str:
-    """Integers as sorted runs: ``[0, 1, 2, 5]`` -> ``"0-2, 5"``, cut after ``limit`` runs.
+    """Integers as sorted runs: ``[0, 1, 2, 5, 6]`` -> ``"0-2, 5, 6"`` (a run of three or more
+    written ``a-b``), cut after ``limit`` runs.
 
     Args:
         values (Iterable[int]): the integers (any order, duplicates kept as given).
@@ -57,8 +58,8 @@ def ranges(values: Iterable[int], limit: int = 12) -> str:
         str: the runs, comma separated; ``""`` for no values.
 
     Example:
-        >>> ranges([5, 0, 1, 2]), ranges(range(0, 40, 2), limit=3)
-        ('0-2, 5', '0, 2, 4, ... (20 in all)')
+        >>> ranges([5, 0, 1, 2, 6]), ranges(range(0, 40, 2), limit=3)
+        ('0-2, 5, 6', '0, 2, 4, ... (20 in all)')
     """
     vals = sorted(values)
     runs: list[str] = []
@@ -67,7 +68,10 @@ def ranges(values: Iterable[int], limit: int = 12) -> str:
         j = i
         while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
             j += 1
-        runs.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        if j - i >= 2:
+            runs.append(f"{vals[i]}-{vals[j]}")
+        else:  # one or two values: written out ("3, 4" reads better than "3-4")
+            runs.append(", ".join(map(str, vals[i : j + 1])))
         i = j + 1
     shown = ", ".join(runs[:limit])
     return shown + (f", ... ({len(vals)} in all)" if len(runs) > limit else "")

@@ -23,6 +23,7 @@ def test_text_helpers() -> None:
     ]
     assert plural(1, "rank", number=False) == "rank"
     assert ranges([9, 3, 4, 5, 0]) == "0, 3-5, 9" and ranges([]) == ""
+    assert ranges([7, 8, 1]) == "1, 7, 8"  # a run of two is written out
     assert ranges(range(0, 30, 2), limit=2) == "0, 2, ... (15 in all)"
     assert (
         positions_text([2]) == "position 2" and positions_text([1, 2, 3, 7]) == "positions 1-3, 7"
