@@ -106,42 +106,40 @@ def _epochs_title(table: ShardTable, what: str) -> str:
 # panels: small shards, one labelled grid per epoch
 
 _CELL_W, _CELL_H, _PANEL_GAP, _RANK_LABELS = 0.5, 0.42, 0.4, 0.85
+_XAXIS = 0.5  # position ticks under a grid (and the "position" label under the lowest)
 
 
 def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
-    e0 = table.epochs[0]
-    nrep = e0.num_replicas
+    """One labelled grid per epoch, as many side by side as fit 10 in, in rows."""
+    nrep = table.num_replicas
     npos = max(max(e.num_positions for e in table.epochs), 1)
     n = len(table.epochs)
     panel_w, panel_h = npos * _CELL_W, nrep * _CELL_H
-    row_w = _RANK_LABELS + n * panel_w + (n - 1) * _PANEL_GAP + 2 * _MARGIN
-    across = row_w <= 10.0
-    width = max(8.5, row_w if across else _RANK_LABELS + panel_w + 2 * _MARGIN)
+    room = 10.0 - 2 * _MARGIN - _RANK_LABELS + _PANEL_GAP
+    per_row = max(1, min(n, int(room // (panel_w + _PANEL_GAP))))
+    rows = -(-n // per_row)
+    width = max(8.5, 2 * _MARGIN + _RANK_LABELS + per_row * (panel_w + _PANEL_GAP) - _PANEL_GAP)
     flags = [_repeat_flag(table, r) for r in table.repeats()]
-    flag_w = panel_w if across else width - _RANK_LABELS - 2 * _MARGIN
+    title_w = panel_w if per_row > 1 else width - _RANK_LABELS - 2 * _MARGIN
     titles = [
-        wrap_to(f"epoch {e.epoch}" + (f" {f}" if f else ""), flag_w, _FONT, weight="bold")
+        wrap_to(f"epoch {e.epoch}" + (f" {f}" if f else ""), title_w, _FONT, weight="bold")
         for e, f in zip(table.epochs, flags, strict=True)
     ]
-    title_h = max(text_size(t, _FONT)[1] for t in titles) + 0.05
+    pitch = max(text_size(t, _FONT)[1] for t in titles) + 0.05 + panel_h + _XAXIS
     frame = _frames(table, shown, checks, width, _panel_handles(table), "colour = rank")
-    xaxis = 0.55
-    body = (title_h + panel_h + xaxis) if across else n * (title_h + panel_h + 0.3) + xaxis - 0.3
-    fig = new_figure(width, frame.head + body + frame.foot)
+    fig = new_figure(width, frame.head + rows * pitch + 0.2 + frame.foot)
     for k, e in enumerate(table.epochs):
-        if across:
-            x, y = _MARGIN + _RANK_LABELS + k * (panel_w + _PANEL_GAP), frame.foot + xaxis
-        else:
-            x = _MARGIN + _RANK_LABELS
-            y = frame.foot + xaxis + (n - 1 - k) * (title_h + panel_h + 0.3)
+        row, col = divmod(k, per_row)
+        x = _MARGIN + _RANK_LABELS + col * (panel_w + _PANEL_GAP)
+        y = frame.foot + 0.2 + _XAXIS + (rows - 1 - row) * pitch
         ax = fig.add_axes(rect_in(fig, x, y, panel_w, panel_h))
         faces = _paint_rank_cells(ax, e, max(table.size - 1, 1), labelled=True)
-        _grid_axes(ax, nrep, npos, labelled=True, xticks=across or k == n - 1)
-        if across and k:
+        _grid_axes(ax, nrep, npos, labelled=True)
+        if col:
             ax.set_yticks([])
         _mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
         _panel_title(ax, titles[k], alarm=bool(flags[k]), shown=n > 1 and e.epoch == shown)
-        if across or k == n - 1:
+        if row == rows - 1 or k + per_row >= n:  # the lowest panel of its column
             ax.set_xlabel("position", fontsize=_FONT)
     frame.draw(fig, _epochs_title(table, "dataset index each rank reads"))
     return fig
