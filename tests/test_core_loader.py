@@ -61,8 +61,10 @@ def test_each_iter_is_a_new_shuffle_reproducible_with_seed_or_generator():
     assert a[0] != a[1] != a[2] != a[0]
     assert epochs(data.dataloader(ds(50), batch_size=8, seed=123)) == a
     assert epochs(data.dataloader(ds(50), batch_size=8, seed=124)) != a
-    gen = torch.Generator().manual_seed(123)
-    assert epochs(data.dataloader(ds(50), batch_size=8, generator=gen)) == a
+    # generator=: the loader's seed is drawn once from it, so the same generator state repeats
+    g = epochs(data.dataloader(ds(50), batch_size=8, generator=torch.Generator().manual_seed(1)))
+    assert epochs(data.dataloader(ds(50), batch_size=8,
+                                  generator=torch.Generator().manual_seed(1))) == g != a
     # without either: torch's global RNG
     torch.manual_seed(7)
     g1 = epochs(data.dataloader(ds(50), batch_size=8), 2)

@@ -310,13 +310,9 @@ class DistributedSampler:
             >>> s.state_dict(3)["done"], s.state_dict(3)["start"]
             (3, 0)
         """
-        start, skip = self._layout()
-        return {
-            "size": self.size, "seed": self.seed, "shuffle": self.shuffle,
-            "drop_last": self.drop_last, "shard_mode": self.shard_mode, "epoch": self.epoch,
-            "num_replicas": self.num_replicas, "start": start,
-            "done": skip + check_int("num_consumed", num_consumed, minimum=0),
-        }
+        from clorch_nb.data.state import sampler_snapshot
+
+        return sampler_snapshot(self, num_consumed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the saved epoch: the rest of this rank's shard with the same
@@ -334,27 +330,9 @@ class DistributedSampler:
             ...                + distributed_sampler(10, 2, 1, seed=0).sample_indices()[:3])
             (4, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
         """
-        from clorch_nb.data.state import check_same, consumed_prefix
+        from clorch_nb.data.state import sampler_restore
 
-        if not isinstance(state, dict):
-            raise ConfigError(f"state={state!r:.60} must be a dict from sampler.state_dict()")
-        check_same("DistributedSampler", state, {
-            "size": self.size, "seed": self.seed, "shuffle": self.shuffle,
-            "drop_last": self.drop_last, "shard_mode": self.shard_mode,
-        }, "build the sampler with the same dataset and settings as the one that saved it")
-        try:
-            epoch, start, done, old_w = (int(state[k]) for k in
-                                         ("epoch", "start", "done", "num_replicas"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigError(f"sampler state {state!r:.120} is incomplete: {exc!r}") from None
-        if not (0 <= start <= self.size and done >= 0 and old_w >= 1):
-            raise ConfigError(f"sampler state {state!r:.120} is out of range")
-        self.set_epoch(epoch)
-        if old_w != self.num_replicas:  # elastic: deal the rest of the epoch anew
-            start = consumed_prefix(self.size, start, old_w, done, self.drop_last,
-                                    self.shard_mode)
-            done = 0
-        self._resumed = (epoch, start, done)
+        self._resumed = sampler_restore(self, state)
 
     def _layout(self) -> tuple[int, int]:
         r = self._resumed

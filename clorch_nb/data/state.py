@@ -266,3 +266,42 @@ def begin_epoch(loader: Any) -> tuple[int, int, int]:
         skip = loader.sampler._layout()[1]  # the sampler yields only the rest of its shard
         return saved.epoch, -(-skip // loader.config.batch_size), skip
     return saved.epoch, saved.batches_done, 0
+
+
+def sampler_snapshot(sampler: Any, num_consumed: int) -> dict[str, Any]:
+    """``DistributedSampler.state_dict(num_consumed)`` (see there)."""
+    from clorch_nb._checks import check_int
+
+    start, skip = sampler._layout()
+    return {
+        "size": sampler.size, "seed": sampler.seed, "shuffle": sampler.shuffle,
+        "drop_last": sampler.drop_last, "shard_mode": sampler.shard_mode,
+        "epoch": sampler.epoch, "num_replicas": sampler.num_replicas, "start": start,
+        "done": skip + check_int("num_consumed", num_consumed, minimum=0),
+    }
+
+
+def sampler_restore(sampler: Any, state: Any) -> tuple[int, int, int]:
+    """``DistributedSampler.load_state_dict(state)``: checks ``state``, sets the sampler's
+    epoch and returns its resumed layout ``(epoch, start, skip)``: the same layout and this
+    rank's consumed count with the same ``num_replicas``; else the consumed prefix as the new
+    start and nothing skipped (the elastic rule)."""
+    if not isinstance(state, dict):
+        raise ConfigError(f"state={state!r:.60} must be a dict from sampler.state_dict()")
+    check_same("DistributedSampler", state, {
+        "size": sampler.size, "seed": sampler.seed, "shuffle": sampler.shuffle,
+        "drop_last": sampler.drop_last, "shard_mode": sampler.shard_mode,
+    }, "build the sampler with the same dataset and settings as the one that saved it")
+    try:
+        epoch, start, done, old_w = (int(state[k]) for k in
+                                     ("epoch", "start", "done", "num_replicas"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"sampler state {state!r:.120} is incomplete: {exc!r}") from None
+    if not (0 <= start <= sampler.size and done >= 0 and old_w >= 1 and epoch >= 0):
+        raise ConfigError(f"sampler state {state!r:.120} is out of range; was it edited?")
+    sampler.set_epoch(epoch)
+    if old_w != sampler.num_replicas:  # elastic: deal the rest of the epoch anew
+        start = consumed_prefix(sampler.size, start, old_w, done, sampler.drop_last,
+                                sampler.shard_mode)
+        done = 0
+    return epoch, start, done

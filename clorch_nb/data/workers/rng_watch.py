@@ -59,6 +59,7 @@ class RngWatch:
         self.found: str | None = None
 
     def new_epoch(self) -> None:
+        """Check the first :data:`CHECKS_PER_EPOCH` batches of the new epoch again."""
         self._checks = 0
 
     def consumer_waits(self, waiting: bool) -> None:
