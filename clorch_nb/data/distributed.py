@@ -16,16 +16,8 @@ torch keeps their exact shards:
 by at most one (rank ``r`` gets ``ceil((N - r) / R)``). Use it for evaluation, where padding
 repeats would double-count; not for DDP training, where uneven batch counts hang collectives.
 
-**Resume, elastic across world sizes** (``state_dict`` / ``load_state_dict``). An epoch's
-positions are dealt round robin, so when every rank of ``R`` has consumed ``d`` indices, the
-consumed positions are exactly the first ``min(d * R, real)`` of the arranged order: a prefix
-``c`` of the epoch's base order. A state loaded with the same ``num_replicas`` continues each
-rank's shard at index ``d`` (bit-identical, padding included). Loaded with another
-``num_replicas`` ``R'``, the rest of that epoch is the base order's positions ``c..N-1``, dealt
-to the ``R'`` ranks by the same rule as a fresh epoch (even: padded with repeats of the rest's
-head, or cut with ``drop_last``; disjoint: uneven counts): every item exactly once over the
-whole epoch, padding aside. Epochs after it (``set_epoch`` to another epoch) are the usual
-torch-exact shards for ``R'``.
+**Resume**, elastic across world sizes (``state_dict`` / ``load_state_dict``): the rule is
+in :mod:`clorch_nb.data.state`.
 """
 
 from __future__ import annotations
@@ -40,6 +32,7 @@ import torch
 
 from clorch_nb import dist
 from clorch_nb._checks import check_bool, check_int
+from clorch_nb.data.state import even_layout, layout_count, sampler_restore, sampler_snapshot
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -79,16 +72,6 @@ def _base_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Ten
     return torch.randperm(size, generator=g)
 
 
-def _even_layout(size: int, num_replicas: int, drop_last: bool) -> tuple[int, int]:
-    """(num_samples per rank, total positions) of torch's even sharding."""
-    if drop_last and size % num_replicas != 0:
-        num_samples = math.ceil((size - num_replicas) / num_replicas)
-    else:
-        num_samples = math.ceil(size / num_replicas)
-    num_samples = max(num_samples, 0)
-    return num_samples, num_samples * num_replicas
-
-
 def _arranged(
     order: torch.Tensor, num_replicas: int, drop_last: bool, mode: ShardMode
 ) -> torch.Tensor:
@@ -96,7 +79,7 @@ def _arranged(
     size = order.numel()
     if mode == "disjoint":
         return order
-    _, total = _even_layout(size, num_replicas, drop_last)
+    _, total = even_layout(size, num_replicas, drop_last)
     if total <= size:
         return order[:total]
     pad = total - size
@@ -282,8 +265,7 @@ class DistributedSampler:
         self.drop_last = drop_last
         self.shard_mode: ShardMode = shard_mode
         self.epoch = 0
-        # resumed epoch: (epoch, start of its layout in the base order, indices skipped here)
-        self._resumed: tuple[int, int, int] | None = None
+        self._resumed: tuple[int, int, int] | None = None  # see _layout
         self._last_iterated_epoch: int | None = None
         self._warned_same_epoch = False
 
@@ -298,44 +280,22 @@ class DistributedSampler:
         """
         _check_seed(self.seed, check_int("epoch", epoch, minimum=0))
         self.epoch = epoch
-        if self._resumed is not None and self._resumed[0] != epoch:
-            self._resumed = None  # a later epoch: torch's shards again
+        if self._resumed is not None and self._resumed[0] != epoch:  # torch's shards again
+            self._resumed = None
 
     def state_dict(self, num_consumed: int = 0) -> dict[str, Any]:
-        """This sampler's position as plain data (JSON-serialisable), after this rank consumed
-        ``num_consumed`` of the indices it yields this epoch (the loader passes its count).
-
-        Example:
-            >>> s = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
-            >>> s.state_dict(3)["done"], s.state_dict(3)["start"]
-            (3, 0)
-        """
-        from clorch_nb.data.state import sampler_snapshot
-
+        """The epoch's position as plain data after this rank consumed ``num_consumed`` of its
+        indices (the loader passes its count). Example: data/state.py ``sampler_snapshot``."""
         return sampler_snapshot(self, num_consumed)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the saved epoch: the rest of this rank's shard with the same
-        ``num_replicas``, else this rank's share of the rest by the elastic rule (module doc).
-
-        Raises:
-            ConfigError: a state from another size, seed, shuffle, drop_last or shard_mode,
-                named with both values; a malformed state.
-
-        Example:
-            >>> a = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
-            >>> b = distributed_sampler(10, num_replicas=1, rank=0, seed=0)
-            >>> b.load_state_dict(a.state_dict(3))  # 2 ranks x 3 consumed; 4 items left
-            >>> len(b), sorted(b.sample_indices() + a.sample_indices()[:3]
-            ...                + distributed_sampler(10, 2, 1, seed=0).sample_indices()[:3])
-            (4, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
-        """
-        from clorch_nb.data.state import sampler_restore
-
+        """Continue the saved epoch: the rest of this rank's shard, or with another
+        ``num_replicas`` its share of the rest (elastic rule: data/state.py). ConfigError for a
+        state of another size, seed, shuffle, drop_last or shard_mode (both values named)."""
         self._resumed = sampler_restore(self, state)
 
     def _layout(self) -> tuple[int, int]:
-        r = self._resumed
+        r = self._resumed  # (epoch, start of the layout in the base order, indices skipped)
         return (r[1], r[2]) if r is not None and r[0] == self.epoch else (0, 0)
 
     def index_tensor(self) -> torch.Tensor:
@@ -382,12 +342,10 @@ class DistributedSampler:
         return iter(self.sample_indices())
 
     def __len__(self) -> int:
-        from clorch_nb.data.state import layout_count
-
         start, skip = self._layout()
-        n = layout_count(self.size - start, self.num_replicas, self.rank, self.drop_last,
-                         self.shard_mode)
-        return max(0, n - skip)
+        n = self.size - start
+        return max(0, layout_count(n, self.num_replicas, self.rank, self.drop_last,
+                                   self.shard_mode) - skip)
 
     def __repr__(self) -> str:
         return (

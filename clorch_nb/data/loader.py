@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from clorch_nb.data import state as _state
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -31,7 +32,6 @@ from clorch_nb.data.config import (
     WorkerBackendChoice,
     loader_config,
 )
-from clorch_nb.data import state as _state
 from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec

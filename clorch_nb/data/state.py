@@ -13,19 +13,30 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
 
 Restoring costs no batch: the epoch's order is recomputed from the seed (``epoch`` draws, one
 permutation per earlier epoch when shuffling; nothing is fetched or collated) and delivery starts
-at batch ``batches_done``. See :mod:`~clorch_nb.data.distributed` for the elastic rule applied when
-the sampler's ``num_replicas`` changed.
+at batch ``batches_done``.
+
+**The elastic rule** (a :func:`~clorch_nb.data.distributed_sampler`'s state loaded where
+``num_replicas`` differs). An epoch's
+positions are dealt round robin, so when every rank of ``R`` has consumed ``d`` indices, the
+consumed positions are exactly the first ``min(d * R, real)`` of the arranged order: a prefix
+``c`` of the epoch's base order. A state loaded with the same ``num_replicas`` continues each
+rank's shard at index ``d`` (bit-identical, padding included). Loaded with another
+``num_replicas`` ``R'``, the rest of that epoch is the base order's positions ``c..N-1``, dealt
+to the ``R'`` ranks by the same rule as a fresh epoch (even: padded with repeats of the rest's
+head, or cut with ``drop_last``; disjoint: uneven counts): every item exactly once over the
+whole epoch, padding aside. Epochs after it (``set_epoch`` to another epoch) are the usual
+torch-exact shards for ``R'``.
 """
 
 from __future__ import annotations
 
-import json
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from clorch_nb.errors import ConfigError
 
-__all__ = ["FORMAT", "LoaderState", "check_same", "refuse"]
+__all__ = ["FORMAT", "LoaderState", "check_same", "even_layout", "layout_count", "refuse"]
 
 #: the ``format`` tag of a loader state (bumped if the meaning of a field changes)
 FORMAT = "clorch_nb.loader/1"
@@ -55,7 +66,7 @@ class LoaderState:
         ...                 drop_last=False, shuffle=True, num_batches=5, sampler=None)
         >>> LoaderState.from_dict(s.to_dict()) == s
         True
-        >>> len(json.dumps(s.to_dict())) < 1024
+        >>> import json; len(json.dumps(s.to_dict())) < 1024
         True
     """
 
@@ -85,11 +96,10 @@ class LoaderState:
                 f"state={state!r:.80} is not a loader state (a dict with format={FORMAT!r}, as "
                 "loader.state_dict() returns)"
             )
-        fields = {k: state.get(k) for k in cls.__dataclass_fields__}
+        fields: dict[str, Any] = {k: state.get(k) for k in cls.__dataclass_fields__}
+        kinds: dict[str, Any] = {"drop_last": bool, "shuffle": bool, "sampler": (dict, type(None))}
         for key, value in fields.items():
-            want: type | tuple[type, ...] = {
-                "drop_last": bool, "shuffle": bool, "sampler": (dict, type(None)),
-            }.get(key, int)
+            want = kinds.get(key, int)
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise ConfigError(
                     f"loader state field {key}={value!r} should be of type "
@@ -123,6 +133,21 @@ def _kind(sampler_state: dict[str, Any] | None) -> str:
     return "none" if sampler_state is None else "DistributedSampler"
 
 
+def even_layout(size: int, num_replicas: int, drop_last: bool) -> tuple[int, int]:
+    """(num_samples per rank, total positions) of torch's even sharding.
+
+    Example:
+        >>> even_layout(10, 3, False), even_layout(10, 3, True)
+        ((4, 12), (3, 9))
+    """
+    if drop_last and size % num_replicas != 0:
+        num_samples = math.ceil((size - num_replicas) / num_replicas)
+    else:
+        num_samples = math.ceil(size / num_replicas)
+    num_samples = max(num_samples, 0)
+    return num_samples, num_samples * num_replicas
+
+
 def layout_count(remaining: int, num_replicas: int, rank: int, drop_last: bool, mode: str) -> int:
     """Indices rank ``rank`` gets when ``remaining`` positions are dealt to ``num_replicas``
     ranks by torch's rule (even: equal counts with padding, or cut with ``drop_last``;
@@ -134,11 +159,9 @@ def layout_count(remaining: int, num_replicas: int, rank: int, drop_last: bool, 
         >>> [layout_count(7, 3, r, False, "disjoint") for r in range(3)]
         [3, 2, 2]
     """
-    from clorch_nb.data.distributed import _even_layout
-
     if mode == "disjoint":
         return max(0, -(-(remaining - rank) // num_replicas))
-    return _even_layout(remaining, num_replicas, drop_last)[0]
+    return even_layout(remaining, num_replicas, drop_last)[0]
 
 
 def consumed_prefix(size: int, start: int, num_replicas: int, done: int, drop_last: bool,
@@ -193,7 +216,8 @@ def fast_forward(seed: int, epoch: int, permutation_size: int | None) -> Any:
     Example:
         >>> import torch
         >>> g = torch.Generator().manual_seed(3)
-        >>> _ = torch.empty((), dtype=torch.int64).random_(generator=g); _ = torch.randperm(5, generator=g)
+        >>> _ = torch.empty((), dtype=torch.int64).random_(generator=g)
+        >>> _ = torch.randperm(5, generator=g)
         >>> torch.equal(fast_forward(3, 1, 5).get_state(), g.get_state())
         True
     """
@@ -251,7 +275,7 @@ def restore(loader: Any, state: Any) -> None:
 
 def begin_epoch(loader: Any) -> tuple[int, int, int]:
     """For ``iter(loader)``: sets ``loader._epoch``; returns ``(epoch, first batch to build,
-    indices to skip in the order)``, applying a loaded state once (its generator fast-forwarded to that epoch)."""
+    indices to skip in the order)``, applying a loaded state once (generator fast-forwarded)."""
     from clorch_nb.data.distributed import DistributedSampler
 
     saved, loader._resume = loader._resume, None
@@ -269,7 +293,14 @@ def begin_epoch(loader: Any) -> tuple[int, int, int]:
 
 
 def sampler_snapshot(sampler: Any, num_consumed: int) -> dict[str, Any]:
-    """``DistributedSampler.state_dict(num_consumed)`` (see there)."""
+    """``DistributedSampler.state_dict(num_consumed)``.
+
+    Example:
+        >>> from clorch_nb.data import distributed_sampler
+        >>> s = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
+        >>> s.state_dict(3)["done"], s.state_dict(3)["start"]
+        (3, 0)
+    """
     from clorch_nb._checks import check_int
 
     start, skip = sampler._layout()
@@ -285,7 +316,16 @@ def sampler_restore(sampler: Any, state: Any) -> tuple[int, int, int]:
     """``DistributedSampler.load_state_dict(state)``: checks ``state``, sets the sampler's
     epoch and returns its resumed layout ``(epoch, start, skip)``: the same layout and this
     rank's consumed count with the same ``num_replicas``; else the consumed prefix as the new
-    start and nothing skipped (the elastic rule)."""
+    start and nothing skipped (the elastic rule).
+
+    Example:
+        >>> from clorch_nb.data import distributed_sampler as ds
+        >>> a, a1 = ds(10, num_replicas=2, rank=0, seed=0), ds(10, num_replicas=2, rank=1, seed=0)
+        >>> b = ds(10, num_replicas=1, rank=0, seed=0)
+        >>> b.load_state_dict(a.state_dict(3))  # 2 ranks x 3 consumed: 4 items left
+        >>> len(b), sorted(a.sample_indices()[:3] + a1.sample_indices()[:3] + b.sample_indices())
+        (4, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+    """
     if not isinstance(state, dict):
         raise ConfigError(f"state={state!r:.60} must be a dict from sampler.state_dict()")
     check_same("DistributedSampler", state, {

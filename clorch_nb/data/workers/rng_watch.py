@@ -34,14 +34,15 @@ MESSAGE = (
 
 
 def _states() -> tuple[Any, ...]:
-    return random.getstate(), np.random.get_state()[1:3], torch.default_generator.get_state()
+    legacy: Any = np.random.get_state()  # ("MT19937", keys, pos, ...)
+    return random.getstate(), (legacy[1], legacy[2]), torch.default_generator.get_state()
 
 
 def _changed(a: tuple[Any, ...], b: tuple[Any, ...]) -> str | None:
     names = []
     if a[0] != b[0]:
         names.append("random")
-    if a[1][1] != b[1][1] or not np.array_equal(a[1][0], b[1][0]):
+    if a[1][1] != b[1][1] or not np.array_equal(a[1][0], b[1][0]):  # pos, then keys
         names.append("numpy")
     if not torch.equal(a[2], b[2]):
         names.append("torch")
