@@ -239,12 +239,14 @@ def snapshot(loader: Any) -> dict[str, Any]:
     if loader._resume is not None:  # loaded, not yet iterated: the same position again
         return loader._resume.to_dict()  # type: ignore[no-any-return]
     epoch, start, done, n = loader._position
+    if loader._epoch is None:  # never iterated: the start of epoch 0
+        n = len(loader)
     sampler = loader.sampler
     sampler_state = None
     if isinstance(sampler, DistributedSampler):
         rest = len(sampler)
         sampler_state = sampler.state_dict(min((done - start) * loader.config.batch_size, rest))
-    if done >= n and loader._epoch is not None:
+    if done >= n and loader._epoch is not None:  # delivered to the end: the next epoch
         epoch, done = epoch + 1, 0
     return LoaderState(
         epoch=epoch, batches_done=done, seed=loader._seed, size=loader.dataset.get_size(),
