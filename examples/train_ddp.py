@@ -2,6 +2,8 @@
 
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --record shards.json
     python examples/train_ddp.py            # the same script as one process (world size 1)
+    torchrun ... train_ddp.py --checkpoint ckpt.pt --checkpoint-every 20   # save each 20 steps
+    torchrun --nproc_per_node=3 ... train_ddp.py --checkpoint ckpt.pt --resume   # continue
 
 torch.distributed does the communication (gloo on CPU: gradient all-reduce, metric all-reduce,
 gathering indices); clorch_nb does the sharding. Each rank:
@@ -18,6 +20,15 @@ cover the training set and overlap only by torch's padding repeats, prints that 
 ``--record PATH`` writes them all as JSON for the shard view in ``notebooks/``::
 
     {"size": N, "num_replicas": R, "seed": s, "epochs": [[rank0_indices, rank1_indices], ...]}
+
+**Checkpoints.** With ``--checkpoint PATH``, rank 0 saves the model, the optimiser and the
+loader's state (``loader.state_dict()``: a few hundred bytes, the same on every rank of this
+lock-step job) every ``--checkpoint-every`` steps; ``--stop-after STEPS`` saves and stops there
+(a preemption). ``--resume`` loads it on every rank and continues mid-epoch, on any world size:
+the rest of the interrupted epoch is dealt to the new ranks so that every item is trained on
+exactly once in that epoch (padding aside), and later epochs are torch's usual shards. The
+record then starts at that epoch (``"first_epoch"``), and a stopped run records the indices it
+consumed of its last epoch under ``"partial"``.
 
 Deterministic for a given ``--seed`` and world size. Needs the ``examples`` extra (scikit-learn).
 """
@@ -74,6 +85,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0, help="split, init and shuffle seed (default 0)")
     p.add_argument("--record", type=Path, default=None, metavar="PATH",
                    help="write every rank's indices per epoch to this JSON file")
+    p.add_argument("--checkpoint", type=Path, default=None, metavar="PATH",
+                   help="save model, optimiser and loader state here (rank 0)")
+    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
+                   help="save every STEPS training steps (0: only with --stop-after)")
+    p.add_argument("--stop-after", type=int, default=0, metavar="STEPS",
+                   help="save a checkpoint after STEPS steps and stop (simulates preemption)")
+    p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     return p.parse_args(argv)
 
 
@@ -153,28 +171,40 @@ def train(args: argparse.Namespace) -> int:
 
     # num_replicas / rank default to the process group's; seed must be the same on every rank.
     sampler = data.distributed_sampler(train_ds, seed=args.seed)
-    loader = data.dataloader(train_ds, batch_size=args.batch_size, sampler=sampler)
+    # seed= (the same on every rank) makes the loader's saved state the same on every rank too
+    loader = data.dataloader(train_ds, batch_size=args.batch_size, sampler=sampler,
+                             seed=args.seed)
     test_sampler = data.distributed_sampler(test_ds, shuffle=False, shard_mode="disjoint")
     test_loader = data.dataloader(test_ds, batch_size=256, sampler=test_sampler)
 
     torch.manual_seed(args.seed)  # same init everywhere (DDP also broadcasts rank 0's weights)
-    model = DistributedDataParallel(
-        nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-    )
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    net = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    opt = torch.optim.Adam(net.parameters(), lr=args.lr)
+    start_epoch = step = 0
+    if args.resume:
+        ckpt = torch.load(args.checkpoint, weights_only=True)
+        net.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        loader.load_state_dict(json.loads(ckpt["loader"]))  # this rank's share of the rest
+        start_epoch, step = json.loads(ckpt["loader"])["epoch"], int(ckpt["step"])
+        say(f"resumed at epoch {start_epoch}, step {step}, on {world} ranks", flush=True)
+    model = DistributedDataParallel(net)
     loss_fn = nn.CrossEntropyLoss()
 
     say(f"world size {world}: {train_ds.get_size()} train items ({len(sampler)} per rank, "
         f"{len(loader)} batches of up to {args.batch_size}), {test_ds.get_size()} test items "
         f"(disjoint shards of {len(test_sampler)} on rank 0)", flush=True)
     record: list[list[list[int]]] = []
+    partial: dict[str, Any] | None = None
     all_ok = True
     accuracy = float("nan")
-    for epoch in range(args.epochs):
+    for epoch in range(start_epoch, args.epochs):
         data.set_epoch(sampler, epoch)  # without it every epoch repeats epoch 0's order
+        resumed = args.resume and epoch == start_epoch  # the rest of an interrupted epoch
         model.train()
         seen: list[torch.Tensor] = []
         loss_sum = n_sum = 0.0
+        stopped = False
         for batch in loader:
             seen.append(batch["index"])
             opt.zero_grad()
@@ -183,35 +213,67 @@ def train(args: argparse.Namespace) -> int:
             opt.step()
             loss_sum += loss.item() * len(batch["target"])
             n_sum += len(batch["target"])
-        mine = torch.cat(seen).tolist()
-        if mine != data.sample_indices(sampler):
+            step += 1
+            stopped = step == args.stop_after
+            if args.checkpoint is not None and (
+                stopped or (args.checkpoint_every and step % args.checkpoint_every == 0)
+            ):
+                save_checkpoint(args.checkpoint, rank, net, opt, loader, step)
+            if stopped:
+                break
+        mine = torch.cat(seen).tolist() if seen else []
+        if not stopped and mine != data.sample_indices(sampler):
             raise RuntimeError(f"rank {rank}, epoch {epoch}: loaded indices unlike the sampler")
+        shards: list[Any] = [None] * world
+        torch_dist.all_gather_object(shards, mine)
+        if stopped:
+            partial = {"epoch": epoch, "shards": shards}
+            say(f"stopped at epoch {epoch}, step {step}; checkpoint {args.checkpoint}", flush=True)
+            break
 
         correct, total = evaluate(model.module, test_loader)
         loss_sum, n_sum, correct, total = all_sum(loss_sum, n_sum, correct, total)
         if int(total) != test_ds.get_size():
             raise RuntimeError(f"evaluated {int(total)} test items, expected {test_ds.get_size()}")
-
-        shards: list[Any] = [None] * world
-        torch_dist.all_gather_object(shards, mine)
         if rank == 0:
             record.append(shards)
-            ok, line = coverage_line(epoch, shards, train_ds.get_size())
-            all_ok &= ok
             accuracy = correct / total
-            say(f"epoch {epoch}: train loss {loss_sum / n_sum:.4f}, "
+            say(f"epoch {epoch}: train loss {loss_sum / max(n_sum, 1):.4f}, "
                 f"test accuracy {accuracy:.4f} ({int(correct)}/{int(total)})")
-            say(line, flush=True)
+            if resumed:  # only the rest of the epoch: checked across both runs by the caller
+                say(f"epoch {epoch} (resumed): {sum(map(len, shards))} items on {world} ranks")
+            else:
+                ok, line = coverage_line(epoch, shards, train_ds.get_size())
+                all_ok &= ok
+                say(line, flush=True)
 
     if rank == 0 and args.record is not None:
         args.record.parent.mkdir(parents=True, exist_ok=True)
         size = train_ds.get_size()
-        doc = {"size": size, "num_replicas": world, "seed": args.seed, "epochs": record}
+        doc: dict[str, Any] = {"size": size, "num_replicas": world, "seed": args.seed,
+                               "epochs": record}
+        if args.resume:
+            doc["first_epoch"] = start_epoch
+        if partial is not None:
+            doc["partial"] = partial
         args.record.write_text(json.dumps(doc) + "\n")
         say(f"recorded {len(record)} epochs of {world} ranks' indices to {args.record}")
     say(f"final test accuracy {accuracy:.4f}; shard checks {'passed' if all_ok else 'FAILED'}; "
         f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
     return 0 if all_ok else 1
+
+
+def save_checkpoint(path: Path, rank: int, net: nn.Module, opt: torch.optim.Optimizer,
+                    loader: Any, step: int) -> None:
+    """Rank 0 writes model, optimiser and loader state (atomically: a crash mid-write leaves the
+    previous checkpoint). The loader state is plain JSON, identical on every rank."""
+    if rank != 0:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
+                "loader": json.dumps(loader.state_dict()), "step": step}, tmp)
+    os.replace(tmp, path)
 
 
 @torch.no_grad()

@@ -211,15 +211,15 @@ def test_thread_worker_drawing_from_a_global_rng_warns_once(monkeypatch: Any) ->
     got = []
     for nw in (2, 3):
         with data.dataloader(resume_fixtures.augmented(16), batch_size=2, seed=1,
-                             num_workers=nw, worker_backend="thread") as dl:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                got.append(rows(list(dl)))
+                             num_workers=nw, worker_backend="thread") as dl, \
+                warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got.append(rows(list(dl)))
     assert got[0] == got[1] == rows(list(data.dataloader(resume_fixtures.augmented(16),
                                                          batch_size=2, seed=1)))
 
 
-# -- randomness isolation (issue 10) ----------------------------------------------------------------
+# -- randomness isolation (issue 10) --------------------------------------------------------------
 
 
 def test_loaders_take_no_global_random_numbers_and_do_not_affect_each_other() -> None:
@@ -244,7 +244,7 @@ def test_loaders_take_no_global_random_numbers_and_do_not_affect_each_other() ->
     assert two_loaders(False) == two_loaders(True)  # reproducible from manual_seed, isolated
 
 
-# -- elastic across world sizes ---------------------------------------------------------------------
+# -- elastic across world sizes ------------------------------------------------------------------
 
 
 def _run_ranks(loaders: list[data.DataLoader], k: int | None) -> list[list[int]]:
@@ -302,7 +302,7 @@ def test_elastic_resume_sees_every_item_exactly_once(
         assert counts.min(initial=1) >= 1
         assert len(seen) - n <= (w - 1) + (w2 - 1)
     if w2 == w:  # same world: each rank continues its own torch shard exactly
-        for r, dl in enumerate(new):
+        for r in range(w):
             ts = TorchSampler(range(n), w, r, shuffle=shuffle, seed=seed, drop_last=drop_last)
             ts.set_epoch(epoch)
             if mode == "even":
