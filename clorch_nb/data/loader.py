@@ -228,7 +228,7 @@ class DataLoader:
     def _run_pool(self, epoch: int, batches: EpochPlan, start: int, base: int) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        pool.start_epoch(epoch, base)
+        pool.start_epoch(tok := self.stats.epochs_started, base)  # a token never reused
         max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
         ready: dict[int, Any] = {}
         next_submit = next_yield = start
@@ -238,7 +238,7 @@ class DataLoader:
         try:
             while next_yield < n:
                 while next_submit < n and next_submit - next_yield < max_in_flight:
-                    pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
+                    pool.submit(BatchTask(tok, next_submit, batches[next_submit]))
                     next_submit += 1
                 t0 = time.perf_counter()
                 deadline = None if timeout_s is None else t0 + timeout_s
