@@ -8,6 +8,7 @@ from benchmarks.scenarios import (
     s5_startup,
     s6_memory,
     s7_instrumentation,
+    s8_resume,
 )
 
 SCENARIOS = {
@@ -18,4 +19,5 @@ SCENARIOS = {
     5: s5_startup,
     6: s6_memory,
     7: s7_instrumentation,
+    8: s8_resume,
 }
