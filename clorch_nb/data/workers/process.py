@@ -33,6 +33,7 @@ import torch
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
+from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
@@ -70,6 +71,7 @@ class _Worker:
     proc: Any  # multiprocessing.process.BaseProcess
     tasks: Connection  # parent's send end
     results: Connection  # parent's receive end
+    arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
     outstanding: dict[int, list[int]] = field(default_factory=dict)
 
@@ -109,6 +111,9 @@ class ProcessPool:
         self.num_workers = config.num_workers
         self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
         self._use_get_batch = use_get_batch
+        # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
+        # holds, one whose release is on its way
+        self._arena_keep = config.prefetch_factor + 2
         self._ctx = _context(start_method)
         self._workers: list[_Worker | None] = [None] * self.num_workers
         self._epoch: int | None = None  # the current epoch token; None between epochs
@@ -122,7 +127,7 @@ class ProcessPool:
         task_r, task_w = mp.Pipe(duplex=False)
         result_r, result_w = mp.Pipe(duplex=False)
         cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
-                           os.getpid())
+                           os.getpid(), self._arena_keep)
         proc = self._ctx.Process(
             target=worker_main, args=(cfg, self.source, task_r, result_w),
             name=f"clorch_nb-worker-{worker_id}", daemon=True,
@@ -221,7 +226,7 @@ class ProcessPool:
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices.to(torch.int64).contiguous()
-        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes())
+        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes(), w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
             try:
@@ -288,11 +293,11 @@ class ProcessPool:
         if kind == "ok":
             _, epoch, bi, n, fetch_s, collate_s, enc = msg
             if not keep or epoch != self._epoch:
-                shm.discard(enc.segment)
+                shm.discard_batch(enc, w.arena)
                 return
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s)
+                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc, w.arena), n, fetch_s, collate_s)
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg
@@ -360,7 +365,7 @@ class ProcessPool:
                     if msg[0] == "ack" and msg[1] == token:
                         del waiting[conn]
                     elif msg[0] == "ok":
-                        shm.discard(msg[6].segment)
+                        shm.discard_batch(msg[6], w.arena)
             for w in waiting.values():
                 self._reap(w, kill=True)
         except BaseException:

@@ -32,9 +32,11 @@ from typing import Any
 
 import torch
 
+from clorch_nb.data.workers.arena import ParentArena, WorkerArena
 from clorch_nb.errors import SharedMemoryError
 
-__all__ = ["INLINE_MAX_BYTES", "SHM_DIR", "EncodedBatch", "decode_batch", "discard", "encode_batch",
+__all__ = ["INLINE_MAX_BYTES", "SHM_DIR", "EncodedBatch", "decode_batch", "discard", "discard_batch",
+           "encode_batch",
            "sweep"]
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -56,6 +58,9 @@ class EncodedBatch:
         nbytes (int): buffer size in bytes.
         segment (str | None): the ``/dev/shm`` file holding the buffer, or None when inline.
         payload (bytes | None): the buffer itself when inline.
+        slot (int): the worker's arena slot holding the buffer (``segment`` is then its file
+            name the first time the parent sees it, else None); -1 when not in an arena.
+        dropped (tuple[int, ...]): arena slots the worker has unmapped since its last reply.
     """
 
     struct: bytes
@@ -63,6 +68,8 @@ class EncodedBatch:
     nbytes: int
     segment: str | None
     payload: bytes | None
+    slot: int = -1
+    dropped: tuple[int, ...] = ()
 
 
 class _Packer(pickle.Pickler):
@@ -134,14 +141,20 @@ def shm_full_error(nbytes: int, where: str, cause: OSError) -> SharedMemoryError
     )
 
 
-def encode_batch(batch: Any, *, parent_pid: int, where: str) -> EncodedBatch:
-    """Pickle ``batch`` with its tensors moved into one buffer (inline or a ``/dev/shm`` file).
+def encode_batch(
+    batch: Any, *, parent_pid: int, where: str, arena: WorkerArena | None = None
+) -> EncodedBatch:
+    """Pickle ``batch`` with its tensors moved into one buffer (inline, a slot of the worker's
+    ``arena``, or, without an arena, a ``/dev/shm`` file of its own).
 
     Args:
         batch (Any): what ``collate_fn`` (or ``get_batch``) returned.
         parent_pid (int): the loader's process id, part of the segment name so leftovers can be
             swept by pid.
         where (str): e.g. ``"process worker 1"``, for error messages.
+        arena (WorkerArena | None): the worker's reusable slots
+            (:mod:`~clorch_nb.data.workers.arena`); tensors already stacked into its current
+            slot are not copied again.
 
     Raises:
         SharedMemoryError: ``/dev/shm`` has no room for the batch.
@@ -158,6 +171,10 @@ def encode_batch(batch: Any, *, parent_pid: int, where: str) -> EncodedBatch:
             if view.numel():
                 view.copy_(t)
         return EncodedBatch(buf.getvalue(), metas, nbytes, None, bytes(payload))
+    if arena is not None:
+        sid, metas, name, dropped = arena.pack(tensors)
+        return EncodedBatch(buf.getvalue(), metas, arena.slots[sid].size, name, None, sid,
+                            tuple(dropped))
     name = f"{PREFIX}-{parent_pid}-{os.getpid()}-{next(_seq)}"
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -189,8 +206,15 @@ def _write_all(fd: int, view: memoryview, offset: int) -> None:
         view, offset = view[n:], offset + n
 
 
-def decode_batch(enc: EncodedBatch) -> Any:
-    """Rebuild the batch in the parent; a segment is mapped, then unlinked (no fd kept)."""
+def decode_batch(enc: EncodedBatch, arena: ParentArena | None = None) -> Any:
+    """Rebuild the batch in the parent; a segment is mapped, then unlinked (no fd kept).
+
+    An arena batch (``enc.slot >= 0``) becomes views of the worker's slot in ``arena``, the
+    parent's side of that worker's arena."""
+    if enc.slot >= 0:
+        assert arena is not None
+        views = arena.views(enc.slot, enc.segment, enc.nbytes, list(enc.dropped), enc.metas)
+        return _Unpacker(io.BytesIO(enc.struct), views).load()
     if enc.segment is not None:
         path = os.path.join(SHM_DIR, enc.segment)
         try:
@@ -201,6 +225,15 @@ def decode_batch(enc: EncodedBatch) -> Any:
         assert enc.payload is not None
         storage = bytearray(enc.payload)  # writable: users may modify batches in place
     return _Unpacker(io.BytesIO(enc.struct), _views(storage, enc.metas)).load()
+
+
+def discard_batch(enc: EncodedBatch, arena: ParentArena | None) -> None:
+    """Free a batch nobody will read: its arena slot goes back to the worker, or its own
+    segment is unlinked."""
+    if enc.slot >= 0 and arena is not None:
+        arena.discard(enc.slot, enc.segment, enc.nbytes, list(enc.dropped))
+    else:
+        discard(enc.segment)
 
 
 def discard(segment: str | None) -> None:
