@@ -9,15 +9,18 @@ both sides (about 0.5 GB/s on a 2-core machine); a segment that is reused costs 
 * the worker's ``default_collate`` stacks tensors straight into the current slot
   (:meth:`WorkerArena.alloc`), so a batch of images is written once, by ``torch.stack``;
   tensors built elsewhere (``get_batch``, a custom ``collate_fn``) are copied in, once;
-* the reply names the slot; the first time the parent sees a slot it maps it and **unlinks the
-  file at once** (no ``/dev/shm`` entry and no fd outlive that moment; only the two mappings);
-* the parent's tensors are views of its mapping through a ``memoryview`` per delivered batch;
-  when the last tensor of that batch is freed (garbage collection, ``cleanup_data``), the
-  memoryview dies and a ``weakref.finalize`` queues the slot as free. The next task sent to that
-  worker carries the freed slots, and only then may the worker write into them again. So **a
-  batch the user still holds is never overwritten**: the worker makes a new slot instead;
-* a worker keeps at most ``keep`` idle slots and unmaps the rest (telling the parent in its next
-  reply), so memory returns to its steady-state size after a burst of held batches.
+* the reply names the slot; the parent maps the part the batch uses and closes the fd at
+  once, so a held batch costs a mapping, never an fd (thousands of held batches stay under
+  ``RLIMIT_NOFILE``). Its tensors view that mapping through one ``memoryview``; when the last of
+  them is freed (garbage collection, ``cleanup_data``) the mapping goes and a
+  ``weakref.finalize`` queues the slot as free. The next task sent to that worker carries the
+  freed slots, and only then may the worker write into them again. So **a batch the user still
+  holds is never overwritten**: the worker makes a new slot instead;
+* a worker keeps at most ``keep`` idle slots and unlinks the rest, so memory returns to its
+  steady-state size after a burst of held batches. The worker owns its slot files: it unlinks
+  them when it drops them or stops, and the parent sweeps them when it dies (by name,
+  ``clorch_nb-<parent pid>-<worker pid>-a<slot>``); a mapping outlives the unlink, so held
+  batches stay valid after the loader closes.
 
 Slots are reserved with ``pwrite`` (never by touching a mapping), so a full ``/dev/shm`` is an
 ENOSPC error turned into :class:`~clorch_nb.errors.SharedMemoryError`, not a ``SIGBUS``.
@@ -27,6 +30,8 @@ A dying worker's mappings vanish with it; the parent's vanish with the last batc
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
 import errno
 import mmap
 import os
@@ -38,7 +43,7 @@ import torch
 __all__ = ["ALIGN", "ParentArena", "WorkerArena"]
 
 ALIGN = 64  # every tensor starts on a cache line (and on its dtype's alignment)
-_SLOT_ROUND = 1 << 20  # slot sizes are whole MiB, so a slightly larger batch still fits
+_PAGE = mmap.PAGESIZE
 _ZEROS = bytes(1 << 20)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 
@@ -52,13 +57,12 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 class _Slot:
-    __slots__ = ("base", "map", "name", "sent", "size", "view")
+    __slots__ = ("base", "map", "name", "size", "view")
 
     def __init__(self, name: str, size: int, mm: mmap.mmap) -> None:
         self.name, self.size, self.map = name, size, mm
         self.view = torch.frombuffer(mm, dtype=torch.uint8)  # the whole slot, as bytes
         self.base = self.view.data_ptr()
-        self.sent = False  # the parent has been told its name (and has unlinked it)
 
 
 class WorkerArena:
@@ -75,7 +79,6 @@ class WorkerArena:
         self.prefix, self.keep, self._full_error = prefix, keep, full_error
         self.slots: dict[int, _Slot] = {}
         self.free: list[int] = []
-        self.dropped: list[int] = []
         self._next_id = 0
         self._cur: int | None = None  # the slot the batch being built is stacked into
         self._bump = 0
@@ -91,11 +94,12 @@ class WorkerArena:
         while len(self.free) > self.keep:
             victim = min(self.free, key=lambda i: self.slots[i].size)
             self.free.remove(victim)
-            del self.slots[victim]  # unmapped once its views are gone
-            self.dropped.append(victim)
+            slot = self.slots.pop(victim)  # unmapped once its views are gone
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(_shm_dir(), slot.name))
 
     def _new_slot(self, nbytes: int) -> int:
-        size = max(_SLOT_ROUND, -(-nbytes // _SLOT_ROUND) * _SLOT_ROUND)
+        size = -(-(nbytes + nbytes // 8) // _PAGE) * _PAGE  # room for a slightly larger batch
         sid, self._next_id = self._next_id, self._next_id + 1
         name = f"{self.prefix}-a{sid}"
         path = os.path.join(_shm_dir(), name)
@@ -158,12 +162,11 @@ class WorkerArena:
         self._bump += _aligned(n)
         return out
 
-    def pack(self, tensors: list[torch.Tensor]) -> tuple[int, list[Any], str | None, list[int]]:
+    def pack(self, tensors: list[torch.Tensor]) -> tuple[int, list[Any], int]:
         """Put ``tensors`` into one slot (those already stacked there stay in place).
 
         Returns:
-            tuple: ``(slot id, metas, name if the parent has not seen this slot, dropped ids)``;
-            metas are ``(dtype, shape, byte offset)``.
+            tuple: ``(slot id, metas, bytes used)``; metas are ``(dtype, shape, byte offset)``.
         """
         sid = self._cur
         placed: list[int | None] = [self._offset_in(sid, t) for t in tensors]
@@ -187,10 +190,7 @@ class WorkerArena:
             self.free.append(self._cur)
         self._cur = None
         self.expect = max(bump, sum(_aligned(_nbytes(t)) for t in tensors))
-        name = None if slot.sent else slot.name
-        slot.sent = True
-        dropped, self.dropped = self.dropped, []
-        return sid, metas, name, dropped
+        return sid, metas, bump
 
     def _offset_in(self, sid: int | None, t: torch.Tensor) -> int | None:
         if sid is None or not t.is_contiguous() or t.numel() == 0:
@@ -206,32 +206,59 @@ def _shm_dir() -> str:
     return SHM_DIR
 
 
+_libc: Any = None
+
+
+def _libc_mm() -> Any:
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_int, ctypes.c_long]
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        _libc = lib
+    return _libc
+
+
+def _map_file(path: str, size: int) -> int:
+    """Map ``size`` bytes of ``path`` shared, read-write; the fd is closed before returning
+    (``mmap.mmap`` would keep a duplicate fd per mapping: one per held batch)."""
+    lib = _libc_mm()
+    fd = os.open(path, os.O_RDWR)
+    try:
+        addr = lib.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    finally:
+        os.close(fd)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap of {path}: {os.strerror(err)}")
+    return int(addr)
+
+
+def _unmap_and_free(addr: int, size: int, freed: collections.deque[int], sid: int) -> None:
+    _libc_mm().munmap(addr, size)
+    freed.append(sid)
+
+
 class ParentArena:
-    """The parent's side of one worker's arena: its mappings, and the slots freed since the last
-    task was sent to that worker."""
+    """The parent's side of one worker's arena: maps a slot for each batch delivered from it,
+    and collects the slots freed since the last task was sent to that worker."""
 
     def __init__(self) -> None:
-        self.maps: dict[int, mmap.mmap] = {}
         self.freed: collections.deque[int] = collections.deque()  # appended by finalizers
 
-    def _register(self, sid: int, name: str | None, size: int, dropped: list[int]) -> None:
-        for d in dropped:
-            self.maps.pop(d, None)  # unmapped when the last batch using it is freed
-        if name is not None:
-            path = os.path.join(_shm_dir(), name)
-            fd = os.open(path, os.O_RDWR)
-            try:
-                self.maps[sid] = mmap.mmap(fd, size, mmap.MAP_SHARED | _POPULATE)
-            finally:
-                os.close(fd)
-                os.unlink(path)
-
-    def views(self, sid: int, name: str | None, size: int, dropped: list[int],
-              metas: list[Any]) -> list[torch.Tensor]:
-        """The batch's tensors, viewing the slot; the slot is freed when they all are."""
-        self._register(sid, name, size, dropped)
-        mv = memoryview(self.maps[sid])
-        weakref.finalize(mv, self.freed.append, sid)
+    def views(self, sid: int, name: str, nbytes: int, metas: list[Any]) -> list[torch.Tensor]:
+        """The batch's tensors over a fresh mapping of slot ``sid`` (file ``name``, its first
+        ``nbytes`` bytes; no fd kept). When they are all freed, the mapping goes and the slot
+        is queued as free."""
+        size = -(-nbytes // _PAGE) * _PAGE
+        addr = _map_file(os.path.join(_shm_dir(), name), size)
+        mv = memoryview((ctypes.c_ubyte * size).from_address(addr))
+        weakref.finalize(mv, _unmap_and_free, addr, size, self.freed, sid)
+        # One storage over the memoryview; the tensors are set_() onto it (not views of a base
+        # tensor, whose ``_base`` would keep the storage alive after cleanup_data empties them).
+        storage = torch.frombuffer(mv, dtype=torch.uint8).untyped_storage()
         out = []
         for dtype, shape, offset in metas:
             numel = 1
@@ -240,16 +267,12 @@ class ParentArena:
             if numel == 0:
                 out.append(torch.empty(shape, dtype=dtype))
             else:
-                out.append(torch.frombuffer(mv, dtype=dtype, count=numel, offset=offset)
-                           .view(shape))
+                itemsize = torch.empty((), dtype=dtype).element_size()
+                out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape))
         return out
 
-    def discard(self, sid: int, name: str | None, size: int, dropped: list[int]) -> None:
+    def discard(self, sid: int) -> None:
         """A batch nobody will read (stale epoch): its slot is free at once."""
-        try:
-            self._register(sid, name, size, dropped)
-        except FileNotFoundError:
-            return
         self.freed.append(sid)
 
     def take_freed(self) -> list[int]:

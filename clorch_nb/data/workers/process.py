@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -83,7 +84,8 @@ class _Worker:
 class ProcessPool:
     """Process workers implementing :class:`~clorch_nb.data.workers.base.WorkerPool`.
 
-    Workers start lazily (at the first epoch), persist across epochs, and are replaced lazily
+    Workers start in the background when the loader is made (:meth:`prestart`), or else at the
+    first epoch; they persist across epochs, and are replaced lazily
     after a timeout or a death. :meth:`close` stops them all (the loader calls it from
     ``close()``, ``with`` and a ``weakref.finalize``, which also runs at interpreter exit).
 
@@ -120,8 +122,42 @@ class ProcessPool:
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
+        self._starter: threading.Thread | None = None  # see prestart()
+        self._start_error: BaseException | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    def prestart(self) -> None:
+        """Start every worker now, in a background thread, and return at once.
+
+        The loader calls this when it is made, so the ~1 s of a first start (the forkserver
+        importing torch, each worker rebuilding the dataset) overlaps whatever the caller does
+        next (in a notebook: the next cell). :meth:`start_epoch` and :meth:`close` wait for the
+        thread; an error it met is raised by :meth:`start_epoch`.
+        """
+        if self._starter is not None or self._closed:
+            return
+        self._starter = threading.Thread(target=self._start_all, daemon=True,
+                                         name="clorch_nb-worker-start")
+        self._starter.start()
+
+    def _start_all(self) -> None:
+        try:
+            for wid in range(self.num_workers):
+                if self._closed:
+                    return
+                if self._workers[wid] is None:
+                    self._spawn(wid)
+        except BaseException as exc:  # noqa: BLE001 - raised by start_epoch on the caller's thread
+            self._start_error = exc
+
+    def _join_starter(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+        if self._start_error is not None:
+            exc, self._start_error = self._start_error, None
+            raise exc
 
     def _spawn(self, worker_id: int) -> _Worker:
         task_r, task_w = mp.Pipe(duplex=False)
@@ -181,7 +217,9 @@ class ProcessPool:
         """Stop every worker and remove every shared-memory segment; idempotent."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = True  # a starter thread stops after the worker it is starting
+        with contextlib.suppress(Exception):
+            self._join_starter()
         self._epoch = None
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
@@ -203,6 +241,7 @@ class ProcessPool:
         ``worker_seed(base_seed, worker_id)`` and sets its ``get_worker_info()``."""
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        self._join_starter()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
         for wid, w in enumerate(self._workers):

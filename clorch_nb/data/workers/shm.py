@@ -58,9 +58,9 @@ class EncodedBatch:
         nbytes (int): buffer size in bytes.
         segment (str | None): the ``/dev/shm`` file holding the buffer, or None when inline.
         payload (bytes | None): the buffer itself when inline.
-        slot (int): the worker's arena slot holding the buffer (``segment`` is then its file
-            name the first time the parent sees it, else None); -1 when not in an arena.
-        dropped (tuple[int, ...]): arena slots the worker has unmapped since its last reply.
+        slot (int): the worker's arena slot holding the buffer (``segment`` is then the slot's
+            file, which the worker owns: the parent maps it but never unlinks it); -1 when the
+            batch is not in an arena.
     """
 
     struct: bytes
@@ -69,7 +69,6 @@ class EncodedBatch:
     segment: str | None
     payload: bytes | None
     slot: int = -1
-    dropped: tuple[int, ...] = ()
 
 
 class _Packer(pickle.Pickler):
@@ -172,9 +171,8 @@ def encode_batch(
                 view.copy_(t)
         return EncodedBatch(buf.getvalue(), metas, nbytes, None, bytes(payload))
     if arena is not None:
-        sid, metas, name, dropped = arena.pack(tensors)
-        return EncodedBatch(buf.getvalue(), metas, arena.slots[sid].size, name, None, sid,
-                            tuple(dropped))
+        sid, metas, used = arena.pack(tensors)
+        return EncodedBatch(buf.getvalue(), metas, used, arena.slots[sid].name, None, sid)
     name = f"{PREFIX}-{parent_pid}-{os.getpid()}-{next(_seq)}"
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -213,7 +211,8 @@ def decode_batch(enc: EncodedBatch, arena: ParentArena | None = None) -> Any:
     parent's side of that worker's arena."""
     if enc.slot >= 0:
         assert arena is not None
-        views = arena.views(enc.slot, enc.segment, enc.nbytes, list(enc.dropped), enc.metas)
+        assert enc.segment is not None
+        views = arena.views(enc.slot, enc.segment, enc.nbytes, enc.metas)
         return _Unpacker(io.BytesIO(enc.struct), views).load()
     if enc.segment is not None:
         path = os.path.join(SHM_DIR, enc.segment)
@@ -231,7 +230,7 @@ def discard_batch(enc: EncodedBatch, arena: ParentArena | None) -> None:
     """Free a batch nobody will read: its arena slot goes back to the worker, or its own
     segment is unlinked."""
     if enc.slot >= 0 and arena is not None:
-        arena.discard(enc.slot, enc.segment, enc.nbytes, list(enc.dropped))
+        arena.discard(enc.slot)
     else:
         discard(enc.segment)
 
