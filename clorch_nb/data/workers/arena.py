@@ -89,7 +89,7 @@ class WorkerArena:
     def release(self, ids: list[int]) -> None:
         """The parent freed these slots: reuse them; unmap idle ones beyond ``keep``."""
         for i in ids:
-            if i in self.slots:
+            if i in self.slots and i not in self.free and i != self._cur:
                 self.free.append(i)
         while len(self.free) > self.keep:
             victim = min(self.free, key=lambda i: self.slots[i].size)
@@ -97,6 +97,14 @@ class WorkerArena:
             slot = self.slots.pop(victim)  # unmapped once its views are gone
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(_shm_dir(), slot.name))
+
+    def close(self) -> None:
+        """Unlink every slot file (mappings still in use stay valid until freed)."""
+        self._cur = None
+        self.free = list(self.slots)
+        keep, self.keep = self.keep, 0
+        self.release([])
+        self.keep = keep
 
     def _new_slot(self, nbytes: int) -> int:
         size = -(-(nbytes + nbytes // 8) // _PAGE) * _PAGE  # room for a slightly larger batch
@@ -133,7 +141,7 @@ class WorkerArena:
             return sid
         return self._new_slot(nbytes)
 
-    # -- building a batch ---------------------------------------------------------------------------
+    # -- building a batch -------------------------------------------------------------------
 
     def begin(self) -> None:
         """Start a batch: have a slot ready for as many bytes as the last batch needed."""
@@ -197,7 +205,7 @@ class WorkerArena:
             return None
         slot = self.slots[sid]
         off = t.data_ptr() - slot.base
-        return off if 0 <= off and off + _nbytes(t) <= self._bump else None
+        return off if off >= 0 and off + _nbytes(t) <= self._bump else None
 
 
 def _shm_dir() -> str:
@@ -268,7 +276,12 @@ class ParentArena:
                 out.append(torch.empty(shape, dtype=dtype))
             else:
                 itemsize = torch.empty((), dtype=dtype).element_size()
-                out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape))
+                strides, acc = [], 1
+                for d in reversed(shape):
+                    strides.append(acc)
+                    acc *= d
+                out.append(torch.empty(0, dtype=dtype).set_(
+                    storage, offset // itemsize, shape, strides[::-1]))
         return out
 
     def discard(self, sid: int) -> None:

@@ -12,7 +12,8 @@ Two threads:
   and sends them through :mod:`~clorch_nb.data.workers.shm`.
 
 Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
-``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``, ``("stop",)``.
+``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
+``("stop",)``.
 Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch)``,
 ``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
 ``("init_error", ExceptionBlob)``.

@@ -357,7 +357,8 @@ class ProcessPool:
                 return
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc, w.arena), n, fetch_s, collate_s)
+                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc, w.arena), n, fetch_s,
+                            collate_s)
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg

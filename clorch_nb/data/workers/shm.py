@@ -35,8 +35,8 @@ import torch
 from clorch_nb.data.workers.arena import ParentArena, WorkerArena
 from clorch_nb.errors import SharedMemoryError
 
-__all__ = ["INLINE_MAX_BYTES", "SHM_DIR", "EncodedBatch", "decode_batch", "discard", "discard_batch",
-           "encode_batch",
+__all__ = ["INLINE_MAX_BYTES", "SHM_DIR", "EncodedBatch", "decode_batch", "discard",
+           "discard_batch", "encode_batch",
            "sweep"]
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
