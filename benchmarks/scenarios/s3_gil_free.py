@@ -7,6 +7,8 @@ grain, so each op is single-threaded); (b) ``png_items``: scikit-learn's digits 
 Batch 32, shuffled; clorch_nb thread and process backends against torch's DataLoader at 0 and 2
 workers. Metric: items/s over one steady-state epoch. This process runs with one torch thread
 during the scenario, as every worker process does, so the parallelism compared is the loaders'.
+Issue 13 goal: 2 thread workers reach ≥ 1.8× our inline loader on these items (the row gives
+the efficiency per thread).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ long-lived process pays fresh page faults on every allocation and can be slower 
 worker, so the difference goes negative.)
 (b) the IPC floor: ``int_items`` (the index itself) at batch size 1 through one worker, µs per
 batch — the fixed per-batch overhead of a worker (anchor: 410–470 µs for torch).
+Issue 13 goals, as absolute rows: ≥ 3 GiB/s at 2 process workers (each worker keeps a
+reusable shared-memory arena, ``clorch_nb/data/workers/arena.py``, and its ``default_collate``
+stacks the batch straight into it), and an IPC floor ≤ 60 µs per batch.
 This process runs with one torch thread during the scenario, as every worker process does, so
 the in-process baseline builds a batch as a worker would.
 """
