@@ -12,7 +12,7 @@ How it differs from ``torch.utils.data``'s workers, and why:
 * **one pipe pair per worker, batches dealt round-robin** (batch ``b`` -> worker
   ``b % num_workers``), so each worker's RNG stream, and thus every augmentation, is
   reproducible under a loader seed.
-* **no polling**: :meth:`ProcessPool.get` blocks in ``multiprocessing.connection.wait`` on the
+* **no polling**: :meth:`ProcessPool.get` blocks in one ``poll`` (:class:`PollSet`) on the
   result pipes *and* the process sentinels, so a dead worker is reported the moment it dies.
 """
 
@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import math
 import multiprocessing as mp
 import os
 import pickle
-import select
 import threading
 import time
 from dataclasses import dataclass, field
@@ -39,6 +37,7 @@ from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.polling import PollSet
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import WorkerError
@@ -124,9 +123,7 @@ class ProcessPool:
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
-        self._poll_key: tuple[Any, ...] = ()  # see _ready()
-        self._poller: Any = None
-        self._poll_fds: dict[int, Any] = {}
+        self._polls = PollSet()
         self._starter: threading.Thread | None = None  # see prestart()
         self._start_error: BaseException | None = None
 
@@ -311,7 +308,7 @@ class ProcessPool:
                 by_obj[w.results] = w
                 by_obj[w.proc.sentinel] = w
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = self._ready(by_obj, remaining)
+            ready = self._polls.wait(list(by_obj), remaining)
             if not ready:
                 return None
             dead: list[_Worker] = []
@@ -329,22 +326,6 @@ class ProcessPool:
             for w in dict.fromkeys(dead):
                 self._on_death(w)
         return self._pending.popleft()
-
-    def _ready(self, by_obj: dict[Any, _Worker], timeout_s: float | None) -> list[Any]:
-        """``multiprocessing.connection.wait`` with the poll set kept while the workers stay the
-        same (building a selector per call cost ~40 µs of the per-batch floor)."""
-        if not hasattr(select, "poll"):  # pragma: no cover - Windows
-            return wait(list(by_obj), timeout_s)
-        key = tuple(by_obj)
-        if self._poll_key != key:
-            poller, fds = select.poll(), {}
-            for obj in key:
-                fd = obj if isinstance(obj, int) else obj.fileno()
-                poller.register(fd, select.POLLIN)  # POLLHUP and POLLERR are always reported
-                fds[fd] = obj
-            self._poller, self._poll_fds, self._poll_key = poller, fds, key
-        ms = None if timeout_s is None else math.ceil(timeout_s * 1000)
-        return [self._poll_fds[fd] for fd, _ in self._poller.poll(ms)]
 
     def _handle(self, w: _Worker, raw: bytes, *, keep: bool) -> None:
         """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
