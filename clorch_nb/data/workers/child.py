@@ -21,6 +21,7 @@ Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, En
 
 from __future__ import annotations
 
+import array
 import os
 import pickle
 import queue
@@ -214,11 +215,15 @@ def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: byt
            use_get_batch: bool,
            cfg: WorkerConfig, where: str, state: _State, arena: WorkerArena) -> bytes | None:
     """One task -> the pickled reply (None if the epoch was cancelled meanwhile)."""
-    indices = (
-        torch.frombuffer(bytearray(raw), dtype=torch.int64) if raw
-        else torch.empty(0, dtype=torch.int64)
-    )
-    n = len(indices)
+    indices: Any
+    if not use_get_batch:
+        # build_batch only needs tolist() and len() here: an array is ~5 µs cheaper than a tensor
+        indices = array.array("q", raw)
+    elif raw:
+        indices = torch.frombuffer(bytearray(raw), dtype=torch.int64)
+    else:
+        indices = torch.empty(0, dtype=torch.int64)
+    n = len(raw) // 8
     try:
         batch, fetch_s, collate_s = build_batch(
             dataset, collate_fn, indices, use_get_batch=use_get_batch, batch_index=batch_index,

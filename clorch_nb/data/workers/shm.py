@@ -80,6 +80,7 @@ class EncodedBatch:
 class _Packer(pickle.Pickler):
     def __init__(self, file: io.BytesIO) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.buf = file
         self.tensors: list[torch.Tensor] = []
 
     def persistent_id(self, obj: Any) -> Any:
@@ -89,6 +90,25 @@ class _Packer(pickle.Pickler):
             self.tensors.append(obj)
             return ("t", len(self.tensors) - 1)
         return None
+
+
+_packer: _Packer | None = None  # reused by the worker for every batch (a new one costs ~4 µs)
+
+
+def _pickle_struct(batch: Any) -> tuple[bytes, list[torch.Tensor]]:
+    """The pickled batch with its tensors replaced by references, and those tensors."""
+    global _packer
+    packer, _packer = _packer, None  # put back only after a clean dump
+    if packer is None:
+        packer = _Packer(io.BytesIO())
+    packer.dump(batch)
+    struct, tensors = packer.buf.getvalue(), packer.tensors
+    packer.clear_memo()  # drop the references to the batch's objects
+    packer.buf.seek(0)
+    packer.buf.truncate()
+    packer.tensors = []
+    _packer = packer
+    return struct, tensors
 
 
 class _Unpacker(pickle.Unpickler):
@@ -165,20 +185,17 @@ def encode_batch(
         SharedMemoryError: ``/dev/shm`` has no room for the batch.
         pickle.PicklingError | TypeError: a non-tensor part of the batch cannot be pickled.
     """
-    buf = io.BytesIO()
-    packer = _Packer(buf)
-    packer.dump(batch)
-    tensors = packer.tensors
+    struct, tensors = _pickle_struct(batch)
     metas, nbytes = _layout(tensors)
     if nbytes <= INLINE_MAX_BYTES:
         payload = bytearray(nbytes)
         for t, view in zip(tensors, _views(payload, metas), strict=True):
             if view.numel():
                 view.copy_(t)
-        return EncodedBatch(buf.getvalue(), metas, nbytes, None, bytes(payload))
+        return EncodedBatch(struct, metas, nbytes, None, bytes(payload))
     if arena is not None:
         sid, metas, used = arena.pack(tensors)
-        return EncodedBatch(buf.getvalue(), metas, used, arena.slots[sid].name, None, sid)
+        return EncodedBatch(struct, metas, used, arena.slots[sid].name, None, sid)
     name = f"{PREFIX}-{parent_pid}-{os.getpid()}-{next(_seq)}"
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -201,7 +218,7 @@ def encode_batch(
         raise
     finally:
         os.close(fd)
-    return EncodedBatch(buf.getvalue(), metas, nbytes, name, None)
+    return EncodedBatch(struct, metas, nbytes, name, None)
 
 
 def _write_all(fd: int, view: memoryview, offset: int) -> None:
