@@ -71,6 +71,7 @@ def _crop_items() -> list[dict[str, Any]]:
 def _exercise_2(collate_fn: Callable[[list[Any]], Any]) -> str:
     items = _crop_items()
     batch = collate_fn(items)
+    require(batch is not None, "crop_collate returned None: return the batch dict")
     require(isinstance(batch, dict) and {"image", "label"} <= set(batch),
             "the batch should be a dict with the items' keys, 'image' and 'label'")
     h = min(it["image"].shape[-2] for it in items)
