@@ -75,7 +75,7 @@ def numbers(n: int, width: int = 2) -> Any:
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("numbers", n, width))
 
 
-class RebuildFails(Exception):
+class RebuildFails(Exception):  # noqa: N818 - named for what it does in the test
     """An exception whose ``__init__`` signature does not match its ``args``: unpickling fails."""
 
     def __init__(self, code: int, detail: str) -> None:
@@ -129,7 +129,7 @@ def random_items(n: int) -> Any:
             "torch": torch.randint(2**31, ()),
             "worker": torch.tensor(-1 if info is None else info.worker_id),
             "seed": torch.tensor(-1 if info is None else info.seed),
-            "backend": "none" if info is None else info.backend,
+            "backend": "none" if info is None else info.worker_backend,
             "target": torch.tensor(i),
         }
 
