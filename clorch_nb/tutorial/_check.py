@@ -61,7 +61,7 @@ def not_answered(exercise: str, what: str) -> Check:
     return Check(exercise, False, f"replace the ... with {what}, then run this cell again.")
 
 
-class _Fail(Exception):
+class _HintError(Exception):
     """Raised inside a checker to stop at the first problem with its hint."""
 
 
@@ -82,9 +82,9 @@ def checker(
                 return not_answered(exercise, answer)
             try:
                 return ok(exercise, fn(*args, **kwargs))
-            except _Fail as e:
+            except _HintError as e:
                 return fail(exercise, str(e))
-            except Exception as e:  # the learner's code failed inside the check
+            except Exception as e:  # noqa: BLE001 - the learner's code failed: a hint, not a crash
                 return fail(exercise, f"your code raised {type(e).__name__}: {e}")
 
         return run
@@ -95,7 +95,7 @@ def checker(
 def require(condition: Any, hint: str) -> None:
     """Stop the current check with ``hint`` unless ``condition`` holds."""
     if not condition:
-        raise _Fail(hint)
+        raise _HintError(hint)
 
 
 def same_batches(a: list[Any], b: list[Any]) -> bool:

@@ -16,8 +16,9 @@ __all__ = ["exercise_1", "exercise_2"]
 @checker("Exercise 1", "your loader")
 def _exercise_1(loader: Any) -> str:
     try:
-        require(loader.backend == "process", f"the loader runs on backend {loader.backend!r}; "
-                "pure-Python augmentation needs worker processes (worker_backend='process', or "
+        backend = loader.worker_backend
+        require(backend == "process", f"the loader runs on backend {backend!r}; pure-Python "
+                "augmentation needs worker processes (worker_backend='process', or "
                 "'auto' with a dataset that has a process_spec)")
         require(loader.num_workers == 2, f"num_workers={loader.num_workers}; use 2 workers")
         want_len = math.ceil(1797 / 128)

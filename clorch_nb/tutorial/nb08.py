@@ -73,8 +73,8 @@ def exercise_2(ds: Any) -> Check:
 @checker("Exercise 3", "two loaders")
 def _exercise_3(loader_a: Any, loader_b: Any) -> str:
     try:
-        setup_a = (loader_a.backend, loader_a.num_workers)
-        setup_b = (loader_b.backend, loader_b.num_workers)
+        setup_a = (loader_a.worker_backend, loader_a.num_workers)
+        setup_b = (loader_b.worker_backend, loader_b.num_workers)
         require(setup_a != setup_b, f"both loaders run as {setup_a}; compare two different "
                 "set-ups, e.g. inline and 2 process workers")
         a, b = list(loader_a), list(loader_b)
