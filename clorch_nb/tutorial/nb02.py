@@ -14,7 +14,7 @@ from clorch_nb.tutorial._check import Check, checker, require
 __all__ = ["exercise_1", "exercise_2"]
 
 
-@checker("Exercise 1", "two ints")
+@checker("Exercise 1", "your two numbers")
 def _exercise_1(n_batches: Any, last_size: Any) -> str:
     n, b = len(digits_tensors()[1]), 64
     want_n, want_last = math.ceil(n / b), n - (math.ceil(n / b) - 1) * b

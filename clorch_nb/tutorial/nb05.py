@@ -11,7 +11,7 @@ from clorch_nb.tutorial._check import Check, checker, require
 __all__ = ["exercise_1", "exercise_2"]
 
 
-@checker("Exercise 1", "two ints")
+@checker("Exercise 1", "your two numbers")
 def _exercise_1(n_repeats: Any, rank: Any) -> str:
     plan = data.shard_plan(1437, 2, seed=0, epoch=0)
     pads = [(r, i) for r, row in enumerate(plan.is_padding) for i, x in enumerate(row) if x]

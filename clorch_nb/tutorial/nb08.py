@@ -21,7 +21,9 @@ def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
     data.set_epoch(sampler, 1)
     indices = data.sample_indices(sampler)
     for batch_size in (32, 100):
-        mine = list(hand_batches(ds, indices, batch_size))
+        made = hand_batches(ds, indices, batch_size)
+        require(made is not None, "hand_batches returned None: return the list of batches")
+        mine = list(made)
         want = list(data.dataloader(ds, batch_size=batch_size, sampler=indices))
         require(len(mine) == len(want), f"batch_size={batch_size}: {len(mine)} batches, the "
                 f"loader makes {len(want)}; keep the short last batch (partition-all does)")
