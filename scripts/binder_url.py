@@ -61,11 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     if remote is None:
         out = subprocess.run(
             ["git", "-C", str(ROOT), "remote", "get-url", "origin"],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if out.returncode != 0:
-            print("this repository has no 'origin' remote: push it to GitHub and pass "
-                  "owner/repo, e.g. python scripts/binder_url.py you/clorch_nb", file=sys.stderr)
+            print(
+                "this repository has no 'origin' remote: push it to GitHub and pass "
+                "owner/repo, e.g. python scripts/binder_url.py you/clorch_nb",
+                file=sys.stderr,
+            )
             return 2
         remote = out.stdout.strip()
     try:

@@ -53,15 +53,19 @@ def _number(path: Path) -> str:
 @pytest.mark.parametrize("path", LESSONS, ids=[p.stem for p in LESSONS])
 def test_every_exercise_has_a_checker_and_a_collapsed_solution(path: Path) -> None:
     nb = _read(path)
-    stated = [int(n) for c in nb.cells if c.cell_type == "markdown"
-              for n in EXERCISE.findall(c.source)]
+    stated = [
+        int(n) for c in nb.cells if c.cell_type == "markdown" for n in EXERCISE.findall(c.source)
+    ]
     assert stated, "no '**Exercise N.**' in the Exercises section"
     assert stated == list(range(1, len(stated) + 1)), f"exercises numbered {stated}"
     code = [c for c in nb.cells if c.cell_type == "code"]
     module_name = f"clorch_nb.tutorial.nb{_number(path)}"
-    imports = [c for c in code if f"from clorch_nb.tutorial import nb{_number(path)} as check"
-               in c.source]
-    assert imports, f"no cell imports the checkers: from clorch_nb.tutorial import nb{_number(path)}"
+    imports = [
+        c for c in code if f"from clorch_nb.tutorial import nb{_number(path)} as check" in c.source
+    ]
+    assert imports, (
+        f"no cell imports the checkers: from clorch_nb.tutorial import nb{_number(path)}"
+    )
     module = importlib.import_module(module_name)
     for n in stated:
         learner = [c for c in code if not _is_solution(c) and f"check.exercise_{n}(" in c.source]
@@ -74,8 +78,9 @@ def test_every_exercise_has_a_checker_and_a_collapsed_solution(path: Path) -> No
         )
         assert code.index(learner[0]) < code.index(solutions[0]), "solution before the exercise"
         assert callable(getattr(module, f"exercise_{n}", None)), f"{module_name}.exercise_{n}"
-    defined = {int(m[1]) for m in (re.fullmatch(r"exercise_(\d+)", name) for name in dir(module))
-               if m}
+    defined = {
+        int(m[1]) for m in (re.fullmatch(r"exercise_(\d+)", name) for name in dir(module)) if m
+    }
     assert defined == set(stated), f"{module_name} has checkers {sorted(defined)}"
 
 
@@ -138,7 +143,10 @@ def _neighbours(path: Path) -> tuple[str | None, str | None]:
 def test_contents_previous_and_next_at_top_and_bottom(path: Path) -> None:
     md = [c.source for c in _read(path).cells if c.cell_type == "markdown"]
     prev, nxt = _neighbours(path)
-    for where, text in (("first", md[0].split("\n#", 1)[0]), ("last", md[-1].rsplit("\n\n", 1)[-1])):
+    for where, text in (
+        ("first", md[0].split("\n#", 1)[0]),
+        ("last", md[-1].rsplit("\n\n", 1)[-1]),
+    ):
         if path.name != "00_index.ipynb":
             assert "[Contents](00_index.ipynb)" in text, f"{where} cell: no link to the contents"
             assert f"({prev})" in text, f"{where} cell: no link back to {prev}"

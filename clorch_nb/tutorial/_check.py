@@ -108,8 +108,11 @@ def same_batches(a: list[Any], b: list[Any]) -> bool:
 def _same(x: Any, y: Any) -> bool:
     if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
         return (
-            isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)
-            and x.shape == y.shape and x.dtype == y.dtype and torch.equal(x, y)
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.shape == y.shape
+            and x.dtype == y.dtype
+            and torch.equal(x, y)
         )
     if isinstance(x, dict) and isinstance(y, dict):
         return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)

@@ -22,20 +22,28 @@ def _exercise_1(ds: Any) -> str:
     n = len(ids)
     want = (n - ml) // st
     size = data.get_size(ds)
-    require(size == want, f"get_size() is {size}; with {n} tokens, max_length={ml} and "
-            f"stride={st} it should be (n - max_length) // stride = {want}")
+    require(
+        size == want,
+        f"get_size() is {size}; with {n} tokens, max_length={ml} and "
+        f"stride={st} it should be (n - max_length) // stride = {want}",
+    )
     for i in sorted({0, 1, size - 1} & set(range(size))):
         item = data.get_item(ds, i)
         s = i * st
-        require(torch.equal(item["data"], ids[s : s + ml]),
-                f"item {i}['data'] should be token_ids[{s}:{s + ml}]: window i starts at "
-                "i * stride")
-        require(torch.equal(item["target"], ids[s + 1 : s + ml + 1]),
-                f"item {i}['target'] should be the data shifted by one token, "
-                f"token_ids[{s + 1}:{s + ml + 1}]")
+        require(
+            torch.equal(item["data"], ids[s : s + ml]),
+            f"item {i}['data'] should be token_ids[{s}:{s + ml}]: window i starts at i * stride",
+        )
+        require(
+            torch.equal(item["target"], ids[s + 1 : s + ml + 1]),
+            f"item {i}['target'] should be the data shifted by one token, "
+            f"token_ids[{s + 1}:{s + ml + 1}]",
+        )
     extra = "" if st > 1 else " (try a stride > 1 to see the windows spread out)"
-    return (f"{size} windows of {ml} tokens, each starting {st} tokens after the previous, "
-            f"so consecutive items share {max(ml - st, 0)} tokens{extra}.")
+    return (
+        f"{size} windows of {ml} tokens, each starting {st} tokens after the previous, "
+        f"so consecutive items share {max(ml - st, 0)} tokens{extra}."
+    )
 
 
 def exercise_1(ds: Any) -> Check:
@@ -62,17 +70,24 @@ def _exercise_2(ds: Any) -> str:
     X, y = digits_tensors(flat=False)  # noqa: N806
     threes = (y == 3).nonzero().flatten().tolist()
     size = data.get_size(ds)
-    require(size == len(threes), f"it has {size} items; the digits have {len(threes)} threes "
-            "(count them with (y == 3).sum())")
+    require(
+        size == len(threes),
+        f"it has {size} items; the digits have {len(threes)} threes "
+        "(count them with (y == 3).sum())",
+    )
     for k in range(size):
         item = data.get_item(ds, k)
-        require(isinstance(item, dict) and {"data", "target"} <= set(item),
-                f"item {k} should be a dict with 'data' and 'target', got {item!r:.80}")
+        require(
+            isinstance(item, dict) and {"data", "target"} <= set(item),
+            f"item {k} should be a dict with 'data' and 'target', got {item!r:.80}",
+        )
         require(int(item["target"]) == 3, f"item {k} has label {int(item['target'])}, not 3")
         image = torch.as_tensor(item["data"]).reshape(1, 8, 8)
-        require(torch.equal(image, X[threes[k]]),
-                f"item {k} should be the {k}-th three of the digits (dataset index "
-                f"{threes[k]}), in the order they appear")
+        require(
+            torch.equal(image, X[threes[k]]),
+            f"item {k} should be the {k}-th three of the digits (dataset index "
+            f"{threes[k]}), in the order they appear",
+        )
     return f"{size} items, every one a 3, in dataset order (indices {threes[0]}, {threes[1]}, ...)."
 
 

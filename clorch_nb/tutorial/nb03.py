@@ -33,15 +33,22 @@ def padding_share(order: Sequence[int], lengths: Sequence[int], batch_size: int)
 def _exercise_1(sampler: Any, lengths: Sequence[int], batch_size: int) -> str:
     order = [int(i) for i in sampler]
     n = len(lengths)
-    require(sorted(order) == list(range(n)), f"the sampler has {len(order)} indices; it must "
-            f"hold every sentence index 0..{n - 1} exactly once (a permutation)")
+    require(
+        sorted(order) == list(range(n)),
+        f"the sampler has {len(order)} indices; it must "
+        f"hold every sentence index 0..{n - 1} exactly once (a permutation)",
+    )
     share = padding_share(order, lengths, batch_size)
     plain = padding_share(list(range(n)), lengths, batch_size)
-    require(share < 0.1, f"{share:.0%} of the positions are still padding (dataset order gives "
-            f"{plain:.0%}); sort the indices by length before cutting them into chunks of "
-            f"{batch_size}")
-    return (f"{share:.1%} padding with batches of {batch_size}, down from {plain:.0%} in "
-            "dataset order.")
+    require(
+        share < 0.1,
+        f"{share:.0%} of the positions are still padding (dataset order gives "
+        f"{plain:.0%}); sort the indices by length before cutting them into chunks of "
+        f"{batch_size}",
+    )
+    return (
+        f"{share:.1%} padding with batches of {batch_size}, down from {plain:.0%} in dataset order."
+    )
 
 
 def exercise_1(sampler: Any, lengths: Sequence[int], batch_size: int = 16) -> Check:
@@ -72,21 +79,29 @@ def _exercise_2(collate_fn: Callable[[list[Any]], Any]) -> str:
     items = _crop_items()
     batch = collate_fn(items)
     require(batch is not None, "crop_collate returned None: return the batch dict")
-    require(isinstance(batch, dict) and {"image", "label"} <= set(batch),
-            "the batch should be a dict with the items' keys, 'image' and 'label'")
+    require(
+        isinstance(batch, dict) and {"image", "label"} <= set(batch),
+        "the batch should be a dict with the items' keys, 'image' and 'label'",
+    )
     h = min(it["image"].shape[-2] for it in items)
     w = min(it["image"].shape[-1] for it in items)
     image = batch["image"]
-    require(isinstance(image, torch.Tensor) and tuple(image.shape) == (len(items), 1, h, w),
-            f"batch['image'] should be one tensor of shape ({len(items)}, 1, {h}, {w}): crop "
-            "each image to the smallest height and the smallest width in the batch, then stack; "
-            f"got {getattr(image, 'shape', type(image).__name__)}")
+    require(
+        isinstance(image, torch.Tensor) and tuple(image.shape) == (len(items), 1, h, w),
+        f"batch['image'] should be one tensor of shape ({len(items)}, 1, {h}, {w}): crop "
+        "each image to the smallest height and the smallest width in the batch, then stack; "
+        f"got {getattr(image, 'shape', type(image).__name__)}",
+    )
     want = torch.stack([it["image"][..., :h, :w] for it in items])
-    require(torch.equal(image, want), "the shapes are right but the pixels differ: keep the "
-            "top-left corner, image[..., :h, :w]")
+    require(
+        torch.equal(image, want),
+        "the shapes are right but the pixels differ: keep the top-left corner, image[..., :h, :w]",
+    )
     label = batch["label"]
-    require(isinstance(label, torch.Tensor) and label.tolist() == [0, 1, 2, 3, 4],
-            "batch['label'] should be the labels stacked into one tensor (as default_collate does)")
+    require(
+        isinstance(label, torch.Tensor) and label.tolist() == [0, 1, 2, 3, 4],
+        "batch['label'] should be the labels stacked into one tensor (as default_collate does)",
+    )
     return f"5 digits of sizes 8x8, 7x7, 8x6 and 7x8 became one ({len(items)}, 1, {h}, {w}) batch."
 
 

@@ -17,24 +17,35 @@ __all__ = ["exercise_1", "exercise_2"]
 def _exercise_1(loader: Any) -> str:
     try:
         backend = loader.worker_backend
-        require(backend == "process", f"the loader runs on backend {backend!r}; pure-Python "
-                "augmentation needs worker processes (worker_backend='process', or "
-                "'auto' with a dataset that has a process_spec)")
+        require(
+            backend == "process",
+            f"the loader runs on backend {backend!r}; pure-Python "
+            "augmentation needs worker processes (worker_backend='process', or "
+            "'auto' with a dataset that has a process_spec)",
+        )
         require(loader.num_workers == 2, f"num_workers={loader.num_workers}; use 2 workers")
         want_len = math.ceil(1797 / 128)
-        require(len(loader) == want_len, f"len(loader) is {len(loader)}; with batch_size=128 "
-                f"an epoch of the digits has {want_len} batches")
+        require(
+            len(loader) == want_len,
+            f"len(loader) is {len(loader)}; with batch_size=128 "
+            f"an epoch of the digits has {want_len} batches",
+        )
         first = next(iter(loader))
         reference = data.dataloader(augmented_digits(work=8, seed=0), batch_size=128, seed=1)
         want = next(iter(reference))
-        require(same_batches([first], [want]), "the first batch differs from an inline loader of "
-                "augmented_digits(work=8, seed=0) with batch_size=128 and seed=1: check the "
-                "dataset's seed and the loader's seed=")
+        require(
+            same_batches([first], [want]),
+            "the first batch differs from an inline loader of "
+            "augmented_digits(work=8, seed=0) with batch_size=128 and seed=1: check the "
+            "dataset's seed and the loader's seed=",
+        )
     finally:
         if hasattr(loader, "close"):
             loader.close()  # stop its worker processes
-    return (f"2 worker processes, {want_len} batches of up to 128, and the same first batch "
-            "as an inline loader with seed=1 (the check closed the loader).")
+    return (
+        f"2 worker processes, {want_len} batches of up to 128, and the same first batch "
+        "as an inline loader with seed=1 (the check closed the loader)."
+    )
 
 
 def exercise_1(loader: Any) -> Check:
@@ -54,21 +65,30 @@ def exercise_1(loader: Any) -> Check:
 def _exercise_2(loader: Any) -> str:
     try:
         limit = loader.timeout_ms
-        require(limit is not None, "timeout_ms=None waits forever: a stuck file system would "
-                "hang training silently; keep a limit, above the slowest item")
+        require(
+            limit is not None,
+            "timeout_ms=None waits forever: a stuck file system would "
+            "hang training silently; keep a limit, above the slowest item",
+        )
         try:
             n = sum(len(b["target"]) for b in loader)
         except WorkerTimeoutError:
-            return_hint = (f"timeout_ms={limit} still times out: item 40 takes about 1 s, so the "
-                           "limit must be above 1000 ms")
+            return_hint = (
+                f"timeout_ms={limit} still times out: item 40 takes about 1 s, so the "
+                "limit must be above 1000 ms"
+            )
             require(False, return_hint)
-        require(n == data.get_size(loader.dataset),
-                f"the epoch yielded {n} items, not the whole dataset")
+        require(
+            n == data.get_size(loader.dataset),
+            f"the epoch yielded {n} items, not the whole dataset",
+        )
     finally:
         if hasattr(loader, "close"):
             loader.close()
-    return (f"a whole epoch of {n} items with timeout_ms={limit}: slow items pass, a truly "
-            "stuck one would still be reported.")
+    return (
+        f"a whole epoch of {n} items with timeout_ms={limit}: slow items pass, a truly "
+        "stuck one would still be reported."
+    )
 
 
 def exercise_2(loader: Any) -> Check:

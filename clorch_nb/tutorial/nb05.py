@@ -15,13 +15,21 @@ __all__ = ["exercise_1", "exercise_2"]
 def _exercise_1(n_repeats: Any, rank: Any) -> str:
     plan = data.shard_plan(1437, 2, seed=0, epoch=0)
     pads = [(r, i) for r, row in enumerate(plan.is_padding) for i, x in enumerate(row) if x]
-    require(n_repeats == len(pads), f"n_repeats={n_repeats!r}: the order is padded up to "
-            "ceil(N / R) * R positions; how many is that beyond N = 1437?")
+    require(
+        n_repeats == len(pads),
+        f"n_repeats={n_repeats!r}: the order is padded up to "
+        "ceil(N / R) * R positions; how many is that beyond N = 1437?",
+    )
     want_rank, pos = pads[0]
-    require(rank == want_rank, f"rank={rank!r}: the padding fills position 1437 of the padded "
-            "order, and rank r takes positions r, r + R, r + 2R, ...")
-    return (f"{len(pads)} padding repeat per epoch, at the end of rank {want_rank}'s shard "
-            f"(position {pos}): both ranks read 719 items.")
+    require(
+        rank == want_rank,
+        f"rank={rank!r}: the padding fills position 1437 of the padded "
+        "order, and rank r takes positions r, r + R, r + 2R, ...",
+    )
+    return (
+        f"{len(pads)} padding repeat per epoch, at the end of rank {want_rank}'s shard "
+        f"(position {pos}): both ranks read 719 items."
+    )
 
 
 def exercise_1(n_repeats: Any, rank: Any) -> Check:
@@ -40,18 +48,27 @@ def _exercise_2(samplers: Any) -> str:
     require(len(samplers) == 7, f"got {len(samplers)} samplers; a 7-rank job has one per rank")
     counts: collections.Counter[int] = collections.Counter()
     for r, s in enumerate(samplers):
-        require(getattr(s, "num_replicas", None) == 7 and getattr(s, "rank", None) == r,
-                f"sampler {r} should be data.distributed_sampler(..., num_replicas=7, rank={r})")
-        require(len(s) in (51, 52) and getattr(s, "size", None) == 360,
-                f"sampler {r} covers {len(s)} items of a dataset of {getattr(s, 'size', '?')}; "
-                "build it over the 360 test digits")
+        require(
+            getattr(s, "num_replicas", None) == 7 and getattr(s, "rank", None) == r,
+            f"sampler {r} should be data.distributed_sampler(..., num_replicas=7, rank={r})",
+        )
+        require(
+            len(s) in (51, 52) and getattr(s, "size", None) == 360,
+            f"sampler {r} covers {len(s)} items of a dataset of {getattr(s, 'size', '?')}; "
+            "build it over the 360 test digits",
+        )
         counts.update(data.sample_indices(s))
     total = sum(counts.values())
     twice = sorted(i for i, c in counts.items() if c > 1)
-    require(not twice, f"{len(twice)} test items are counted twice ({twice[:4]}...): that is "
-            "the padding of the default shard_mode='even'; use shard_mode='disjoint'")
-    require(total == 360 and set(counts) == set(range(360)),
-            f"the shards hold {total} items, not all 360 test digits")
+    require(
+        not twice,
+        f"{len(twice)} test items are counted twice ({twice[:4]}...): that is "
+        "the padding of the default shard_mode='even'; use shard_mode='disjoint'",
+    )
+    require(
+        total == 360 and set(counts) == set(range(360)),
+        f"the shards hold {total} items, not all 360 test digits",
+    )
     require(all(not s.shuffle for s in samplers), "evaluation needs no shuffle: pass shuffle=False")
     sizes = [len(s) for s in samplers]
     return f"shard sizes {sizes} add up to 360: every test digit exactly once."

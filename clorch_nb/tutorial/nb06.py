@@ -29,11 +29,16 @@ def _exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> str:
     pred, target = _predict(model, test_ds.data), test_ds.target
     want = [float((pred[target == c] == c).float().mean()) for c in range(10)]
     for c, (got, exp) in enumerate(zip(values, want, strict=True)):
-        require(abs(got - exp) < 1e-6, f"class {c}: you have {got:.4f}, the model gets {exp:.4f} "
-                f"(correct predictions among the test digits labelled {c}, divided by their count)")
+        require(
+            abs(got - exp) < 1e-6,
+            f"class {c}: you have {got:.4f}, the model gets {exp:.4f} "
+            f"(correct predictions among the test digits labelled {c}, divided by their count)",
+        )
     worst = min(range(10), key=lambda c: want[c])
-    return (f"per-class accuracy right; the hardest class for this model is {worst} "
-            f"({want[worst]:.1%}).")
+    return (
+        f"per-class accuracy right; the hardest class for this model is {worst} "
+        f"({want[worst]:.1%})."
+    )
 
 
 def exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> Check:
@@ -54,12 +59,17 @@ def exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> Check:
 @checker("Exercise 2", "your trained linear model")
 def _exercise_2(model: nn.Module, test_ds: Any) -> str:
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
-    require(not convs, "the model still has convolutions; use nn.Sequential(nn.Flatten(), "
-            "nn.Linear(64, 10))")
+    require(
+        not convs,
+        "the model still has convolutions; use nn.Sequential(nn.Flatten(), nn.Linear(64, 10))",
+    )
     pred = _predict(model, test_ds.data)
     acc = float((pred == test_ds.target).float().mean())
-    require(acc >= 0.85, f"test accuracy {acc:.1%}: train it first (an untrained model gets about "
-            "10%); use the same train_epoch loop for 8 epochs")
+    require(
+        acc >= 0.85,
+        f"test accuracy {acc:.1%}: train it first (an untrained model gets about "
+        "10%); use the same train_epoch loop for 8 epochs",
+    )
     return f"the linear model reaches {acc:.1%} on the test digits."
 
 

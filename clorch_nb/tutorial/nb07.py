@@ -26,8 +26,11 @@ def _exercise_1(first_batch_size: Callable[[], int]) -> str:
     n = first_batch_size()
     require(n == 64, f"it returned {n!r}; return the number of items in the first batch (64)")
     left = sorted(set(_worker_threads()) - before)
-    require(not left, f"worker threads still running after it returned: {left}; close the "
-            "loader (a with block closes it however the function ends)")
+    require(
+        not left,
+        f"worker threads still running after it returned: {left}; close the "
+        "loader (a with block closes it however the function ends)",
+    )
     procs = multiprocessing.active_children()
     require(not procs, f"{len(procs)} worker processes still running; close the loader")
     return "64 items, and no worker left running once it returned."
@@ -57,13 +60,18 @@ def _tensors(x: Any) -> list[torch.Tensor]:
 @checker("Exercise 2", "your list of batches and the label sum")
 def _exercise_2(kept: Any, label_sum: Any) -> str:
     want = int(digits_tensors()[1].sum())
-    require(label_sum == want, f"label_sum={label_sum!r}; add up batch['target'] over the "
-            "epoch, before cleaning the batches up")
+    require(
+        label_sum == want,
+        f"label_sum={label_sum!r}; add up batch['target'] over the "
+        "epoch, before cleaning the batches up",
+    )
     kept = list(kept)
     require(kept, "the list of batches is empty; keep every batch of the epoch in it")
     held = sum(t.untyped_storage().nbytes() for b in kept for t in _tensors(b))
-    require(held == 0, f"the batches still hold {held} bytes; call data.cleanup_data(batch) on "
-            "each of them")
+    require(
+        held == 0,
+        f"the batches still hold {held} bytes; call data.cleanup_data(batch) on each of them",
+    )
     return f"label sum {want}, and the {len(kept)} kept batches hold 0 bytes."
 
 

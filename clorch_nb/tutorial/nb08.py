@@ -25,12 +25,20 @@ def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
         require(made is not None, "hand_batches returned None: return the list of batches")
         mine = list(made)
         want = list(data.dataloader(ds, batch_size=batch_size, sampler=indices))
-        require(len(mine) == len(want), f"batch_size={batch_size}: {len(mine)} batches, the "
-                f"loader makes {len(want)}; keep the short last batch (partition-all does)")
-        require(same_batches(mine, want), f"batch_size={batch_size}: the batches differ from "
-                "the loader's; collate each chunk of indices with data.default_collate, in order")
-    return (f"the same {len(want)} batches as data.dataloader(ds, batch_size=100, "
-            "sampler=indices), built by hand.")
+        require(
+            len(mine) == len(want),
+            f"batch_size={batch_size}: {len(mine)} batches, the "
+            f"loader makes {len(want)}; keep the short last batch (partition-all does)",
+        )
+        require(
+            same_batches(mine, want),
+            f"batch_size={batch_size}: the batches differ from "
+            "the loader's; collate each chunk of indices with data.default_collate, in order",
+        )
+    return (
+        f"the same {len(want)} batches as data.dataloader(ds, batch_size=100, "
+        "sampler=indices), built by hand."
+    )
 
 
 def exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> Check:
@@ -48,15 +56,22 @@ def exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> Check:
 def _exercise_2(ds: Any) -> str:
     items = [data.get_item(ds, i) for i in range(4)]
     batch = data.default_collate(items)
-    require(isinstance(batch, tuple), f"the batch is a {type(batch).__name__} of "
-            f"{len(batch)}: lists are values, gathered as they are; return a tuple (image, label)")
+    require(
+        isinstance(batch, tuple),
+        f"the batch is a {type(batch).__name__} of "
+        f"{len(batch)}: lists are values, gathered as they are; return a tuple (image, label)",
+    )
     require(len(batch) == 2, f"the batch has {len(batch)} fields; return (image, label)")
     image, label = batch
-    require(isinstance(image, torch.Tensor) and tuple(image.shape) == (4, 1, 8, 8),
-            f"batch[0] should stack 4 images to (4, 1, 8, 8), got {getattr(image, 'shape', image)}")
+    require(
+        isinstance(image, torch.Tensor) and tuple(image.shape) == (4, 1, 8, 8),
+        f"batch[0] should stack 4 images to (4, 1, 8, 8), got {getattr(image, 'shape', image)}",
+    )
     _, y = digits_tensors()
-    require(isinstance(label, torch.Tensor) and label.tolist() == y[:4].tolist(),
-            "batch[1] should be the 4 labels as one tensor: make the label a tensor too")
+    require(
+        isinstance(label, torch.Tensor) and label.tolist() == y[:4].tolist(),
+        "batch[1] should be the 4 labels as one tensor: make the label a tensor too",
+    )
     return "a tuple item collates field by field: images (4, 1, 8, 8) and labels (4,)."
 
 
@@ -77,12 +92,18 @@ def _exercise_3(loader_a: Any, loader_b: Any) -> str:
     try:
         setup_a = (loader_a.worker_backend, loader_a.num_workers)
         setup_b = (loader_b.worker_backend, loader_b.num_workers)
-        require(setup_a != setup_b, f"both loaders run as {setup_a}; compare two different "
-                "set-ups, e.g. inline and 2 process workers")
+        require(
+            setup_a != setup_b,
+            f"both loaders run as {setup_a}; compare two different "
+            "set-ups, e.g. inline and 2 process workers",
+        )
         a, b = list(loader_a), list(loader_b)
-        require(same_batches(a, b), f"{setup_a} and {setup_b} gave different batches: seed each "
-                "item's randomness from the item (a torch.Generator per index), not from the "
-                "global generator")
+        require(
+            same_batches(a, b),
+            f"{setup_a} and {setup_b} gave different batches: seed each "
+            "item's randomness from the item (a torch.Generator per index), not from the "
+            "global generator",
+        )
         first = a[0]["data"] if isinstance(a[0], dict) else a[0][0]
         # clean digits are multiples of 1/16 (the 17 grey levels of the source): noise is not
         changed = float((first * 16 - (first * 16).round()).abs().max()) > 1e-3
@@ -91,8 +112,10 @@ def _exercise_3(loader_a: Any, loader_b: Any) -> str:
         for ld in (loader_a, loader_b):
             if hasattr(ld, "close"):
                 ld.close()
-    return (f"augmented batches identical on {setup_a[0]} x{setup_a[1]} and {setup_b[0]} "
-            f"x{setup_b[1]}: reproducible whatever the workers (the check closed both loaders).")
+    return (
+        f"augmented batches identical on {setup_a[0]} x{setup_a[1]} and {setup_b[0]} "
+        f"x{setup_b[1]}: reproducible whatever the workers (the check closed both loaders)."
+    )
 
 
 def exercise_3(loader_a: Any, loader_b: Any) -> Check:
