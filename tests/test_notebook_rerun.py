@@ -35,7 +35,10 @@ def test_every_cell_can_be_run_twice(path: Path, monkeypatch: pytest.MonkeyPatch
             cells.append(copy.deepcopy(cell))  # the same cell again, right after
     nb.cells = cells
     client = NotebookClient(
-        nb, timeout=300, kernel_name="python3", allow_errors=True,
+        nb,
+        timeout=300,
+        kernel_name="python3",
+        allow_errors=True,
         resources={"metadata": {"path": str(NOTEBOOKS)}},
     )
     client.execute()

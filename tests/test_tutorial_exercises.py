@@ -152,3 +152,11 @@ def test_contents_previous_and_next_at_top_and_bottom(path: Path) -> None:
             assert f"({prev})" in text, f"{where} cell: no link back to {prev}"
         if nxt is not None:
             assert f"({nxt})" in text, f"{where} cell: no link on to {nxt}"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=[p.stem for p in PATHS])
+def test_local_images_exist(path: Path) -> None:
+    text = "\n".join(c.source for c in _read(path).cells if c.cell_type == "markdown")
+    images = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", text)
+    missing = [i for i in images if "://" not in i and not (NOTEBOOKS / i).is_file()]
+    assert not missing, f"images that are not in notebooks/: {missing}"
