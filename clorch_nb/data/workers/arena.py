@@ -263,7 +263,8 @@ class ParentArena:
         size = -(-nbytes // _PAGE) * _PAGE
         addr = _map_file(os.path.join(_shm_dir(), name), size)
         mv = memoryview((ctypes.c_ubyte * size).from_address(addr))
-        weakref.finalize(mv, _unmap_and_free, addr, size, self.freed, sid)
+        fin = weakref.finalize(mv, _unmap_and_free, addr, size, self.freed, sid)
+        fin.atexit = False  # never unmap under a tensor still alive at exit; the OS frees it
         # One storage over the memoryview; the tensors are set_() onto it (not views of a base
         # tensor, whose ``_base`` would keep the storage alive after cleanup_data empties them).
         storage = torch.frombuffer(mv, dtype=torch.uint8).untyped_storage()
