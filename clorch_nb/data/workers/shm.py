@@ -5,7 +5,10 @@ every dense CPU tensor replaced by a reference to a slot in one buffer:
 
 * batches whose tensors total at most ``INLINE_MAX_BYTES`` travel inside the pipe message (for
   tiny batches a shared-memory file costs more system calls than copying a few KiB);
-* larger ones go to one file per batch in ``/dev/shm``
+* larger ones, from a process worker, go into a slot of that worker's reusable arena
+  (:mod:`~clorch_nb.data.workers.arena`: written once, no page faults after the first batches);
+* without an arena (``encode_batch(..., arena=None)``), larger ones go to one file per batch in
+  ``/dev/shm``
   (``clorch_nb-<parent pid>-<worker pid>-<n>``). The worker writes it and closes it; the
   parent maps it, **unlinks it at once** and closes the file descriptor. So a live batch holds
   a memory mapping but no fd and no ``/dev/shm`` entry (thousands of held batches never hit
