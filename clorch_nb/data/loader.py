@@ -27,8 +27,9 @@ import torch
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.dataset import as_dataset, get_process_spec
 from clorch_nb.data.distributed import DistributedSampler
+from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.base import BatchCancelled, BatchTask, WorkerPool, build_batch
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
@@ -163,10 +164,12 @@ class DataLoader:
         self.stats.epochs_started += 1
         base_seed = self._draw_seed()
         batches = self._plan()
+        stop = StopRequest()
         if self.backend == "inline":
-            it = self._run_inline(self._epoch, batches)
+            gen = self._run_inline(self._epoch, batches, stop)
         else:
-            it = self._run_pool(self._epoch, batches, base_seed)
+            gen = self._run_pool(self._epoch, batches, base_seed, stop)
+        it = EpochIterator(gen, stop)
         self._active = weakref.ref(it)
         return it
 
@@ -177,10 +180,18 @@ class DataLoader:
 
     def close(self) -> None:
         """Stop the current epoch and every worker; idempotent. The loader can be iterated
-        again afterwards (workers then start anew)."""
+        again afterwards (workers then start anew).
+
+        Callable from any thread: a consumer waiting in ``next()`` on another thread gets
+        :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
+        (Ctrl-C), a second one finishes what the first began.
+        """
         self._stop_active()
-        if self._pool_finalizer is not None:
-            self._pool_finalizer()  # calls pool.close() once
+        pool = self._pool
+        if pool is not None:
+            pool.close()  # idempotent in full: repeats whatever an interrupted call left
+            if self._pool_finalizer is not None:
+                self._pool_finalizer.detach()
         self._pool = None
         self._pool_finalizer = None
 
@@ -252,25 +263,38 @@ class DataLoader:
                 EpochEvent(kind, epoch, n, self.backend, self.num_workers, time.perf_counter())
             )
 
-    def _run_inline(self, epoch: int, batches: _Plan) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: _Plan, stop: StopRequest) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
-        done = False
+
+        def should_stop() -> bool:  # close() from another thread: stop between two items
+            return stop.requested
+
         try:
             for bi, idx in enumerate(batches):
                 t0 = time.perf_counter()
-                batch, fetch_s, collate_s = build_batch(
-                    self.dataset, self.collate_fn, idx, batched=self._batched, batch_index=bi,
-                    worker="the main thread (num_workers=0)",
-                )
+                try:
+                    batch, fetch_s, collate_s = build_batch(
+                        self.dataset, self.collate_fn, idx, batched=self._batched, batch_index=bi,
+                        worker="the main thread (num_workers=0)", should_stop=should_stop,
+                    )
+                except BatchCancelled:
+                    stop.check()
+                    raise
                 t1 = time.perf_counter()
                 self._record(  # idx.shape[0]: Tensor.__len__ is a slow Python-level call
                     BatchEvent(epoch, bi, -1, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1)
                 )
                 yield batch
-            done = True
-        finally:
-            self._epoch_event("end" if done else "stopped", epoch, n)
+        except BaseException:
+            try:
+                self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader alive
+                # (a notebook keeps the last error in sys.last_value).
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
@@ -295,18 +319,23 @@ class DataLoader:
             self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
 
-    def _run_pool(self, epoch: int, batches: _Plan, base_seed: int) -> Iterator[Any]:
+    def _run_pool(
+        self, epoch: int, batches: _Plan, base_seed: int, stop: StopRequest
+    ) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        pool.start_epoch(epoch, base_seed)
+        stop.wake = pool.wake  # type: ignore[attr-defined]
         max_in_flight = self.prefetch_factor * self.num_workers
         timeout_s = None if self.timeout_ms is None else self.timeout_ms / 1000.0
         ready: dict[int, Any] = {}
         next_submit = next_yield = 0
-        self._epoch_event("start", epoch, n)
-        done = False
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
+        started = False
         try:
+            stop.check()
+            pool.start_epoch(epoch, base_seed)
+            self._epoch_event("start", epoch, n)
+            started = True
             while next_yield < n:
                 while next_submit < n and next_submit - next_yield < max_in_flight:
                     pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
@@ -314,6 +343,7 @@ class DataLoader:
                 t0 = time.perf_counter()
                 deadline = None if timeout_s is None else t0 + timeout_s
                 while next_yield not in ready:
+                    stop.check()  # close() from another thread (it also wakes pool.get)
                     remaining = None if deadline is None else deadline - time.perf_counter()
                     if remaining is not None and remaining <= 0:
                         broken = True
@@ -349,11 +379,20 @@ class DataLoader:
                 )
                 next_yield += 1
                 yield result.batch
-            done = True
-        finally:
-            if not done:
+        except BaseException:
+            try:
+                ready.clear()
+                result = None
                 pool.stop_epoch(discard_workers=broken)
-            self._epoch_event("end" if done else "stopped", epoch, n)
+                if started:
+                    self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader (and so,
+                # through its finalizer, its workers) alive; a notebook keeps the last error in
+                # sys.last_value.
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     def _timeout_error(
         self, pool: WorkerPool, batch_index: int, idx: torch.Tensor

@@ -35,6 +35,7 @@ from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import WorkerError
@@ -72,6 +73,7 @@ class _Worker:
     results: Connection  # parent's receive end
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
     outstanding: dict[int, list[int]] = field(default_factory=dict)
+    status: str | None = None  # its exit status once reaped (a second reap only forgets it)
 
     @property
     def where(self) -> str:
@@ -116,77 +118,109 @@ class ProcessPool:
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
+        # wake(): another thread makes a get() blocked in wait() return None at once
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def _spawn(self, worker_id: int) -> _Worker:
-        task_r, task_w = mp.Pipe(duplex=False)
-        result_r, result_w = mp.Pipe(duplex=False)
+        if self._closed:
+            raise WorkerError("this process pool is closed; iterate the loader again for a new one")
         cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
                            os.getpid())
-        proc = self._ctx.Process(
-            target=worker_main, args=(cfg, self.source, task_r, result_w),
-            name=f"clorch_nb-worker-{worker_id}", daemon=True,
-        )
-        try:
-            proc.start()
-        except BaseException:
-            for conn in (task_r, task_w, result_r, result_w):
-                conn.close()
-            raise
-        # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF there.
-        task_r.close()
-        result_w.close()
-        w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
-        self._workers[worker_id] = w
+        # A Ctrl-C is held back until the worker is started and recorded: cut in half, the start
+        # would kill the forkserver or leave a child waiting forever (interrupts.py).
+        with deferred_sigint():
+            task_r, task_w = mp.Pipe(duplex=False)
+            result_r, result_w = mp.Pipe(duplex=False)
+
+            def make() -> Any:
+                return self._ctx.Process(
+                    target=worker_main, args=(cfg, self.source, task_r, result_w),
+                    name=f"clorch_nb-worker-{worker_id}", daemon=True,
+                )
+
+            try:
+                proc = start_process(make, self._ctx.get_start_method())
+            except BaseException:
+                for conn in (task_r, task_w, result_r, result_w):
+                    conn.close()
+                raise
+            # Close our copies of the child's ends: its death then reads as EOF here, ours as
+            # EOF there.
+            task_r.close()
+            result_w.close()
+            w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
+            self._workers[worker_id] = w
         if self._epoch >= 0:
             self._send(w, ("epoch", self._epoch, self._base_seed))
         return w
 
-    def _reap(self, w: _Worker, *, kill: bool) -> str:
+    def _reap(self, w: _Worker, *, kill: bool, drain: bool = True) -> str:
         """Stop ``w`` (SIGKILL if asked or if it does not leave), free everything it held;
-        returns its exit status as text."""
+        returns its exit status as text.
+
+        Safe to repeat after an interruption: ``w`` stays in its slot until all is freed, so a
+        second :meth:`close` finishes the job. ``drain=False`` skips reading its pipe (which may
+        hold half a message after an interrupted receive); its segments are swept by name.
+        """
+        if w.status is None:
+            if kill and w.proc.is_alive():
+                w.proc.kill()
+            w.proc.join(timeout=5.0)
+            if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
+                w.proc.kill()
+                w.proc.join()
+            # Batches it sent that nobody will read, and any segment it was writing when it died.
+            if drain:
+                self._drain(w)
+            shm.sweep(os.getpid(), w.pid)
+            w.tasks.close()
+            w.results.close()
+            status = exit_text(w.proc.exitcode)
+            w.proc.close()
+            w.status = status
         if self._workers[w.worker_id] is w:
             self._workers[w.worker_id] = None
-        if kill and w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join(timeout=5.0)
-        if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
-            w.proc.kill()
-            w.proc.join()
-        # Batches it sent that nobody will read, and any segment it was writing when it died.
-        self._drain(w)
-        shm.sweep(os.getpid(), w.pid)
-        w.tasks.close()
-        w.results.close()
-        status = exit_text(w.proc.exitcode)
-        w.proc.close()
-        return status
+        return w.status
 
     def _drain(self, w: _Worker) -> None:
         while True:
             try:
                 if not w.results.poll():
                     return
-                raw = w.results.recv_bytes()
-            except (EOFError, OSError):
+                self._handle(w, w.results.recv_bytes(), keep=False)
+            except Exception:  # noqa: BLE001 - EOF, or a message cut short: the sweep frees it
                 return
-            self._handle(w, raw, keep=False)
+
+    def wake(self) -> None:
+        """Make a :meth:`get` blocked on another thread return None at once (the loader's
+        cross-thread ``close()``); harmless when none is blocked."""
+        with contextlib.suppress(OSError):  # full (already woken) or closed
+            os.write(self._wake_w, b"!")
 
     def close(self) -> None:
-        """Stop every worker and remove every shared-memory segment; idempotent."""
-        if self._closed:
-            return
+        """Stop every worker and remove every shared-memory segment; idempotent in full: after
+        an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True
         self._epoch = -1
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
         for w in live:
-            self._send_quiet(w, ("stop",))
+            if w.status is None:
+                self._send_quiet(w, ("stop",))
         deadline = time.monotonic() + 1.0
         for w in live:
-            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.status is None:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._wake_r = self._wake_w = -1
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and the throughput view)."""
@@ -263,8 +297,12 @@ class ProcessPool:
                 by_obj[w.results] = w
                 by_obj[w.proc.sentinel] = w
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(by_obj), remaining)
+            ready = wait([*by_obj, self._wake_r], remaining)
             if not ready:
+                return None
+            if self._wake_r in ready:
+                with contextlib.suppress(OSError):
+                    os.read(self._wake_r, 4096)
                 return None
             dead: list[_Worker] = []
             for obj in ready:
@@ -275,6 +313,12 @@ class ProcessPool:
                     except (EOFError, OSError):
                         dead.append(w)
                         continue
+                    except BaseException:
+                        # Interrupted (Ctrl-C) inside a message: the pipe may hold half of it,
+                        # so nothing more can be read from this worker. Replace it; its
+                        # segments (the cut message's too) are swept by name.
+                        self._reap(w, kill=True, drain=False)
+                        raise
                     self._handle(w, raw, keep=True)
                 elif not w.results.poll():  # sentinel: it exited and has nothing left to read
                     dead.append(w)
@@ -291,9 +335,14 @@ class ProcessPool:
             if not keep or epoch != self._epoch:
                 shm.discard(enc.segment)
                 return
+            try:
+                batch = shm.decode_batch(enc)
+            except BaseException:  # interrupted before decode_batch unlinked it: unlink it here
+                shm.discard(enc.segment)
+                raise
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s)
+                BatchResult(epoch, bi, w.worker_id, batch, n, fetch_s, collate_s)
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg
@@ -335,6 +384,8 @@ class ProcessPool:
         (after a timeout or a death) every worker is; replacements start at the next epoch."""
         token, self._epoch = self._epoch, -1
         self._pending.clear()
+        if self._closed:
+            return
         busy = [w for w in self._workers if w is not None and w.outstanding]
         try:
             if discard_workers:
@@ -364,6 +415,11 @@ class ProcessPool:
                         shm.discard(msg[6].segment)
             for w in waiting.values():
                 self._reap(w, kill=True)
+            # Every worker is idle now and all it sent was read: a segment of theirs still in
+            # /dev/shm belongs to a message whose handling was interrupted (Ctrl-C). Free it.
+            for w in self._workers:
+                if w is not None:
+                    shm.sweep(os.getpid(), w.pid)
         except BaseException:
             # Interrupted while stopping (a second Ctrl-C): leave nothing half-stopped.
             for w in list(self._workers):
