@@ -12,7 +12,7 @@ generator.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from clorch_nb.errors import LoaderClosedError
@@ -54,7 +54,7 @@ class EpochIterator:
     so :meth:`close` may come from any thread.
 
     Args:
-        gen (Generator): the epoch; it checks ``stop`` while waiting for a batch.
+        gen (Generator): the epoch (a generator); it checks ``stop`` while waiting for a batch.
         stop (StopRequest): shared with ``gen``.
 
     Example:
@@ -70,8 +70,8 @@ class EpochIterator:
 
     __slots__ = ("__weakref__", "_gen", "_lock", "_stop")
 
-    def __init__(self, gen: Generator[Any, None, None], stop: StopRequest) -> None:
-        self._gen = gen
+    def __init__(self, gen: Iterator[Any], stop: StopRequest) -> None:
+        self._gen: Any = gen  # a generator (gi_running, close)
         self._stop = stop
         self._lock = threading.RLock()
 
