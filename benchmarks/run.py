@@ -21,8 +21,8 @@ import time
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.harness import REPO, Context, Row, fmt, fmt_ratio, machine, probe  # noqa: E402
-from benchmarks.scenarios import SCENARIOS  # noqa: E402
+from benchmarks.harness import REPO, Context, Row, fmt, fmt_ratio, machine, probe
+from benchmarks.scenarios import SCENARIOS
 
 DEFAULT_OUTPUT = os.path.join(REPO, "benchmarks", "RESULTS.md")
 

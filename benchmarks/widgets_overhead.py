@@ -53,7 +53,9 @@ def instrumentation(reps: int) -> dict[str, list[float]]:
     def floor() -> float:
         t0 = time.process_time()
         for bi, idx in enumerate(idxs):
-            build_batch(ds, data.default_collate, idx, batched=True, batch_index=bi, worker="main")
+            build_batch(
+                ds, data.default_collate, idx, use_get_batch=True, batch_index=bi, worker="main"
+            )
         return (time.process_time() - t0) / len(idxs)
 
     real_event = BatchEvent

@@ -75,7 +75,7 @@ def numbers(n: int, width: int = 2) -> Any:
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("numbers", n, width))
 
 
-class RebuildFails(Exception):
+class RebuildFails(Exception):  # noqa: N818 - named for what it does in the test
     """An exception whose ``__init__`` signature does not match its ``args``: unpickling fails."""
 
     def __init__(self, code: int, detail: str) -> None:
@@ -129,7 +129,7 @@ def random_items(n: int) -> Any:
             "torch": torch.randint(2**31, ()),
             "worker": torch.tensor(-1 if info is None else info.worker_id),
             "seed": torch.tensor(-1 if info is None else info.seed),
-            "backend": "none" if info is None else info.backend,
+            "backend": "none" if info is None else info.worker_backend,
             "target": torch.tensor(i),
         }
 
@@ -188,24 +188,24 @@ def images(n: int) -> Any:
 # -- hostile exceptions (issue 15): each must be reported with its type and dataset index --------
 
 
-class StrRaises(Exception):
+class StrRaisesError(Exception):
     """``str()`` and ``repr()`` of it raise."""
 
     def __str__(self) -> str:
-        raise RuntimeError("__str__ of StrRaises fails")
+        raise RuntimeError("__str__ of StrRaisesError fails")
 
     def __repr__(self) -> str:
-        raise RuntimeError("__repr__ of StrRaises fails")
+        raise RuntimeError("__repr__ of StrRaisesError fails")
 
 
-class KeywordOnly(Exception):
+class KeywordOnlyError(Exception):
     """An odd constructor (keyword-only): ``pickle`` cannot rebuild it from its ``args``."""
 
     def __init__(self, *, code: int) -> None:
         super().__init__(f"keyword-only code {code}")
 
 
-class HoldsLock(Exception):
+class HoldsLockError(Exception):
     """Carries an unpicklable attribute (a lock)."""
 
     def __init__(self, message: str) -> None:
@@ -217,7 +217,7 @@ class NotAnError(BaseException):
     """A ``BaseException`` subclass that is not an ``Exception``."""
 
 
-class ExitsOnRebuild(Exception):
+class ExitsOnRebuildError(Exception):
     """Rebuilding it (``pickle.loads``) raises ``SystemExit``."""
 
     def __reduce__(self) -> Any:
@@ -231,11 +231,11 @@ def _exit_on_rebuild() -> Any:
 def hostile_error(kind: str) -> BaseException:
     """An instance of the hostile exception ``kind`` (see :func:`hostile`)."""
     return {
-        "str": lambda: StrRaises(),
-        "init": lambda: KeywordOnly(code=7),
-        "lock": lambda: HoldsLock("with a lock"),
+        "str": lambda: StrRaisesError(),
+        "init": lambda: KeywordOnlyError(code=7),
+        "lock": lambda: HoldsLockError("with a lock"),
         "base": lambda: NotAnError("not an Exception"),
-        "rebuild_exits": lambda: ExitsOnRebuild("exits when rebuilt"),
+        "rebuild_exits": lambda: ExitsOnRebuildError("exits when rebuilt"),
     }[kind]()
 
 

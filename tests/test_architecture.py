@@ -78,3 +78,60 @@ print([b["target"].tolist() for b in data.dataloader(ds, batch_size=2, sampler=s
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[[0, 2], [4]]"
+
+
+# -- the boundaries of issue 9: a guide that fails loudly, not a number to game -------------------
+
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 80  # body lines, docstring excluded
+
+
+def test_the_loader_does_not_choose_or_build_worker_pools_itself() -> None:
+    """Where batches are built (the ``auto`` rule, the process checks, the pool classes) lives in
+    ``data/workers/select.py``; ``loader.py`` only asks it."""
+    imported = _imports(PKG / "data" / "loader.py")
+    workers = {m for m in imported if m.startswith("clorch_nb.data.workers")}
+    assert workers <= {"clorch_nb.data.workers.base", "clorch_nb.data.workers.select"}, workers
+    source = (PKG / "data" / "loader.py").read_text()
+    for name in ("ThreadPool", "ProcessPool", "SharedTensors", '== "auto"', "sendable("):
+        assert name not in source, f"loader.py mentions {name}: that belongs in workers/select.py"
+
+
+def test_widgets_never_touch_private_attributes_of_other_objects() -> None:
+    """Views read events and public state only: no ``loader._pool``, ``sampler._epoch``..."""
+    for f in _files("widgets"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith(("__", "_repr_", "_ipython_"))  # IPython's protocol
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                and not (isinstance(node.value, ast.Name) and node.value.id[0].isupper())
+            ):
+                pytest.fail(f"{f.relative_to(PKG)}:{node.lineno} reads .{node.attr}")
+
+
+def _is_data_table(node: ast.AST) -> bool:
+    """A function that is mostly one literal (a lookup table) is data, not logic."""
+    literals = [n for n in ast.walk(node) if isinstance(n, ast.Dict | ast.List | ast.Tuple)]
+    biggest = max((n.end_lineno - n.lineno + 1 for n in literals), default=0)  # type: ignore[attr-defined]
+    return biggest > (node.end_lineno - node.lineno) * 0.6  # type: ignore[attr-defined]
+
+
+def test_modules_and_functions_stay_small() -> None:
+    too_big = []
+    for f in sorted(PKG.rglob("*.py")):
+        text = f.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_big.append(f"{f.relative_to(PKG)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            body = node.body
+            skip = 0
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                skip = body[0].end_lineno - body[0].lineno + 1  # type: ignore[operator]
+            size = node.end_lineno - node.lineno + 1 - skip  # type: ignore[operator]
+            if size > MAX_FUNCTION_LINES and not _is_data_table(node):
+                too_big.append(f"{f.relative_to(PKG)}:{node.lineno} {node.name}(): {size} lines")
+    assert not too_big, "split these into named steps:\n" + "\n".join(too_big)

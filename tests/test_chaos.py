@@ -309,7 +309,7 @@ def test_hostile_exception_is_reported_with_index_and_type(kind: str,
     dl = loader(fixtures.hostile(8, kind, 5), backend, batch_size=1, shuffle=False)
     cls = type(fixtures.hostile_error(kind))
     got = []
-    with pytest.raises(BaseException) as ei:  # noqa: PT011 - the type is checked below
+    with pytest.raises(BaseException) as ei:  # the type is checked below
         for b in dl:
             got.append(idx(b)[0])
     assert got == [0, 1, 2, 3, 4]
@@ -320,7 +320,7 @@ def test_hostile_exception_is_reported_with_index_and_type(kind: str,
         assert type(err) is cls, repr(type(err))
     assert "dataset index 5 (batch 5)" in "\n".join(err.__notes__)
     pids = dl._pool.pids() if backend["name"] == "process" else []
-    with pytest.raises(BaseException) as again:  # noqa: PT011
+    with pytest.raises(BaseException) as again:
         list(dl)
     assert "dataset index 5" in "\n".join(again.value.__notes__)
     if pids:

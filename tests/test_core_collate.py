@@ -104,6 +104,7 @@ def test_mapping_key_order_follows_the_first_item():
 
 
 def test_b08_variable_length_tensors_name_key_shapes_positions():
+    """B08 (public-bug-scenarios: "Variable-length tensors")."""
     items = [
         {"data": torch.ones(3), "target": torch.tensor(0)},
         {"data": torch.ones(2), "target": torch.tensor(1)},
@@ -152,6 +153,7 @@ def test_tuple_field_errors_name_the_field():
 
 
 def test_b09_none_mixed_with_tensor_same_error_in_either_order():
+    """B09 (public-bug-scenarios: "None and mixed types in one field")."""
     orders = [
         ([{"target": torch.tensor(1)}, {"target": None}], 1),
         ([{"target": None}, {"target": torch.tensor(1)}], 0),
@@ -170,6 +172,7 @@ def test_b09_none_mixed_with_tensor_same_error_in_either_order():
 
 
 def test_b09_all_none_and_mixed_numbers():
+    """B09 (public-bug-scenarios: "None and mixed types in one field")."""
     assert c([{"target": None}, {"target": None}]) == {"target": [None, None]}
     out = c([{"k": 1}, {"k": 2.5}])
     assert out == {"k": [1, 2.5]}
@@ -198,6 +201,7 @@ def test_mapping_mixed_with_other_and_key_mismatch_errors():
 
 
 def test_b10_strings_and_numpy_stay_whole():
+    """B10 (public-bug-scenarios: "Strings and numpy arrays")."""
     assert c([{"name": "ab"}, {"name": "cd"}]) == {"name": ["ab", "cd"]}
     np_strs = c([{"name": np.str_("ab")}, {"name": np.str_("cd")}])
     assert np_strs == {"name": ["ab", "cd"]} and len(np_strs["name"]) == 2

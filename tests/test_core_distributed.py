@@ -166,6 +166,7 @@ def test_randperm_seed_uses_low_32_bits_like_torch():
 
 
 def test_b01_uneven_shards_pad_with_head_of_order():
+    """B01 (public-bug-scenarios: "Uneven shards: padding duplicates")."""
     assert [S(10, num_replicas=3, rank=r, shuffle=False) for r in range(3)] == [
         [0, 3, 6, 9],
         [1, 4, 7, 0],
@@ -199,6 +200,7 @@ def test_b01_uneven_shards_pad_with_head_of_order():
 
 
 def test_b02_set_epoch_changes_the_order_and_the_loader_reads_it_at_iter():
+    """B02 (public-bug-scenarios: "Forgetting set_epoch")."""
     s = data.distributed_sampler(50, num_replicas=2, rank=0, seed=0)
     a = data.sample_indices(s)
     b = data.sample_indices(s)
@@ -221,6 +223,7 @@ def test_b02_set_epoch_changes_the_order_and_the_loader_reads_it_at_iter():
 
 
 def test_b02_torch_parity_table():
+    """B02 (public-bug-scenarios: "Forgetting set_epoch")."""
     got = {}
     for rank in (0, 1):
         s = data.distributed_sampler(8, num_replicas=2, rank=rank, seed=0)
@@ -236,6 +239,7 @@ def test_b02_torch_parity_table():
 
 
 def test_b02_iterating_twice_at_one_epoch_warns_once_at_the_callers_line():
+    """B02 (public-bug-scenarios: "Forgetting set_epoch")."""
     s = data.distributed_sampler(10, num_replicas=2, rank=0)
     list(s)
     with pytest.warns(UserWarning, match=r"iterated twice at epoch 0.*set_epoch") as rec:
@@ -250,6 +254,7 @@ def test_b02_iterating_twice_at_one_epoch_warns_once_at_the_callers_line():
 
 
 def test_b02_loader_warning_points_at_the_users_loop():
+    """B02 (public-bug-scenarios: "Forgetting set_epoch")."""
     s = data.distributed_sampler(10, num_replicas=2, rank=0)
     dl = data.dataloader(ds(10), batch_size=5, sampler=s)
     list(dl)
@@ -274,6 +279,7 @@ class warnings_as_errors:  # noqa: N801 - used like a function
 
 
 def test_b04_sampler_drop_last_trims_the_tail():
+    """B04 (public-bug-scenarios: "drop_last semantics and len consistency")."""
     samplers = [
         data.distributed_sampler(10, num_replicas=3, rank=r, shuffle=False, drop_last=True)
         for r in range(3)
@@ -289,6 +295,7 @@ def test_b04_sampler_drop_last_trims_the_tail():
 
 
 def test_b05_reads_rank_never_local_rank(monkeypatch):
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("LOCAL_RANK", "0")
@@ -301,6 +308,7 @@ def test_b05_reads_rank_never_local_rank(monkeypatch):
 
 
 def test_b05_bad_rank_names_rank_and_range():
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     for bad in (4, -1):
         with pytest.raises(ValueError, match=rf"rank={bad} is outside 0\.\.3") as exc:
             data.distributed_sampler(8, num_replicas=4, rank=bad)
@@ -309,6 +317,7 @@ def test_b05_bad_rank_names_rank_and_range():
 
 
 def test_b05_zero_replicas_blames_num_replicas_not_rank():
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     with pytest.raises(ValueError) as exc:
         data.distributed_sampler(8, num_replicas=0, rank=0)
     msg = str(exc.value)
@@ -317,6 +326,7 @@ def test_b05_zero_replicas_blames_num_replicas_not_rank():
 
 
 def test_b05_malformed_world_size(monkeypatch):
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     monkeypatch.setenv("WORLD_SIZE", "four")
     monkeypatch.setenv("RANK", "0")
     for call in (lambda: S(8), dist.world_size, dist.rank):
@@ -327,6 +337,7 @@ def test_b05_malformed_world_size(monkeypatch):
 
 
 def test_b05_malformed_rank_env(monkeypatch):
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "2.0")
     with pytest.raises(ValueError, match=r"RANK='2\.0' is not an integer"):
@@ -334,6 +345,7 @@ def test_b05_malformed_rank_env(monkeypatch):
 
 
 def test_b05_rank_without_world_size_names_the_missing_variable(monkeypatch):
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     monkeypatch.setenv("RANK", "1")
     with pytest.raises(ValueError, match=r"RANK=1 is set but WORLD_SIZE is not"):
         S(8)
@@ -344,6 +356,7 @@ def test_b05_rank_without_world_size_names_the_missing_variable(monkeypatch):
 
 
 def test_b05_env_values_out_of_range(monkeypatch):
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     monkeypatch.setenv("WORLD_SIZE", "0")
     monkeypatch.setenv("RANK", "0")
     with pytest.raises(ValueError, match=r"WORLD_SIZE=0 must be >= 1"):
@@ -355,6 +368,7 @@ def test_b05_env_values_out_of_range(monkeypatch):
 
 
 def test_b05_nothing_given_is_a_single_process():
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     assert (dist.world_size(), dist.rank()) == (1, 0)
     s = data.distributed_sampler(8, shuffle=False)
     assert (s.num_replicas, s.rank) == (1, 0)
@@ -362,6 +376,7 @@ def test_b05_nothing_given_is_a_single_process():
 
 
 def test_b05_env_with_whitespace_is_accepted(monkeypatch):
+    """B05 (public-bug-scenarios: "Resolving and validating num_replicas / rank")."""
     monkeypatch.setenv("WORLD_SIZE", " 3 ")
     monkeypatch.setenv("RANK", "1\n")
     assert (dist.world_size(), dist.rank()) == (3, 1)

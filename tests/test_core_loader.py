@@ -238,7 +238,9 @@ def test_events_one_batch_event_per_batch_and_epoch_events():
     kinds = [(type(e).__name__, getattr(e, "kind", None)) for e in events]
     assert kinds == [("EpochEvent", "start")] + [("BatchEvent", None)] * 3 + [("EpochEvent", "end")]
     start, end = events[0], events[-1]
-    assert (start.epoch, start.num_batches, start.backend, start.num_workers) == (0, 3, "inline", 0)
+    assert (start.epoch, start.num_batches, start.worker_backend, start.num_workers) == (
+        0, 3, "inline", 0
+    )
     assert end.epoch == 0 and end.t_s >= start.t_s
     bev = [e for e in events if isinstance(e, BatchEvent)]
     assert [(e.epoch, e.batch_index, e.num_items, e.worker_id, e.queue_depth) for e in bev] == [
@@ -294,6 +296,7 @@ def test_error_mid_epoch_emits_stopped():
 
 
 def test_b04_loader_drop_last_vs_sampler_drop_last():
+    """B04 (public-bug-scenarios: "drop_last semantics and len consistency")."""
     s = data.distributed_sampler(10, num_replicas=3, rank=0, shuffle=False)
     for dl, expected in ((False, [[0, 3, 6], [9]]), (True, [[0, 3, 6]])):
         loader = data.dataloader(ds(10), batch_size=3, sampler=s, shuffle=False, drop_last=dl)
@@ -302,6 +305,7 @@ def test_b04_loader_drop_last_vs_sampler_drop_last():
 
 
 def test_b06_sampler_order_wins_when_shuffle_is_not_passed():
+    """B06 (public-bug-scenarios: "shuffle + sampler conflict")."""
     s = data.distributed_sampler(8, num_replicas=2, rank=1, shuffle=False)
     assert batches(data.dataloader(ds(8), batch_size=2, sampler=s)) == [[1, 3], [5, 7]]
     with pytest.raises(ValueError) as exc:
@@ -316,6 +320,7 @@ def test_b06_sampler_order_wins_when_shuffle_is_not_passed():
 
 def test_b13_worker_only_options_with_zero_workers():
     # defaults: shuffled batches of 2 covering 0..3; with shuffle=False exactly [[0,1],[2,3]]
+    """B13 (public-bug-scenarios: "Worker-only options with num_workers=0")."""
     got = batches(data.dataloader(ds(4), batch_size=2))
     assert [len(b) for b in got] == [2, 2] and sorted(sum(got, [])) == [0, 1, 2, 3]
     assert batches(data.dataloader(ds(4), batch_size=2, shuffle=False)) == [[0, 1], [2, 3]]

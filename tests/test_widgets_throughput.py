@@ -42,7 +42,7 @@ def test_aggregator_exact_numbers() -> None:
     assert snap.items_per_s == 9.0
     assert snap.wait_s == 1.0 and snap.wait_share == 0.25
     assert snap.queue_depth_mean == 1.5 and snap.queue_depth_max == 3 and snap.queue_depth_last == 0
-    assert not snap.running and snap.epochs == 1 and snap.backend == "thread"
+    assert not snap.running and snap.epochs == 1 and snap.worker_backend == "thread"
     w0, w1 = snap.workers
     assert (w0.worker_id, w0.batches, w0.items, w0.items_per_s) == (0, 2, 20, 5.0)
     assert (w1.worker_id, w1.batches, w1.items, w1.items_per_s) == (1, 2, 16, 4.0)

@@ -127,7 +127,8 @@ def test_worker_seed_is_distinct_and_stable() -> None:
 
 
 def test_b17_unpicklable_dataset_and_collate_fail_in_parent() -> None:
-    """B17: lambdas with worker_backend='process' fail at dataloader(), before any worker starts,
+    """B17 (public-bug-scenarios: "Unpicklable callables with the process backend").
+    B17: lambdas with worker_backend='process' fail at dataloader(), before any worker starts,
     naming get_item / collate_fn and the ways out; 'auto' falls back to threads."""
     before = psutil.Process().children(recursive=True)
     d = data.dataset(size=lambda: 6, get_item=lambda i: {"data": torch.tensor([float(i)]),
@@ -140,16 +141,17 @@ def test_b17_unpicklable_dataset_and_collate_fail_in_parent() -> None:
                         worker_backend="process", collate_fn=lambda b: b)
     with data.dataloader(d, batch_size=2, shuffle=False, num_workers=2,
                          worker_backend="auto") as dl:
-        assert dl.backend == "thread"
+        assert dl.worker_backend == "thread"
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
     assert psutil.Process().children(recursive=True) == before
 
 
 def test_b17_valid_spec_and_bad_factory() -> None:
-    """B17: a valid process_spec gives the same batches with processes; a factory that cannot
+    """B17 (public-bug-scenarios: "Unpicklable callables with the process backend").
+    B17: a valid process_spec gives the same batches with processes; a factory that cannot
     be imported fails in the parent naming it."""
     with proc_loader(fixtures.make6(), batch_size=2, shuffle=False) as dl:
-        assert dl.backend == "process"
+        assert dl.worker_backend == "process"
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
     bad = data.dataset(size=6, get_item=lambda i: i,
                        process_spec={"factory": "nope.mod:make", "args": []})
@@ -171,7 +173,7 @@ def test_collate_from_interactive_main_is_not_sent(monkeypatch: pytest.MonkeyPat
     with pytest.raises(ConfigError, match="nb_collate"):
         proc_loader(fixtures.make6(), batch_size=2, collate_fn=nb_collate)
     dl = data.dataloader(fixtures.make6(), batch_size=2, num_workers=1, collate_fn=nb_collate)
-    assert dl.backend == "thread"
+    assert dl.worker_backend == "thread"
     dl.close()
 
 
@@ -204,7 +206,8 @@ def test_cleanup_data_frees_shared_memory_at_once() -> None:
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("width", [1, 9000])  # inline batches, then one /dev/shm segment each
 def test_b19_holding_4000_batches_under_256_fds(width: int) -> None:
-    """B19: with RLIMIT_NOFILE=256, keeping all 4000 batches works and the fd count stays
+    """B19 (public-bug-scenarios: "Holding many batches: file-descriptor and shared-memory
+    exhaustion"): with RLIMIT_NOFILE=256, keeping all 4000 batches works and the fd count stays
     within 32 of where it started (held batches keep a mapping, not an fd)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
@@ -249,7 +252,8 @@ def _worker_uss(dl: data.DataLoader) -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_b20_tensor_dataset_is_shared_not_copied() -> None:
-    """B20: X (1M x 64 float32, 256 MB) reaches 4 process workers through shared memory: their
+    """B20 (public-bug-scenarios: "Copy-on-read memory growth in forked workers").
+    B20: X (1M x 64 float32, 256 MB) reaches 4 process workers through shared memory: their
     total USS exceeds a 1,000-row run's by < 128 MB; the parent's RSS is flat over epochs 1-3."""
 
     def run(n: int, epochs: int) -> tuple[int, list[int]]:
@@ -400,7 +404,7 @@ def test_torch_tensor_dataset_runs_in_process_workers_through_shared_memory() ->
         ds, batch_size=6, shuffle=False, num_workers=2, worker_backend="process"
     ) as procs:
         got, want = list(procs), list(inline)
-        assert procs.backend == "process"
+        assert procs.worker_backend == "process"
     assert len(got) == len(want) == 4
     for a, b in zip(got, want, strict=True):
         assert isinstance(a, tuple) and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])

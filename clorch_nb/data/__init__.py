@@ -16,6 +16,7 @@ Example:
 """
 
 from clorch_nb.data.collate import cleanup_data, default_collate, pad_collate
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.dataset import (
     BatchedDataset,
     Dataset,
@@ -44,6 +45,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "LoaderConfig",
     "ProcessSpec",
     "ShardPlan",
     "TensorDataset",

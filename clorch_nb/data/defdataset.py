@@ -146,7 +146,7 @@ def defdataset(cls: type[T]) -> type[T]:
 
     user_post_init = getattr(cls, "__post_init__", None)
 
-    def __post_init__(self: Any) -> None:
+    def __post_init__(self: Any) -> None:  # noqa: N807 - installed as the dataclass hook
         if user_post_init is not None:
             user_post_init(self)
         for d in derived_fields:

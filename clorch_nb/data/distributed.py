@@ -28,6 +28,7 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb import dist
+from clorch_nb._checks import check_bool, check_int
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -43,21 +44,13 @@ __all__ = [
 ShardMode = Literal["even", "disjoint"]
 
 
-def _check_int(name: str, value: Any, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}={value!r} must be an int, got {type(value).__name__}")
-    if minimum is not None and value < minimum:
-        raise ConfigError(f"{name}={value} must be >= {minimum}")
-    return value
-
-
 # torch.Generator.manual_seed accepts exactly this range (it fails with "Overflow when unpacking
 # long long" outside it); seed + epoch must stay inside.
 _SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
 
 
 def _check_seed(seed: Any, epoch: int = 0) -> int:
-    seed = _check_int("seed", seed)
+    seed = check_int("seed", seed)
     if not _SEED_MIN <= seed + epoch <= _SEED_MAX:
         raise ConfigError(
             f"seed={seed} with epoch={epoch} gives seed + epoch = {seed + epoch}, outside the "
@@ -165,9 +158,9 @@ def shard_plan(
         >>> p.rank_indices, p.is_padding[1]
         ([[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]], [False, False, False, True])
     """
-    _check_int("size", size, minimum=0)
-    _check_int("num_replicas", num_replicas, minimum=1)
-    _check_int("epoch", epoch)
+    check_int("size", size, minimum=0)
+    check_int("num_replicas", num_replicas, minimum=1)
+    check_int("epoch", epoch)
     _check_seed(seed, epoch)
     _check_mode(shard_mode)
     order = _base_order(size, seed=seed, epoch=epoch, shuffle=shuffle)
@@ -228,7 +221,7 @@ class DistributedSampler:
             ConfigError: ``epoch`` is not an int >= 0, or ``seed + epoch`` leaves the range of a
                 ``torch.Generator`` seed.
         """
-        _check_seed(self.seed, _check_int("epoch", epoch, minimum=0))
+        _check_seed(self.seed, check_int("epoch", epoch, minimum=0))
         self.epoch = epoch
 
     def index_tensor(self) -> torch.Tensor:
@@ -329,13 +322,13 @@ def distributed_sampler(
             f"n_or_dataset={n_or_dataset!r} must be a dataset size (an int >= 0) or a dataset"
         )
     if isinstance(n_or_dataset, int):
-        size = _check_int("n_or_dataset", n_or_dataset, minimum=0)
+        size = check_int("n_or_dataset", n_or_dataset, minimum=0)
     else:
         size = as_dataset(n_or_dataset, argument="n_or_dataset").get_size()
     if num_replicas is not None:
-        _check_int("num_replicas", num_replicas, minimum=1)
+        check_int("num_replicas", num_replicas, minimum=1)
     if rank is not None:
-        _check_int("rank", rank)
+        check_int("rank", rank)
     if num_replicas is None:
         num_replicas = dist.world_size()
     if rank is None:
@@ -346,8 +339,8 @@ def distributed_sampler(
             "pass the global rank (RANK, not LOCAL_RANK)"
         )
     _check_seed(seed)
-    if not isinstance(shuffle, bool) or not isinstance(drop_last, bool):
-        raise ConfigError(f"shuffle={shuffle!r} and drop_last={drop_last!r} must be bools")
+    check_bool("shuffle", shuffle)
+    check_bool("drop_last", drop_last)
     _check_mode(shard_mode)
     if drop_last and shard_mode == "disjoint":
         raise ConfigError(

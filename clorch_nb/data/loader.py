@@ -1,109 +1,57 @@
-"""``dataloader``: plan an epoch's indices, build its batches (here or in workers), hand them
-over in order.
+"""``dataloader``: plan an epoch's indices, build its batches (here or in workers), deliver them
+in order.
 
 Each ``iter(loader)`` is one epoch:
 
-1. **plan**: the epoch's index order (the sampler's, a fresh permutation, or ``0..N-1``) as one
-   int64 tensor, split into batches of ``batch_size`` (the short last one kept or dropped);
+1. **plan** (:mod:`~clorch_nb.data.plan`): the epoch's index order (the sampler's, a fresh
+   permutation, or ``0..N-1``) as one int64 tensor, cut into batches of ``batch_size``;
 2. **build**: each batch is made by :func:`~clorch_nb.data.workers.base.build_batch`, on this
-   thread (``num_workers=0``) or in a worker pool with at most ``prefetch_factor * num_workers``
-   batches in flight;
+   thread (``num_workers=0``) or in the worker pool that :mod:`~clorch_nb.data.workers.select`
+   chose, with at most ``prefetch_factor * num_workers`` batches in flight;
 3. **deliver**: in plan order, whatever finishes first; every handover is recorded
    (:class:`~clorch_nb.instrumentation.BatchEvent`) for the subscribed views.
+
+Every option lives in one frozen :class:`~clorch_nb.data.config.LoaderConfig`.
 """
 
 from __future__ import annotations
 
-import math
-import pickle
-import sys
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
 
 import torch
 
 from clorch_nb.data.collate import default_collate
+from clorch_nb.data.config import (
+    UNSET,
+    LoaderConfig,
+    WorkerBackend,
+    WorkerBackendChoice,
+    loader_config,
+)
 from clorch_nb.data.dataset import as_dataset, get_process_spec
-from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
+from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchCancelled, BatchTask, WorkerPool, build_batch
-from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "WorkerBackend", "dataloader"]
-
-WorkerBackend = Literal["auto", "thread", "process"]
-_UNSET: Any = object()
+__all__ = ["DataLoader", "dataloader"]
 
 
-def _check_int(name: str, value: Any, minimum: int, fix: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{name}={value!r} must be an int >= {minimum}; {fix}")
-    if value < minimum:
-        raise ConfigError(f"{name}={value} must be >= {minimum}; {fix}")
-    return value
+#: the ``worker_id`` recorded for batches built on the consuming thread (``num_workers=0``)
+INLINE_WORKER_ID = -1
 
 
 def _short(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters at a word boundary, with an ellipsis if cut."""
     if len(text) <= limit:
         return text
-    return text[: limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
-
-
-def _sendable(fn: Any) -> bool:
-    """True if ``fn`` pickles by reference (a module-level function or a partial of one) and a
-    worker process can import it: a function defined in a notebook or REPL lives in a
-    ``__main__`` without a file, which pickles here but cannot be found in the worker."""
-    try:
-        pickle.dumps(fn)
-    except Exception:  # noqa: BLE001 - any failure means it cannot reach a process
-        return False
-    module = getattr(getattr(fn, "func", fn), "__module__", None)
-    main = sys.modules.get("__main__")
-    return not (module == "__main__" and getattr(main, "__file__", None) is None)
-
-
-class _Plan(Sequence[torch.Tensor]):
-    """An epoch's batches as slices of its index order, made on demand.
-
-    ``list(order.split(batch_size))`` costs ~37 us per batch up front (a view object each):
-    40 s before the first batch of a 1M-item epoch at ``batch_size=1``. Slicing when a batch is
-    dispatched costs the same per batch but nothing ahead. An empty order has 0 batches.
-    """
-
-    def __init__(self, order: torch.Tensor, batch_size: int, drop_last: bool) -> None:
-        self.order, self.batch_size = order, batch_size
-        n = order.numel()
-        self._len = n // batch_size if drop_last else -(-n // batch_size)
-
-    def __len__(self) -> int:
-        return self._len
-
-    @overload
-    def __getitem__(self, i: int) -> torch.Tensor: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[torch.Tensor]: ...
-    def __getitem__(self, i: int | slice) -> torch.Tensor | Sequence[torch.Tensor]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(self._len))]
-        if not -self._len <= i < self._len:
-            raise IndexError(f"batch {i} of {self._len}")
-        i %= self._len
-        return self.order[i * self.batch_size : (i + 1) * self.batch_size]
-
-    def __iter__(self) -> Iterator[torch.Tensor]:
-        # In order, the cheap way: ``split`` makes views ~3x faster than one slice per batch;
-        # done a chunk of batches at a time so nothing is paid far ahead.
-        bs = self.batch_size
-        total = min(self.order.numel(), self._len * bs)
-        step = 1024 * bs
-        for start in range(0, total, step):
-            yield from self.order[start : min(start + step, total)].split(bs)
+    return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
 
 
 class DataLoader:
@@ -112,63 +60,65 @@ class DataLoader:
     ``iter(loader)`` starts an epoch (a new shuffle, or the sampler's current epoch); ``len()`` is
     the number of batches an epoch yields. Worker pools persist across epochs until
     :meth:`close`, the end of a ``with`` block, or garbage collection.
+
+    Attributes:
+        config (LoaderConfig): every option, validated; read-only.
+        dataset (Dataset): the dataset (adapted to the protocol).
+        sampler (Any): the sampler, or None.
+        worker_backend ("inline" | "thread" | "process"): where batches are built.
+        events (EventBus): what :meth:`subscribe` attaches to.
+        stats (LoaderStats): running totals.
     """
 
     def __init__(
         self,
         dataset: Any,
+        config: LoaderConfig,
         *,
-        batch_size: int,
-        shuffle: bool,
-        drop_last: bool,
-        num_workers: int,
-        prefetch_factor: int,
-        collate_fn: Callable[[list[Any]], Any],
-        backend: Literal["inline", "thread", "process"],
-        sampler: Any,
-        timeout_ms: float | None,
-        generator: torch.Generator | None,
-        process_spec: ProcessSpec | None,
+        sampler: Any = None,
+        generator: torch.Generator | None = None,
+        process_spec: ProcessSpec | None = None,
+        worker_backend: WorkerBackend = "inline",
     ) -> None:
+        self.config = config
         self.dataset = dataset
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.num_workers = num_workers
-        self.prefetch_factor = prefetch_factor
-        self.collate_fn = collate_fn
-        self.backend = backend
         self.sampler = sampler
-        self.timeout_ms = timeout_ms
         self.generator = generator
         self.process_spec = process_spec
+        self.worker_backend = worker_backend
         self.events = EventBus()
         self.stats = LoaderStats()
-        self._epoch = -1
-        self._batched = collate_fn is default_collate and callable(
-            getattr(dataset, "get_batch", None)
-        )
+        self._epoch: int | None = None  # the last epoch started; None before the first
+        self._use_get_batch = uses_get_batch(dataset, config)
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[Iterator[Any]] | None = None
+
+    # read-only views of the config, under torch's names
+    batch_size = property(lambda self: self.config.batch_size)
+    shuffle = property(lambda self: self.config.shuffle)
+    drop_last = property(lambda self: self.config.drop_last)
+    num_workers = property(lambda self: self.config.num_workers)
+    collate_fn = property(lambda self: self.config.collate_fn)
+    timeout_ms = property(lambda self: self.config.timeout_ms)
 
     # -- public -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
         n = len(self.sampler) if self.sampler is not None else self.dataset.get_size()
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        return self.config.num_batches(n)
 
     def __iter__(self) -> Iterator[Any]:
         self._stop_active()
-        self._epoch += 1
+        epoch = self._epoch = 0 if self._epoch is None else self._epoch + 1
         self.stats.epochs_started += 1
         base_seed = self._draw_seed()
         batches = self._plan()
         stop = StopRequest()
-        if self.backend == "inline":
-            gen = self._run_inline(self._epoch, batches, stop)
+        if self.worker_backend == "inline":
+            gen = self._run_inline(epoch, batches, stop)
         else:
-            gen = self._run_pool(self._epoch, batches, base_seed, stop)
+            gen = self._run_pool(epoch, batches, base_seed, stop)
         it = EpochIterator(gen, stop)
         self._active = weakref.ref(it)
         return it
@@ -202,10 +152,11 @@ class DataLoader:
         self.close()
 
     def __repr__(self) -> str:
+        c = self.config
         return (
-            f"DataLoader(dataset={_short(repr(self.dataset))}, batch_size={self.batch_size}, "
-            f"shuffle={self.shuffle}, drop_last={self.drop_last}, num_workers={self.num_workers}, "
-            f"backend={self.backend!r}, "
+            f"DataLoader(dataset={_short(repr(self.dataset))}, batch_size={c.batch_size}, "
+            f"shuffle={c.shuffle}, drop_last={c.drop_last}, num_workers={c.num_workers}, "
+            f"worker_backend={self.worker_backend!r}, "
             f"sampler={None if self.sampler is None else type(self.sampler).__name__})"
         )
 
@@ -216,35 +167,9 @@ class DataLoader:
         # of the workers' RNGs, and with shuffle the seed of the permutation.
         return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
 
-    def _plan(self) -> _Plan:
-        size = self.dataset.get_size()
-        if self.sampler is not None:
-            order = self._sampler_order(size)
-        elif self.shuffle:
-            order = torch.randperm(size, generator=self.generator)
-        else:
-            order = torch.arange(size, dtype=torch.int64)
-        return _Plan(order, self.batch_size, self.drop_last)
-
-    def _sampler_order(self, size: int) -> torch.Tensor:
-        s = self.sampler
-        if isinstance(s, DistributedSampler):
-            s._note_iteration(stacklevel=5)  # the warning points at the user's ``for``/``iter()``
-            order = s.index_tensor()
-        else:
-            order = torch.as_tensor(list(iter(s)), dtype=torch.int64)
-        if order.numel() != len(s):
-            raise ConfigError(
-                f"sampler {type(s).__name__} yielded {order.numel()} indices but len(sampler) is "
-                f"{len(s)}; len(loader) would be wrong. Fix the sampler's __len__"
-            )
-        if order.numel() and (int(order.min()) < 0 or int(order.max()) >= size):
-            bad = order[(order < 0) | (order >= size)][0].item()
-            raise IndexError(
-                f"sampler {type(s).__name__} yielded index {bad}, outside the dataset "
-                f"(valid 0..{size - 1}, size {size}); was the sampler built for another dataset?"
-            )
-        return order
+    def _plan(self) -> EpochPlan:
+        order = epoch_order(self.dataset.get_size(), self.config, self.sampler, self.generator)
+        return EpochPlan(order, self.config.batch_size, self.config.drop_last)
 
     # -- build + deliver --------------------------------------------------------------------
 
@@ -259,11 +184,11 @@ class DataLoader:
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], epoch: int, n: int) -> None:
         if self.events:
-            self.events.emit(
-                EpochEvent(kind, epoch, n, self.backend, self.num_workers, time.perf_counter())
-            )
+            self.events.emit(EpochEvent(
+                kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
+            ))
 
-    def _run_inline(self, epoch: int, batches: _Plan, stop: StopRequest) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: EpochPlan, stop: StopRequest) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
 
@@ -275,16 +200,17 @@ class DataLoader:
                 t0 = time.perf_counter()
                 try:
                     batch, fetch_s, collate_s = build_batch(
-                        self.dataset, self.collate_fn, idx, batched=self._batched, batch_index=bi,
+                        self.dataset, self.config.collate_fn, idx,
+                        use_get_batch=self._use_get_batch, batch_index=bi,
                         worker="the main thread (num_workers=0)", should_stop=should_stop,
                     )
                 except BatchCancelled:
                     stop.check()
                     raise
                 t1 = time.perf_counter()
-                self._record(  # idx.shape[0]: Tensor.__len__ is a slow Python-level call
-                    BatchEvent(epoch, bi, -1, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1)
-                )
+                self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
+                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1
+                ))
                 yield batch
         except BaseException:
             try:
@@ -298,35 +224,18 @@ class DataLoader:
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
-            pool: WorkerPool
-            if self.backend == "thread":
-                from clorch_nb.data.workers.thread import ThreadPool
-
-                pool = ThreadPool(
-                    self.dataset, self.collate_fn, self.num_workers, batched=self._batched
-                )
-            else:
-                from clorch_nb.data.workers.process import ProcessPool
-
-                # No process_spec: only tensor datasets get here (_resolve_backend); their
-                # tensors move to shared memory once and workers map them (no copy each).
-                source = self.process_spec or SharedTensors.from_dataset(self.dataset)
-                pool = ProcessPool(
-                    source, self.collate_fn, self.num_workers,
-                    use_get_batch=self.collate_fn is default_collate,
-                )
+            pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
             self._pool = pool
             self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
 
     def _run_pool(
-        self, epoch: int, batches: _Plan, base_seed: int, stop: StopRequest
+        self, epoch: int, batches: EpochPlan, base_seed: int, stop: StopRequest
     ) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        stop.wake = pool.wake  # type: ignore[attr-defined]
-        max_in_flight = self.prefetch_factor * self.num_workers
-        timeout_s = None if self.timeout_ms is None else self.timeout_ms / 1000.0
+        stop.wake = pool.wake
+        max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
         ready: dict[int, Any] = {}
         next_submit = next_yield = 0
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
@@ -358,25 +267,16 @@ class DataLoader:
                 result = ready.pop(next_yield)
                 if result.error is not None:
                     raise result.error
-                # Also take what else has finished, without waiting, so queue_depth counts every
-                # built batch (not only those that arrived while we waited) and workers' result
-                # pipes do not fill up.
                 try:
-                    while next_submit - next_yield - 1 > len(ready):
-                        extra = pool.get(0.0)
-                        if extra is None:
-                            break
-                        ready[extra.batch_index] = extra
+                    self._take_finished(pool, ready, next_submit - next_yield - 1)
                 except Exception:
                     broken = True
                     raise
                 t1 = time.perf_counter()
-                self._record(
-                    BatchEvent(
-                        epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
-                        result.collate_s, t1 - t0, len(ready), t1,
-                    )
-                )
+                self._record(BatchEvent(
+                    epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
+                    result.collate_s, t1 - t0, len(ready), t1,
+                ))
                 next_yield += 1
                 yield result.batch
         except BaseException:
@@ -394,16 +294,29 @@ class DataLoader:
             raise
         self._epoch_event("end", epoch, n)
 
+    @staticmethod
+    def _take_finished(pool: WorkerPool, ready: dict[int, Any], in_flight: int) -> None:
+        # Take what else has finished, without waiting, so queue_depth counts every built batch
+        # (not only those that arrived while we waited) and workers' result pipes do not fill.
+        while in_flight > len(ready):
+            extra = pool.get(0.0)
+            if extra is None:
+                return
+            ready[extra.batch_index] = extra
+
     def _timeout_error(
         self, pool: WorkerPool, batch_index: int, idx: torch.Tensor
     ) -> WorkerTimeoutError:
         worker = pool.worker_of(batch_index)
-        who = f"{self.backend} worker {worker}" if worker is not None else "no worker (queued)"
+        who = (
+            f"{self.worker_backend} worker {worker}" if worker is not None
+            else "no worker (queued)"
+        )
         shown = idx[:8].tolist()
         return WorkerTimeoutError(
             f"batch {batch_index} (dataset indices {shown}{'...' if len(idx) > 8 else ''}) was not "
-            f"ready within timeout_ms={self.timeout_ms:g}: {who} held it. A get_item may be stuck "
-            "(I/O, a lock) or slower than the limit; raise timeout_ms or fix the dataset"
+            f"ready within timeout_ms={self.config.timeout_ms:g}: {who} held it. A get_item may "
+            "be stuck (I/O, a lock) or slower than the limit; raise timeout_ms or fix the dataset"
         )
 
     def _stop_active(self) -> None:
@@ -416,12 +329,12 @@ class DataLoader:
 def dataloader(
     dataset: Any,
     batch_size: int = 32,
-    shuffle: bool = _UNSET,
+    shuffle: bool = UNSET,
     drop_last: bool = False,
     num_workers: int = 0,
     prefetch_factor: int = 2,
     collate_fn: Callable[[list[Any]], Any] = default_collate,
-    worker_backend: WorkerBackend = "auto",
+    worker_backend: WorkerBackendChoice = "auto",
     sampler: Any = None,
     timeout_ms: float | None = None,
     *,
@@ -483,126 +396,20 @@ def dataloader(
         >>> len(loader), [b["target"].tolist() for b in loader]
         (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
     """
-    if torch_options:
-        _refuse_torch_options(torch_options)
     ds = as_dataset(dataset)
-    _check_int("batch_size", batch_size, 1, "pass the number of items per batch, e.g. 32")
-    for name, flag in (("shuffle", shuffle), ("drop_last", drop_last)):
-        if flag is not _UNSET and not isinstance(flag, bool):
-            raise ConfigError(f"{name}={flag!r} must be True or False")
-    if sampler is not None:
-        if shuffle is True:
-            raise ConfigError(
-                "shuffle=True cannot be combined with sampler=: the sampler decides the order. "
-                "Drop shuffle (or pass shuffle=False) and let the sampler shuffle "
-                "(distributed_sampler(..., shuffle=True) plus set_epoch each epoch)"
-            )
-        if not (hasattr(sampler, "__iter__") and hasattr(sampler, "__len__")):
-            raise ConfigError(
-                f"sampler={sampler!r:.60} must be iterable (yielding dataset indices) and have "
-                "len(); e.g. data.distributed_sampler(...)"
-            )
-        shuffle = False
-    elif shuffle is _UNSET:
-        shuffle = True
-    _check_int("num_workers", num_workers, 0, "use 0 to load on the calling thread")
-    if num_workers > 0:
-        _check_int(
-            "prefetch_factor", prefetch_factor, 1,
-            "it is how many batches each worker may prepare ahead (default 2)",
-        )
-    if not callable(collate_fn):
-        raise ConfigError(f"collate_fn={collate_fn!r:.60} must be callable (items -> batch)")
-    if worker_backend not in ("auto", "thread", "process"):
-        raise ConfigError(
-            f"worker_backend={worker_backend!r} must be 'auto', 'thread' or 'process'"
-        )
-    if timeout_ms is not None and (
-        isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int | float)
-        or not math.isfinite(timeout_ms) or timeout_ms <= 0
-    ):
-        raise ConfigError(
-            f"timeout_ms={timeout_ms!r} must be a number of milliseconds > 0, or None to wait "
-            "without limit"
-        )
     if seed is not None and generator is not None:
         raise ConfigError("pass seed= or generator=, not both")
+    config = loader_config(
+        shuffle=shuffle, sampler=sampler, torch_options=torch_options, batch_size=batch_size,
+        drop_last=drop_last, num_workers=num_workers, prefetch_factor=prefetch_factor,
+        collate_fn=collate_fn, worker_backend=worker_backend, timeout_ms=timeout_ms, seed=seed,
+    )
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ConfigError(f"seed={seed!r} must be an int")
         generator = torch.Generator().manual_seed(seed)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
-
     spec = get_process_spec(ds)
-    backend = _resolve_backend(ds, spec, num_workers, worker_backend, collate_fn)
     return DataLoader(
-        ds, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, num_workers=num_workers,
-        prefetch_factor=prefetch_factor, collate_fn=collate_fn, backend=backend, sampler=sampler,
-        timeout_ms=timeout_ms, generator=generator, process_spec=spec,
+        ds, config, sampler=sampler, generator=generator, process_spec=spec,
+        worker_backend=choose_worker_backend(ds, spec, config),
     )
-
-
-#: torch.utils.data.DataLoader options that do not exist here, and what to do instead
-_TORCH_ONLY = {
-    "timeout": "use timeout_ms= (milliseconds; torch's timeout is in seconds)",
-    "persistent_workers": "drop it: workers always persist for the loader's life (close() or "
-    "a with block ends them)",
-    "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
-    "pin_memory_device": "drop it (deprecated in torch too)",
-    "worker_init_fn": "drop it: workers are seeded per worker and epoch; dataset code can read "
-    "data.get_worker_info() (worker_id, num_workers, seed)",
-    "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
-    "worker_backend='thread'",
-    "batch_sampler": "pass sampler= and batch_size= instead",
-    "in_order": "drop it: batches are always delivered in sampler order",
-}
-
-
-def _refuse_torch_options(options: dict[str, Any]) -> None:
-    for name in options:
-        fix = _TORCH_ONLY.get(name)
-        if fix is not None:
-            raise ConfigError(
-                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}"
-            )
-    raise TypeError(
-        f"dataloader() got unexpected keyword argument(s) {sorted(options)}; see "
-        "help(data.dataloader) for the options"
-    )
-
-
-def _resolve_backend(
-    ds: Any, spec: ProcessSpec | None, num_workers: int, worker_backend: str,
-    collate_fn: Callable[..., Any],
-) -> Literal["inline", "thread", "process"]:
-    if num_workers == 0:
-        return "inline"
-    if worker_backend == "thread":
-        return "thread"
-    if worker_backend == "auto":
-        return "process" if spec is not None and _sendable(collate_fn) else "thread"
-    # worker_backend == "process": everything a worker needs must reach it, checked here
-    if spec is None and SharedTensors.supports(ds):
-        pass  # workers get its tensors through shared memory (SharedTensors), not a factory
-    elif spec is None:
-        what = getattr(getattr(ds, "_get_item", None), "__qualname__", type(ds).__name__)
-        raise ConfigError(
-            f"worker_backend='process' needs a dataset with a process_spec: worker processes "
-            f"rebuild the dataset by calling a factory instead of pickling it (its get_item, "
-            f"{what}, cannot be sent to another process), and this dataset has none. Pass "
-            "process_spec={'factory': 'my_pkg.my_mod:make_dataset', 'args': [...]} to "
-            "data.dataset (the factory must live in an importable module, not "
-            "a notebook cell); for in-memory tensors use data.tensor_dataset(X, y), which process "
-            "workers share without a factory; or use worker_backend='thread'"
-        )
-    if not _sendable(collate_fn):
-        raise ConfigError(
-            f"worker_backend='process' needs a collate_fn that can be sent to worker processes; "
-            f"{getattr(collate_fn, '__qualname__', collate_fn)!r} cannot be pickled (a lambda or a "
-            "function defined in a notebook or inside another function). Define it at the top "
-            "level of an importable module, or use worker_backend='thread'"
-        )
-    if spec is not None:
-        spec.resolve_factory()  # ImportError naming the factory, before any worker starts
-    return "process"

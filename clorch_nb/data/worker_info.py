@@ -29,14 +29,14 @@ class WorkerInfo:
         num_workers (int): workers of the loader.
         seed (int): this worker's seed for this epoch, derived from the epoch's base seed and
             ``worker_id`` (distinct per worker and per epoch, reproducible under a loader seed).
-        backend ("thread" | "process"): where it runs.
+        worker_backend ("thread" | "process"): where it runs.
         dataset (Any): the dataset as this worker sees it (in a process: the rebuilt one).
     """
 
     worker_id: int
     num_workers: int
     seed: int
-    backend: str
+    worker_backend: str
     dataset: Any
 
     def torch_generator(self) -> torch.Generator:

@@ -51,7 +51,7 @@ class EpochEvent(NamedTuple):
         kind ("start" | "end" | "stopped"): what happened.
         epoch (int): the loader's epoch counter.
         num_batches (int): batches in the epoch (``len(loader)``).
-        backend ("inline" | "thread" | "process"): how batches are built.
+        worker_backend ("inline" | "thread" | "process"): where batches are built.
         num_workers (int): workers building them.
         t_s (float): ``time.perf_counter()`` at the event.
     """
@@ -59,7 +59,7 @@ class EpochEvent(NamedTuple):
     kind: Literal["start", "end", "stopped"]
     epoch: int
     num_batches: int
-    backend: str
+    worker_backend: str
     num_workers: int
     t_s: float
 

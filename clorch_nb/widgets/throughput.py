@@ -67,7 +67,7 @@ class ThroughputSnapshot:
         queue_depth_last (int), queue_depth_mean (float), queue_depth_max (int): batches ready
             and waiting when a batch was handed over.
         workers (tuple[WorkerRate, ...]): per ``worker_id``, sorted.
-        backend (str), num_workers (int): from the last epoch event.
+        worker_backend (str), num_workers (int): from the last epoch event.
     """
 
     elapsed_s: float
@@ -82,7 +82,7 @@ class ThroughputSnapshot:
     queue_depth_mean: float
     queue_depth_max: int
     workers: tuple[WorkerRate, ...]
-    backend: str
+    worker_backend: str
     num_workers: int
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,7 +97,7 @@ class ThroughputSnapshot:
             "wait_share": round(self.wait_share, 4),
             "queue_depth_mean": round(self.queue_depth_mean, 2),
             "queue_depth_max": self.queue_depth_max,
-            "backend": self.backend,
+            "worker_backend": self.worker_backend,
             "num_workers": self.num_workers,
             "per_worker": {
                 worker_name(w.worker_id): {
@@ -116,7 +116,7 @@ class ThroughputSnapshot:
         lines = [
             f"Throughput ({state}): {self.items:,} items in {self.batches:,} batches over "
             f"{self.elapsed_s:.2f} s ({self.epochs} epoch{'s' if self.epochs != 1 else ''}, "
-            f"{self.backend}, num_workers={self.num_workers})",
+            f"{self.worker_backend}, num_workers={self.num_workers})",
             f"  overall: {self.items_per_s:,.0f} items/s",
             f"  waiting for data: {self.wait_share:.1%} of the time ({self.wait_s:.3f} s)",
             f"  queue depth: mean {self.queue_depth_mean:.1f}, max {self.queue_depth_max}, "
@@ -169,7 +169,7 @@ class ThroughputStats:
         self.history: list[HistoryPoint] = []
         self.epochs = 0
         self.running = False
-        self.backend = "inline"
+        self.worker_backend = "inline"
         self.num_workers = 0
         self.batches = 0
         self.items = 0
@@ -347,7 +347,7 @@ class ThroughputStats:
         return rates
 
     def _epoch(self, ev: EpochEvent) -> None:
-        self.backend, self.num_workers = ev.backend, ev.num_workers
+        self.worker_backend, self.num_workers = ev.worker_backend, ev.num_workers
         self._t_last = max(self._t_last, ev.t_s)
         if ev.kind == "start":
             if self._t_start is not None:  # an epoch left open: close it at this start
@@ -411,6 +411,6 @@ class ThroughputStats:
             queue_depth_mean=self.queue_sum / self.batches if self.batches else 0.0,
             queue_depth_max=self.queue_max,
             workers=workers,
-            backend=self.backend,
+            worker_backend=self.worker_backend,
             num_workers=self.num_workers,
         )

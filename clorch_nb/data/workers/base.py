@@ -78,14 +78,14 @@ def build_batch(
     collate_fn: Callable[[list[Any]], Any],
     indices: torch.Tensor,
     *,
-    batched: bool,
+    use_get_batch: bool,
     batch_index: int,
     worker: str,
     should_stop: Callable[[], bool] | None = None,
 ) -> tuple[Any, float, float]:
     """Fetch and collate one batch; returns ``(batch, fetch_s, collate_s)``.
 
-    With ``batched=True`` (the dataset has ``get_batch`` and ``collate_fn`` is the default) the
+    With ``use_get_batch=True`` (the dataset has ``get_batch``, ``collate_fn`` is the default) the
     batch is ``dataset.get_batch(indices)`` in one call. Otherwise each item is fetched with
     ``get_item`` and ``collate_fn`` merges them. An exception from ``get_item`` keeps its type
     and gains a note naming the dataset index, the batch and ``worker``.
@@ -95,11 +95,12 @@ def build_batch(
             an abandoned epoch stops within one ``get_item``, not one whole batch).
     """
     t0 = time.perf_counter()
-    if batched:
+    if use_get_batch:
         try:
             batch = dataset.get_batch(indices)
         except BaseException as exc:
-            add_note(exc, 
+            add_note(
+                exc,
                 f"[clorch_nb] in get_batch for batch {batch_index} in {worker} "
                 f"(dataset indices {indices[:8].tolist()}{'...' if len(indices) > 8 else ''})"
             )

@@ -215,8 +215,8 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         exc.add_note(f"[clorch_nb] while building the dataset in {where} from {source!r:.200}")
         results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
         return
-    batched = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
-    epoch = -1
+    use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
+    epoch: int | None = None  # the current epoch token
     while True:
         msg = state.inbox.get()
         kind = msg[0]
@@ -224,8 +224,8 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             _, task_epoch, batch_index, raw = msg
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
-            reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, batched, cfg, where,
-                           state)
+            reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch, cfg,
+                           where, state)
             if reply is not None:
                 results.send_bytes(reply)
         elif kind == "epoch":
@@ -238,7 +238,8 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
 
 
-def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: bytes, batched: bool,
+def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: bytes,
+           use_get_batch: bool,
            cfg: WorkerConfig, where: str, state: _State) -> bytes | None:
     """One task -> the pickled reply (None if the epoch was cancelled meanwhile)."""
     indices = (
@@ -248,7 +249,8 @@ def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: byt
     n = len(indices)
     try:
         batch, fetch_s, collate_s = build_batch(
-            dataset, collate_fn, indices, batched=batched, batch_index=batch_index, worker=where,
+            dataset, collate_fn, indices, use_get_batch=use_get_batch, batch_index=batch_index,
+            worker=where,
             should_stop=lambda: epoch <= state.cancelled,
         )
         try:

@@ -24,13 +24,13 @@ import multiprocessing as mp
 import os
 import pickle
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any, Literal
 
 import torch
 
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchResult, BatchTask
@@ -89,8 +89,8 @@ class ProcessPool:
 
     Args:
         source (ProcessSpec | SharedTensors): how each worker gets the dataset (``build()``).
-        collate_fn (Callable): merges items into a batch; pickled by reference (module-level).
-        num_workers (int): processes, >= 1.
+        config (LoaderConfig): the loader's options (``num_workers`` processes; ``collate_fn``,
+            pickled by reference, so module-level).
         use_get_batch (bool): workers use ``dataset.get_batch`` when the dataset has one (the
             loader passes True when ``collate_fn`` is the default).
         start_method ("forkserver" | "spawn" | None): default forkserver where available.
@@ -102,19 +102,18 @@ class ProcessPool:
     def __init__(
         self,
         source: ProcessSpec | SharedTensors,
-        collate_fn: Callable[[list[Any]], Any],
-        num_workers: int,
+        config: LoaderConfig,
         *,
         use_get_batch: bool,
         start_method: StartMethod | None = None,
     ) -> None:
         self.source = source
-        self.num_workers = num_workers
-        self._collate_blob = pickle.dumps(collate_fn, _HIGHEST)
+        self.num_workers = config.num_workers
+        self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
         self._use_get_batch = use_get_batch
         self._ctx = _context(start_method)
-        self._workers: list[_Worker | None] = [None] * num_workers
-        self._epoch = -1
+        self._workers: list[_Worker | None] = [None] * self.num_workers
+        self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
@@ -154,7 +153,7 @@ class ProcessPool:
             result_w.close()
             w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
             self._workers[worker_id] = w
-        if self._epoch >= 0:
+        if self._epoch is not None:
             self._send(w, ("epoch", self._epoch, self._base_seed))
         return w
 
@@ -205,7 +204,7 @@ class ProcessPool:
         """Stop every worker and remove every shared-memory segment; idempotent in full: after
         an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True
-        self._epoch = -1
+        self._epoch = None
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
         for w in live:
@@ -357,7 +356,7 @@ class ProcessPool:
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: _Worker) -> None:
-        held = dict(w.outstanding) if self._epoch >= 0 else {}
+        held = dict(w.outstanding) if self._epoch is not None else {}
         status = self._reap(w, kill=False)
         if held:
             bi, first = next(iter(held.items()))
@@ -382,7 +381,7 @@ class ProcessPool:
         and their late batches are freed unread. A worker that does not acknowledge within
         ``CANCEL_GRACE_S`` (stuck in ``get_item``) is killed, and with ``discard_workers=True``
         (after a timeout or a death) every worker is; replacements start at the next epoch."""
-        token, self._epoch = self._epoch, -1
+        token, self._epoch = self._epoch, None
         self._pending.clear()
         if self._closed:
             return

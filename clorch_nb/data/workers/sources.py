@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-import torch.multiprocessing  # noqa: F401 - registers the reductions that send storages as fds
+import torch.multiprocessing  # registers the reductions that send storages as fds
 
 from clorch_nb.data.dataset import TensorDataset, TorchMapDataset
 

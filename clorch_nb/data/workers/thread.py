@@ -12,10 +12,10 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
 from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
 
@@ -31,25 +31,17 @@ class ThreadPool:
 
     Args:
         dataset (Any): the dataset, shared by all threads.
-        collate_fn (Callable): merges items into a batch.
-        num_workers (int): threads, >= 1.
-        batched (bool): use ``dataset.get_batch`` instead of ``get_item`` + ``collate_fn``.
+        config (LoaderConfig): the loader's options (``num_workers`` threads, ``collate_fn``).
+        use_get_batch (bool): use ``dataset.get_batch`` instead of ``get_item`` + ``collate_fn``.
     """
 
-    def __init__(
-        self,
-        dataset: Any,
-        collate_fn: Callable[[list[Any]], Any],
-        num_workers: int,
-        *,
-        batched: bool,
-    ) -> None:
+    def __init__(self, dataset: Any, config: LoaderConfig, *, use_get_batch: bool) -> None:
         self.dataset = dataset
-        self.collate_fn = collate_fn
-        self.num_workers = num_workers
-        self.batched = batched
+        self.collate_fn = config.collate_fn
+        self.num_workers = config.num_workers
+        self.use_get_batch = use_get_batch
         self._name = f"clorch_nb-thread-pool-{next(_pool_ids)}"
-        self._epoch = -1
+        self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
@@ -58,7 +50,7 @@ class ThreadPool:
         self._threads: list[threading.Thread] = []
         self._closed = False
         self._stops_sent = False
-        self._threads = [self._spawn(w) for w in range(num_workers)]
+        self._threads = [self._spawn(w) for w in range(self.num_workers)]
 
     def _spawn(self, worker_id: int) -> threading.Thread:
         t = threading.Thread(
@@ -90,7 +82,7 @@ class ThreadPool:
                 self._assigned[task.batch_index] = worker_id
             try:
                 batch, fetch_s, collate_s = build_batch(
-                    self.dataset, self.collate_fn, task.indices, batched=self.batched,
+                    self.dataset, self.collate_fn, task.indices, use_get_batch=self.use_get_batch,
                     batch_index=task.batch_index, worker=f"thread worker {worker_id}",
                     should_stop=partial(self._abandoned, task.epoch),
                 )
@@ -118,7 +110,7 @@ class ThreadPool:
             if replaced:
                 return  # its slot has a fresh thread now
 
-    def _abandoned(self, epoch: int) -> bool:
+    def _abandoned(self, epoch: int | None) -> bool:
         # checked between items, so an abandoned epoch stops within one get_item
         return epoch != self._epoch
 
@@ -162,7 +154,7 @@ class ThreadPool:
         A thread that is still busy (stuck past a timeout) is replaced by a fresh one so the
         next epoch has its full complement.
         """
-        self._epoch = -1
+        self._epoch = None
         if self._closed:
             return
         # drain what is queued so the next epoch does not wait behind stale tasks
@@ -189,7 +181,7 @@ class ThreadPool:
         """Stop all threads (waits briefly for them); idempotent in full: after an interrupted
         call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True
-        self._epoch = -1
+        self._epoch = None
         if not self._stops_sent:  # (re)sent in full if a first call was cut short: extras are inert
             for _ in self._threads:
                 self._tasks.put(_STOP)

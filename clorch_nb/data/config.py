@@ -1,0 +1,181 @@
+"""``LoaderConfig``: every ``dataloader()`` option, validated once into one frozen value.
+
+The loader, the worker pools and the loader's saved state read this one value; nothing copies
+options into mutable attributes. ``dataloader()`` builds it with :func:`loader_config`, which
+also resolves the defaults that depend on other options (``shuffle`` is True unless a sampler
+is given) and refuses torch-only options with the replacement to use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from clorch_nb._checks import check_bool, check_int, check_ms
+from clorch_nb.data.collate import default_collate
+from clorch_nb.errors import ConfigError
+
+__all__ = ["LoaderConfig", "WorkerBackend", "WorkerBackendChoice", "loader_config"]
+
+#: where batches are built: on the consuming thread, in worker threads, in worker processes
+WorkerBackend = Literal["inline", "thread", "process"]
+#: what ``dataloader(worker_backend=...)`` accepts: a worker backend, or "auto" to let it choose
+WorkerBackendChoice = Literal["auto", "thread", "process"]
+
+UNSET: Any = object()  # "not passed": a default that depends on other options
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderConfig:
+    """The validated options of one loader (see :func:`~clorch_nb.data.dataloader` for each).
+
+    Attributes:
+        batch_size (int): items per batch, >= 1.
+        shuffle (bool): a fresh permutation each epoch (False when a sampler orders the epoch).
+        drop_last (bool): drop the short last batch.
+        num_workers (int): 0 builds batches on the consuming thread.
+        prefetch_factor (int): batches each worker may prepare ahead, >= 1.
+        collate_fn (Callable[[list], Any]): merges items into a batch.
+        worker_backend (WorkerBackendChoice): as requested; "auto" is resolved by
+            :func:`clorch_nb.data.workers.select.choose_worker_backend`.
+        timeout_ms (float | None): the longest wait for one batch from a worker, in ms.
+        seed (int | None): the loader's seed, or None (torch's global RNG, or a generator).
+
+    Raises:
+        ConfigError: on construction, any field of the wrong type or out of range.
+
+    Example:
+        >>> LoaderConfig(batch_size=4).max_in_flight
+        0
+        >>> LoaderConfig(batch_size=4, num_workers=2, timeout_ms=1500).timeout_s
+        1.5
+    """
+
+    batch_size: int = 32
+    shuffle: bool = True
+    drop_last: bool = False
+    num_workers: int = 0
+    prefetch_factor: int = 2
+    collate_fn: Callable[[list[Any]], Any] = default_collate
+    worker_backend: WorkerBackendChoice = "auto"
+    timeout_ms: float | None = None
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        check_int("batch_size", self.batch_size, minimum=1,
+                  fix="pass the number of items per batch, e.g. 32")
+        check_bool("shuffle", self.shuffle)
+        check_bool("drop_last", self.drop_last)
+        check_int("num_workers", self.num_workers, minimum=0,
+                  fix="use 0 to load on the calling thread")
+        if self.num_workers > 0:
+            check_int("prefetch_factor", self.prefetch_factor, minimum=1,
+                      fix="it is how many batches each worker may prepare ahead (default 2)")
+        if not callable(self.collate_fn):
+            raise ConfigError(
+                f"collate_fn={self.collate_fn!r:.60} must be callable (items -> batch)"
+            )
+        if self.worker_backend not in ("auto", "thread", "process"):
+            raise ConfigError(
+                f"worker_backend={self.worker_backend!r} must be 'auto', 'thread' or 'process'"
+            )
+        check_ms("timeout_ms", self.timeout_ms)
+        if self.seed is not None:
+            check_int("seed", self.seed)
+
+    @property
+    def max_in_flight(self) -> int:
+        """Batches submitted to workers ahead of the consumer: ``prefetch_factor * num_workers``."""
+        return self.prefetch_factor * self.num_workers
+
+    @property
+    def timeout_s(self) -> float | None:
+        """``timeout_ms`` in seconds (None: no limit)."""
+        return None if self.timeout_ms is None else self.timeout_ms / 1000.0
+
+    def num_batches(self, num_indices: int) -> int:
+        """Batches an epoch of ``num_indices`` indices yields (``drop_last`` applied).
+
+        Example:
+            >>> LoaderConfig(batch_size=4).num_batches(10)
+            3
+            >>> LoaderConfig(batch_size=4, drop_last=True).num_batches(10)
+            2
+        """
+        if self.drop_last:
+            return num_indices // self.batch_size
+        return -(-num_indices // self.batch_size)
+
+
+def loader_config(
+    *, shuffle: Any = UNSET, sampler: Any = None, torch_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> LoaderConfig:
+    """A :class:`LoaderConfig` from ``dataloader()``'s arguments, defaults resolved.
+
+    Args:
+        shuffle (bool | unset): unset means True without a sampler, False with one.
+        sampler (Any): checked for ``__iter__`` and ``__len__``; ``shuffle=True`` with it is
+            refused (the sampler decides the order).
+        torch_options (dict | None): keyword arguments ``dataloader()`` does not know; a
+            ``torch.utils.data.DataLoader`` option is refused with what to use instead.
+        **options: the remaining :class:`LoaderConfig` fields.
+
+    Raises:
+        ConfigError: a bad option, named with its value and the fix.
+        TypeError: an unknown keyword argument.
+
+    Example:
+        >>> loader_config(batch_size=8).shuffle, loader_config(batch_size=8, sampler=[0, 1]).shuffle
+        (True, False)
+    """
+    if torch_options:
+        _refuse_torch_options(torch_options)
+    if shuffle is not UNSET:
+        check_bool("shuffle", shuffle)
+    if sampler is not None:
+        if shuffle is True:
+            raise ConfigError(
+                "shuffle=True cannot be combined with sampler=: the sampler decides the order. "
+                "Drop shuffle (or pass shuffle=False) and let the sampler shuffle "
+                "(distributed_sampler(..., shuffle=True) plus set_epoch each epoch)"
+            )
+        if not (hasattr(sampler, "__iter__") and hasattr(sampler, "__len__")):
+            raise ConfigError(
+                f"sampler={sampler!r:.60} must be iterable (yielding dataset indices) and have "
+                "len(); e.g. data.distributed_sampler(...)"
+            )
+        shuffle = False
+    elif shuffle is UNSET:
+        shuffle = True
+    return LoaderConfig(shuffle=shuffle, **options)
+
+
+#: torch.utils.data.DataLoader options that do not exist here, and what to do instead
+_TORCH_ONLY = {
+    "timeout": "use timeout_ms= (milliseconds; torch's timeout is in seconds)",
+    "persistent_workers": "drop it: workers always persist for the loader's life (close() or "
+    "a with block ends them)",
+    "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
+    "pin_memory_device": "drop it (deprecated in torch too)",
+    "worker_init_fn": "drop it: workers are seeded per worker and epoch; dataset code can read "
+    "data.get_worker_info() (worker_id, num_workers, seed)",
+    "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
+    "worker_backend='thread'",
+    "batch_sampler": "pass sampler= and batch_size= instead",
+    "in_order": "drop it: batches are always delivered in sampler order",
+}
+
+
+def _refuse_torch_options(options: dict[str, Any]) -> None:
+    for name in options:
+        fix = _TORCH_ONLY.get(name)
+        if fix is not None:
+            raise ConfigError(
+                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}"
+            )
+    raise TypeError(
+        f"dataloader() got unexpected keyword argument(s) {sorted(options)}; see "
+        "help(data.dataloader) for the options"
+    )

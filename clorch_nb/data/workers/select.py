@@ -1,0 +1,110 @@
+"""Choosing and building a loader's workers: the ``auto`` rule, the checks a process backend
+needs before any worker starts, and the pool for the chosen backend.
+
+The loader never decides where batches are built: it asks :func:`choose_worker_backend` once,
+when it is made, and :func:`make_pool` when an epoch first needs workers.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from typing import Any
+
+from clorch_nb.data.collate import default_collate
+from clorch_nb.data.config import LoaderConfig, WorkerBackend
+from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.workers.base import WorkerPool
+from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.errors import ConfigError
+
+__all__ = ["choose_worker_backend", "make_pool", "sendable", "uses_get_batch"]
+
+
+def sendable(fn: Any) -> bool:
+    """True if ``fn`` pickles by reference (a module-level function or a partial of one) and a
+    worker process can import it: a function defined in a notebook or REPL lives in a
+    ``__main__`` without a file, which pickles here but cannot be found in the worker.
+
+    Example:
+        >>> sendable(len), sendable(lambda x: x)
+        (True, False)
+    """
+    try:
+        pickle.dumps(fn)
+    except Exception:  # noqa: BLE001 - any failure means it cannot reach a process
+        return False
+    module = getattr(getattr(fn, "func", fn), "__module__", None)
+    main = sys.modules.get("__main__")
+    return not (module == "__main__" and getattr(main, "__file__", None) is None)
+
+
+def uses_get_batch(dataset: Any, config: LoaderConfig) -> bool:
+    """True when a whole batch is one ``dataset.get_batch(indices)`` call: the dataset has
+    ``get_batch`` and ``collate_fn`` is :func:`~clorch_nb.data.default_collate` (a custom
+    ``collate_fn`` always gets the items)."""
+    return config.collate_fn is default_collate and callable(getattr(dataset, "get_batch", None))
+
+
+def choose_worker_backend(
+    dataset: Any, spec: ProcessSpec | None, config: LoaderConfig
+) -> WorkerBackend:
+    """Where this loader builds its batches.
+
+    ``num_workers=0``: inline. ``"thread"``: threads. ``"auto"``: processes when the dataset has a
+    ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
+    processes, after checking that everything a worker needs can reach it.
+
+    Raises:
+        ConfigError: ``"process"`` for a dataset with neither a ``process_spec`` nor only tensors,
+            or with a ``collate_fn`` that cannot be sent.
+        ImportError: the ``process_spec`` factory cannot be imported.
+    """
+    if config.num_workers == 0:
+        return "inline"
+    if config.worker_backend == "thread":
+        return "thread"
+    if config.worker_backend == "auto":
+        return "process" if spec is not None and sendable(config.collate_fn) else "thread"
+    if spec is None and not SharedTensors.supports(dataset):
+        what = getattr(getattr(dataset, "_get_item", None), "__qualname__", type(dataset).__name__)
+        raise ConfigError(
+            f"worker_backend='process' needs a dataset with a process_spec: worker processes "
+            f"rebuild the dataset by calling a factory instead of pickling it (its get_item, "
+            f"{what}, cannot be sent to another process), and this dataset has none. Pass "
+            "process_spec={'factory': 'my_pkg.my_mod:make_dataset', 'args': [...]} to "
+            "data.dataset (the factory must live in an importable module, not "
+            "a notebook cell); for in-memory tensors use data.tensor_dataset(X, y), which process "
+            "workers share without a factory; or use worker_backend='thread'"
+        )
+    if not sendable(config.collate_fn):
+        raise ConfigError(
+            f"worker_backend='process' needs a collate_fn that can be sent to worker processes; "
+            f"{getattr(config.collate_fn, '__qualname__', config.collate_fn)!r} cannot be pickled "
+            "(a lambda or a function defined in a notebook or inside another function). Define it "
+            "at the top level of an importable module, or use worker_backend='thread'"
+        )
+    if spec is not None:
+        spec.resolve_factory()  # ImportError naming the factory, before any worker starts
+    return "process"
+
+
+def make_pool(
+    backend: WorkerBackend, dataset: Any, spec: ProcessSpec | None, config: LoaderConfig
+) -> WorkerPool:
+    """The worker pool for ``backend`` ("thread" or "process"; "inline" has none).
+
+    A process pool rebuilds the dataset from its ``process_spec``; without one (only tensor
+    datasets get that far, see :func:`choose_worker_backend`) the tensors move to shared memory
+    once and every worker maps them.
+    """
+    if backend == "thread":
+        from clorch_nb.data.workers.thread import ThreadPool
+
+        return ThreadPool(dataset, config, use_get_batch=uses_get_batch(dataset, config))
+    if backend == "process":
+        from clorch_nb.data.workers.process import ProcessPool
+
+        source = spec or SharedTensors.from_dataset(dataset)
+        return ProcessPool(source, config, use_get_batch=config.collate_fn is default_collate)
+    raise ValueError(f"no worker pool for backend {backend!r}")  # internal: inline has none
