@@ -36,6 +36,7 @@ from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchCancelled, BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.interrupts import close_pool, deferred_sigint
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
@@ -224,9 +225,12 @@ class DataLoader:
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
-            pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
-            self._pool = pool
-            self._pool_finalizer = weakref.finalize(self, pool.close)
+            # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
+            # once, and an unrecorded pool could never be closed.
+            with deferred_sigint():
+                pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
+                self._pool = pool
+                self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
 
     def _run_pool(

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["deferred_sigint", "start_process"]
+__all__ = ["close_pool", "deferred_sigint", "start_process"]
 
 #: what a dead or dying forkserver looks like to a client starting a process
 _SERVER_GONE = (ConnectionRefusedError, FileNotFoundError, ChildProcessError, BrokenPipeError,
@@ -115,3 +115,12 @@ def start_process(make: Any, method: str) -> Any:
                 raise
             _reset_forkserver()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def close_pool(pool: Any) -> None:
+    """``pool.close()`` with Ctrl-C held back: what a dropped loader's finalizer runs (at garbage
+    collection, at any instant), where an interrupt would be printed and lost with the pool
+    half-closed and no second call to finish it.
+    """
+    with deferred_sigint():
+        pool.close()

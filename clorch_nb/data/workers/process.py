@@ -118,9 +118,7 @@ class ProcessPool:
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
         # wake(): another thread makes a get() blocked in wait() return None at once
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -197,8 +195,8 @@ class ProcessPool:
     def wake(self) -> None:
         """Make a :meth:`get` blocked on another thread return None at once (the loader's
         cross-thread ``close()``); harmless when none is blocked."""
-        with contextlib.suppress(OSError):  # full (already woken) or closed
-            os.write(self._wake_w, b"!")
+        with contextlib.suppress(OSError):  # closed: nothing to wake
+            self._wake_w.send_bytes(b"")
 
     def close(self) -> None:
         """Stop every worker and remove every shared-memory segment; idempotent in full: after
@@ -215,11 +213,8 @@ class ProcessPool:
             if w.status is None:
                 w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
-        for fd in (self._wake_r, self._wake_w):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._wake_r = self._wake_w = -1
+        self._wake_r.close()
+        self._wake_w.close()
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and the throughput view)."""
@@ -300,8 +295,8 @@ class ProcessPool:
             if not ready:
                 return None
             if self._wake_r in ready:
-                with contextlib.suppress(OSError):
-                    os.read(self._wake_r, 4096)
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
                 return None
             dead: list[_Worker] = []
             for obj in ready:

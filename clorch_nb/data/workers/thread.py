@@ -47,18 +47,19 @@ class ThreadPool:
         self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
         self._assigned: dict[int, int] = {}  # batch_index -> worker building it now
         self._busy: dict[int, int] = {}  # worker_id -> batch_index it is building now
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread | None] = [None] * self.num_workers
         self._closed = False
         self._stops_sent = False
-        self._threads = [self._spawn(w) for w in range(self.num_workers)]
+        for w in range(self.num_workers):
+            self._spawn(w)
 
-    def _spawn(self, worker_id: int) -> threading.Thread:
+    def _spawn(self, worker_id: int) -> None:
         t = threading.Thread(
             target=self._run, args=(worker_id,), name=f"{self._name}-worker-{worker_id}",
             daemon=True,
         )
-        t.start()
-        return t
+        self._threads[worker_id] = t  # recorded before it starts: close() reaches it, whatever
+        t.start()  # interrupts what follows
 
     def _run(self, worker_id: int) -> None:
         seeded_epoch = None
@@ -174,7 +175,7 @@ class ThreadPool:
             # A thread cannot be interrupted: it exits when its call returns (it sees it was
             # replaced); a fresh thread takes its slot now.
             self._busy.pop(w, None)
-            self._threads[w] = self._spawn(w)
+            self._spawn(w)
         self._assigned.clear()
 
     def close(self) -> None:
@@ -187,5 +188,6 @@ class ThreadPool:
                 self._tasks.put(_STOP)
             self._stops_sent = True
         for t in self._threads:
-            t.join(timeout=1.0)
+            if t is not None and t.is_alive():
+                t.join(timeout=1.0)
         set_worker_info(None, process=False)
