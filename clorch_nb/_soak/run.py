@@ -178,6 +178,7 @@ def soak(seed: int, *, episodes: int | None = None, seconds: float | None = None
             if i == 20:
                 warm_rss = _rss_mb()
             if i % 100 == 99:
+                report.seconds = time.monotonic() - start
                 say(f"... {report.summary()}")
             if interrupter.user_stop:
                 say("stopped by Ctrl-C")
