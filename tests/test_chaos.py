@@ -326,3 +326,40 @@ def test_hostile_exception_is_reported_with_index_and_type(kind: str,
     if pids:
         assert dl._pool.pids() == pids  # no worker died or was replaced
     dl.close()
+
+
+class _FailsOnSecondEpoch:
+    """A sampler whose second iteration raises (after the first epoch started the workers)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.calls = n, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("sampler broke")
+        return iter(range(self.n))
+
+
+@pytest.mark.parametrize("name", ["thread", "process"])
+def test_sampler_error_at_iter_does_not_keep_the_workers(name: str) -> None:
+    """An error raised by iter(loader) itself (the sampler's), kept while the loader is
+    dropped: the workers the previous epoch started still stop at gc."""
+    dl = data.dataloader(fixtures.numbers(6), batch_size=2, num_workers=2, worker_backend=name,
+                         sampler=_FailsOnSecondEpoch(6))
+    assert len(list(dl)) == 3
+    with pytest.raises(RuntimeError, match="sampler broke") as ei:
+        iter(dl)
+    kept = ei.value
+    del ei
+    pids = dl._pool.pids() if name == "process" else []
+    ref = weakref.ref(dl)
+    del dl
+    gc.collect()
+    assert ref() is None
+    assert wait_until(lambda: loader_threads() == [])
+    assert wait_until(lambda: not any(alive(p) for p in pids))
+    assert str(kept) == "sampler broke"

@@ -11,13 +11,15 @@ generator.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import Any
 
 from clorch_nb.errors import LoaderClosedError
 
-__all__ = ["CLOSE_WAIT_S", "EpochIterator", "StopRequest"]
+__all__ = ["CLOSE_WAIT_S", "EpochIterator", "StopRequest", "release_frames"]
 
 #: how long a cross-thread close() waits for the consumer's next() to end before freeing the
 #: workers anyway (the consumer is then stuck in code of its own, e.g. a get_item)
@@ -101,3 +103,32 @@ class EpochIterator:
                 self._gen.close()
         finally:
             self._lock.release()
+
+
+def release_frames(tb: TracebackType | None, owner: object) -> None:
+    """Clear the finished frames of ``tb`` that run methods of ``owner``'s class, so an error
+    that is kept (a notebook keeps the last one in ``sys.last_value``) does not keep ``owner``
+    alive through its traceback. Frames still executing (their caller drops its own reference),
+    and every other frame, are left as they are. (``f_locals`` is never read: in Python 3.11 that
+    caches a snapshot of the locals on the frame, which would keep ``owner`` alive.)
+
+    Example:
+        >>> class Owner:
+        ...     def fail(self):
+        ...         raise ValueError("x")
+        >>> o = Owner()
+        >>> try:
+        ...     o.fail()
+        ... except ValueError as e:
+        ...     err = e
+        >>> release_frames(err.__traceback__, o)
+        >>> import sys; sys.getrefcount(o)  # the doctest's name, and getrefcount's argument
+        2
+    """
+    codes = {f.__code__ for f in vars(type(owner)).values() if hasattr(f, "__code__")}
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code in codes:
+            with contextlib.suppress(RuntimeError):  # still executing: its caller handles it
+                frame.clear()
+        tb = tb.tb_next

@@ -32,7 +32,7 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
-from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
+from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, release_frames
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchCancelled, BatchTask, WorkerPool, build_batch
@@ -113,8 +113,13 @@ class DataLoader:
         self._stop_active()
         epoch = self._epoch = 0 if self._epoch is None else self._epoch + 1
         self.stats.epochs_started += 1
-        base_seed = self._draw_seed()
-        batches = self._plan()
+        try:
+            base_seed = self._draw_seed()
+            batches = self._plan()
+        except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
+            release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
+            del self, exc
+            raise
         stop = StopRequest()
         if self.worker_backend == "inline":
             gen = self._run_inline(epoch, batches, stop)
