@@ -103,6 +103,30 @@ def test_ctrl_c_during_worker_start_keeps_the_forkserver(monkeypatch: pytest.Mon
     assert multiprocessing.active_children() == []
 
 
+def test_ctrl_c_while_thread_workers_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real SIGINT landing just after the first worker thread started: KeyboardInterrupt once
+    the pool is complete and recorded, so close() (or gc) stops every thread it started."""
+    original = threading.Thread.start
+    fired: list[bool] = []
+
+    def start_then_ctrl_c(self: threading.Thread) -> None:
+        original(self)
+        if self.name.startswith("clorch_nb-thread-pool") and not fired:
+            fired.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
+    dl = data.dataloader(fixtures.numbers(6), batch_size=2, num_workers=3,
+                         worker_backend="thread", shuffle=False)
+    with pytest.raises(KeyboardInterrupt):
+        list(dl)
+    monkeypatch.undo()
+    assert fired
+    assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
+    dl.close()
+    assert wait_until(lambda: loader_threads() == [])
+
+
 def test_dead_forkserver_is_replaced() -> None:
     """A forkserver that refuses connections (it is exiting, or was killed) is replaced by a
     fresh one instead of failing every later loader with ConnectionRefusedError."""
