@@ -8,6 +8,7 @@ from typing import Any
 
 from clorch_nb import data
 from clorch_nb._soak.episode import Episode, Outcome, close_later, make_loader, targets
+from clorch_nb.instrumentation import BatchEvent
 
 __all__ = ["drive"]
 
@@ -107,6 +108,16 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
         closer.join(60.0)
         if closer.is_alive():
             out.notes.append("close() from another thread did not return within 60 s")
+    elif c == "close_callback":
+        def close_at_k(ev: Any) -> None:
+            if isinstance(ev, BatchEvent) and ev.batch_index == ep.k:
+                dl.close()
+
+        unsubscribe = dl.subscribe(close_at_k)
+        _epoch(dl, out)
+        out.complete[-1] = False
+        unsubscribe()
+        _epoch(dl, out)
     elif c == "sigint":
         _sigint_epoch(ep, dl, out, arm)
         _epoch(dl, out)  # the loader (and the forkserver) still work afterwards

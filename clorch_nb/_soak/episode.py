@@ -15,10 +15,12 @@ __all__ = ["CONSUMERS", "Episode", "Outcome", "draw", "expected_order", "make_lo
 #: what the consumer does: "full" (every batch), "hold" (every batch, all kept alive), "break"
 #: (stop after k batches, then a full epoch), "reiterate" (after k batches a new iter(), consumed
 #: in full), "close_mid" (close() after k batches from the loop, then a full epoch),
-#: "close_thread" (another thread calls close() after delay_s), "sigint" (a real SIGINT to the
+#: "close_thread" (another thread calls close() after delay_s), "close_callback" (a subscriber
+#: calls close() when batch k is handed over, then a full epoch), "sigint" (a real SIGINT to the
 #: main thread after delay_s, then a full epoch), "drop" (after k batches, loader dropped
 #: without close() while its last error, if any, is kept)
-CONSUMERS = ("full", "hold", "break", "reiterate", "close_mid", "close_thread", "sigint", "drop")
+CONSUMERS = ("full", "hold", "break", "reiterate", "close_mid", "close_thread", "close_callback",
+             "sigint", "drop")
 ORDERS = ("seq", "shuffle", "dist", "list")
 
 

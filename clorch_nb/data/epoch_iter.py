@@ -45,9 +45,9 @@ class StopRequest:
         """Raise :class:`LoaderClosedError` if a stop was requested."""
         if self.requested:
             raise LoaderClosedError(
-                "the loader was closed (loader.close() from another thread) while this thread "
-                "waited for its next batch; the epoch is stopped. Iterate the loader again for "
-                "a new epoch"
+                "the loader was closed (loader.close(), e.g. from another thread) while this "
+                "thread waited for its next batch; the epoch is stopped. Iterate the loader "
+                "again for a new epoch"
             )
 
 
@@ -82,6 +82,8 @@ class EpochIterator:
 
     def __next__(self) -> Any:
         with self._lock:
+            if self._stop.requested:  # closed from inside the epoch (a subscriber's callback)
+                self._gen.close()
             return next(self._gen)
 
     def close(self) -> None:

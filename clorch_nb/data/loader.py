@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from clorch_nb._signals import deferred_sigint
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -35,8 +36,13 @@ from clorch_nb.data.dataset import as_dataset, get_process_spec
 from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, release_frames
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.workers.base import BatchCancelled, BatchTask, WorkerPool, build_batch
-from clorch_nb.data.workers.interrupts import close_pool, deferred_sigint
+from clorch_nb.data.workers.base import (
+    BatchCancelled,
+    BatchTask,
+    WorkerPool,
+    build_batch,
+    close_pool,
+)
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats

@@ -15,8 +15,10 @@ from typing import Any, Protocol
 
 import torch
 
+from clorch_nb._signals import deferred_sigint
+
 __all__ = ["BatchCancelled", "BatchResult", "BatchTask", "WorkerPool", "add_note", "build_batch",
-           "note_index"]
+           "close_pool", "note_index"]
 
 
 class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, not an error
@@ -170,3 +172,11 @@ class WorkerPool(Protocol):
         """Stop every worker and free every resource; idempotent, and a second call finishes
         what an interrupted one began."""
         ...
+
+
+def close_pool(pool: WorkerPool) -> None:
+    """``pool.close()`` with Ctrl-C held back: what a dropped loader's finalizer runs (at garbage
+    collection, at any instant), where an interrupt would be printed and lost with the pool
+    half-closed and no second call to finish it."""
+    with deferred_sigint():
+        pool.close()
