@@ -176,9 +176,8 @@ class ProcessPool:
             shm.sweep(os.getpid(), w.pid)
             w.tasks.close()
             w.results.close()
-            status = exit_text(w.proc.exitcode)
-            w.proc.close()
-            w.status = status
+            w.status = exit_text(w.proc.exitcode)
+        w.proc.close()  # idempotent; after it, the process object can no longer be asked
         if self._workers[w.worker_id] is w:
             self._workers[w.worker_id] = None
         return w.status
