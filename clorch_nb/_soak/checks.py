@@ -65,8 +65,10 @@ def _fault_batch(ep: Episode, order: list[int] | None) -> int | None:
     if ep.fault in ("none", "slow") or order is None or ep.at not in order:
         return None
     b = order.index(ep.at) // ep.batch_size
-    if ep.fault == "malformed" and len(order[b * ep.batch_size:(b + 1) * ep.batch_size]) < 2:
-        return None  # a batch of one malformed item collates fine
+    if ep.fault == "malformed" and set(order[b * ep.batch_size:(b + 1) * ep.batch_size]) == {
+        ep.at
+    }:
+        return None  # a batch of only the malformed item (once or repeated) collates fine
     return b
 
 

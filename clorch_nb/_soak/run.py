@@ -179,6 +179,7 @@ def soak(seed: int, *, episodes: int | None = None, seconds: float | None = None
                 warm_rss = _rss_mb()
             if i % 100 == 99:
                 report.seconds = time.monotonic() - start
+                report.rss_growth_mb = 0.0 if warm_rss is None else _rss_mb() - warm_rss
                 say(f"... {report.summary()}")
             if interrupter.user_stop:
                 say("stopped by Ctrl-C")
