@@ -183,3 +183,71 @@ def images(n: int) -> Any:
         return {"data": torch.rand(3, 224, 224, generator=g), "target": torch.tensor(i)}
 
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("images", n))
+
+
+# -- hostile exceptions (issue 15): each must be reported with its type and dataset index --------
+
+
+class StrRaisesError(Exception):
+    """``str()`` and ``repr()`` of it raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of StrRaisesError fails")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ of StrRaisesError fails")
+
+
+class KeywordOnlyError(Exception):
+    """An odd constructor (keyword-only): ``pickle`` cannot rebuild it from its ``args``."""
+
+    def __init__(self, *, code: int) -> None:
+        super().__init__(f"keyword-only code {code}")
+
+
+class HoldsLockError(Exception):
+    """Carries an unpicklable attribute (a lock)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+class NotAnError(BaseException):
+    """A ``BaseException`` subclass that is not an ``Exception``."""
+
+
+class ExitsOnRebuildError(Exception):
+    """Rebuilding it (``pickle.loads``) raises ``SystemExit``."""
+
+    def __reduce__(self) -> Any:
+        return (_exit_on_rebuild, ())
+
+
+def _exit_on_rebuild() -> Any:
+    raise SystemExit(3)
+
+
+def hostile_error(kind: str) -> BaseException:
+    """An instance of the hostile exception ``kind`` (see :func:`hostile`)."""
+    return {
+        "str": lambda: StrRaisesError(),
+        "init": lambda: KeywordOnlyError(code=7),
+        "lock": lambda: HoldsLockError("with a lock"),
+        "base": lambda: NotAnError("not an Exception"),
+        "rebuild_exits": lambda: ExitsOnRebuildError("exits when rebuilt"),
+    }[kind]()
+
+
+def hostile(n: int, kind: str, at: int) -> Any:
+    """``numbers(n)`` except that ``get_item(at)`` raises the hostile exception ``kind``:
+    ``"str"`` (str/repr raise), ``"init"`` (keyword-only constructor), ``"lock"`` (unpicklable
+    attribute), ``"base"`` (a BaseException subclass), ``"rebuild_exits"`` (unpickling it raises
+    SystemExit)."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if i == at:
+            raise hostile_error(kind)
+        return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("hostile", n, kind, at))

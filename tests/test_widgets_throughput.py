@@ -3,7 +3,6 @@ loader, and the dependency rules of the widgets package."""
 
 from __future__ import annotations
 
-import inspect
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ import pytest
 import torch
 
 from clorch_nb import data
+from clorch_nb.data.epoch_iter import EpochIterator
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.widgets.throughput import ThroughputStats
 
@@ -267,7 +267,7 @@ def test_monitor_subscribes_per_epoch_without_wrapping_the_iterator() -> None:
     )
     mon = widgets.monitor(loader)
     it = iter(mon)
-    assert inspect.isgenerator(it)  # the loader's own epoch generator, not a wrapper
+    assert isinstance(it, EpochIterator)  # the loader's own epoch iterator, not a wrapper
     assert len(loader.events._subscribers) == 1
     assert sum(1 for _ in it) == 10
     assert loader.events._subscribers == ()  # the epoch's end event ended the subscription

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from clorch_nb._signals import deferred_sigint
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -32,9 +33,16 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
+from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, release_frames
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.base import (
+    BatchCancelled,
+    BatchTask,
+    WorkerPool,
+    build_batch,
+    close_pool,
+)
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
@@ -115,12 +123,19 @@ class DataLoader:
         self._stop_active()
         epoch = self._epoch = 0 if self._epoch is None else self._epoch + 1
         self.stats.epochs_started += 1
-        base_seed = self._draw_seed()
-        batches = self._plan()
+        try:
+            base_seed = self._draw_seed()
+            batches = self._plan()
+        except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
+            release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
+            del self, exc
+            raise
+        stop = StopRequest()
         if self.worker_backend == "inline":
-            it = self._run_inline(epoch, batches)
+            gen = self._run_inline(epoch, batches, stop)
         else:
-            it = self._run_pool(epoch, batches, base_seed)
+            gen = self._run_pool(epoch, batches, base_seed, stop)
+        it = EpochIterator(gen, stop)
         self._active = weakref.ref(it)
         return it
 
@@ -131,10 +146,18 @@ class DataLoader:
 
     def close(self) -> None:
         """Stop the current epoch and every worker; idempotent. The loader can be iterated
-        again afterwards (workers then start anew)."""
+        again afterwards (workers then start anew).
+
+        Callable from any thread: a consumer waiting in ``next()`` on another thread gets
+        :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
+        (Ctrl-C), a second one finishes what the first began.
+        """
         self._stop_active()
-        if self._pool_finalizer is not None:
-            self._pool_finalizer()  # calls pool.close() once
+        pool = self._pool
+        if pool is not None:
+            pool.close()  # idempotent in full: repeats whatever an interrupted call left
+            if self._pool_finalizer is not None:
+                self._pool_finalizer.detach()
         self._pool = None
         self._pool_finalizer = None
 
@@ -181,44 +204,66 @@ class DataLoader:
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(self, epoch: int, batches: EpochPlan) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: EpochPlan, stop: StopRequest) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
-        done = False
+
+        def should_stop() -> bool:  # close() from another thread: stop between two items
+            return stop.requested
+
         try:
             for bi, idx in enumerate(batches):
                 t0 = time.perf_counter()
-                batch, fetch_s, collate_s = build_batch(
-                    self.dataset, self.config.collate_fn, idx, use_get_batch=self._use_get_batch,
-                    batch_index=bi, worker="the main thread (num_workers=0)",
-                )
+                try:
+                    batch, fetch_s, collate_s = build_batch(
+                        self.dataset, self.config.collate_fn, idx,
+                        use_get_batch=self._use_get_batch, batch_index=bi,
+                        worker="the main thread (num_workers=0)", should_stop=should_stop,
+                    )
+                except BatchCancelled:
+                    stop.check()
+                    raise
                 t1 = time.perf_counter()
                 self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
                     epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1
                 ))
                 yield batch
-            done = True
-        finally:
-            self._epoch_event("end" if done else "stopped", epoch, n)
+        except BaseException:
+            try:
+                self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader alive
+                # (a notebook keeps the last error in sys.last_value).
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
-            pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
-            self._pool = pool
-            self._pool_finalizer = weakref.finalize(self, pool.close)
+            # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
+            # once, and an unrecorded pool could never be closed.
+            with deferred_sigint():
+                pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
+                self._pool = pool
+                self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
 
-    def _run_pool(self, epoch: int, batches: EpochPlan, base_seed: int) -> Iterator[Any]:
+    def _run_pool(
+        self, epoch: int, batches: EpochPlan, base_seed: int, stop: StopRequest
+    ) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        pool.start_epoch(epoch, base_seed)
+        stop.wake = pool.wake
         max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
         ready: dict[int, Any] = {}
         next_submit = next_yield = 0
-        self._epoch_event("start", epoch, n)
-        done = False
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
+        started = False
         try:
+            stop.check()
+            pool.start_epoch(epoch, base_seed)
+            self._epoch_event("start", epoch, n)
+            started = True
             while next_yield < n:
                 while next_submit < n and next_submit - next_yield < max_in_flight:
                     pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
@@ -226,6 +271,7 @@ class DataLoader:
                 t0 = time.perf_counter()
                 deadline = None if timeout_s is None else t0 + timeout_s
                 while next_yield not in ready:
+                    stop.check()  # close() from another thread (it also wakes pool.get)
                     remaining = None if deadline is None else deadline - time.perf_counter()
                     if remaining is not None and remaining <= 0:
                         broken = True
@@ -252,11 +298,20 @@ class DataLoader:
                 ))
                 next_yield += 1
                 yield result.batch
-            done = True
-        finally:
-            if not done:
+        except BaseException:
+            try:
+                ready.clear()
+                result = None
                 pool.stop_epoch(discard_workers=broken)
-            self._epoch_event("end" if done else "stopped", epoch, n)
+                if started:
+                    self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader (and so,
+                # through its finalizer, its workers) alive; a notebook keeps the last error in
+                # sys.last_value.
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     @staticmethod
     def _take_finished(pool: WorkerPool, ready: dict[int, Any], in_flight: int) -> None:
