@@ -286,13 +286,16 @@ class ProcessPool:
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent = msg
             if not keep or epoch != self._epoch:
                 shm.discard(enc.segment)
                 return
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s)
+                BatchResult(
+                    epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s, None,
+                    t_start, t_sent,
+                )
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg
