@@ -124,6 +124,7 @@ def test_monitor_on_real_loader_counts_everything() -> None:
     loader = data.dataloader(ds, batch_size=32, num_workers=2, worker_backend="thread")
     mon = widgets.monitor(loader, refresh_hz=1000.0)
     mon.live = True  # as in a kernel: push updates while iterating
+    assert mon.widget is not None  # shown (a display builds the widget)
     with loader:
         seen = [len(b["target"]) for b in mon]
         seen += [len(b["target"]) for b in mon]  # a second epoch adds up
@@ -213,7 +214,7 @@ def _stats_with_history(seconds: float, workers: int = 2) -> ThroughputStats:
 
 def test_live_frames_update_the_same_figure_and_blit() -> None:
     pytest.importorskip("matplotlib")
-    from clorch_nb.widgets.throughput_view import ThroughputChart, _nice_ceil
+    from clorch_nb.widgets.throughput_chart import ThroughputChart, _nice_ceil
 
     assert [_nice_ceil(x) for x in (0, 0.3, 1, 1.01, 2.5, 7, 11, 480)] == [
         1,

@@ -1,23 +1,130 @@
-"""What every view shares: the Jupyter display protocol with a faithful static form.
+"""What every view shares: the Jupyter display protocol with a faithful static form, and a
+widget lifecycle that does not leak (B29).
 
 A view is a plain object that owns an ipywidgets tree (``.widget``). Displayed, it gives three
 representations at once, like ipympl's canvas: the live widget for JupyterLab, a PNG for
 nbconvert / GitHub, and text (the same facts as the picture) for ``text/plain`` and nbval.
+
+Lifecycle: ipywidgets keeps every widget (and its comm, and its last PNG) in a registry until
+``close()`` is called, in the kernel and in the front end (ipywidgets#3544, #2304). So every
+view closes its whole widget tree (children, layouts, styles): on :meth:`View.close`, at the end
+of a ``with`` block, and when the view object is garbage-collected (a ``weakref.finalize`` that
+holds the widgets, not the view). A closed view still displays its text and PNG.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from clorch_nb.widgets._render import png_b64
 
+__all__ = ["WIDGET_MIME", "View", "close_widget_tree", "live_widget_count"]
+
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
 
-class View:
-    """Base of the views: subclasses build ``self.widget`` and implement ``to_text``/``to_png``."""
+def close_widget_tree(root: Any) -> int:
+    """Close ``root``, its descendants and their ``layout``/``style`` widgets; returns how many
+    were open. Idempotent."""
+    from ipywidgets import Widget
 
-    widget: Any
+    seen: set[int] = set()
+    stack = [root]
+    closed = 0
+    while stack:
+        w = stack.pop()
+        if not isinstance(w, Widget) or id(w) in seen:
+            continue
+        seen.add(id(w))
+        stack.extend(getattr(w, "children", ()) or ())
+        for name in ("layout", "style"):
+            sub = getattr(w, name, None) if name in w.keys else None
+            if sub is not None:
+                stack.append(sub)
+        if w.comm is not None:
+            closed += 1
+        w.close()
+    return closed
+
+
+def live_widget_count() -> int:
+    """Widgets alive in this kernel's registry (``ipywidgets.widgets.widget._instances``)."""
+    from ipywidgets.widgets import widget
+
+    return len(widget._instances)
+
+
+def _close_all(boxes: list[Any]) -> None:
+    for w in boxes:
+        close_widget_tree(w)
+
+
+class View:
+    """Base of the views: subclasses implement ``_build_widget`` (or assign ``self.widget``),
+    ``to_text`` and ``to_png``.
+
+    The widget tree is built on first use of ``.widget`` (a display does that), so a view that is
+    never displayed makes no widget at all.
+
+    Example:
+        >>> class Hello(View):
+        ...     def _build_widget(self):
+        ...         import ipywidgets
+        ...         return ipywidgets.HTML("hello")
+        ...     def to_text(self):
+        ...         return "hello"
+        >>> with Hello() as v:
+        ...     _ = v.widget  # built here (a display does this)
+        >>> v.closed, v.widget is None
+        (True, True)
+    """
+
+    _widget: Any = None
+    _widget_finalizer: Any = None
+    _closed: bool = False
+
+    @property
+    def widget(self) -> Any:
+        """The live ipywidgets tree (built on first access; ``None`` once closed)."""
+        if self._widget is None and not self._closed:
+            self.widget = self._build_widget()
+        return self._widget
+
+    @widget.setter
+    def widget(self, value: Any) -> None:
+        if self._widget_finalizer is not None:
+            self._widget_finalizer()  # a replaced tree is closed
+        self._widget = value
+        # holds the widgets, not the view: collecting the view closes them
+        self._widget_finalizer = weakref.finalize(self, _close_all, [value])
+
+    @property
+    def has_widget(self) -> bool:
+        """Whether the widget tree exists (was displayed or asked for) and is open."""
+        return self._widget is not None
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`close`."""
+        return self._closed
+
+    def _build_widget(self) -> Any:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close every widget of the view (in the kernel and the front end); idempotent. The
+        view keeps its text and PNG: displaying it later shows those."""
+        self._closed = True
+        if self._widget_finalizer is not None:
+            self._widget_finalizer()
+        self._widget = None
+
+    def __enter__(self) -> View:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def to_text(self) -> str:
         """What the view shows, as text (deterministic unless it is about timing)."""
@@ -27,11 +134,17 @@ class View:
         """What the view shows, as a PNG image."""
         raise NotImplementedError
 
+    def static_bundle(self) -> dict[str, Any]:
+        """``text/plain`` + ``image/png``: what a closed view displays."""
+        return {"text/plain": self.to_text(), "image/png": png_b64(self.to_png())}
+
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        bundle: dict[str, Any] = {"text/plain": self.to_text(), "image/png": png_b64(self.to_png())}
-        widget_bundle = self.widget._repr_mimebundle_() or {}
-        if WIDGET_MIME in widget_bundle:
-            bundle[WIDGET_MIME] = widget_bundle[WIDGET_MIME]
+        bundle = self.static_bundle()
+        widget = self.widget
+        if widget is not None:
+            widget_bundle = widget._repr_mimebundle_() or {}
+            if WIDGET_MIME in widget_bundle:
+                bundle[WIDGET_MIME] = widget_bundle[WIDGET_MIME]
         return bundle
 
     def __str__(self) -> str:
