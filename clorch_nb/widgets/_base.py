@@ -19,7 +19,7 @@ from typing import Any
 
 from clorch_nb.widgets._render import png_b64
 
-__all__ = ["WIDGET_MIME", "View", "close_widget_tree", "live_widget_count"]
+__all__ = ["WIDGET_MIME", "View", "close_widget_tree", "live_widget_count", "weak_handler"]
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -48,6 +48,31 @@ def close_widget_tree(root: Any) -> int:
     return closed
 
 
+def weak_handler(method: Any) -> Any:
+    """A widget callback that calls the bound ``method`` without keeping its object alive
+    (ipywidgets' registry holds the widgets, the widgets hold their callbacks: a strong bound
+    method would keep the view, and so its widgets, forever). A no-op once the object is gone.
+
+    Example:
+        >>> class A:
+        ...     def hello(self, change):
+        ...         return change
+        >>> a = A(); cb = weak_handler(a.hello)
+        >>> cb(1)
+        1
+        >>> del a
+        >>> cb(2) is None  # a is gone: nothing to call
+        True
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> Any:
+        m = ref()
+        return None if m is None else m(*args)
+
+    return call
+
+
 def live_widget_count() -> int:
     """Widgets alive in this kernel's registry (``ipywidgets.widgets.widget._instances``)."""
     from ipywidgets.widgets import widget
@@ -58,6 +83,37 @@ def live_widget_count() -> int:
 def _close_all(boxes: list[Any]) -> None:
     for w in boxes:
         close_widget_tree(w)
+    boxes.clear()
+
+
+def _registry_keys() -> set[str]:
+    from ipywidgets.widgets import widget
+
+    return set(widget._instances)
+
+
+def _new_widgets(before: set[str]) -> list[Any]:
+    from ipywidgets.widgets import widget
+
+    reg = widget._instances
+    return [reg[k] for k in set(reg) - before if k in reg]
+
+
+def _owning(init: Any) -> Any:
+    # A view's __init__ that owns every widget it creates (even one replaced before it reached
+    # the displayed tree, e.g. a default Layout swapped for another).
+    import functools
+
+    @functools.wraps(init)
+    def __init__(self: View, *args: Any, **kwargs: Any) -> None:
+        before = _registry_keys()
+        init(self, *args, **kwargs)
+        made = _new_widgets(before)
+        if made:
+            self._own(made)
+
+    __init__._owns_widgets = True  # type: ignore[attr-defined]
+    return __init__
 
 
 class View:
@@ -82,22 +138,39 @@ class View:
 
     _widget: Any = None
     _widget_finalizer: Any = None
+    _owned: list[Any] | None = None
     _closed: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_owns_widgets", False):
+            cls.__init__ = _owning(init)  # type: ignore[misc]
+
+    def _own(self, widgets: list[Any]) -> None:
+        """Close ``widgets`` with this view (on close, ``with`` exit or collection)."""
+        if self._owned is None or self._widget_finalizer is None or not self._widget_finalizer.alive:
+            self._owned = []
+            # holds the widgets, not the view: collecting the view closes them
+            self._widget_finalizer = weakref.finalize(self, _close_all, self._owned)
+        self._owned.extend(widgets)
 
     @property
     def widget(self) -> Any:
         """The live ipywidgets tree (built on first access; ``None`` once closed)."""
         if self._widget is None and not self._closed:
-            self.widget = self._build_widget()
+            before = _registry_keys()
+            built = self._build_widget()
+            self._own(_new_widgets(before))  # every widget made, also those not in the tree
+            self.widget = built
         return self._widget
 
     @widget.setter
     def widget(self, value: Any) -> None:
-        if self._widget_finalizer is not None:
-            self._widget_finalizer()  # a replaced tree is closed
+        if self._widget is not None and self._widget is not value:
+            close_widget_tree(self._widget)  # a replaced tree is closed
         self._widget = value
-        # holds the widgets, not the view: collecting the view closes them
-        self._widget_finalizer = weakref.finalize(self, _close_all, [value])
+        self._own([value])
 
     @property
     def has_widget(self) -> bool:

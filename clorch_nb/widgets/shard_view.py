@@ -16,7 +16,7 @@ from matplotlib.ticker import MaxNLocator
 
 from clorch_nb.data import DistributedSampler
 from clorch_nb.errors import ConfigError
-from clorch_nb.widgets._base import View
+from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, text_color_on
 from clorch_nb.widgets.shards import ShardTable, _ranges, records_table, shard_table
 
@@ -508,12 +508,12 @@ class ShardView(View):
             for key in ("size", "num_replicas", "seed"):
                 self.controls[key].layout = W.Layout(width="170px")
             for w in self.controls.values():
-                w.observe(self._on_setting, names="value")
+                w.observe(weak_handler(self._on_setting), names="value")
             c = self.controls
             rows.append(W.HBox([c["size"], c["num_replicas"], c["seed"], c["shard_mode"]]))
             rows.append(W.HBox([c["shuffle"], c["drop_last"], c["set_epoch"]]))
-        self.epoch_slider.observe(self._on_view, names="value")
-        self.color_toggle.observe(self._on_view, names="value")
+        self.epoch_slider.observe(weak_handler(self._on_view), names="value")
+        self.color_toggle.observe(weak_handler(self._on_view), names="value")
         rows.append(W.HBox([self.epoch_slider, self.color_label, self.color_toggle]))
         self.widget = W.VBox([*rows, self.error, self.image, self.check])
         self._refresh()
