@@ -100,8 +100,8 @@ def _new_widgets(before: set[str]) -> list[Any]:
 
 
 def _owning(init: Any) -> Any:
-    # A view's __init__ that owns every widget it creates (even one replaced before it reached
-    # the displayed tree, e.g. a default Layout swapped for another).
+    # A view's __init__ (or _build) that owns every widget it creates (even one replaced before
+    # it reached the displayed tree, e.g. a default Layout swapped for another).
     import functools
 
     @functools.wraps(init)
@@ -143,9 +143,12 @@ class View:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        init = cls.__dict__.get("__init__")
-        if init is not None and not getattr(init, "_owns_widgets", False):
-            cls.__init__ = _owning(init)  # type: ignore[misc]
+        # the places a view makes widgets: its __init__, or a _build helper that alternative
+        # constructors (cls.__new__ + _build) call
+        for name in ("__init__", "_build"):
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "_owns_widgets", False):
+                setattr(cls, name, _owning(fn))
 
     def _own(self, widgets: list[Any]) -> None:
         """Close ``widgets`` with this view (on close, ``with`` exit or collection)."""
