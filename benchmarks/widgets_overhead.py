@@ -159,6 +159,7 @@ def monitor_cost(reps: int, epochs: int, epochs_train: int | None = None) -> dic
     def watched(body: Callable[[dict[str, torch.Tensor]], None] | None) -> float:
         mon = widgets.monitor(loader)  # built outside the timed region, like a cell's setup
         mon.live = True  # push updates as in a kernel
+        assert mon.widget is not None  # shown, as a display in a kernel does
         t0 = time.process_time()
         for _ in range(n_epochs(body)):
             for b in mon:
