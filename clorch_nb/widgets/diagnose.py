@@ -104,6 +104,8 @@ class Breakdown:
             a = _clip(started, t0, t)
             # built at start + fetch + collate; encoding (process workers) is transport
             c = _clip(min(sent, started + b[FETCH] + b[COLLATE]), a, t)
+            if b[WORKER] < 0:  # built on the consuming thread: nothing travels
+                c = t
             if a > t0:
                 early = self._first_sent is None or self._first_sent > t0
                 parts["startup" if early else "starved"] += a - t0

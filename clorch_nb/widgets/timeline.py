@@ -87,7 +87,7 @@ class Timeline:
                 built = min(sent, start + ev[FETCH] + ev[COLLATE])
                 lane = lane_name(ev[WORKER])
                 self.spans.append(Span(lane, "build", start, built, epoch, bi, n))
-                if sent - built > 1e-6:
+                if ev[WORKER] >= 0 and sent - built > 1e-6:  # inline: nothing is sent
                     self.spans.append(Span(lane, "send", built, sent, epoch, bi, n))
             self.spans.append(Span(MAIN_LOOP, "wait", t0, t, epoch, bi, n))
             open_body = (t, epoch, bi, n)

@@ -94,11 +94,15 @@ class TimelineView(View):
         fig.text(0.01, 0.97, f"Timeline of the last {tl.batches()} batches "
                  f"({tl.worker_backend}, num_workers={tl.num_workers})",
                  fontsize=12, fontweight="bold", va="top")
-        x = 0.13
-        for k in kinds:
-            fig.text(x, 0.97 - 0.28 / fig.get_figheight(), "\u25a0 " + LABELS[k],
-                     color=COLORS[k], fontsize=9, va="top")
-            x += 0.215
+        if kinds:
+            from matplotlib.patches import Patch
+
+            fig.legend(
+                handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds],
+                loc="upper left", bbox_to_anchor=(0.12, 1 - 0.3 / fig.get_figheight()),
+                ncol=len(kinds), fontsize=9, frameon=False, handlelength=1.0,
+                columnspacing=1.2,
+            )
         if not tl.spans:
             ax.text(0.5, 0.5, "no batch yet", transform=ax.transAxes, ha="center", color="grey")
         return figure_png(fig)
