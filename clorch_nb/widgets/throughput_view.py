@@ -41,6 +41,7 @@ import ipywidgets as W
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.widgets._base import View
+from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import Verdict
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
@@ -346,6 +347,19 @@ class ThroughputMonitor(View):
         """The current numbers (items/s overall and per worker, waiting share, queue depth) and
         the verdict."""
         return self._text(self.stats.snapshot())
+
+    def static_bundle(self) -> dict[str, Any]:
+        """``text/plain`` + ``image/png``, and ``text/html`` showing both (JupyterLab renders
+        one MIME type per output: the final chart and the summary text together)."""
+        text, png = self.to_text(), png_b64(self.to_png())
+        return {
+            "text/plain": text,
+            "image/png": png,
+            "text/html": (
+                f"<img src='data:image/png;base64,{png}' style='max-width:100%'/>"
+                f"<pre style='font-size:12px;margin:0'>{html.escape(text)}</pre>"
+            ),
+        }
 
     def to_png(self) -> bytes:
         """The full-quality chart of the run so far, as PNG."""
