@@ -47,7 +47,9 @@ def test_timeline_spans_exact() -> None:
     assert tl.lanes == ["main loop", "worker 0", "worker 1"]
     assert tl.batches() == 2
     text = tl.to_text()
-    assert text.splitlines()[0] == "Timeline of the last 2 batches (1.000 s, process, num_workers=2):"
+    assert text.splitlines()[0] == (
+        "Timeline of the last 2 batches (1.000 s, process, num_workers=2):"
+    )
     assert "epoch 3 batch 0: worker 1 built 0.0-300.0, sent by 350.0, waited 0.0-400.0, " \
            "consumed 400.0-600.0 ms" in text
 

@@ -13,9 +13,9 @@ import torch
 
 pytest.importorskip("ipywidgets")
 
-from clorch_nb import data, widgets  # noqa: E402
-from clorch_nb.widgets._base import WIDGET_MIME, live_widget_count  # noqa: E402
-from clorch_nb.widgets.timeline_view import TimelineView  # noqa: E402
+from clorch_nb import data, widgets
+from clorch_nb.widgets._base import WIDGET_MIME, live_widget_count
+from clorch_nb.widgets.timeline_view import TimelineView
 
 
 def _loader() -> Any:

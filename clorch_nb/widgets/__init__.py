@@ -25,9 +25,9 @@ from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 
 if TYPE_CHECKING:
+    from clorch_nb.widgets.headspace import Headspace, headspace
     from clorch_nb.widgets.shapes_view import BatchShapesView
     from clorch_nb.widgets.shard_view import ShardView
-    from clorch_nb.widgets.headspace import Headspace, headspace
     from clorch_nb.widgets.throughput_view import ThroughputMonitor, monitor
     from clorch_nb.widgets.timeline_view import TimelineView
 

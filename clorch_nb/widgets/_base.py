@@ -105,15 +105,15 @@ def _owning(init: Any) -> Any:
     import functools
 
     @functools.wraps(init)
-    def __init__(self: View, *args: Any, **kwargs: Any) -> None:
+    def owning_init(self: View, *args: Any, **kwargs: Any) -> None:
         before = _registry_keys()
         init(self, *args, **kwargs)
         made = _new_widgets(before)
         if made:
             self._own(made)
 
-    __init__._owns_widgets = True  # type: ignore[attr-defined]
-    return __init__
+    owning_init._owns_widgets = True  # type: ignore[attr-defined]
+    return owning_init
 
 
 class View:
@@ -152,7 +152,8 @@ class View:
 
     def _own(self, widgets: list[Any]) -> None:
         """Close ``widgets`` with this view (on close, ``with`` exit or collection)."""
-        if self._owned is None or self._widget_finalizer is None or not self._widget_finalizer.alive:
+        fin = self._widget_finalizer
+        if self._owned is None or fin is None or not fin.alive:
             self._owned = []
             # holds the widgets, not the view: collecting the view closes them
             self._widget_finalizer = weakref.finalize(self, _close_all, self._owned)

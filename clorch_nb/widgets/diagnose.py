@@ -39,7 +39,8 @@ STAGES = ("startup", "starved", "items", "collate", "transport")
 # BatchEvent fields by name (the monitor keeps events as plain tuples)
 _F = {name: i for i, name in enumerate(BatchEvent._fields)}
 WORKER, ITEMS, FETCH, COLLATE = _F["worker_id"], _F["num_items"], _F["fetch_s"], _F["collate_s"]
-WAIT, T, ASKED, START, SENT = _F["wait_s"], _F["t_s"], _F["t_asked_s"], _F["t_start_s"], _F["t_sent_s"]
+WAIT, T, ASKED = _F["wait_s"], _F["t_s"], _F["t_asked_s"]
+START, SENT = _F["t_start_s"], _F["t_sent_s"]
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -262,8 +263,11 @@ def verdict(
         >>> b.epoch(EpochEvent("start", 0, 1, "inline", 0, 0.0))
         >>> b.batch(tuple(BatchEvent(0, 0, -1, 8, 0.9, 0.0, 0.9, 0, 0.9, 0.0, 0.0, 0.9)))
         >>> b.epoch(EpochEvent("end", 0, 1, "inline", 0, 1.0))
-        >>> print(verdict(b, worker_backend="inline", num_workers=0, busy_share=0.9))
-        data-bound: the main thread spends 90% of the time building items (num_workers=0); workers (num_workers >= 2) or a cheaper get_item would help
+        >>> v = verdict(b, worker_backend="inline", num_workers=0, busy_share=0.9)
+        >>> v.kind, v.stage
+        ('data-bound', 'items')
+        >>> print(v.line[:66])
+        data-bound: the main thread spends 90% of the time building items
     """
     wall, body, wait, overhead = breakdown.totals(now)
     parts = dict(breakdown.wait_parts)
@@ -289,9 +293,12 @@ def verdict(
         )
     else:
         kind = "balanced"
+        advice = (
+            _advice(stage, worker_backend, num_workers, busy_share, stage_share) if stage else ""
+        )
         line = (
             f"balanced: waiting for data {sw:.0%} of the time, the loop body {sb:.0%}; "
-            f"to load faster: {_advice(stage, worker_backend, num_workers, busy_share, stage_share)}"
+            f"to load faster: {advice}"
             if stage
             else f"balanced: waiting for data {sw:.0%} of the time, the loop body {sb:.0%}"
         )

@@ -275,7 +275,8 @@ class ThroughputStats:
         # its oldest generation mid-flush, triggering full collections: 10 % of a fast loop.)
         col = {name: tuple(map(get, evs)) for name, get in _GET.items()}
         n = len(evs)
-        items, queue, fetch, coll = col["num_items"], col["queue_depth"], col["fetch_s"], col["collate_s"]
+        items, queue = col["num_items"], col["queue_depth"]
+        fetch, coll = col["fetch_s"], col["collate_s"]
         n_items = sum(items)
         self.batches += n
         self.items += n_items
@@ -412,7 +413,8 @@ class ThroughputStats:
         """
         snap = self.snapshot(now)
         if snap.num_workers == 0:
-            busy = min(1.0, sum(w.busy_s for w in snap.workers) / snap.elapsed_s) if snap.elapsed_s else 0.0
+            busy_s = sum(w.busy_s for w in snap.workers)
+            busy = min(1.0, busy_s / snap.elapsed_s) if snap.elapsed_s else 0.0
         else:
             busy = sum(w.busy_share for w in snap.workers) / snap.num_workers
         return verdict(

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clorch_nb.widgets.diagnose import ASKED, COLLATE, FETCH, ITEMS, SENT, START, T, WAIT, WORKER
+from clorch_nb.widgets.diagnose import ASKED, COLLATE, FETCH, ITEMS, SENT, START, WAIT, WORKER, T
 
 __all__ = ["MAIN_LOOP", "Span", "Timeline", "merge_traces"]
 
@@ -60,8 +60,11 @@ class Timeline:
         ...     tuple(BatchEvent(0, 0, 0, 8, 0.3, 0.1, 0.5, 0, 0.5, 0.0, 0.0, 0.4)),
         ...     tuple(EpochEvent("end", 0, 1, "thread", 1, 0.75)),
         ... ])
-        >>> [(s.lane, s.kind, s.t0, s.t1) for s in tl.spans]
-        [('worker 0', 'build', 0.0, 0.4), ('main loop', 'wait', 0.0, 0.5), ('main loop', 'body', 0.5, 0.75)]
+        >>> for s in tl.spans:
+        ...     print(s.lane, s.kind, s.t0, s.t1)
+        worker 0 build 0.0 0.4
+        main loop wait 0.0 0.5
+        main loop body 0.5 0.75
         >>> tl.lanes
         ['main loop', 'worker 0']
     """

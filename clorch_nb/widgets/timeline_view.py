@@ -31,7 +31,7 @@ class TimelineView(View):
 
     Args:
         events (Iterable[tuple]): event tuples (``ThroughputMonitor.stats.recent``); usually
-            made by :meth:`ThroughputMonitor.timeline <clorch_nb.widgets.ThroughputMonitor.timeline>`.
+            made by ``ThroughputMonitor.timeline()``.
         last (int | None): show only the last ``last`` batches.
 
     Example:

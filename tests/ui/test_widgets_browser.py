@@ -139,7 +139,7 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     )
     consumed = re.search(r"ui-test: consumed \d+ items in \d+ epochs", monitor["text"])
     assert consumed, monitor["text"][-500:]
-    for words in ("Done", "items/s", "waiting for data", "worker 0", "worker 1"):
+    for words in ("(done)", "items/s", "waiting for data", "worker 0", "worker 1", "verdict: "):
         assert words in monitor["text"], (
             f"monitor: {words!r} missing from the final summary: {monitor['text'][-800:]}"
         )
