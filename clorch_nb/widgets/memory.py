@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["MemoryTracker", "ProcessMemory"]
 
@@ -113,18 +114,18 @@ class MemoryTracker:
         return "\n".join(lines)
 
 
-def _workers(me: object) -> list[object]:
+def _workers(me: Any) -> list[Any]:
     # forkserver children are workers; the forkserver and the resource tracker are not
-    kids = me.children(recursive=True)  # type: ignore[attr-defined]
+    kids = me.children(recursive=True)
     helpers = {
         c.pid for c in kids
-        if "resource_tracker" in _cmd(c) or ("forkserver" in _cmd(c) and c.ppid() == me.pid)  # type: ignore[attr-defined]
+        if "resource_tracker" in _cmd(c) or ("forkserver" in _cmd(c) and c.ppid() == me.pid)
     }
     return [c for c in kids if c.pid not in helpers]
 
 
-def _cmd(p: object) -> str:
+def _cmd(p: Any) -> str:
     try:
-        return " ".join(p.cmdline())  # type: ignore[attr-defined]
+        return " ".join(p.cmdline())
     except Exception:  # noqa: BLE001 - a process that vanished or hides its command line
         return ""

@@ -406,20 +406,13 @@ class ThroughputStats:
             self.history = merged
 
     def verdict(self, now: float | None = None) -> Verdict:
-        """Why the loop is as fast as it is: see :func:`~clorch_nb.widgets.diagnose.verdict`.
-
-        Args:
-            now (float | None): measure an open epoch up to this ``perf_counter`` time.
-        """
+        """Why the loop is as fast as it is (:func:`~clorch_nb.widgets.diagnose.verdict`), an
+        open epoch measured up to ``now`` (a ``perf_counter`` time)."""
         snap = self.snapshot(now)
-        if snap.num_workers == 0:
-            busy_s = sum(w.busy_s for w in snap.workers)
-            busy = min(1.0, busy_s / snap.elapsed_s) if snap.elapsed_s else 0.0
-        else:
-            busy = sum(w.busy_share for w in snap.workers) / snap.num_workers
+        busy = sum(w.busy_s for w in snap.workers) / max(snap.num_workers, 1)
         return verdict(
             self.breakdown, worker_backend=snap.worker_backend, num_workers=snap.num_workers,
-            busy_share=busy, now=now,
+            busy_share=min(1.0, busy / snap.elapsed_s) if snap.elapsed_s else 0.0, now=now,
         )
 
     def snapshot(self, now: float | None = None) -> ThroughputSnapshot:
