@@ -118,9 +118,11 @@ class ThroughputChart:
         return [self.total, *self.workers.values(), self.wait, self.queue, self.empty,
                 self.cap_line, self.cap_text]
 
-    def _set_data(self, stats: ThroughputStats, snap: ThroughputSnapshot) -> tuple[Any, ...]:
+    def _set_data(
+        self, stats: ThroughputStats, snap: ThroughputSnapshot, extra: list[Any] | None = None
+    ) -> tuple[Any, ...]:
         """Update the artists' data; returns (tmax, top items/s, top queue, worker ids)."""
-        h = stats.history
+        h = stats.history + (extra or [])
         t = [p.t_s for p in h]
         # "no batch yet" only when there is none (the history can lag the totals by a refresh)
         self.empty.set_visible(snap.batches == 0)
@@ -183,12 +185,18 @@ class ThroughputChart:
             x += t.get_window_extent(renderer).width / self.fig.bbox.width + 0.015
 
     def render(
-        self, stats: ThroughputStats, snap: ThroughputSnapshot, *, final: bool = False
+        self,
+        stats: ThroughputStats,
+        snap: ThroughputSnapshot,
+        *,
+        final: bool = False,
+        extra: list[Any] | None = None,
     ) -> bytes:
-        """Update the artists from ``stats.history`` and return the PNG: a blitted live frame,
-        or with ``final=True`` the full chart."""
+        """Update the artists from ``stats.history`` (plus ``extra`` points not kept, e.g. "no
+        batch for a while": 100 % waiting) and return the PNG: a blitted live frame, or with
+        ``final=True`` the full chart."""
         t0 = time.perf_counter()
-        tmax, top, qtop, ids = self._set_data(stats, snap)
+        tmax, top, qtop, ids = self._set_data(stats, snap, extra)
         self._set_legend(ids)
         # live frames: the numbers are in the monitor's text beside the chart, so the headline
         # stays fixed (part of the cached background); the final chart carries them

@@ -31,6 +31,7 @@ for and consumed), :meth:`~ThroughputMonitor.export_trace` (Chrome trace JSON) a
 from __future__ import annotations
 
 import html
+import threading
 import time
 import warnings
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import Verdict
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
+from clorch_nb.widgets.throughput_stall import StallWatch
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
 
@@ -58,7 +60,7 @@ def _in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-class ThroughputMonitor(View):
+class ThroughputMonitor(StallWatch, View):
     """Wraps iteration over a loader and shows its throughput live; see :func:`monitor`.
 
     Args:
@@ -122,6 +124,12 @@ class ThroughputMonitor(View):
         self._on_event: Any = None  # the subscriber, made once (for the current ``live``)
         self._on_event_live = False
         self._chart_: ThroughputChart | None = None
+        # the stall watch (in a kernel): a thread that, while no event arrives, says so
+        self._lock = threading.Lock()  # one chart/widget update at a time
+        self._last_event = [0.0]  # perf_counter of the last event (a list: set by a closure)
+        self._stall_stop: threading.Event | None = None
+        self._last_snap: ThroughputSnapshot | None = None  # of the last update (stall watch)
+        self.stall_frames = 0
 
     @property
     def _chart(self) -> ThroughputChart:
@@ -183,24 +191,30 @@ class ThroughputMonitor(View):
         # refresh time (the event's own timestamp, no clock read). A closure: fewer attribute
         # lookups than a method.
         stats, tick, live, batch_event = self.stats, self._tick, self.live, BatchEvent
-        add_batch = stats.add_batch
+        add_batch, last = stats.add_batch, self._last_event
 
         def on_event(ev: Any) -> None:
             if ev.__class__ is batch_event:
                 add_batch(tuple(ev))
+                last[0] = ev.t_s
                 if ev.t_s >= self._next_tick and live:
                     tick(ev.t_s)
                 return
             stats.add(ev)
+            last[0] = ev.t_s
             if ev.kind != "start":
                 self._epoch_over(ev)
-            elif ev.t_s >= self._next_tick and live:
-                tick(ev.t_s)
+            else:
+                if live and self._kernel:
+                    self._watch_stalls()
+                if ev.t_s >= self._next_tick and live:
+                    tick(ev.t_s)
 
         return on_event
 
     def _epoch_over(self, ev: Any) -> None:
         self._end_subscription()
+        self._stop_stall_watch()
         if self.memory is not None:
             self.memory.sample(ev.epoch, now=ev.t_s)
         if self.live:
@@ -243,6 +257,7 @@ class ThroughputMonitor(View):
     def close(self) -> None:
         """Stop listening to the loader and close the widgets (also at the end of ``with``)."""
         self._end_subscription()
+        self._stop_stall_watch()
         super().close()
 
     def _chart_due(self, now: float) -> bool:
@@ -272,7 +287,12 @@ class ThroughputMonitor(View):
         box = box if box is not None else self._widget
         if box is None:  # not shown (or closed): nothing to push
             return
+        with self._lock:
+            self._push(box, chart, now)
+
+    def _push(self, box: Any, chart: bool | None, now: float | None) -> None:
         snap = self.stats.snapshot(now)
+        self._last_snap = snap
         if chart is None:
             chart = now is not None and self._chart_due(now)
         with box.hold_sync():
