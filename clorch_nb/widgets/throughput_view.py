@@ -325,13 +325,14 @@ class ThroughputMonitor(StallWatch, View):
         (see :mod:`clorch_nb.widgets.diagnose`). ``str()`` of it is the one-line verdict."""
         return self.stats.verdict()
 
-    def timeline(self) -> Any:
-        """The recent batches as a :class:`~clorch_nb.widgets.timeline_view.TimelineView`
-        (per worker and for the main loop: built, sent, waited for, consumed)."""
+    def timeline(self, last: int | None = 40) -> Any:
+        """The ``last`` batches (None: all kept, up to 256) as a
+        :class:`~clorch_nb.widgets.timeline_view.TimelineView` (per worker and for the main
+        loop: built, sent, waited for, consumed)."""
         from clorch_nb.widgets.timeline_view import TimelineView
 
         self.stats.flush()
-        return TimelineView(self.stats.recent)
+        return TimelineView(self.stats.recent, last=last)
 
     def export_trace(self, path: str, *, align_with: str | None = None) -> str:
         """Write the recent batches as Chrome trace-event JSON (open it in Perfetto or

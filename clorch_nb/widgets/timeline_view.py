@@ -73,11 +73,12 @@ class TimelineView(View):
         fig = new_figure(9.0, 0.9 + 0.45 * len(lanes))
         ax = fig.add_axes((0.13, 0.32 if len(lanes) < 3 else 0.22, 0.85, 0.5))
         t0 = tl.t_min
+        min_w = 0.002 * 1000 * (tl.t_max - t0)  # a short span stays visible (>= 0.2 % wide)
         ypos = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
         for kind in KINDS:
             for lane in lanes:
                 bars = [
-                    (1000 * (s.t0 - t0), 1000 * (s.t1 - s.t0))
+                    (1000 * (s.t0 - t0), max(1000 * (s.t1 - s.t0), min_w))
                     for s in tl.spans
                     if s.kind == kind and s.lane == lane
                 ]
