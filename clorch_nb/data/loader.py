@@ -92,6 +92,10 @@ class DataLoader:
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[Iterator[Any]] | None = None
+        if worker_backend == "process":
+            # Workers start now, in the background: a loader made in one notebook cell and
+            # iterated in the next has them ready (nothing leaks if it is never iterated).
+            self._ensure_pool().prestart()  # type: ignore[attr-defined]
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)
