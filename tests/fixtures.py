@@ -251,3 +251,40 @@ def hostile(n: int, kind: str, at: int) -> Any:
         return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
 
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("hostile", n, kind, at))
+
+
+def sleepy(n: int, item_s: float = 0.0, width: int = 2) -> Any:
+    """``n`` items like :func:`numbers`, each taking ``item_s`` seconds (a sleep) to build: a
+    slow ``get_item`` of known cost."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if item_s:
+            time.sleep(item_s)
+        return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("sleepy", n, item_s, width))
+
+
+def slow_collate(items: list[Any]) -> Any:
+    """The default collation after a 20 ms sleep: a slow ``collate_fn`` of known cost."""
+    time.sleep(0.02)
+    return data.default_collate(items)
+
+
+class BigBatches:
+    """``n`` items of ``width`` float32, built a whole batch at a time (``get_batch``: one
+    uninitialised allocation, nearly free; its values are not read), so a process worker's time
+    goes into moving the batch."""
+
+    def __init__(self, n: int, width: int) -> None:
+        self.n, self.width = n, width
+        self.process_spec = _spec("BigBatches", n, width)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.zeros(self.width), "target": torch.tensor(i)}
+
+    def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"data": torch.empty(len(indices), self.width), "target": indices.clone()}

@@ -225,7 +225,8 @@ class DataLoader:
                     raise
                 t1 = time.perf_counter()
                 self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
-                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1
+                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1,
+                    t0, t0, t1,
                 ))
                 yield batch
         except BaseException:
@@ -265,6 +266,7 @@ class DataLoader:
             self._epoch_event("start", epoch, n)
             started = True
             while next_yield < n:
+                t_asked = time.perf_counter()
                 while next_submit < n and next_submit - next_yield < max_in_flight:
                     pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
                     next_submit += 1
@@ -294,7 +296,8 @@ class DataLoader:
                 t1 = time.perf_counter()
                 self._record(BatchEvent(
                     epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
-                    result.collate_s, t1 - t0, len(ready), t1,
+                    result.collate_s, t1 - t0, len(ready), t1, t_asked, result.t_start,
+                    result.t_sent,
                 ))
                 next_yield += 1
                 yield result.batch

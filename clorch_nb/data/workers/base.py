@@ -39,7 +39,12 @@ class BatchTask:
 
 @dataclass(slots=True)
 class BatchResult:
-    """A built batch, or the error that stopped it, with the worker's timings in seconds."""
+    """A built batch, or the error that stopped it, with the worker's timings in seconds.
+
+    ``t_start``/``t_sent`` are the worker's ``time.perf_counter()`` when it began building the
+    batch and when the batch was ready to hand over (built, and encoded for a process worker);
+    CLOCK_MONOTONIC, so comparable across processes on Linux. 0.0 when unknown.
+    """
 
     epoch: int
     batch_index: int
@@ -49,6 +54,8 @@ class BatchResult:
     fetch_s: float
     collate_s: float
     error: BaseException | None = None
+    t_start: float = 0.0
+    t_sent: float = 0.0
 
 
 def add_note(exc: BaseException, note: str) -> None:

@@ -14,7 +14,8 @@ Two threads:
 Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
 ``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
 ``("stop",)``.
-Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch)``,
+Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
+t_start, t_sent)`` (the worker's ``perf_counter`` when it began building and when it sent),
 ``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
 ``("init_error", ExceptionBlob)``.
 """
@@ -27,6 +28,7 @@ import pickle
 import queue
 import signal
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -273,13 +275,18 @@ def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: byt
             worker=where,
             should_stop=lambda: epoch <= state.cancelled,
         )
+        t_built = time.perf_counter()
         try:
             enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where, arena=arena)
         except Exception as exc:
             add_note(exc, f"[clorch_nb] while sending batch {batch_index} out of {where}")
             raise
         del batch
-        return pickle.dumps(("ok", epoch, batch_index, n, fetch_s, collate_s, enc), _HIGHEST)
+        t_sent = time.perf_counter()
+        return pickle.dumps(
+            ("ok", epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
+             t_sent), _HIGHEST,
+        )
     except BatchCancelled:
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer

@@ -371,7 +371,7 @@ class ProcessPool:
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent = msg
             if not keep or epoch != self._epoch:
                 shm.discard_batch(enc, w.arena)
                 return
@@ -382,7 +382,9 @@ class ProcessPool:
                 raise
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, batch, n, fetch_s, collate_s)
+                BatchResult(
+                    epoch, bi, w.worker_id, batch, n, fetch_s, collate_s, None, t_start, t_sent
+                )
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg

@@ -87,9 +87,10 @@ class ThreadPool:
                     batch_index=task.batch_index, worker=f"thread worker {worker_id}",
                     should_stop=partial(self._abandoned, task.epoch),
                 )
+                t_sent = time.perf_counter()
                 result: BatchResult | None = BatchResult(
                     task.epoch, task.batch_index, worker_id, batch, len(task.indices), fetch_s,
-                    collate_s,
+                    collate_s, None, t_sent - fetch_s - collate_s, t_sent,
                 )
             except BatchCancelled:
                 result = None
