@@ -11,7 +11,7 @@ Each ``iter(loader)`` is one epoch:
 3. **deliver**: in plan order, whatever finishes first; every handover is recorded
    (:class:`~clorch_nb.instrumentation.BatchEvent`) for the subscribed views.
 
-Options: one frozen :class:`~clorch_nb.data.config.LoaderConfig`; position: data/state.py.
+Every option lives in one frozen :class:`~clorch_nb.data.config.LoaderConfig`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from clorch_nb._signals import deferred_sigint
 from clorch_nb.data import state as _state
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
@@ -33,10 +34,17 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
+from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, release_frames
 from clorch_nb.data.plan import EpochPlan, epoch_order
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.worker_info import batch_seed, seeded_globals
-from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.base import (
+    BatchCancelled,
+    BatchTask,
+    WorkerPool,
+    build_batch,
+    close_pool,
+)
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
@@ -97,6 +105,10 @@ class DataLoader:
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[Iterator[Any]] | None = None
+        if worker_backend == "process":
+            # Workers start now, in the background: a loader made in one notebook cell and
+            # iterated in the next has them ready (nothing leaks if it is never iterated).
+            self._ensure_pool().prestart()  # type: ignore[attr-defined]
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)
@@ -114,15 +126,22 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self._stop_active()
-        epoch, start, skip = _state.begin_epoch(self)  # sets self._epoch
         self.stats.epochs_started += 1
-        base_seed = self._draw_seed()
-        batches = self._plan(skip)
+        try:
+            epoch, start, skip = _state.begin_epoch(self)  # sets self._epoch
+            base_seed = self._draw_seed()
+            batches = self._plan(skip)
+        except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
+            release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
+            del self, exc
+            raise
+        stop = StopRequest()
         self._position = (epoch, start, start, len(batches))
         if self.worker_backend == "inline":
-            it = self._run_inline(epoch, batches, start, base_seed)
+            gen = self._run_inline(epoch, batches, start, base_seed, stop)
         else:
-            it = self._run_pool(epoch, batches, start, base_seed)
+            gen = self._run_pool(epoch, batches, start, base_seed, stop)
+        it = EpochIterator(gen, stop)
         self._active = weakref.ref(it)
         return it
 
@@ -143,10 +162,18 @@ class DataLoader:
 
     def close(self) -> None:
         """Stop the current epoch and every worker; idempotent. The loader can be iterated
-        again afterwards (workers then start anew)."""
+        again afterwards (workers then start anew).
+
+        Callable from any thread: a consumer waiting in ``next()`` on another thread gets
+        :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
+        (Ctrl-C), a second one finishes what the first began.
+        """
         self._stop_active()
-        if self._pool_finalizer is not None:
-            self._pool_finalizer()  # calls pool.close() once
+        pool = self._pool
+        if pool is not None:
+            pool.close()  # idempotent in full: repeats whatever an interrupted call left
+            if self._pool_finalizer is not None:
+                self._pool_finalizer.detach()
         self._pool = None
         self._pool_finalizer = None
 
@@ -194,55 +221,80 @@ class DataLoader:
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(self, epoch: int, batches: EpochPlan, start: int, base: int) -> Iterator[Any]:
+    def _run_inline(
+        self, epoch: int, batches: EpochPlan, start: int, base: int, stop: StopRequest
+    ) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
-        done = False
+
+        def should_stop() -> bool:  # close() from another thread: stop between two items
+            return stop.requested
+
         try:
             for bi, idx in enumerate(batches.iter_from(start), start):
                 t0 = time.perf_counter()
-                # the global RNGs a process worker would see (TensorDataset draws none)
-                with seeded_globals(batch_seed(base, bi), enabled=self._draws):
-                    batch, fetch_s, collate_s = build_batch(
-                        self.dataset, self.config.collate_fn, idx,
-                        use_get_batch=self._use_get_batch, batch_index=bi,
-                        worker="the main thread (num_workers=0)",
-                    )
+                try:  # with the global RNGs a process worker would see (TensorDataset draws none)
+                    with seeded_globals(batch_seed(base, bi), enabled=self._draws):
+                        batch, fetch_s, collate_s = build_batch(
+                            self.dataset, self.config.collate_fn, idx,
+                            use_get_batch=self._use_get_batch, batch_index=bi,
+                            worker="the main thread (num_workers=0)", should_stop=should_stop,
+                        )
+                except BatchCancelled:
+                    stop.check()
+                    raise
                 t1 = time.perf_counter()
                 self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
-                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1
+                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1,
+                    t0, t0, t1,
                 ))
                 self._position = (epoch, start, bi + 1, n)
                 yield batch
-            done = True
-        finally:
-            self._epoch_event("end" if done else "stopped", epoch, n)
+        except BaseException:
+            try:
+                self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader alive
+                # (a notebook keeps the last error in sys.last_value).
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
-            pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
-            self._pool = pool
-            self._pool_finalizer = weakref.finalize(self, pool.close)
+            # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
+            # once, and an unrecorded pool could never be closed.
+            with deferred_sigint():
+                pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
+                self._pool = pool
+                self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
 
-    def _run_pool(self, epoch: int, batches: EpochPlan, start: int, base: int) -> Iterator[Any]:
+    def _run_pool(
+        self, epoch: int, batches: EpochPlan, start: int, base_seed: int, stop: StopRequest
+    ) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        pool.start_epoch(tok := self.stats.epochs_started, base)  # a token never reused
+        stop.wake = pool.wake
         max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
         ready: dict[int, Any] = {}
         next_submit = next_yield = start
-        self._epoch_event("start", epoch, n)
-        done = False
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
+        started = False
         try:
+            stop.check()
+            pool.start_epoch(tok := self.stats.epochs_started, base_seed)  # never reused
+            self._epoch_event("start", epoch, n)
+            started = True
             while next_yield < n:
+                t_asked = time.perf_counter()
                 while next_submit < n and next_submit - next_yield < max_in_flight:
                     pool.submit(BatchTask(tok, next_submit, batches[next_submit]))
                     next_submit += 1
                 t0 = time.perf_counter()
                 deadline = None if timeout_s is None else t0 + timeout_s
                 while next_yield not in ready:
+                    stop.check()  # close() from another thread (it also wakes pool.get)
                     remaining = None if deadline is None else deadline - time.perf_counter()
                     if remaining is not None and remaining <= 0:
                         broken = True
@@ -265,16 +317,26 @@ class DataLoader:
                 t1 = time.perf_counter()
                 self._record(BatchEvent(
                     epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
-                    result.collate_s, t1 - t0, len(ready), t1,
+                    result.collate_s, t1 - t0, len(ready), t1, t_asked, result.t_start,
+                    result.t_sent,
                 ))
                 next_yield += 1
                 self._position = (epoch, start, next_yield, n)
                 yield result.batch
-            done = True
-        finally:
-            if not done:
+        except BaseException:
+            try:
+                ready.clear()
+                result = None
                 pool.stop_epoch(discard_workers=broken)
-            self._epoch_event("end" if done else "stopped", epoch, n)
+                if started:
+                    self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader (and so,
+                # through its finalizer, its workers) alive; a notebook keeps the last error in
+                # sys.last_value.
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     @staticmethod
     def _take_finished(pool: WorkerPool, ready: dict[int, Any], in_flight: int) -> None:

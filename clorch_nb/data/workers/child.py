@@ -12,19 +12,23 @@ Two threads:
   and sends them through :mod:`~clorch_nb.data.workers.shm`.
 
 Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
-``("task", epoch, batch_index, int64 index bytes)``, ``("cancel", epoch)``, ``("stop",)``.
-Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch)``,
+``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
+``("stop",)``.
+Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
+t_start, t_sent)`` (the worker's ``perf_counter`` when it began building and when it sent),
 ``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
 ``("init_error", ExceptionBlob)``.
 """
 
 from __future__ import annotations
 
+import array
 import os
 import pickle
 import queue
 import signal
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -32,9 +36,11 @@ from typing import Any
 
 import torch
 
+from clorch_nb.data import collate
 from clorch_nb.data.worker_info import WorkerInfo, batch_seed, seed_worker, set_worker_info
 from clorch_nb.data.workers import shm
-from clorch_nb.data.workers.base import BatchCancelled, build_batch
+from clorch_nb.data.workers.arena import WorkerArena
+from clorch_nb.data.workers.base import BatchCancelled, add_note, build_batch
 
 __all__ = ["ExceptionBlob", "WorkerConfig", "worker_main"]
 
@@ -52,6 +58,8 @@ class WorkerConfig:
             function the child cannot import is reported, not printed).
         use_get_batch (bool): use ``dataset.get_batch`` when the dataset has one.
         parent_pid (int): the loader's pid (names shared-memory segments).
+        arena_keep (int): idle arena slots the worker keeps for reuse
+            (:class:`~clorch_nb.data.workers.arena.WorkerArena`).
     """
 
     worker_id: int
@@ -59,6 +67,7 @@ class WorkerConfig:
     collate_blob: bytes
     use_get_batch: bool
     parent_pid: int
+    arena_keep: int = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,20 +91,63 @@ class ExceptionBlob:
 
     @classmethod
     def capture(cls, exc: BaseException) -> ExceptionBlob:
-        """Describe ``exc``; its traceback is rendered here since tracebacks do not pickle."""
-        te = traceback.TracebackException.from_exception(exc)
-        te.__notes__ = None  # the notes travel separately; rendering them here would repeat them
-        tb = "".join(te.format())
+        """Describe ``exc``; its traceback is rendered here since tracebacks do not pickle.
+
+        Never raises, whatever ``exc`` does: a ``__str__``, ``__repr__``, ``__reduce__`` or
+        constructor that raises (any ``BaseException``) only makes the description poorer; the
+        type name and the notes (the dataset index) always travel.
+
+        Example:
+            >>> class Hostile(Exception):
+            ...     def __str__(self): raise RuntimeError("no str")
+            >>> blob = ExceptionBlob.capture(Hostile())
+            >>> blob.type_name.endswith("Hostile"), blob.message
+            (True, '<str() failed: RuntimeError>')
+        """
+        t = type(exc)
+        type_name = f"{_safe(lambda: t.__module__, '?')}.{_safe(lambda: t.__qualname__, '?')}"
+        message = _safe(lambda: _as_str(str(exc)), None)
+        if message is None:
+            failure = _safe(lambda: _failure_of(str, exc), "?")
+            message = f"<str() failed: {failure}>"
+        notes = _safe(lambda: [_as_str(n) for n in getattr(exc, "__notes__", None) or []], [])
+        tb = _safe(lambda: _render_traceback(exc), f"{type_name}: {message}\n")
         pickled: bytes | None
         try:
             data = pickle.dumps(exc, _HIGHEST)
             pickle.loads(data)  # rebuildable here means rebuildable in the parent
             pickled = data
-        except Exception:  # noqa: BLE001 - any failure: fall back to a description
+        except BaseException:  # noqa: BLE001 - any failure (even SystemExit): a description
             pickled = None
-        t = type(exc)
-        return cls(pickled, f"{t.__module__}.{t.__qualname__}", str(exc),
-                   list(getattr(exc, "__notes__", [])), tb)
+        return cls(pickled, type_name, message, notes, tb)
+
+
+def _safe(fn: Any, default: Any) -> Any:
+    """``fn()``, or ``default`` if it raises anything (this worker ignores SIGINT)."""
+    try:
+        return fn()
+    except BaseException:  # noqa: BLE001 - describing a hostile exception must not fail
+        return default
+
+
+def _as_str(value: Any) -> str:
+    if type(value) is not str:  # a str subclass could misbehave later, in the parent
+        raise TypeError("not a str")
+    return value
+
+
+def _failure_of(fn: Any, arg: Any) -> str:
+    try:
+        fn(arg)
+    except BaseException as exc:  # noqa: BLE001
+        return type(exc).__name__
+    return "?"
+
+
+def _render_traceback(exc: BaseException) -> str:
+    te = traceback.TracebackException.from_exception(exc)
+    te.__notes__ = None  # the notes travel separately; rendering them here would repeat them
+    return "".join(te.format())
 
 
 #: free heap a worker keeps for reuse before returning memory to the system (see _tune_malloc)
@@ -173,13 +225,18 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
         return
     use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
+    arena = WorkerArena(f"{shm.PREFIX}-{cfg.parent_pid}-{os.getpid()}", cfg.arena_keep,
+                        lambda nbytes, exc: shm.shm_full_error(nbytes, where, exc))
+    collate.stack_out = arena.alloc  # default_collate stacks large batches into the arena
     epoch: int | None = None  # the current epoch token
     base_seed = 0
     while True:
         msg = state.inbox.get()
         kind = msg[0]
         if kind == "task":
-            _, task_epoch, batch_index, raw = msg
+            _, task_epoch, batch_index, raw, freed = msg
+            if freed:
+                arena.release(freed)
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
             # the batch's RNG seed follows its position, not this worker (same for any count)
@@ -187,8 +244,12 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             seed_worker(seed)
             set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
                                        batch_index), process=True)
-            reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch, cfg,
-                           where, state)
+            arena.begin()
+            try:
+                reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch,
+                               cfg, where, state, arena)
+            finally:
+                arena.finish()
             if reply is not None:
                 results.send_bytes(reply)
         elif kind == "epoch":
@@ -199,26 +260,35 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
 
 def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: bytes,
            use_get_batch: bool,
-           cfg: WorkerConfig, where: str, state: _State) -> bytes | None:
+           cfg: WorkerConfig, where: str, state: _State, arena: WorkerArena) -> bytes | None:
     """One task -> the pickled reply (None if the epoch was cancelled meanwhile)."""
-    indices = (
-        torch.frombuffer(bytearray(raw), dtype=torch.int64) if raw
-        else torch.empty(0, dtype=torch.int64)
-    )
-    n = len(indices)
+    indices: Any
+    if not use_get_batch:
+        # build_batch only needs tolist() and len() here: an array is ~5 µs cheaper than a tensor
+        indices = array.array("q", raw)
+    elif raw:
+        indices = torch.frombuffer(bytearray(raw), dtype=torch.int64)
+    else:
+        indices = torch.empty(0, dtype=torch.int64)
+    n = len(raw) // 8
     try:
         batch, fetch_s, collate_s = build_batch(
             dataset, collate_fn, indices, use_get_batch=use_get_batch, batch_index=batch_index,
             worker=where,
             should_stop=lambda: epoch <= state.cancelled,
         )
+        t_built = time.perf_counter()
         try:
-            enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where)
+            enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where, arena=arena)
         except Exception as exc:
-            exc.add_note(f"[clorch_nb] while sending batch {batch_index} out of {where}")
+            add_note(exc, f"[clorch_nb] while sending batch {batch_index} out of {where}")
             raise
         del batch
-        return pickle.dumps(("ok", epoch, batch_index, n, fetch_s, collate_s, enc), _HIGHEST)
+        t_sent = time.perf_counter()
+        return pickle.dumps(
+            ("ok", epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
+             t_sent), _HIGHEST,
+        )
     except BatchCancelled:
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer

@@ -12,7 +12,7 @@ How it differs from ``torch.utils.data``'s workers, and why:
 * **one pipe pair per worker, batches dealt round-robin** (batch ``b`` -> worker
   ``b % num_workers``); each batch's RNGs are seeded from its position (``batch_seed``), so
   every augmentation is reproducible under a loader seed, whatever ``num_workers``.
-* **no polling**: :meth:`ProcessPool.get` blocks in ``multiprocessing.connection.wait`` on the
+* **no polling**: :meth:`ProcessPool.get` blocks in one ``poll`` (:class:`PollSet`) on the
   result pipes *and* the process sentinels, so a dead worker is reported the moment it dies.
 """
 
@@ -23,10 +23,10 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import threading
 import time
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from typing import Any, Literal
+from multiprocessing.connection import wait
+from typing import Any
 
 import torch
 
@@ -34,54 +34,31 @@ from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchResult, BatchTask
-from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.child import WorkerConfig
+from clorch_nb.data.workers.polling import PollSet
+from clorch_nb.data.workers.process_handle import (
+    StartMethod,
+    WorkerHandle,
+    death_error,
+    start_worker,
+    worker_context,
+)
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import WorkerError
 
 __all__ = ["ProcessPool", "SharedTensors"]
 
-StartMethod = Literal["forkserver", "spawn"]
 _HIGHEST = pickle.HIGHEST_PROTOCOL
 #: how long an abandoned epoch's busy workers get to acknowledge a cancel before being killed
 CANCEL_GRACE_S = 1.0
 
 
-def _context(start_method: StartMethod | None) -> Any:
-    methods = mp.get_all_start_methods()
-    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # Preload torch + the worker module in the server once, so a worker starts in
-        # milliseconds. Only takes effect if the server is not running yet; keeps the caller's
-        # own preload list.
-        from multiprocessing import forkserver
-
-        current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
-        if "clorch_nb.data.workers.child" not in current:
-            ctx.set_forkserver_preload([*current, "clorch_nb.data.workers.child"])
-    return ctx
-
-
-@dataclass(eq=False)
-class _Worker:
-    worker_id: int
-    pid: int
-    proc: Any  # multiprocessing.process.BaseProcess
-    tasks: Connection  # parent's send end
-    results: Connection  # parent's receive end
-    # batch_index -> first indices, for the tasks of the current epoch not yet answered
-    outstanding: dict[int, list[int]] = field(default_factory=dict)
-
-    @property
-    def where(self) -> str:
-        return f"process worker {self.worker_id} (pid {self.pid})"
-
-
 class ProcessPool:
     """Process workers implementing :class:`~clorch_nb.data.workers.base.WorkerPool`.
 
-    Workers start lazily (at the first epoch), persist across epochs, and are replaced lazily
+    Workers start in the background when the loader is made (:meth:`prestart`), or else at the
+    first epoch; they persist across epochs, and are replaced lazily
     after a timeout or a death. :meth:`close` stops them all (the loader calls it from
     ``close()``, ``with`` and a ``weakref.finalize``, which also runs at interpreter exit).
 
@@ -109,83 +86,127 @@ class ProcessPool:
         self.num_workers = config.num_workers
         self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
         self._use_get_batch = use_get_batch
-        self._ctx = _context(start_method)
-        self._workers: list[_Worker | None] = [None] * self.num_workers
+        # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
+        # holds, one whose release is on its way
+        self._arena_keep = config.prefetch_factor + 2
+        self._ctx = worker_context(start_method)
+        self._workers: list[WorkerHandle | None] = [None] * self.num_workers
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
+        self._polls = PollSet()
+        self._starter: threading.Thread | None = None  # see prestart()
+        self._start_error: BaseException | None = None
+        # wake(): another thread makes a get() blocked in wait() return None at once
+        self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def _spawn(self, worker_id: int) -> _Worker:
-        task_r, task_w = mp.Pipe(duplex=False)
-        result_r, result_w = mp.Pipe(duplex=False)
-        cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
-                           os.getpid())
-        proc = self._ctx.Process(
-            target=worker_main, args=(cfg, self.source, task_r, result_w),
-            name=f"clorch_nb-worker-{worker_id}", daemon=True,
-        )
+    def prestart(self) -> None:
+        """Start every worker now, in a background thread, and return at once.
+
+        The loader calls this when it is made, so the ~1 s of a first start (the forkserver
+        importing torch, each worker rebuilding the dataset) overlaps whatever the caller does
+        next (in a notebook: the next cell). :meth:`start_epoch` and :meth:`close` wait for the
+        thread; an error it met is raised by :meth:`start_epoch`.
+        """
+        if self._starter is not None or self._closed:
+            return
+        self._starter = threading.Thread(target=self._start_all, daemon=True,
+                                         name="clorch_nb-worker-start")
+        self._starter.start()
+
+    def _start_all(self) -> None:
         try:
-            proc.start()
-        except BaseException:
-            for conn in (task_r, task_w, result_r, result_w):
-                conn.close()
-            raise
-        # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF there.
-        task_r.close()
-        result_w.close()
-        w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
-        self._workers[worker_id] = w
+            for wid in range(self.num_workers):
+                if self._closed:
+                    return
+                if self._workers[wid] is None:
+                    self._spawn(wid)
+        except BaseException as exc:  # noqa: BLE001 - raised by start_epoch on the caller's thread
+            self._start_error = exc
+
+    def _join_starter(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+        if self._start_error is not None:
+            exc, self._start_error = self._start_error, None
+            raise exc
+
+    def _spawn(self, worker_id: int) -> WorkerHandle:
+        if self._closed:
+            raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
+                           os.getpid(), self._arena_keep)
+        w = start_worker(self._ctx, cfg, self.source,
+                         record=lambda w: self._workers.__setitem__(worker_id, w))
         if self._epoch is not None:
             self._send(w, ("epoch", self._epoch, self._base_seed))
         return w
 
-    def _reap(self, w: _Worker, *, kill: bool) -> str:
+    def _reap(self, w: WorkerHandle, *, kill: bool, drain: bool = True) -> str:
         """Stop ``w`` (SIGKILL if asked or if it does not leave), free everything it held;
-        returns its exit status as text."""
+        returns its exit status as text.
+
+        Safe to repeat after an interruption: ``w`` stays in its slot until all is freed, so a
+        second :meth:`close` finishes the job. ``drain=False`` skips reading its pipe (which may
+        hold half a message after an interrupted receive); its segments are swept by name.
+        """
+        if w.status is None:
+            if kill and w.proc.is_alive():
+                w.proc.kill()
+            w.proc.join(timeout=5.0)
+            if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
+                w.proc.kill()
+                w.proc.join()
+            # Batches it sent that nobody will read, and any segment it was writing when it died.
+            if drain:
+                self._drain(w)
+            shm.sweep(os.getpid(), w.pid)
+            w.tasks.close()
+            w.results.close()
+            w.status = exit_text(w.proc.exitcode)
+        w.proc.close()  # idempotent; after it, the process object can no longer be asked
         if self._workers[w.worker_id] is w:
             self._workers[w.worker_id] = None
-        if kill and w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join(timeout=5.0)
-        if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
-            w.proc.kill()
-            w.proc.join()
-        # Batches it sent that nobody will read, and any segment it was writing when it died.
-        self._drain(w)
-        shm.sweep(os.getpid(), w.pid)
-        w.tasks.close()
-        w.results.close()
-        status = exit_text(w.proc.exitcode)
-        w.proc.close()
-        return status
+        return w.status
 
-    def _drain(self, w: _Worker) -> None:
+    def _drain(self, w: WorkerHandle) -> None:
         while True:
             try:
                 if not w.results.poll():
                     return
-                raw = w.results.recv_bytes()
-            except (EOFError, OSError):
+                self._handle(w, w.results.recv_bytes(), keep=False)
+            except Exception:  # noqa: BLE001 - EOF, or a message cut short: the sweep frees it
                 return
-            self._handle(w, raw, keep=False)
+
+    def wake(self) -> None:
+        """Make a :meth:`get` blocked on another thread return None at once (the loader's
+        cross-thread ``close()``); harmless when none is blocked."""
+        with contextlib.suppress(OSError):  # closed: nothing to wake
+            self._wake_w.send_bytes(b"")
 
     def close(self) -> None:
-        """Stop every worker and remove every shared-memory segment; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        """Stop every worker and remove every shared-memory segment; idempotent in full: after
+        an interrupted call (Ctrl-C), a second one finishes what the first began."""
+        self._closed = True  # a starter thread stops after the worker it is starting
+        with contextlib.suppress(Exception):
+            self._join_starter()
         self._epoch = None
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
         for w in live:
-            self._send_quiet(w, ("stop",))
+            if w.status is None:
+                self._send_quiet(w, ("stop",))
         deadline = time.monotonic() + 1.0
         for w in live:
-            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.status is None:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
+        self._wake_r.close()
+        self._wake_w.close()
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and the throughput view)."""
@@ -198,6 +219,7 @@ class ProcessPool:
         torch from ``batch_seed(base_seed, batch_index)`` and sets its ``get_worker_info()``."""
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        self._join_starter()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
         for wid, w in enumerate(self._workers):
@@ -221,7 +243,7 @@ class ProcessPool:
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices.to(torch.int64).contiguous()
-        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes())
+        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes(), w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
             try:
@@ -234,7 +256,7 @@ class ProcessPool:
             self._send(w, msg)
         w.outstanding[task.batch_index] = idx[:8].tolist()
 
-    def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         try:
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
         except OSError:  # BrokenPipeError: it died; report it like get() would
@@ -257,15 +279,19 @@ class ProcessPool:
                 raise WorkerError(  # an internal invariant, reported rather than hung on
                     "no batch is in flight in the process pool; the loader and pool disagree"
                 )
-            by_obj: dict[Any, _Worker] = {}
+            by_obj: dict[Any, WorkerHandle] = {}
             for w in live:
                 by_obj[w.results] = w
                 by_obj[w.proc.sentinel] = w
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(by_obj), remaining)
+            ready = self._polls.wait([*by_obj, self._wake_r], remaining)
             if not ready:
                 return None
-            dead: list[_Worker] = []
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
+                return None
+            dead: list[WorkerHandle] = []
             for obj in ready:
                 w = by_obj[obj]
                 if obj is w.results:
@@ -274,6 +300,12 @@ class ProcessPool:
                     except (EOFError, OSError):
                         dead.append(w)
                         continue
+                    except BaseException:
+                        # Interrupted (Ctrl-C) inside a message: the pipe may hold half of it,
+                        # so nothing more can be read from this worker. Replace it; its
+                        # segments (the cut message's too) are swept by name.
+                        self._reap(w, kill=True, drain=False)
+                        raise
                     self._handle(w, raw, keep=True)
                 elif not w.results.poll():  # sentinel: it exited and has nothing left to read
                     dead.append(w)
@@ -281,18 +313,25 @@ class ProcessPool:
                 self._on_death(w)
         return self._pending.popleft()
 
-    def _handle(self, w: _Worker, raw: bytes, *, keep: bool) -> None:
+    def _handle(self, w: WorkerHandle, raw: bytes, *, keep: bool) -> None:
         """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent = msg
             if not keep or epoch != self._epoch:
-                shm.discard(enc.segment)
+                shm.discard_batch(enc, w.arena)
                 return
+            try:
+                batch = shm.decode_batch(enc, w.arena)
+            except BaseException:  # interrupted before decode_batch unlinked it: free it here
+                shm.discard_batch(enc, w.arena)
+                raise
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s)
+                BatchResult(
+                    epoch, bi, w.worker_id, batch, n, fetch_s, collate_s, None, t_start, t_sent
+                )
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg
@@ -306,21 +345,11 @@ class ProcessPool:
             raise exc
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
-    def _on_death(self, w: _Worker) -> None:
+    def _on_death(self, w: WorkerHandle) -> None:
         held = dict(w.outstanding) if self._epoch is not None else {}
         status = self._reap(w, kill=False)
         if held:
-            bi, first = next(iter(held.items()))
-            raise WorkerError(
-                f"{w.where} died with {status} while building batch {bi} (dataset "
-                f"indices {first}{'...' if len(first) == 8 else ''}); {len(held) - 1} more "
-                "batch(es) were queued on it. Causes: the out-of-memory killer (SIGKILL), a crash "
-                "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
-                "1 at start) a script that iterates a loader at import time: workers re-import "
-                "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "
-                "stopped; iterate again for a new one (fresh workers start), or use "
-                "worker_backend='thread' to debug in-process"
-            )
+            raise death_error(w, status, held)
 
     def worker_of(self, batch_index: int) -> int | None:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
@@ -334,6 +363,8 @@ class ProcessPool:
         (after a timeout or a death) every worker is; replacements start at the next epoch."""
         token, self._epoch = self._epoch, None
         self._pending.clear()
+        if self._closed:
+            return
         busy = [w for w in self._workers if w is not None and w.outstanding]
         try:
             if discard_workers:
@@ -344,7 +375,7 @@ class ProcessPool:
                 return
             for w in busy:
                 self._send_quiet(w, ("cancel", token))
-            waiting: dict[Any, _Worker] = {
+            waiting: dict[Any, WorkerHandle] = {
                 w.results: w for w in busy if self._workers[w.worker_id] is w
             }
             deadline = time.monotonic() + CANCEL_GRACE_S
@@ -360,9 +391,14 @@ class ProcessPool:
                     if msg[0] == "ack" and msg[1] == token:
                         del waiting[conn]
                     elif msg[0] == "ok":
-                        shm.discard(msg[6].segment)
+                        shm.discard_batch(msg[6], w.arena)
             for w in waiting.values():
                 self._reap(w, kill=True)
+            # Every worker is idle now and all it sent was read: a segment of theirs still in
+            # /dev/shm belongs to a message whose handling was interrupted (Ctrl-C). Free it.
+            for w in self._workers:
+                if w is not None:
+                    shm.sweep(os.getpid(), w.pid, keep_arena=True)
         except BaseException:
             # Interrupted while stopping (a second Ctrl-C): leave nothing half-stopped.
             for w in list(self._workers):
@@ -374,6 +410,6 @@ class ProcessPool:
                 if w is not None:
                     w.outstanding.clear()
 
-    def _send_quiet(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+    def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
