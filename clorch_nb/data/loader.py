@@ -63,12 +63,12 @@ def _short(text: str, limit: int = 80) -> str:
     return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
 
 
-class DataLoader:
+class DataLoader(_state.Resumable):
     """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
 
     ``iter(loader)`` starts an epoch (a new shuffle, or the sampler's current epoch); ``len()`` is
-    the number of batches an epoch yields. Worker pools persist across epochs until
-    :meth:`close`, the end of a ``with`` block, or garbage collection.
+    the number of batches an epoch yields; ``state_dict()`` / ``load_state_dict()`` resume. Worker
+    pools persist across epochs until :meth:`close`, a ``with`` block's end, or garbage collection.
 
     Attributes:
         config (LoaderConfig): every option, validated; read-only.
@@ -93,8 +93,6 @@ class DataLoader:
         self.dataset = dataset
         self.sampler = sampler
         self._seed, self._gen = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
-        self._resume: _state.LoaderState | None = None  # a loaded state, applied by iter()
-        self._position = (0, 0, 0, 0)  # (epoch, first batch, batches delivered to, of n)
         self.process_spec = process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
@@ -145,16 +143,6 @@ class DataLoader:
         self._active = weakref.ref(it)
         return it
 
-    def state_dict(self) -> dict[str, Any]:
-        """The position after the last delivered batch (< 1 KB of JSON-able data; see state.py)."""
-        return _state.snapshot(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Make the next ``iter()`` continue exactly where the saver stopped, on any backend
-        and ``num_workers`` (elastic ``num_replicas``: see distributed.py); ConfigError for a
-        state of another size, batch size, drop_last, shuffle or seed (see state.py)."""
-        _state.restore(self, state)
-
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
         :class:`EpochEvent`; returns a function that unsubscribes. What the views use."""
@@ -200,8 +188,7 @@ class DataLoader:
 
     def _plan(self, skip: int = 0) -> EpochPlan:
         order = epoch_order(self.dataset.get_size(), self.config, self.sampler, self._gen)
-        if skip:  # a resumed sampler yields the rest only: keep the batch positions unchanged
-            order = torch.cat([torch.zeros(skip, dtype=torch.int64), order])
+        order = _state.pad_skipped(order, skip)  # a resumed sampler yields only the rest
         return EpochPlan(order, self.config.batch_size, self.config.drop_last)
 
     # -- build + deliver --------------------------------------------------------------------
@@ -417,10 +404,8 @@ def dataloader(
         sampler (iterable of int with len): the index order, e.g. :func:`distributed_sampler`.
         timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0);
             beyond it ``WorkerTimeoutError``. Ignored (accepted) when ``num_workers=0``.
-        seed (int | None): the loader's seed: every epoch's order and every batch's RNG seed
-            derive from it and the batch's position (so random augmentation that uses the
-            global RNGs is the same whatever ``num_workers``, inline or in processes, and after a
-            resume; thread workers: use ``get_worker_info().torch_generator()``).
+        seed (int | None): every epoch's order and every batch's RNG seed derive from it (so
+            augmentation is the same for any ``num_workers`` and after a resume; state.py).
         generator (torch.Generator | None): the seed is drawn once from it (not with ``seed``).
             Without either: :func:`~clorch_nb.data.state.resolve_seed`.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are

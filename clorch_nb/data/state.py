@@ -347,3 +347,54 @@ def sampler_restore(sampler: Any, state: Any) -> tuple[int, int, int]:
                                 sampler.shard_mode)
         done = 0
     return epoch, start, done
+
+
+def pad_skipped(order: Any, skip: int) -> Any:
+    """``order`` behind ``skip`` placeholder indices, so a resumed sampler's rest keeps its batch
+    positions (the placeholders' batches are never built).
+
+    Example:
+        >>> import torch
+        >>> pad_skipped(torch.tensor([7, 8]), 2).tolist()
+        [0, 0, 7, 8]
+    """
+    import torch
+
+    return torch.cat([torch.zeros(skip, dtype=torch.int64), order]) if skip else order
+
+
+class Resumable:
+    """The loader's ``state_dict`` / ``load_state_dict`` (torchdata's names); see the module
+    docstring for the state and :class:`LoaderState` for a runnable example."""
+
+    _resume: LoaderState | None = None  # a loaded state, applied by the next iter()
+    _position: tuple[int, int, int, int] = (0, 0, 0, 0)  # (epoch, first batch, delivered to, n)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last delivered batch: plain data (JSON-serialisable, < 1 KB).
+
+        Example:
+            >>> import json, torch
+            >>> from clorch_nb import data
+            >>> ds = data.tensor_dataset(torch.zeros(10, 1), torch.arange(10))
+            >>> loader = data.dataloader(ds, batch_size=2, seed=0)
+            >>> it = iter(loader); _ = next(it); _ = next(it)
+            >>> fresh = data.dataloader(ds, batch_size=2, seed=0)
+            >>> fresh.load_state_dict(json.loads(json.dumps(loader.state_dict())))
+            >>> [b["target"].tolist() for b in fresh] == [b["target"].tolist() for b in it]
+            True
+        """
+        return snapshot(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next ``iter()`` continue exactly where the saver stopped: the rest of that
+        epoch (no batch before it fetched), then the following epochs; on any backend and
+        ``num_workers``, and with a ``distributed_sampler`` on another ``num_replicas`` (the
+        elastic rule above).
+
+        Raises:
+            ConfigError: not a loader state; or one of another dataset size, batch size,
+                drop_last, shuffle, sampler kind or ``seed=`` (named with both values). A loader
+                built without ``seed=`` adopts the saved seed.
+        """
+        restore(self, state)
