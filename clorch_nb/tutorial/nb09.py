@@ -1,0 +1,64 @@
+"""Checkers for ``notebooks/09_checkpoint_and_resume.ipynb``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch.utils.data import DistributedSampler
+
+from clorch_nb.examples import digits_tensors
+from clorch_nb.tutorial._check import Check, checker, require
+
+__all__ = ["exercise_1", "exercise_2"]
+
+
+@checker("Exercise 1", "the state saved after the last batch of epoch 0")
+def _exercise_1(state: Any) -> str:
+    require(isinstance(state, dict), f"got {type(state).__name__}; pass loader.state_dict()")
+    require(state.get("format") == "clorch_nb.loader/1", "pass what loader.state_dict() returns")
+    require(state.get("batch_size") == 128 and state.get("seed") == 0,
+            "build the loader as in section 1: batch_size=128, seed=0")
+    where = (state.get("epoch"), state.get("batches_done"))
+    require(where == (1, 0), f"the state names epoch {where[0]}, batch {where[1]}: save it right "
+            "after the loop over epoch 0 has taken its last batch")
+    return "a finished epoch resumes at the start of the next one: epoch 1, batch 0."
+
+
+def exercise_1(state: Any) -> Check:
+    """Check a digits loader's state (``batch_size=128, seed=0``) saved after the last batch of
+    epoch 0: it names epoch 1, batch 0.
+
+    Example:
+        >>> exercise_1({"format": "clorch_nb.loader/1", "batch_size": 128, "seed": 0,
+        ...             "epoch": 0, "batches_done": 14, "num_batches": 15})
+        ✗ Exercise 1, not yet: the state names epoch 0, batch 14: save it right after ...
+    """
+    return _exercise_1(state)
+
+
+@checker("Exercise 2", "the list of dataset indices the single new rank reads")
+def _exercise_2(rest: Any) -> str:
+    rest = [int(i) for i in rest]
+    n = len(digits_tensors()[1])
+    consumed = []
+    for rank in range(2):  # the oracle: torch's own shards, first 10 batches of 32 each
+        s = DistributedSampler(range(n), num_replicas=2, rank=rank, seed=0)
+        s.set_epoch(1)
+        consumed += list(s)[: 10 * 32]
+    require(len(rest) == n - len(consumed),
+            f"the new rank read {len(rest)} items; {n - len(consumed)} were left of epoch 1 "
+            "after 2 ranks x 10 batches of 32")
+    require(not set(rest) & set(consumed), "it re-read items the old ranks had already trained on")
+    require(sorted(rest + consumed) == list(range(n)), "some digit of epoch 1 was never read")
+    return f"{len(rest)} items, and with the {len(consumed)} before the stop every digit once."
+
+
+def exercise_2(rest: Any) -> Check:
+    """Check the indices a 1-rank job reads after resuming epoch 1 of a 2-rank job (digits,
+    ``batch_size=32``, ``seed=0``) stopped after 10 batches per rank: exactly the unread ones.
+
+    Example:
+        >>> exercise_2([0, 1, 2])
+        ✗ Exercise 2, not yet: the new rank read 3 items; 1157 were left of epoch 1 after ...
+    """
+    return _exercise_2(rest)
