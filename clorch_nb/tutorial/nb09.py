@@ -42,7 +42,8 @@ def _exercise_2(rest: Any) -> str:
     n = len(digits_tensors()[1])
     consumed = []
     for rank in range(2):  # the oracle: torch's own shards, first 10 batches of 32 each
-        s = DistributedSampler(range(n), num_replicas=2, rank=rank, seed=0)
+        dataset: Any = range(n)  # torch only needs len()
+        s: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=rank, seed=0)
         s.set_epoch(1)
         consumed += list(s)[: 10 * 32]
     require(len(rest) == n - len(consumed),
