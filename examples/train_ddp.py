@@ -189,7 +189,6 @@ def train(args: argparse.Namespace) -> int:
         start_epoch, step = json.loads(ckpt["loader"])["epoch"], int(ckpt["step"])
         say(f"resumed at epoch {start_epoch}, step {step}, on {world} ranks", flush=True)
     model = DistributedDataParallel(net)
-    loss_fn = nn.CrossEntropyLoss()
 
     say(f"world size {world}: {train_ds.get_size()} train items ({len(sampler)} per rank, "
         f"{len(loader)} batches of up to {args.batch_size}), {test_ds.get_size()} test items "
@@ -201,27 +200,7 @@ def train(args: argparse.Namespace) -> int:
     for epoch in range(start_epoch, args.epochs):
         data.set_epoch(sampler, epoch)  # without it every epoch repeats epoch 0's order
         resumed = args.resume and epoch == start_epoch  # the rest of an interrupted epoch
-        model.train()
-        seen: list[torch.Tensor] = []
-        loss_sum = n_sum = 0.0
-        stopped = False
-        for batch in loader:
-            seen.append(batch["index"])
-            opt.zero_grad()
-            loss = loss_fn(model(batch["data"]), batch["target"])
-            loss.backward()  # DDP all-reduces the gradients here
-            opt.step()
-            loss_sum += loss.item() * len(batch["target"])
-            n_sum += len(batch["target"])
-            step += 1
-            stopped = step == args.stop_after
-            if args.checkpoint is not None and (
-                stopped or (args.checkpoint_every and step % args.checkpoint_every == 0)
-            ):
-                save_checkpoint(args.checkpoint, rank, net, opt, loader, step)
-            if stopped:
-                break
-        mine = torch.cat(seen).tolist() if seen else []
+        mine, loss_sum, n_sum, step, stopped = train_epoch(args, model, opt, loader, step, rank)
         if not stopped and mine != data.sample_indices(sampler):
             raise RuntimeError(f"rank {rank}, epoch {epoch}: loaded indices unlike the sampler")
         shards: list[Any] = [None] * world
@@ -261,6 +240,38 @@ def train(args: argparse.Namespace) -> int:
     say(f"final test accuracy {accuracy:.4f}; shard checks {'passed' if all_ok else 'FAILED'}; "
         f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
     return 0 if all_ok else 1
+
+
+def train_epoch(args: argparse.Namespace, model: DistributedDataParallel,
+                opt: torch.optim.Optimizer, loader: Any, step: int, rank: int
+                ) -> tuple[list[int], float, float, int, bool]:
+    """One epoch (or its rest, after a resume) of training, checkpointing every
+    ``--checkpoint-every`` steps and stopping after ``--stop-after`` steps.
+
+    Returns (indices loaded, loss sum, items, global step, stopped early)."""
+    model.train()
+    loss_fn = nn.CrossEntropyLoss()
+    seen: list[torch.Tensor] = []
+    loss_sum = n_sum = 0.0
+    stopped = False
+    for batch in loader:
+        seen.append(batch["index"])
+        opt.zero_grad()
+        loss = loss_fn(model(batch["data"]), batch["target"])
+        loss.backward()  # DDP all-reduces the gradients here
+        opt.step()
+        loss_sum += loss.item() * len(batch["target"])
+        n_sum += len(batch["target"])
+        step += 1
+        stopped = step == args.stop_after
+        if args.checkpoint is not None and (
+            stopped or (args.checkpoint_every and step % args.checkpoint_every == 0)
+        ):
+            save_checkpoint(args.checkpoint, rank, model.module, opt, loader, step)
+        if stopped:
+            break
+    mine = torch.cat(seen).tolist() if seen else []
+    return mine, loss_sum, n_sum, step, stopped
 
 
 def save_checkpoint(path: Path, rank: int, net: nn.Module, opt: torch.optim.Optimizer,

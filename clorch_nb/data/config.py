@@ -159,7 +159,8 @@ _TORCH_ONLY = {
     "a with block ends them)",
     "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
     "pin_memory_device": "drop it (deprecated in torch too)",
-    "worker_init_fn": "drop it: workers are seeded per worker and epoch; dataset code can read "
+    "worker_init_fn": "drop it: the global RNGs are seeded per batch from (seed, epoch, batch "
+    "position), the same for any num_workers; dataset code can read "
     "data.get_worker_info() (worker_id, num_workers, seed)",
     "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
     "worker_backend='thread'",
