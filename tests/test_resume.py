@@ -313,3 +313,29 @@ def test_elastic_resume_sees_every_item_exactly_once(
             ts = TorchSampler(range(n), w2, r, shuffle=shuffle, seed=seed, drop_last=drop_last)
             ts.set_epoch(epoch + 1)
             assert [i for b in batches(dl) for i in b] == list(ts)
+
+
+@pytest.mark.parametrize("worlds", [(2, 3, 1), (3, 3, 2), (4, 2, 2)])
+def test_a_resumed_epoch_can_be_stopped_and_resumed_again(worlds: tuple[int, int, int]) -> None:
+    """2 -> 3 -> 1 ranks (and others) within one epoch, stopping after 3 batches each time:
+    every item of the epoch exactly once apart from padding."""
+    n, bs, seed, epoch = 101, 4, 7, 2
+    seen: list[int] = []
+    state = None
+    for hop, w in enumerate(worlds):
+        loaders = [data.dataloader(ds(n), batch_size=bs, seed=1,
+                                   sampler=data.distributed_sampler(n, w, r, seed=seed))
+                   for r in range(w)]
+        for dl in loaders:
+            if state is not None:
+                dl.load_state_dict(state)
+            data.set_epoch(dl.sampler, epoch)
+        last = hop == len(worlds) - 1
+        got = _run_ranks(loaders, None if last else 3)
+        seen += [i for r in got for i in r]
+        if not last:
+            state = loaders[0].state_dict()
+            assert all(dl.state_dict() == state for dl in loaders)  # lock-step ranks agree
+    counts = np.bincount(np.array(seen), minlength=n)
+    assert counts.min() >= 1, "an item of the epoch was never read"
+    assert len(seen) - n <= sum(w - 1 for w in worlds), "more repeats than padding"
