@@ -32,11 +32,14 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
-from clorch_nb.data.plan import EpochPlan, epoch_order
+from clorch_nb.data.epoch_hooks import EpochHooks
+from clorch_nb.data.epoch_iter import EpochIterator, peek_batch
+from clorch_nb.data.plan import check_sampler_size, epoch_plan
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
-from clorch_nb.errors import ConfigError, WorkerTimeoutError
+from clorch_nb.data.workers.timeouts import seconds_left
+from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
 __all__ = ["DataLoader", "dataloader"]
@@ -56,9 +59,11 @@ def _short(text: str, limit: int = 80) -> str:
 class DataLoader:
     """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
 
-    ``iter(loader)`` starts an epoch (a new shuffle, or the sampler's current epoch); ``len()`` is
-    the number of batches an epoch yields. Worker pools persist across epochs until
-    :meth:`close`, the end of a ``with`` block, or garbage collection.
+    ``iter(loader)`` starts an epoch (a new shuffle, or the sampler's current epoch) and stops
+    one still open, whose iterator then raises ``StaleIteratorError`` (:mod:`.epoch_iter`);
+    :meth:`peek` looks at a batch without starting one. ``len()`` is the number of batches an
+    epoch yields. Worker pools persist across epochs until :meth:`close`, the end of a ``with``
+    block, or garbage collection; what reaches them between epochs: :mod:`.epoch_hooks`.
 
     Attributes:
         config (LoaderConfig): every option, validated; read-only.
@@ -91,7 +96,8 @@ class DataLoader:
         self._use_get_batch = uses_get_batch(dataset, config)
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
-        self._active: weakref.ref[Iterator[Any]] | None = None
+        self._active: weakref.ref[EpochIterator] | None = None
+        self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)
@@ -100,6 +106,8 @@ class DataLoader:
     num_workers = property(lambda self: self.config.num_workers)
     collate_fn = property(lambda self: self.config.collate_fn)
     timeout_ms = property(lambda self: self.config.timeout_ms)
+    batch_sampler = property(
+        lambda self: self.sampler if self.config.sampler_yields == "batches" else None)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -107,18 +115,30 @@ class DataLoader:
         n = len(self.sampler) if self.sampler is not None else self.dataset.get_size()
         return self.config.num_batches(n)
 
-    def __iter__(self) -> Iterator[Any]:
-        self._stop_active()
-        epoch = self._epoch = 0 if self._epoch is None else self._epoch + 1
+    def __iter__(self) -> EpochIterator:
+        epoch = 0 if self._epoch is None else self._epoch + 1
+        self._stop_active(superseded_by=epoch)
+        if self._hooks.before_epoch(epoch) == "restart":
+            self.close()  # a replaced shared tensor: fresh workers map the new one
+        self._epoch = epoch
         self.stats.epochs_started += 1
         base_seed = self._draw_seed()
         batches = self._plan()
         if self.worker_backend == "inline":
-            it = self._run_inline(epoch, batches)
+            gen = self._run_inline(epoch, batches)
         else:
-            it = self._run_pool(epoch, batches, base_seed)
+            gen = self._run_pool(epoch, batches, base_seed)
+        it = EpochIterator(gen, epoch, batches)
         self._active = weakref.ref(it)
         return it
+
+    def peek(self, batch_index: int = 0) -> Any:
+        """Batch ``batch_index`` of the open epoch, or of the one ``iter()`` would start next,
+        built on this thread; no epoch starts or stops, no worker, event, statistic or RNG state
+        is touched (see :func:`~clorch_nb.data.epoch_iter.peek_batch` for Raises and Example)."""
+        it = self._active() if self._active is not None else None
+        return peek_batch(self, None if it is None or it.delivered >= len(it) else it.plan,
+                          batch_index)
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
@@ -156,9 +176,9 @@ class DataLoader:
         # of the workers' RNGs, and with shuffle the seed of the permutation.
         return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
 
-    def _plan(self) -> EpochPlan:
-        order = epoch_order(self.dataset.get_size(), self.config, self.sampler, self.generator)
-        return EpochPlan(order, self.config.batch_size, self.config.drop_last)
+    def _plan(self, note: bool = True) -> Any:
+        size = self.dataset.get_size()
+        return epoch_plan(size, self.config, self.sampler, self.generator, note=note)
 
     # -- build + deliver --------------------------------------------------------------------
 
@@ -177,7 +197,7 @@ class DataLoader:
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(self, epoch: int, batches: EpochPlan) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: Any) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
         done = False
@@ -204,11 +224,11 @@ class DataLoader:
             self._pool_finalizer = weakref.finalize(self, pool.close)
         return self._pool
 
-    def _run_pool(self, epoch: int, batches: EpochPlan, base_seed: int) -> Iterator[Any]:
+    def _run_pool(self, epoch: int, batches: Any, base_seed: int) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
         pool.start_epoch(epoch, base_seed)
-        max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
+        max_in_flight = self.config.max_in_flight
         ready: dict[int, Any] = {}
         next_submit = next_yield = 0
         self._epoch_event("start", epoch, n)
@@ -220,15 +240,12 @@ class DataLoader:
                     pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
                     next_submit += 1
                 t0 = time.perf_counter()
-                deadline = None if timeout_s is None else t0 + timeout_s
                 while next_yield not in ready:
-                    remaining = None if deadline is None else deadline - time.perf_counter()
-                    if remaining is not None and remaining <= 0:
-                        broken = True
-                        raise self._timeout_error(pool, next_yield, batches[next_yield])
                     try:
+                        remaining = seconds_left(pool, next_yield, batches[next_yield], t0,
+                                                 self.config, self.worker_backend)
                         result = pool.get(remaining)
-                    except Exception:  # a dead worker, a failed start: not KeyboardInterrupt
+                    except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
                         broken = True
                         raise
                     if result is not None:
@@ -264,31 +281,18 @@ class DataLoader:
                 return
             ready[extra.batch_index] = extra
 
-    def _timeout_error(
-        self, pool: WorkerPool, batch_index: int, idx: torch.Tensor
-    ) -> WorkerTimeoutError:
-        worker = pool.worker_of(batch_index)
-        who = (
-            f"{self.worker_backend} worker {worker}" if worker is not None
-            else "no worker (queued)"
-        )
-        shown = idx[:8].tolist()
-        return WorkerTimeoutError(
-            f"batch {batch_index} (dataset indices {shown}{'...' if len(idx) > 8 else ''}) was not "
-            f"ready within timeout_ms={self.config.timeout_ms:g}: {who} held it. A get_item may "
-            "be stuck (I/O, a lock) or slower than the limit; raise timeout_ms or fix the dataset"
-        )
-
-    def _stop_active(self) -> None:
+    def _stop_active(self, superseded_by: int | None = None) -> None:
         it = self._active() if self._active is not None else None
         self._active = None
-        if it is not None:
-            it.close()  # type: ignore[attr-defined]
+        if it is not None and superseded_by is not None:
+            it.supersede(superseded_by)
+        elif it is not None:
+            it.close()
 
 
 def dataloader(
     dataset: Any,
-    batch_size: int = 32,
+    batch_size: int = UNSET,
     shuffle: bool = UNSET,
     drop_last: bool = False,
     num_workers: int = 0,
@@ -300,17 +304,19 @@ def dataloader(
     *,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    batch_sampler: Any = None,
+    start_timeout_ms: float | None = None,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
 
     ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; no
-    ``batch_sampler``/``pin_memory``; workers persist across epochs; a dataset with ``get_batch``
-    (e.g. :func:`~clorch_nb.data.tensor_dataset`) is fetched a whole batch at a time.
+    ``pin_memory``; workers persist across epochs (the dataset's ``set_epoch`` reaches each);
+    one epoch at a time; a dataset with ``get_batch`` is fetched a batch at a time.
 
     Args:
         dataset (Dataset | torch map-style dataset): what to load; items of any structure.
-        batch_size (int): items per batch, >= 1.
+        batch_size (int): items per batch, >= 1. Default 32 (none with ``batch_sampler``).
         shuffle (bool): a new permutation each epoch. Default: True unless ``sampler`` is given
             (the sampler's order then wins); ``shuffle=True`` with a sampler is an error.
         drop_last (bool): drop the short last batch (the loader's flag; the sampler's own
@@ -332,10 +338,16 @@ def dataloader(
             the main script (as torch's DataLoader needs on macOS and Windows).
         sampler (iterable of int with len): the index order, e.g. :func:`distributed_sampler`.
         timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0);
-            beyond it ``WorkerTimeoutError``. Ignored (accepted) when ``num_workers=0``.
+            beyond it ``WorkerTimeoutError``. A worker's start-up is not counted (see
+            ``start_timeout_ms``). Ignored (accepted) when ``num_workers=0``.
         seed (int | None): makes shuffling and worker seeds reproducible across runs.
         generator (torch.Generator | None): the same, from a generator you own (not with seed).
             Without either, each epoch draws from torch's global RNG (``torch.manual_seed``).
+        batch_sampler (iterable of lists of int, with len): each batch's indices, as torch's
+            (``BatchSampler``, length buckets); ``len(loader) == len(batch_sampler)``; refused
+            with batch_size, shuffle, sampler or drop_last, as in torch.
+        start_timeout_ms (float | None): the longest a process worker may take to start an
+            epoch (factory, ``set_epoch``), in ms; None: no limit.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -344,8 +356,10 @@ def dataloader(
 
     Raises:
         ConfigError (a ValueError): any bad argument, named with its value and the fix;
-            ``shuffle=True`` with a ``sampler``; ``worker_backend="process"`` without a
-            ``process_spec`` or with an unsendable ``collate_fn``.
+            ``shuffle=True`` with a ``sampler``; a batch sampler as ``sampler=``; a sampler
+            built for a dataset of another size; ``worker_backend="process"`` without a
+            ``process_spec`` or with an unsendable ``collate_fn``; thread workers for a dataset
+            that holds a shared file handle (:mod:`~clorch_nb.data.thread_safety`).
         ImportError: the ``process_spec`` factory cannot be imported (process backend).
 
     Example:
@@ -360,16 +374,20 @@ def dataloader(
     if seed is not None and generator is not None:
         raise ConfigError("pass seed= or generator=, not both")
     config = loader_config(
-        shuffle=shuffle, sampler=sampler, torch_options=torch_options, batch_size=batch_size,
-        drop_last=drop_last, num_workers=num_workers, prefetch_factor=prefetch_factor,
-        collate_fn=collate_fn, worker_backend=worker_backend, timeout_ms=timeout_ms, seed=seed,
+        shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler, torch_options=torch_options,
+        batch_size=batch_size, drop_last=drop_last, num_workers=num_workers,
+        prefetch_factor=prefetch_factor, collate_fn=collate_fn, worker_backend=worker_backend,
+        timeout_ms=timeout_ms, start_timeout_ms=start_timeout_ms, seed=seed,
     )
+    if batch_sampler is not None or sampler is not None:
+        check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
     if seed is not None:
         generator = torch.Generator().manual_seed(seed)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     spec = get_process_spec(ds)
     return DataLoader(
-        ds, config, sampler=sampler, generator=generator, process_spec=spec,
+        ds, config, sampler=sampler if batch_sampler is None else batch_sampler,
+        generator=generator, process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
     )

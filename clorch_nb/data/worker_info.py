@@ -31,6 +31,8 @@ class WorkerInfo:
             ``worker_id`` (distinct per worker and per epoch, reproducible under a loader seed).
         worker_backend ("thread" | "process"): where it runs.
         dataset (Any): the dataset as this worker sees it (in a process: the rebuilt one).
+        epoch (int | None): the loader's epoch this worker is building (0 for the first
+            ``iter(loader)``); what the dataset's ``set_epoch`` received.
     """
 
     worker_id: int
@@ -38,6 +40,7 @@ class WorkerInfo:
     seed: int
     worker_backend: str
     dataset: Any
+    epoch: int | None = None
 
     def torch_generator(self) -> torch.Generator:
         """A new ``torch.Generator`` seeded with :attr:`seed` (thread workers share the global

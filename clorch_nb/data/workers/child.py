@@ -15,6 +15,7 @@ Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
 ``("task", epoch, batch_index, int64 index bytes)``, ``("cancel", epoch)``, ``("stop",)``.
 Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch)``,
 ``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
+``("ready", epoch)`` (this epoch's start-up, the dataset's ``set_epoch`` included, is done),
 ``("init_error", ExceptionBlob)``.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 
 import torch
 
+from clorch_nb.data.epoch_hooks import call_set_epoch
 from clorch_nb.data.worker_info import WorkerInfo, seed_worker, set_worker_info, worker_seed
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchCancelled, build_batch
@@ -174,6 +176,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         return
     use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
     epoch: int | None = None  # the current epoch token
+    epoch_error: BaseException | None = None  # the dataset's set_epoch failed: every task says so
     while True:
         msg = state.inbox.get()
         kind = msg[0]
@@ -181,6 +184,11 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             _, task_epoch, batch_index, raw = msg
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
+            if epoch_error is not None:
+                n = len(raw) // 8
+                blob = ExceptionBlob.capture(epoch_error)
+                results.send_bytes(pickle.dumps(("error", epoch, batch_index, n, blob), _HIGHEST))
+                continue
             reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch, cfg,
                            where, state)
             if reply is not None:
@@ -189,8 +197,14 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             _, epoch, base_seed = msg
             seed = worker_seed(base_seed, cfg.worker_id)
             seed_worker(seed)
-            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset),
-                            process=True)
+            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
+                                       epoch), process=True)
+            epoch_error = None
+            try:
+                call_set_epoch(dataset, epoch, where)
+            except Exception as exc:  # noqa: BLE001 - reported with each of the epoch's batches
+                epoch_error = exc
+            results.send_bytes(pickle.dumps(("ready", epoch), _HIGHEST))
         elif kind == "cancel":
             results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
 

@@ -71,7 +71,7 @@ class ThreadPool:
                 seeded_epoch = task.epoch
                 info = WorkerInfo(
                     worker_id, self.num_workers, worker_seed(self._base_seed, worker_id), "thread",
-                    self.dataset,
+                    self.dataset, task.epoch,
                 )
                 set_worker_info(info, process=False)
             me = threading.current_thread()
@@ -133,6 +133,10 @@ class ThreadPool:
     def worker_of(self, batch_index: int) -> int | None:
         """The thread building ``batch_index``, if one has picked it up."""
         return self._assigned.get(batch_index)
+
+    def start_times(self, batch_index: int) -> tuple[int | None, float, float | None]:
+        """Threads start at once (the dataset's ``set_epoch`` ran on the consuming thread)."""
+        return None, 0.0, 0.0
 
     def stop_epoch(self, *, discard_workers: bool = False) -> None:
         """Abandon the epoch: threads skip its queued tasks; running ones finish and are dropped.
