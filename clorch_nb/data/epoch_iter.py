@@ -142,6 +142,7 @@ def peek_batch(loader: Any, plan: Sequence[torch.Tensor] | None, batch_index: in
     """
     if plan is None:
         with rng_untouched(loader.generator):
+            loader._draw_seed()  # as iter() does before planning, so the plan is the same
             plan = loader._plan(note=False)
     assert plan is not None
     if not -len(plan) <= batch_index < len(plan):

@@ -70,7 +70,8 @@ def check_sampler_size(size: int, sampler: Any) -> None:
     built_for = _declared_size(sampler)
     if built_for is not None and built_for != size:
         lost = (
-            f"{size - built_for} items would never be loaded" if built_for < size
+            f"{size - built_for} item{'s' if size - built_for > 1 else ''} would never be loaded"
+            if built_for < size
             else f"indices {size}..{built_for - 1} do not exist"
         )
         raise ConfigError(
