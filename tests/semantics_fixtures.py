@@ -158,7 +158,8 @@ def buggy(n: int, kind: str, at: int) -> Any:
 def zero_lengths() -> Any:
     """B26: items ``{"x": arange(|n - 3|)}`` of lengths 3, 2, 1, 0, 1, 2."""
     return data.dataset(
-        size=6, get_item=lambda n: {"x": torch.arange(float(abs(n - 3))), "target": torch.tensor(n)},
+        size=6,
+        get_item=lambda n: {"x": torch.arange(float(abs(n - 3))), "target": torch.tensor(n)},
         process_spec=_spec("zero_lengths"),
     )
 

@@ -178,7 +178,7 @@ def test_a_failing_set_epoch_stops_the_epoch_before_its_first_batch(
     assert any("set_epoch(0)" in n for n in ei.value.__notes__)
 
 
-# -- B23: datasets that are not thread-safe ---------------------------------------------------------
+# -- B23: datasets that are not thread-safe -------------------------------------------------------
 
 
 def _wrong(loader: data.DataLoader, epochs: int) -> tuple[int, int]:
@@ -211,14 +211,14 @@ def test_b23_a_shared_file_handle_never_gives_wrong_bytes(tmp_path: Any) -> None
                 data.dataloader(shared, batch_size=16, num_workers=k, worker_backend=backend)
     finally:
         shared.close()
-    with _closing(sf.Records(path, 4000, spec=True)) as per_worker, data.dataloader(
+    with Closing(sf.Records(path, 4000, spec=True)) as per_worker, data.dataloader(
         per_worker, batch_size=16, seed=0, num_workers=4
     ) as d:
         assert d.worker_backend == "process"
         assert _wrong(d, 3) == (0, 12000)
 
 
-class _closing:
+class Closing:
     def __init__(self, obj: Any) -> None:
         self.obj = obj
 
@@ -247,7 +247,7 @@ def test_b23_the_fixes_load_right_bytes_in_threads(tmp_path: Any) -> None:
                 return super().get_item(i)
 
     for dataset in (sf.PreadRecords(path, 4000), Locked()):
-        with _closing(dataset), data.dataloader(dataset, batch_size=16, seed=0,
+        with Closing(dataset), data.dataloader(dataset, batch_size=16, seed=0,
                                                 num_workers=4) as d:
             assert d.worker_backend == "thread"
             assert _wrong(d, 3) == (0, 12000)
@@ -269,7 +269,7 @@ def test_b23_a_notebook_global_handle_in_get_item_is_seen(tmp_path: Any) -> None
         assert data.dataloader(safe, num_workers=2).worker_backend == "thread"
 
 
-# -- B27: batch samplers ----------------------------------------------------------------------------
+# -- B27: batch samplers --------------------------------------------------------------------------
 
 
 def test_b27_batch_sampler_works_as_in_torch(backend: dict[str, Any]) -> None:
@@ -335,7 +335,9 @@ def test_b27_any_sampler_yielding_lists_is_caught_at_its_first_epoch(
     ({"sampler": [0, 1]}, r"sampler= cannot be combined.*BatchSampler\(sampler, batch_size"),
     ({"drop_last": True}, r"drop_last=True cannot be combined.*BatchSampler\(\.\.\., drop_last"),
 ])
-def test_b27_batch_sampler_is_exclusive_with_what_it_decides(kw: dict[str, Any], match: str) -> None:
+def test_b27_batch_sampler_is_exclusive_with_what_it_decides(
+    kw: dict[str, Any], match: str
+) -> None:
     """As torch: batch_sampler excludes batch_size, shuffle, sampler, drop_last; each refusal
     names the option and where that choice goes instead."""
     bs = BatchSampler(SequentialSampler(range(4)), 2, drop_last=False)
@@ -362,7 +364,7 @@ def test_batch_sampler_that_lies_or_yields_indices() -> None:
         iter(data.dataloader(ds(4), batch_sampler=[[0, 9]]))
 
 
-# -- errors are never swallowed by protocol fallbacks --------------------------------------------
+# -- errors are never swallowed by protocol fallbacks ---------------------------------------------
 
 
 @pytest.mark.parametrize("kind", ["IndexError", "StopIteration"])
@@ -390,7 +392,7 @@ def test_a_bug_in_get_item_raises_never_ends_the_data(backend: dict[str, Any], k
             pass
 
 
-# -- a sampler built for another dataset size -------------------------------------------------------
+# -- a sampler built for another dataset size -----------------------------------------------------
 
 
 @pytest.mark.parametrize(("sampler", "built_for", "lost"), [
@@ -424,7 +426,7 @@ def test_a_dataset_that_shrinks_after_the_loader_was_made_is_caught_at_iter() ->
         iter(d)
 
 
-# -- B34: start-up is not a stuck batch -------------------------------------------------------------
+# -- B34: start-up is not a stuck batch -----------------------------------------------------------
 
 
 @pytest.mark.timeout(90)
@@ -516,7 +518,7 @@ def test_b28_a_small_view_of_a_big_tensor_leaves_a_process_worker_alone() -> Non
         assert batch["row"].untyped_storage().nbytes() == 8192
 
 
-Pair = collections.namedtuple("Pair", ["x", "y"])  # noqa: PYI024 - as in the case's repro
+Pair = collections.namedtuple("Pair", ["x", "y"])
 
 
 def test_b35_sparse_tensors_through_every_backend(backend: dict[str, Any]) -> None:

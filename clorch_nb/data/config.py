@@ -75,7 +75,9 @@ class LoaderConfig:
 
     def __post_init__(self) -> None:
         if self.sampler_yields not in ("indices", "batches"):
-            raise ConfigError(f"sampler_yields={self.sampler_yields!r} must be 'indices' or 'batches'")
+            raise ConfigError(
+                f"sampler_yields={self.sampler_yields!r} must be 'indices' or 'batches'"
+            )
         if self.sampler_yields == "indices" or self.batch_size is not None:
             check_int("batch_size", self.batch_size, minimum=1,
                       fix="pass the number of items per batch, e.g. 32")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -49,13 +49,15 @@ class EpochIterator:
         >>> next(it)
         Traceback (most recent call last):
         ...
-        clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 2 batches ...
+        clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 2 ...
     """
 
     __slots__ = ("_gen", "_stale", "delivered", "epoch", "plan", "__weakref__")
 
     def __init__(self, gen: Iterator[Any], epoch: int, plan: Sequence[torch.Tensor]) -> None:
-        self._gen, self.epoch, self.plan = gen, epoch, plan
+        assert isinstance(gen, Generator)  # the loader's epoch generators: they have close()
+        self._gen: Generator[Any, None, None] = gen
+        self.epoch, self.plan = epoch, plan
         self._stale: str | None = None
         self.delivered = 0
 
@@ -114,7 +116,7 @@ def rng_untouched(generator: torch.Generator | None) -> Iterator[None]:
         finally:
             random.setstate(py_state)
             np.random.set_state(np_state)
-            if generator is not None:
+            if generator is not None and gen_state is not None:
                 generator.set_state(gen_state)
 
 

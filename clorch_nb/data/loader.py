@@ -36,9 +36,9 @@ from clorch_nb.data.epoch_hooks import EpochHooks
 from clorch_nb.data.epoch_iter import EpochIterator, peek_batch
 from clorch_nb.data.plan import check_sampler_size, epoch_plan
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
-from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 

@@ -102,9 +102,10 @@ def shared_handles(dataset: Any, depth: int = 3) -> list[str]:
             if _is_handle(obj):
                 found.append(f"{path} ({type(obj).__name__})")
                 continue
-            if type(obj).__module__.startswith("torch") and not isinstance(obj, TorchMapDataset):
-                if not isinstance(obj, types.FunctionType):
-                    continue  # tensors, generators, torch internals: no handles of ours
+            if type(obj).__module__.startswith("torch") and not isinstance(
+                obj, TorchMapDataset | types.FunctionType
+            ):
+                continue  # tensors, generators, torch internals: no handles of ours
             nxt.extend((path + suffix, child) for suffix, child in _children(obj))
         frontier = nxt
     return found
