@@ -8,6 +8,8 @@ collated, ``RuntimeError`` for workers that fail, ``TimeoutError`` for waits tha
 
 from __future__ import annotations
 
+from clorch_nb._text import KeyPath
+
 __all__ = [
     "ClorchError",
     "CollateError",
@@ -35,26 +37,30 @@ class CollateError(ClorchError, TypeError):
     parsing the message:
 
     Attributes:
-        key_path (tuple): keys (and tuple positions) from the item to the field that failed,
-            e.g. ``("meta", "box")``; ``()`` when the items themselves clash.
+        key_path (KeyPath): keys (and tuple positions) from the item to the field that failed,
+            e.g. ``("meta", "box")``; ``()`` when the items themselves clash (see
+            :mod:`clorch_nb._text` for the type and how it is written).
         positions (tuple[int, ...]): positions in the batch of the items that do not match
             item 0 (or the first group of items); ``()`` when the error is not about items.
         found (tuple[tuple[str, tuple[int, ...]], ...]): what the items have there, grouped:
             ``(("shape (3,)", (0, 1)), ("shape (4,)", (2,)))``; ``()`` when not applicable.
+        num_items (int | None): how many items the batch had; None when not known.
 
     Example:
-        >>> e = CollateError("cannot stack key 'x': ...", key_path=("x",), positions=(2,))
-        >>> e.key_path, e.positions, str(e)
-        (('x',), (2,), "cannot stack key 'x': ...")
+        >>> e = CollateError("cannot stack key 'x': ...", key_path=("x",), positions=(2,),
+        ...                  num_items=4)
+        >>> e.key_path, e.positions, e.num_items, str(e)
+        (('x',), (2,), 4, "cannot stack key 'x': ...")
     """
 
     def __init__(
         self,
         message: str,
         *,
-        key_path: tuple[object, ...] = (),
+        key_path: KeyPath = (),
         positions: tuple[int, ...] = (),
         found: tuple[tuple[str, tuple[int, ...]], ...] = (),
+        num_items: int | None = None,
     ) -> None:
         super().__init__(message)
         # plain instance attributes: they survive pickling (the exception's __dict__), so a
@@ -62,6 +68,7 @@ class CollateError(ClorchError, TypeError):
         self.key_path = tuple(key_path)
         self.positions = tuple(positions)
         self.found = tuple(found)
+        self.num_items = num_items
 
 
 class WorkerError(ClorchError, RuntimeError):

@@ -133,11 +133,16 @@ def test_shape_errors_group_positions_and_name_nested_paths():
         c(items)
     msg = str(exc.value)
     assert "key ['a']['b']" in msg
-    assert "positions 0, 1, 2, 3, 5, 6, 7, 8 shape (2, 2)" in msg
+    assert "positions 0-3, 5-8 shape (2, 2)" in msg
     assert "positions 4, 9 shape (3,)" in msg
     many = [torch.zeros(1)] * 12 + [torch.zeros(2)]
-    with pytest.raises(CollateError, match=r"positions 0, 1, 2, 3, 4, 5, 6, 7, \.\.\. shape"):
+    with pytest.raises(CollateError, match=r"positions 0-11 shape \(1,\); position 12 shape"):
         c(many)
+    scattered = [torch.zeros(1), torch.zeros(2)] * 10  # runs of one: cut after 8, count given
+    with pytest.raises(
+        CollateError, match=r"positions 0, 2, 4, 6, 8, 10, 12, 14, \.\.\. \(10 in all\) shape"
+    ):
+        c(scattered)
     with pytest.raises(CollateError, match=r"cannot stack the items themselves"):
         c([torch.zeros(1), torch.zeros(2)])
 

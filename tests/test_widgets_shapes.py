@@ -76,9 +76,9 @@ def test_collate_error_shown_in_place_with_key_path(num_workers: int) -> None:
         r = batch_shapes(loader)  # no exception escapes
     assert len(r.batches) == 1
     assert r.failure is not None
-    assert r.failure.batch_index == 1 and r.failure.key_path == "['image']"
+    assert r.failure.batch_index == 1 and r.failure.key_path == ("image",)
     assert "(3, 7, 8)" in r.failure.message
-    assert "batch 1: COLLATE ERROR at key ['image']" in r.to_text()
+    assert "batch 1: COLLATE ERROR at key 'image'" in r.to_text()
 
 
 def test_nested_key_path_and_bare_items() -> None:
@@ -88,7 +88,8 @@ def test_nested_key_path_and_bare_items() -> None:
     r = batch_shapes(
         data.dataloader(data.dataset(size=4, get_item=item), batch_size=4, shuffle=False)
     )
-    assert r.failure is not None and r.failure.key_path == "['a']['b']"
+    assert r.failure is not None and r.failure.key_path == ("a", "b")
+    assert "COLLATE ERROR at key ['a']['b']" in r.to_text()
 
 
 def test_max_batches_and_other_errors_propagate() -> None:
@@ -145,7 +146,7 @@ def test_view_shows_collate_error_without_traceback() -> None:
             data.dataset(size=10, get_item=_bad_image_item), batch_size=4, shuffle=False
         )
     )
-    assert "CollateError at key [&#x27;image&#x27;]" in v.error.value
+    assert "CollateError at key &#x27;image&#x27;" in v.error.value
     assert "Traceback" not in v.to_text()
     assert v.to_png().startswith(PNG_MAGIC)
 
@@ -214,13 +215,13 @@ def test_failure_reads_the_error_fields(num_workers: int) -> None:
     ) as loader:
         f = batch_shapes(loader).failure
     assert f is not None
-    assert (f.batch_index, f.key_path, f.path) == (1, "['image']", ("image",))
+    assert (f.batch_index, f.key_path, f.num_items) == (1, ("image",), 4)
     assert f.positions == (2,)  # item 6 is position 2 of batch 1
     assert f.found == (("shape (3, 8, 8)", (0, 1, 3)), ("shape (3, 7, 8)", (2,)))
 
 
 def test_failure_fields_not_parsed_from_the_message() -> None:
-    # a key whose repr the message parser would get wrong: the structured field is used
+    # a key whose repr a message parser would get wrong: the structured field is used
     exc = CollateError(
         "cannot stack key 'a b': whatever",
         key_path=("a: b", 0),
@@ -228,14 +229,17 @@ def test_failure_fields_not_parsed_from_the_message() -> None:
         found=(("shape (2,)", (0,)), ("shape (3,)", (1,))),
     )
     f = CollateFailure.from_error(3, exc)
-    assert (f.key_path, f.path, f.positions) == ("['a: b'][0]", ("a: b", 0), (1,))
-    # an error without fields (e.g. raised by a custom collate_fn): read from the message
+    assert (f.key_path, f.positions, f.where) == (("a: b", 0), (1,), "key ['a: b'][0]")
+    # an error without fields (e.g. raised by a custom collate_fn): the message is never parsed
     f = CollateFailure.from_error(0, CollateError("cannot stack key ['m']['box']: differ"))
-    assert (f.key_path, f.path, f.positions, f.found) == ("['m']['box']", ("m", "box"), (), ())
+    assert (f.key_path, f.positions, f.found, f.where) == (None, (), (), "an unknown key")
+    assert f.describe() == (
+        "batch 0: CollateError at an unknown key: cannot stack key ['m']['box']: differ"
+    )
     f = CollateFailure.from_error(0, CollateError("items clash"))
-    assert (f.key_path, f.path) == (None, None)
+    assert f.key_path is None
     f = CollateFailure.from_error(0, CollateError("x", positions=(1,), found=(("int", (1,)),)))
-    assert (f.key_path, f.path) == (None, ())  # the items themselves
+    assert (f.key_path, f.where) == ((), "the items themselves")
 
 
 def _first_batch_fails(i: int) -> dict:
@@ -258,13 +262,13 @@ def test_view_collate_error_picture_and_message_once() -> None:
     # the message once in the widget (red line), not again in the text under it
     assert v.error.value.count("tensors differ in shape") == 1
     assert "tensors differ in shape" not in v.tree.value
-    assert "collate error: batch 0, key [&#x27;image&#x27;]" in v.tree.value
+    assert "collate error: batch 0, key &#x27;image&#x27;" in v.tree.value
     assert v.to_text().count(msg) == 1  # the static text: once too
     fig = draw_shapes(v.report)
     # no bar axis (no "bytes per batch" from 0 to 1): only the error panel
     assert [ax.get_ylabel() for ax in fig.axes] == [""]
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
-    assert "\u2717 batch 0: CollateError at key ['image']" in texts
+    assert "\u2717 batch 0: CollateError at key 'image'" in texts
     assert "shape (1, 7, 7): position 0  <- mismatch" in texts  # the cropped one
     assert "shape (1, 8, 8): positions 1-3" in texts
     assert "the 4 items of batch 0, by position:" in texts
@@ -285,4 +289,4 @@ def test_view_collate_error_after_good_batches_marks_its_slot() -> None:
     assert bars_ax.get_ylabel() == "bytes per batch (KiB)"
     assert len(bars_ax.patches) == 2 + 1  # batch 0's two fields + the selection box; no error bar
     assert [ln.get_xdata()[0] for ln in bars_ax.lines] == [1]  # the dotted line at batch 1
-    assert "\u2717 batch 1: CollateError at key ['image']" in [t.get_text() for t in panel.texts]
+    assert "\u2717 batch 1: CollateError at key 'image'" in [t.get_text() for t in panel.texts]

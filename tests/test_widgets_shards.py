@@ -139,7 +139,7 @@ def test_view_widget_controls_and_png_change_with_slider() -> None:
     assert "<b>\u2713 epoch 1:" in v.check.value and "<b>\u2713 epoch 0:" not in v.check.value
 
 
-def test_toggle_labels_fit_and_big_grids_colour_by_index() -> None:
+def test_toggle_labels_fit_and_every_view_opens_coloured_by_rank() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb.widgets import ShardView
 
@@ -151,7 +151,11 @@ def test_toggle_labels_fit_and_big_grids_colour_by_index() -> None:
     assert [label for label, _ in t.options] == ["rank", "dataset index"]
     assert t.value == "rank"  # 4 positions: numbers in the cells, colour by rank
     big = ShardView(1437, 2, epochs=1)
-    assert big.color_toggle.value == "index"  # 719 positions: colour by dataset index
+    # 719 positions: still by rank (as notebook 05 says), drawn as a strip over the index
+    assert big.color_toggle.value == "rank"
+    assert big.figure().axes[0].get_xlabel() == "dataset index"
+    big.color_toggle.value = "index"  # the shuffle, over positions
+    assert big.figure().axes[1].get_ylabel() == "dataset index"  # the colour bar
 
 
 def test_big_grid_keeps_edge_padding_marker_inside_the_figure() -> None:
@@ -192,7 +196,8 @@ def test_view_controls_recompute_and_set_epoch_off_shows_warning() -> None:
     assert v.table.num_replicas == 4
     v.controls["drop_last"].value = True
     v.controls["shard_mode"].value = "disjoint"  # contradicts drop_last: error shown, grid kept
-    assert "drop_last" in v.error.value and v.table.settings["shard_mode"] == "even"
+    assert v.table.settings is not None
+    assert "drop_last" in v.error.value and v.table.settings.shard_mode == "even"
 
 
 def test_view_mimebundle_and_constructors() -> None:

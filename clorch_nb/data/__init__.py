@@ -30,6 +30,7 @@ from clorch_nb.data.dataset import (
 from clorch_nb.data.defdataset import defdataset, derived
 from clorch_nb.data.distributed import (
     DistributedSampler,
+    SamplerSettings,
     ShardPlan,
     distributed_sampler,
     sample_indices,
@@ -47,6 +48,7 @@ __all__ = [
     "DistributedSampler",
     "LoaderConfig",
     "ProcessSpec",
+    "SamplerSettings",
     "ShardPlan",
     "TensorDataset",
     "WorkerInfo",

@@ -16,20 +16,10 @@ from typing import Any
 
 import torch
 
+from clorch_nb._text import KeyPath, key_path_text, positions_text
 from clorch_nb.errors import CollateError, ConfigError
 
 __all__ = ["cleanup_data", "default_collate", "pad_collate"]
-
-
-def _path_str(path: tuple[Any, ...]) -> str:
-    if not path:
-        return "the items themselves"
-    return "key " + "".join(f"[{p!r}]" for p in path) if len(path) > 1 else f"key {path[0]!r}"
-
-
-def _positions(pos: list[int]) -> str:
-    shown = ", ".join(map(str, pos[:8]))
-    return f"position{'s' if len(pos) > 1 else ''} {shown}{', ...' if len(pos) > 8 else ''}"
 
 
 def _keys(keys: Any) -> str:
@@ -46,14 +36,6 @@ def _kind(x: Any) -> str:
     return "other"
 
 
-_BARE = "<item>"  # pad_collate's path for bare tensor items (named in messages, not a key)
-
-
-def _key_path(path: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``CollateError.key_path``: the real keys of ``path`` (bare items have none)."""
-    return () if path == (_BARE,) else tuple(path)
-
-
 def _odd_ones(groups: dict[Any, list[int]], first: Any) -> tuple[int, ...]:
     """Positions outside the largest group (the items that do not match the rest); on a tie,
     outside item 0's group ``first``. One cropped image among 63 good ones is the odd one out,
@@ -62,14 +44,14 @@ def _odd_ones(groups: dict[Any, list[int]], first: Any) -> tuple[int, ...]:
     return tuple(sorted(i for k, pos in groups.items() if k != reference for i in pos))
 
 
-def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -> CollateError:
+def _type_error(items: Sequence[Any], path: KeyPath, kinds: list[str]) -> CollateError:
     # Group positions by concrete type name, tensors first, so the message is the same whatever
     # order the items come in.
     groups: dict[str, list[int]] = {}
     for i, x in enumerate(items):
         groups.setdefault(type(x).__name__, []).append(i)
     order = sorted(groups, key=lambda n: (n != "Tensor", -len(groups[n]), n))
-    found = "; ".join(f"{n} at {_positions(groups[n])}" for n in order)
+    found = "; ".join(f"{n} at {positions_text(groups[n])}" for n in order)
     hint = (
         "every item must give a tensor here: a get_item that sometimes returns None (a failed "
         "decode?) should raise or return a placeholder tensor"
@@ -77,13 +59,13 @@ def _type_error(items: Sequence[Any], path: tuple[Any, ...], kinds: list[str]) -
         else "every item must have the same structure here"
     )
     return CollateError(
-        f"cannot collate {_path_str(path)}: items mix types: {found}; {hint}",
-        key_path=_key_path(path), positions=_odd_ones(groups, order[0]),
-        found=tuple((n, tuple(groups[n])) for n in order),
+        f"cannot collate {key_path_text(path)}: items mix types: {found}; {hint}",
+        key_path=path, positions=_odd_ones(groups, order[0]),
+        found=tuple((n, tuple(groups[n])) for n in order), num_items=len(items),
     )
 
 
-def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor:
+def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
     # Optimistic: stack first (torch checks the shapes in C), explain only when it fails.
     try:
         return torch.stack(list(items), 0)
@@ -95,18 +77,19 @@ def _stack(items: Sequence[torch.Tensor], path: tuple[Any, ...]) -> torch.Tensor
             groups: dict[tuple[int, ...], list[int]] = {}
             for i, u in enumerate(items):
                 groups.setdefault(tuple(u.shape), []).append(i)
-            found = "; ".join(f"{_positions(p)} shape {s}" for s, p in groups.items())
+            found = "; ".join(f"{positions_text(p)} shape {s}" for s, p in groups.items())
             raise CollateError(
-                f"cannot stack {_path_str(path)}: tensors differ in shape: {found}. Pad or crop "
-                "the items to one shape, or pass collate_fn=data.pad_collate (pads to the longest "
-                "and returns the lengths)",
-                key_path=_key_path(path), positions=_odd_ones(groups, tuple(shape)),
+                f"cannot stack {key_path_text(path)}: tensors differ in shape: {found}. Pad or "
+                "crop the items to one shape, or pass collate_fn=data.pad_collate (pads to the "
+                "longest and returns the lengths)",
+                key_path=path, positions=_odd_ones(groups, tuple(shape)),
                 found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
+                num_items=len(items),
             )
     return torch.stack(list(items), 0)  # same shapes, so re-raise torch's own error (e.g. dtype)
 
 
-def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
+def _collate(items: Sequence[Any], path: KeyPath) -> Any:
     first = items[0]
     kind = _kind(first)
     # Fast path: items of one concrete type (the usual case) need one kind check, not B.
@@ -125,12 +108,13 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
         for i, x in enumerate(items):
             if x.keys() != first_keys and set(x.keys()) != key_set:
                 raise CollateError(
-                    f"cannot collate {_path_str(path)}: item {i} has keys {_keys(x)} but item 0 "
-                    f"has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
+                    f"cannot collate {key_path_text(path)}: item {i} has keys {_keys(x)} but "
+                    f"item 0 has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
                     f"{_keys(set(x) - key_set)}); every item must have the same keys (nothing "
                     "is dropped)",
-                    key_path=_key_path(path), positions=(i,),
+                    key_path=path, positions=(i,),
                     found=((f"keys {_keys(keys)}", (0,)), (f"keys {_keys(x)}", (i,))),
+                    num_items=len(items),
                 )
         return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
     if kind == "tuple":
@@ -138,10 +122,11 @@ def _collate(items: Sequence[Any], path: tuple[Any, ...]) -> Any:
         for i, x in enumerate(items):
             if len(x) != n:
                 raise CollateError(
-                    f"cannot collate {_path_str(path)}: item 0 is a tuple of {n} fields but "
+                    f"cannot collate {key_path_text(path)}: item 0 is a tuple of {n} fields but "
                     f"item {i} has {len(x)}; every item must have the same number of fields",
-                    key_path=_key_path(path), positions=(i,),
+                    key_path=path, positions=(i,),
                     found=((f"tuple of {n} fields", (0,)), (f"tuple of {len(x)} fields", (i,))),
+                    num_items=len(items),
                 )
         fields = [_collate([x[j] for x in items], (*path, j)) for j in range(n)]
         if hasattr(first, "_fields"):  # namedtuple keeps its type
@@ -228,12 +213,12 @@ def pad_collate(
         raise ConfigError("pad_collate got no items; a batch needs at least one item")
     first = items[0]
     if isinstance(first, torch.Tensor):
-        return _pad(items, (_BARE,), padding_value)
+        return _pad(items, (), padding_value)
     if not isinstance(first, Mapping):
         raise CollateError(
             f"pad_collate takes tensors or mappings of tensors, got {type(first).__name__}; "
             "use default_collate for other items",
-            positions=(0,), found=((type(first).__name__, (0,)),),
+            positions=(0,), found=((type(first).__name__, (0,)),), num_items=len(items),
         )
     if isinstance(keys, str):  # keys="data" means one key, not the letters d, a, t, a
         keys = [keys]
@@ -259,16 +244,17 @@ def pad_collate(
 
 
 def _pad(
-    seqs: Sequence[Any], path: tuple[Any, ...], padding_value: float
+    seqs: Sequence[Any], path: KeyPath, padding_value: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     kinds = [_kind(s) for s in seqs]
     if any(k != "Tensor" for k in kinds):
         raise _type_error(seqs, path, kinds)
     zero_d = tuple(i for i, s in enumerate(seqs) if s.dim() == 0)
     if zero_d:
-        raise CollateError(f"pad_collate: {_path_str(path)} has 0-d tensors; nothing to pad",
-                           key_path=_key_path(path), positions=zero_d,
-                           found=(("0-d tensor", zero_d),))
+        where = f"{key_path_text(path)} has" if path else "the items are"
+        raise CollateError(f"pad_collate: {where} 0-d tensors; nothing to pad",
+                           key_path=path, positions=zero_d,
+                           found=(("0-d tensor", zero_d),), num_items=len(seqs))
     trailing = seqs[0].shape[1:]
     for i, s in enumerate(seqs):
         if s.shape[1:] != trailing:
@@ -276,11 +262,12 @@ def _pad(
             for j, u in enumerate(seqs):
                 groups.setdefault(tuple(u.shape[1:]), []).append(j)
             raise CollateError(
-                f"pad_collate: {_path_str(path)}: item 0 has shape {tuple(seqs[0].shape)} but "
+                f"pad_collate: {key_path_text(path)}: item 0 has shape {tuple(seqs[0].shape)} but "
                 f"item {i} has {tuple(s.shape)}; only the first (length) dimension may differ",
-                key_path=_key_path(path), positions=_odd_ones(groups, tuple(trailing)),
+                key_path=path, positions=_odd_ones(groups, tuple(trailing)),
                 found=tuple((f"shape (L, {', '.join(map(str, t))})" if t else "shape (L,)",
                              tuple(p)) for t, p in groups.items()),
+                num_items=len(seqs),
             )
     lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)
     padded = torch.nn.utils.rnn.pad_sequence(

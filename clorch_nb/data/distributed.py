@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
@@ -33,6 +33,7 @@ from clorch_nb.errors import ConfigError
 
 __all__ = [
     "DistributedSampler",
+    "SamplerSettings",
     "ShardMode",
     "ShardPlan",
     "distributed_sampler",
@@ -174,6 +175,67 @@ def shard_plan(
     return ShardPlan(size, num_replicas, epoch, order.tolist(), rows, pads, dropped)
 
 
+@dataclass(frozen=True)
+class SamplerSettings:
+    """A distributed sampler's settings, validated once: what every rank of a job shares
+    (``size``, ``num_replicas``, ``seed``, ``shuffle``, ``drop_last``, ``shard_mode``) and which
+    rank this is. The sampler, the shard view and its pure layer all read this one value.
+
+    Attributes:
+        size (int): dataset size ``N`` >= 0.
+        num_replicas (int): ranks ``R`` >= 1.
+        rank (int): this rank, in ``0..R-1``.
+        seed (int), shuffle (bool), drop_last (bool), shard_mode ("even" | "disjoint"): as
+            :func:`distributed_sampler`.
+
+    Raises:
+        ConfigError: any value :func:`distributed_sampler` rejects (the message names it).
+
+    Example:
+        >>> s = SamplerSettings(10, 3, shuffle=False)
+        >>> s.plan(epoch=0).rank_indices[1]
+        [1, 4, 7, 0]
+        >>> try:
+        ...     SamplerSettings(10, 3, drop_last=True, shard_mode="disjoint")
+        ... except ValueError as e:
+        ...     print(str(e)[:53])
+        drop_last=True contradicts shard_mode='disjoint' (whi
+    """
+
+    size: int
+    num_replicas: int
+    rank: int = 0
+    seed: int = 0
+    shuffle: bool = True
+    drop_last: bool = False
+    shard_mode: ShardMode = "even"
+
+    def __post_init__(self) -> None:
+        check_int("size", self.size, minimum=0)
+        check_int("num_replicas", self.num_replicas, minimum=1)
+        if not 0 <= check_int("rank", self.rank) < self.num_replicas:
+            raise ConfigError(
+                f"rank={self.rank} is outside 0..{self.num_replicas - 1} for "
+                f"num_replicas={self.num_replicas}; pass the global rank (RANK, not LOCAL_RANK)"
+            )
+        _check_seed(self.seed)
+        check_bool("shuffle", self.shuffle)
+        check_bool("drop_last", self.drop_last)
+        _check_mode(self.shard_mode)
+        if self.drop_last and self.shard_mode == "disjoint":
+            raise ConfigError(
+                "drop_last=True contradicts shard_mode='disjoint' (which keeps every item exactly "
+                "once); pick one"
+            )
+
+    def plan(self, epoch: int = 0) -> ShardPlan:
+        """Every rank's shard at ``epoch`` (:func:`shard_plan` with these settings)."""
+        return shard_plan(
+            self.size, self.num_replicas, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+            drop_last=self.drop_last, shard_mode=self.shard_mode,
+        )
+
+
 def _check_mode(shard_mode: Any) -> None:
     if shard_mode not in ("even", "disjoint"):
         raise ConfigError(
@@ -239,12 +301,17 @@ class DistributedSampler:
         """
         return self.index_tensor().tolist()  # type: ignore[no-any-return]
 
+    @property
+    def settings(self) -> SamplerSettings:
+        """This sampler's settings as one frozen value."""
+        return SamplerSettings(
+            self.size, self.num_replicas, self.rank, self.seed, self.shuffle, self.drop_last,
+            self.shard_mode,
+        )
+
     def plan(self) -> ShardPlan:
         """Every rank's shard for the current epoch (what the shard view draws)."""
-        return shard_plan(
-            self.size, self.num_replicas, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle,
-            drop_last=self.drop_last, shard_mode=self.shard_mode,
-        )
+        return self.settings.plan(self.epoch)
 
     def _note_iteration(self, stacklevel: int = 3) -> None:
         if self.shuffle and self._last_iterated_epoch == self.epoch and not self._warned_same_epoch:
@@ -333,24 +400,8 @@ def distributed_sampler(
         num_replicas = dist.world_size()
     if rank is None:
         rank = dist.rank()
-    if not 0 <= rank < num_replicas:
-        raise ConfigError(
-            f"rank={rank} is outside 0..{num_replicas - 1} for num_replicas={num_replicas}; "
-            "pass the global rank (RANK, not LOCAL_RANK)"
-        )
-    _check_seed(seed)
-    check_bool("shuffle", shuffle)
-    check_bool("drop_last", drop_last)
-    _check_mode(shard_mode)
-    if drop_last and shard_mode == "disjoint":
-        raise ConfigError(
-            "drop_last=True contradicts shard_mode='disjoint' (which keeps every item exactly "
-            "once); pick one"
-        )
-    return DistributedSampler(
-        size, num_replicas=num_replicas, rank=rank, seed=seed, shuffle=shuffle,
-        drop_last=drop_last, shard_mode=shard_mode,
-    )
+    settings = SamplerSettings(size, num_replicas, rank, seed, shuffle, drop_last, shard_mode)
+    return DistributedSampler(**asdict(settings))
 
 
 def set_epoch(sampler: Any, epoch: int) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from clorch_nb._text import KeyPath, subscripts
 from clorch_nb.errors import ConfigError
 
 __all__ = ["ProcessSpec", "as_process_spec"]
@@ -21,26 +22,27 @@ _FACTORY_RE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*(\.[
 _ALLOWED_KEYS = {"factory", "args", "kwargs"}
 
 
-def _check_plain(value: Any, path: str) -> Any:
-    """Return ``value`` with tuples as lists, or raise naming the first non-plain part."""
+def _check_plain(value: Any, path: KeyPath) -> Any:
+    """Return ``value`` with tuples as lists, or raise naming the first non-plain part (its
+    key path in the spec, written as subscripts: ``['args'][0]``)."""
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, list | tuple):
-        return [_check_plain(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_check_plain(v, (*path, i)) for i, v in enumerate(value)]
     if isinstance(value, dict):
         out = {}
         for k, v in value.items():
             if not isinstance(k, str):
                 raise ConfigError(
-                    f"process_spec {path} has a key {k!r} of type {type(k).__name__}; "
+                    f"process_spec {subscripts(path)} has a key {k!r} of type {type(k).__name__}; "
                     "dict keys must be str (the spec must be plain data)"
                 )
-            out[k] = _check_plain(v, f"{path}[{k!r}]")
+            out[k] = _check_plain(v, (*path, k))
         return out
     raise ConfigError(
-        f"process_spec {path} is a {type(value).__name__} ({value!r:.60}); args and kwargs must "
-        "be plain data (None, bool, int, float, str, lists, dicts with str keys). Pass a path or "
-        "a name and let the factory load the object inside the worker"
+        f"process_spec {subscripts(path)} is a {type(value).__name__} ({value!r:.60}); args and "
+        "kwargs must be plain data (None, bool, int, float, str, lists, dicts with str keys). "
+        "Pass a path or a name and let the factory load the object inside the worker"
     )
 
 
@@ -81,8 +83,8 @@ class ProcessSpec:
             raise ConfigError(
                 f"process_spec['kwargs'] must be a dict, got {type(self.kwargs).__name__}"
             )
-        object.__setattr__(self, "args", _check_plain(list(self.args), "['args']"))
-        object.__setattr__(self, "kwargs", _check_plain(dict(self.kwargs), "['kwargs']"))
+        object.__setattr__(self, "args", _check_plain(list(self.args), ("args",)))
+        object.__setattr__(self, "kwargs", _check_plain(dict(self.kwargs), ("kwargs",)))
 
     def resolve_factory(self) -> Callable[..., Any]:
         """Import and return the factory function.

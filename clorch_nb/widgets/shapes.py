@@ -10,13 +10,13 @@ is kept, with its key path, as :class:`CollateFailure` instead of a traceback.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from clorch_nb._text import KeyPath, key_path_label, key_path_text, plural, ranges
 from clorch_nb.errors import CollateError, ConfigError
 
 __all__ = [
@@ -43,10 +43,6 @@ def format_bytes(n: int | None) -> str:
     raise AssertionError("unreachable")
 
 
-def _path_str(path: tuple[Any, ...]) -> str:
-    return "/".join(str(p) for p in path) if path else "<batch>"
-
-
 @dataclass(frozen=True)
 class Field:
     """One leaf of a batch.
@@ -60,7 +56,7 @@ class Field:
         nbytes (int | None): bytes of tensor/array data; None for Python objects.
     """
 
-    path: tuple[Any, ...]
+    path: KeyPath
     kind: str
     shape: tuple[int, ...] | None
     dtype: str
@@ -69,7 +65,7 @@ class Field:
     @property
     def name(self) -> str:
         """The path as ``"a/b"`` (``"<batch>"`` for the batch itself)."""
-        return _path_str(self.path)
+        return key_path_label(self.path)
 
     def describe(self) -> str:
         """``"(B, ...) dtype bytes"`` for this field."""
@@ -87,7 +83,7 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
     """
     out: list[Field] = []
 
-    def walk(x: Any, path: tuple[Any, ...]) -> None:
+    def walk(x: Any, path: KeyPath) -> None:
         if isinstance(x, torch.Tensor):
             out.append(
                 Field(
@@ -144,77 +140,55 @@ class BatchInfo:
 class CollateFailure:
     """A collate error where it happened: batch ``batch_index`` could not be built.
 
+    Every field comes from :class:`~clorch_nb.errors.CollateError`'s structured fields, never
+    from its message: an error raised without them (e.g. ``CollateError("...")`` in a custom
+    ``collate_fn``) has ``key_path=None`` and is shown by its message alone.
+
     Attributes:
         batch_index (int): the batch (in epoch order) whose items did not collate.
-        key_path (str | None): the key path, written ``"['data']"`` / ``"['meta']['box']"``;
-            None when the items themselves clash.
-        message (str): the error's message (it names positions and shapes).
+        key_path (KeyPath | None): where the items clash, e.g. ``("meta", "box")``; ``()`` for
+            the items themselves; None when the error does not say.
+        message (str): the error's message (it names positions and shapes, and the fix).
         notes (tuple[str, ...]): where it ran (batch, worker), from the error's notes.
-        path (tuple | None): the key path as keys (``("meta", "box")``, ``()`` for the items
-            themselves); None when unknown.
         positions (tuple[int, ...]): positions in the batch of the items that do not match.
         found (tuple[tuple[str, tuple[int, ...]], ...]): what the items have at the key path,
             grouped: ``(("shape (1, 7, 7)", (0,)), ("shape (1, 8, 8)", (1, 2, 3)))``.
-
-    The structured fields come from :class:`~clorch_nb.errors.CollateError`'s ``key_path``,
-    ``positions`` and ``found``; for an error raised without them (e.g. by a custom
-    ``collate_fn``) the key path is read from the message when it names one.
+        num_items (int | None): how many items the batch had, when the error says.
     """
 
     batch_index: int
-    key_path: str | None
+    key_path: KeyPath | None
     message: str
     notes: tuple[str, ...] = ()
-    path: tuple[Any, ...] | None = None
     positions: tuple[int, ...] = ()
     found: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    num_items: int | None = None
 
     @classmethod
     def from_error(cls, batch_index: int, exc: BaseException) -> CollateFailure:
         """From a raised :class:`~clorch_nb.errors.CollateError`."""
-        message = str(exc)
-        path = getattr(exc, "key_path", None)
+        path = tuple(getattr(exc, "key_path", ()) or ())
         positions = tuple(getattr(exc, "positions", ()) or ())
         found = tuple(getattr(exc, "found", ()) or ())
-        if isinstance(path, tuple) and (path or positions or found):
-            key = _key_str(path) if path else None
-        else:  # no structured fields: fall back to the message
-            key = _key_path(message)
-            path = _parse_key(key) if key else None
-        return cls(batch_index, key, message, _notes(exc), path, positions, found)
+        known = bool(path or positions or found)
+        return cls(
+            batch_index,
+            path if known else None,
+            str(exc),
+            tuple(getattr(exc, "__notes__", ()) or ()),
+            positions,
+            found,
+            getattr(exc, "num_items", None),
+        )
+
+    @property
+    def where(self) -> str:
+        """The key path in words (``"key 'image'"``), or ``"an unknown key"``."""
+        return key_path_text(self.key_path) if self.key_path is not None else "an unknown key"
 
     def describe(self) -> str:
         """One line: the batch, the key path and the error message."""
-        where = f"key {self.key_path}" if self.key_path else "the items themselves"
-        return f"batch {self.batch_index}: CollateError at {where}: {self.message}"
-
-
-def _key_str(path: tuple[Any, ...]) -> str:
-    return "".join(f"[{k!r}]" for k in path)
-
-
-_KEY_RE = re.compile(
-    r"(?:cannot (?:stack|collate)|pad_collate:) key ((?:\[[^\]]*\])+|'[^']*'|\S+?)[:,]"
-)
-
-
-def _key_path(message: str) -> str | None:
-    m = _KEY_RE.search(message)
-    if not m:
-        return None
-    key = m.group(1)
-    return key if key.startswith("[") else f"[{key}]"
-
-
-def _parse_key(key: str) -> tuple[Any, ...] | None:
-    """``"['a'][0]"`` -> ``('a', 0)`` (None when it does not parse)."""
-    import ast
-
-    parts = re.findall(r"\[([^\]]*)\]", key)
-    try:
-        return tuple(ast.literal_eval(p) for p in parts) or None
-    except (ValueError, SyntaxError):
-        return None
+        return f"batch {self.batch_index}: CollateError at {self.where}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -227,11 +201,10 @@ class ShapeGroup:
 
     @property
     def label(self) -> str:
-        from clorch_nb.widgets.shards import _ranges
-
+        """``"batches 0-27 (28 batches)"``."""
         n = len(self.batch_indices)
-        es = "es" if n > 1 else ""
-        return f"batch{es} {_ranges(self.batch_indices)} ({n} batch{es})"
+        word = plural(n, "batch", "batches", number=False)
+        return f"{word} {ranges(self.batch_indices)} ({plural(n, 'batch', 'batches')})"
 
 
 @dataclass(frozen=True)
@@ -310,10 +283,11 @@ class ShapeReport:
         elsewhere); the flag line still names the batch and key.
         """
         n = len(self.batches)
+        total = self.expected_batches if self.expected_batches is not None else n
         head = f"Batch shapes: {n}"
         if self.expected_batches is not None:
             head += f" of {self.expected_batches}"
-        head += f" batch{'es' if (self.expected_batches or n) != 1 else ''} read"
+        head += f" {plural(total, 'batch', 'batches', number=False)} read"
         if self.batch_size is not None:
             head += f", batch_size={self.batch_size}"
         head += f", {format_bytes(self.total_bytes)} in all"
@@ -328,10 +302,7 @@ class ShapeReport:
             lines.extend(_tree(g.first.fields, ragged))
         if self.failure is not None and include_failure:
             f = self.failure
-            lines.append(
-                f"batch {f.batch_index}: COLLATE ERROR at "
-                f"{'key ' + f.key_path if f.key_path else 'the items themselves'}"
-            )
+            lines.append(f"batch {f.batch_index}: COLLATE ERROR at {f.where}")
             lines.append(f"  {f.message}")
         lines.append("flags:")
         lines.append(
@@ -356,10 +327,7 @@ class ShapeReport:
             )
         )
         if self.failure is not None:
-            lines.append(
-                f"  collate error: batch {self.failure.batch_index}"
-                + (f", key {self.failure.key_path}" if self.failure.key_path else "")
-            )
+            lines.append(f"  collate error: batch {self.failure.batch_index}, {self.failure.where}")
         if self.truncated:
             lines.append(f"  stopped after max_batches={n}")
         return "\n".join(lines)
@@ -380,10 +348,6 @@ def _tree(fields: tuple[Field, ...], ragged: Mapping[str, Any]) -> list[str]:
         mark = "  <- RAGGED" if f.name in ragged else ""
         lines.append("  " + "  " * (len(path) - 1) + f"{path[-1]}: {f.describe()}{mark}")
     return lines
-
-
-def _notes(exc: BaseException) -> tuple[str, ...]:
-    return tuple(getattr(exc, "__notes__", ()) or ())
 
 
 def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> ShapeReport:

@@ -5,6 +5,7 @@ ragged fields and a collate error marked; the tree of the chosen batch beside it
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as W
@@ -12,13 +13,22 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from clorch_nb._text import plural, positions_text, ranges
 from clorch_nb.widgets._base import View
+from clorch_nb.widgets._controls import index_slider
+from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, text_color_on
 from clorch_nb.widgets.shapes import CollateFailure, ShapeReport, _tree, batch_shapes, format_bytes
 
 __all__ = ["BatchShapesView", "draw_shapes"]
 
 _ERROR = "#D00000"
+_MATCH = "#0072B2"
+_ODD = (_ERROR, "#E69F00", "#CC79A7", "#D55E00")  # the odd ones out: reds and oranges
+_SIDE_FONT = 8.5  # the selected batch's tree, monospace
+_BARS_W, _BARS_H = 5.2, 2.9  # the bar chart's axes, inches
+_LEFT, _GAP, _MARGIN = 0.85, 0.5, 0.15  # y-axis labels; bars to tree; figure edge
+_MIN_W = 10.0
 
 
 def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
@@ -26,63 +36,144 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     (right, as text); partial batches hatched. A collate error is drawn in place: the batch
     that failed marked on the bar axis, and a panel naming the key path and showing the batch's
     items coloured by what they hold there (shape or type), the odd ones out in red. When the
-    very first batch fails there are no bars, only that panel."""
+    very first batch fails there are no bars, only that panel.
+
+    The figure is laid out around its text (measured, never cut): a long tree widens it, long
+    flags wrap, and the error panel grows with its lines.
+    """
     failure = report.failure
-    n = len(report.batches)
-    if failure is not None and n == 0:
-        fig = new_figure(10.0, 2.3)
-        fig.text(
-            0.01,
-            0.95,
-            f"Batch shapes: batch {failure.batch_index} could not be collated (no batch was built)",
-            fontsize=12,
-            fontweight="bold",
-            va="top",
-        )
-        _draw_failure(fig, failure, report.batch_size, (0.03, 0.05, 0.94, 0.74))
-        return fig
-    fig = new_figure(10.0, 4.4 if failure is None else 5.6)
-    h = fig.get_figheight()
-    bar_bottom = 0.7 / h + (1.9 / h if failure is not None else 0.0)
-    ax = fig.add_axes((0.08, bar_bottom, 0.5, 1 - bar_bottom - 1.05 / h))
+    if failure is not None and not report.batches:
+        return _failure_only(failure)
+    side = _side_text(report, selected)
+    side_w, side_h = text_size(side, _SIDE_FONT, family="monospace")
+    width = max(_MIN_W, _LEFT + _BARS_W + _GAP + side_w + _MARGIN)
+    names = _field_names(report)
+    legend_rows, legend_cols = _legend_grid(names, report.ragged)
+    flags, alarm = _flags_text(report)
+    flags = wrap_to(flags, width - 2 * _MARGIN, 9)
+    flags_h = text_size(flags, 9)[1]
+    panel_h = _panel_height(failure, width) if failure is not None else 0.0
+    head = 0.5 + 0.25 * legend_rows + 0.1  # title, legend rows above the bars
+    below = 0.62 + flags_h  # tick labels and x label, then the flags
+    bars_h = max(_BARS_H, side_h - 0.25 * legend_rows)
+    height = head + bars_h + below + panel_h
+    fig = new_figure(width, height)
+    ax = fig.add_axes(rect_in(fig, _LEFT, panel_h + below, _BARS_W, bars_h))
+    tops = _draw_bars(ax, report, names)
+    _draw_marks(ax, report, tops, selected)
+    _draw_legend(ax, names, report.ragged, legend_cols)
+    _title(fig, "Batch shapes: bytes per field in each batch")
+    fig.text(
+        _MARGIN / width,
+        (panel_h + flags_h + 0.05) / height,
+        flags,
+        fontsize=9,
+        va="top",
+        color=_ERROR if alarm else "#333333",
+    )
+    fig.text(
+        (_LEFT + _BARS_W + _GAP) / width,
+        1 - 0.5 / height,
+        side,
+        fontsize=_SIDE_FONT,
+        family="monospace",
+        va="top",
+    )
+    if failure is not None:
+        _draw_failure(fig, failure, (_MARGIN, 0.08), (width - 2 * _MARGIN, panel_h - 0.16))
+    return fig
+
+
+def _title(fig: Figure, text: str) -> None:
+    fig.text(
+        _MARGIN / fig.get_figwidth(),
+        1 - 0.1 / fig.get_figheight(),
+        text,
+        fontsize=12,
+        fontweight="bold",
+        va="top",
+    )
+
+
+def _field_names(report: ShapeReport) -> list[str]:
+    """Fields with bytes (tensors, arrays), in order of first sight: one bar segment each."""
     names: list[str] = []
     for b in report.batches:
         for f in b.fields:
             if f.nbytes is not None and f.name not in names:
                 names.append(f.name)
-    xs = np.arange(n + (1 if failure else 0))
-    bottom = np.zeros(n)
+    return names
+
+
+def _legend_label(name: str, ragged: Mapping[str, object]) -> str:
+    return name + ("  (RAGGED)" if name in ragged else "")
+
+
+def _legend_grid(names: list[str], ragged: Mapping[str, object]) -> tuple[int, int]:
+    """(rows, columns) of the legend so that a row fits over the bars."""
+    if not names:
+        return 0, 1
+    widest = max(text_size(_legend_label(n, ragged), 9)[0] for n in names) + 0.55
+    cols = max(1, min(len(names), 4, int(_BARS_W // widest)))
+    return -(-len(names) // cols), cols
+
+
+def _draw_bars(ax: Any, report: ShapeReport, names: list[str]) -> np.ndarray:
+    """One stacked bar per batch, a segment per field; partial batches hatched. Returns the
+    bar tops (in the axis unit)."""
+    n = len(report.batches)
+    xs = np.arange(n)
+    tops = np.zeros(n)
     scale, unit = _unit(max((b.nbytes for b in report.batches), default=0))
-    ragged = report.ragged
     partial = set(report.partial_batches)
     for k, name in enumerate(names):
-        vals = (
-            np.array(
-                [
-                    next((f.nbytes or 0 for f in b.fields if f.name == name), 0)
-                    for b in report.batches
-                ],
-                dtype=float,
-            )
-            / scale
-        )
-        color = RANK_COLORS[k % len(RANK_COLORS)]
+        vals = np.array([_field_bytes(b, name) for b in report.batches], dtype=float) / scale
         bars = ax.bar(
-            xs[:n],
+            xs,
             vals,
-            bottom=bottom,
-            color=color,
+            bottom=tops,
+            color=RANK_COLORS[k % len(RANK_COLORS)],
             width=0.8,
-            label=name + ("  (RAGGED)" if name in ragged else ""),
+            label=_legend_label(name, report.ragged),
             edgecolor="white",
             linewidth=0.3 if n > 40 else 0.8,
         )
-        for i, bar in enumerate(bars):
-            if i in partial:
-                bar.set_hatch("//")
-                bar.set_edgecolor("black")
-        bottom += vals
-    if failure is not None:  # no bar: nothing was built; a marker at its slot
+        for i in partial:
+            bars[i].set_hatch("//")
+            bars[i].set_edgecolor("black")
+        tops += vals
+    slots = n + (1 if report.failure is not None else 0)
+    ax.set_xlabel("batch index (epoch order)")
+    ax.set_ylabel(f"bytes per batch ({unit})")
+    ax.set_xlim(-0.7, slots - 0.3)
+    ticks = np.arange(slots)
+    ax.set_xticks(ticks if slots <= 15 else ticks[:: max(5, slots // 60 * 5 or 5)])
+    ax.spines[["top", "right"]].set_visible(False)
+    return tops
+
+
+def _field_bytes(b: Any, name: str) -> int:
+    return next((f.nbytes or 0 for f in b.fields if f.name == name), 0)
+
+
+def _draw_marks(ax: Any, report: ShapeReport, tops: np.ndarray, selected: int | None) -> None:
+    """"partial" over partial bars, a box round the selected one, the failed batch's slot."""
+    for i in report.partial_batches:
+        ax.annotate(
+            "partial",
+            (i, tops[i]),
+            xytext=(0, 3),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+    n = len(report.batches)
+    if selected is not None and 0 <= selected < n:
+        ax.bar(
+            [selected], [tops[selected]], fill=False, edgecolor="black", linewidth=2.0, width=0.9
+        )
+    if report.failure is not None:  # no bar: nothing was built; a marker at its slot
         ax.axvline(n, color=_ERROR, linewidth=2, linestyle=":")
         ax.text(
             n,
@@ -96,209 +187,176 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
             fontweight="bold",
             bbox={"facecolor": "white", "edgecolor": _ERROR, "boxstyle": "round,pad=0.3"},
         )
-    for i in partial:
-        ax.annotate(
-            "partial",
-            (i, bottom[i]),
-            xytext=(0, 3),
-            textcoords="offset points",
-            ha="center",
-            va="bottom",
-            fontsize=8,
-        )
-    if selected is not None and 0 <= selected < n:
-        ax.bar(
-            [selected], [bottom[selected]], fill=False, edgecolor="black", linewidth=2.0, width=0.9
-        )
-    ax.set_xlabel("batch index (epoch order)")
-    ax.set_ylabel(f"bytes per batch ({unit})")
-    ax.set_xlim(-0.7, len(xs) - 0.3)
-    ax.set_xticks(xs if len(xs) <= 15 else xs[:: max(5, len(xs) // 60 * 5 or 5)])
-    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _draw_legend(ax: Any, names: list[str], ragged: Mapping[str, object], cols: int) -> None:
     if names:
         ax.legend(
             loc="lower left",
             bbox_to_anchor=(0.0, 1.0),
-            ncol=min(len(names), 4),
+            ncol=cols,
             fontsize=9,
             frameon=False,
             borderaxespad=0.3,
         )
-    fig.text(
-        0.01,
-        1 - 0.1 / h,
-        "Batch shapes: bytes per field in each batch",
-        fontsize=12,
-        fontweight="bold",
-        va="top",
-    )
+
+
+def _flags_text(report: ShapeReport) -> tuple[str, bool]:
+    """The flag line under the bars and whether it is an alarm (ragged or failed)."""
     flags = []
-    if partial:
-        flags.append("partial: batch " + ", ".join(map(str, sorted(partial))))
-    if ragged:
-        flags.append("ragged: " + ", ".join(ragged))
-    if failure is not None:
-        flags.append(f"collate error in batch {failure.batch_index}")
-    fig.text(
-        0.01,
-        0.02 + (1.9 / h if failure is not None else 0.0),
-        ("Flags: " + "; ".join(flags))
-        if flags
-        else "Flags: none (every batch full, no ragged field)",
-        fontsize=9,
-        color=_ERROR if (ragged or failure) else "#333333",
+    if report.partial_batches:
+        flags.append("partial: batch " + ranges(report.partial_batches))
+    if report.ragged:
+        flags.append("ragged: " + ", ".join(report.ragged))
+    if report.failure is not None:
+        flags.append(f"collate error in batch {report.failure.batch_index}")
+    if not flags:
+        return "Flags: none (every batch full, no ragged field)", False
+    return "Flags: " + "; ".join(flags), bool(report.ragged or report.failure)
+
+
+# -- the collate error panel -------------------------------------------------------------------
+
+_PANEL_LINE = 0.28  # inches per text line in the panel
+_MAX_CELLS = 64
+_MAX_GROUPS = 4
+
+
+def _failure_only(failure: CollateFailure) -> Figure:
+    """No batch was built: a title and the error panel."""
+    width = _MIN_W
+    panel_h = _panel_height(failure, width)
+    fig = new_figure(width, panel_h + 0.55)
+    _title(
+        fig,
+        f"Batch shapes: batch {failure.batch_index} could not be collated (no batch was built)",
     )
-    fig.text(
-        0.62, 1 - 0.75 / h, _side_text(report, selected), fontsize=8.5, family="monospace", va="top"
-    )
-    if failure is not None:
-        _draw_failure(fig, failure, report.batch_size, (0.03, 0.02, 0.94, 1.55 / h))
+    _draw_failure(fig, failure, (0.3, 0.08), (width - 0.6, panel_h - 0.1))
     return fig
 
 
 def _failure_title(f: CollateFailure) -> str:
-    where = f"key {f.key_path}" if f.key_path else "the items themselves"
-    return f"\u2717 batch {f.batch_index}: CollateError at {where}"
+    return f"\u2717 batch {f.batch_index}: CollateError at {f.where}"
+
+
+def _panel_message(f: CollateFailure, width: float) -> str:
+    """The message, wrapped to the panel (shown only when the error has no structured fields)."""
+    return wrap_to(f.message, width - 0.6, 9, family="monospace")
+
+
+def _panel_height(f: CollateFailure, width: float) -> float:
+    if not f.found:
+        message_h = text_size(_panel_message(f, width), 9, family="monospace")[1]
+        return _PANEL_LINE * 1.4 + message_h + 0.3
+    return _PANEL_LINE * (4.2 + 0.75 * min(len(f.found), _MAX_GROUPS + 1)) + 0.2
 
 
 def _draw_failure(
-    fig: Figure, f: CollateFailure, batch_size: int | None, rect: tuple[float, float, float, float]
+    fig: Figure, f: CollateFailure, xy_in: tuple[float, float], wh_in: tuple[float, float]
 ) -> None:
-    """The error panel inside ``rect`` (figure fraction): key path, then one cell per item of
-    the failed batch coloured by what it holds at that key, then the groups spelled out."""
-    x0, y0, w, hgt = rect
-    fig_h = fig.get_figheight()
-    ax = fig.add_axes(rect)
+    """The error panel at ``xy_in`` (inches from the bottom left) of size ``wh_in``: the key
+    path, then one cell per item of the failed batch coloured by what it holds at that key,
+    then the groups spelled out; for an error without structured fields, its message."""
+    ax = fig.add_axes(rect_in(fig, *xy_in, *wh_in))
     ax.set_axis_off()
     ax.add_patch(
         Rectangle(
-            (0, 0),
-            1,
-            1,
-            transform=ax.transAxes,
-            facecolor="#FFF3F3",
-            edgecolor=_ERROR,
+            (0, 0), 1, 1, transform=ax.transAxes, facecolor="#FFF3F3", edgecolor=_ERROR,
             linewidth=1.5,
         )
     )
-    line = 0.28 / (hgt * fig_h)  # one text line, in axes fraction
+    line = _PANEL_LINE / wh_in[1]  # one text line, in axes fraction
     ax.text(
-        0.015,
-        1 - 0.6 * line,
-        _failure_title(f),
-        transform=ax.transAxes,
-        fontsize=11.5,
-        fontweight="bold",
-        color=_ERROR,
-        va="center",
+        0.015, 1 - 0.6 * line, _failure_title(f), transform=ax.transAxes, fontsize=11.5,
+        fontweight="bold", color=_ERROR, va="center",
     )
-    if not f.found:  # nothing structured: the message, wrapped
-        import textwrap
-
+    if not f.found:
         ax.text(
-            0.015,
-            1 - 1.4 * line,
-            "\n".join(textwrap.wrap(f.message, 120)[:6]),
-            transform=ax.transAxes,
-            fontsize=9,
-            va="top",
-            family="monospace",
+            0.015, 1 - 1.3 * line, _panel_message(f, wh_in[0]), transform=ax.transAxes,
+            fontsize=9, va="top", family="monospace",
         )
         return
+    colors = _group_colors(f)
+    n_items = f.num_items or max(p for _, pos in f.found for p in pos) + 1
+    ax.text(
+        0.015, 1 - 1.7 * line, f"the {n_items} items of batch {f.batch_index}, by position:",
+        transform=ax.transAxes, fontsize=9.5, va="center", color="#333333",
+    )
+    _item_cells(ax, f, colors, n_items, top=1 - 3.3 * line, height=1.1 * line)
+    _group_lines(ax, f, colors, top=1 - 4.2 * line, step=0.75 * line)
+
+
+def _group_colors(f: CollateFailure) -> list[str]:
+    """One colour per group of ``f.found``: blue for the items that match, reds for the odd."""
     odd = set(f.positions)
-    groups = list(f.found)
-    n_items = max([p for _, pos in groups for p in pos] + [-1]) + 1
-    shown = min(n_items, 64)
-    # the items that match item 0 blue, the odd ones out in reds/oranges, unknown grey
-    odd_palette = [_ERROR, "#E69F00", "#CC79A7", "#D55E00"]
-    colors: dict[int, str] = {}
-    group_color: list[str] = []
-    k = 0
-    for _, pos in groups:
+    colors, k = [], 0
+    for _, pos in f.found:
         if any(q in odd for q in pos):
-            c = odd_palette[k % len(odd_palette)]
+            colors.append(_ODD[k % len(_ODD)])
             k += 1
         else:
-            c = "#0072B2"
-        group_color.append(c)
-        for p in pos:
-            colors[p] = c
-    ax.text(
-        0.015,
-        1 - 1.7 * line,
-        f"the {n_items} items of batch {f.batch_index}, by position:",
-        transform=ax.transAxes,
-        fontsize=9.5,
-        va="center",
-        color="#333333",
-    )
+            colors.append(_MATCH)
+    return colors
+
+
+def _item_cells(
+    ax: Any, f: CollateFailure, colors: list[str], n_items: int, *, top: float, height: float
+) -> None:
+    """A row of cells, one per item (at most 64), coloured by group, numbered when they fit."""
+    color_of = {p: c for (_, pos), c in zip(f.found, colors, strict=True) for p in pos}
+    shown = min(n_items, _MAX_CELLS)
     cell_w = min(0.05, 0.97 / max(shown, 1))
-    cy, ch = 1 - 3.3 * line, 1.1 * line
     for p in range(shown):
-        color = colors.get(p, "#DDDDDD")
+        color = color_of.get(p, "#DDDDDD")
         ax.add_patch(
             Rectangle(
-                (0.015 + p * cell_w, cy),
-                cell_w * 0.92,
-                ch,
-                transform=ax.transAxes,
-                facecolor=color,
-                edgecolor="white",
+                (0.015 + p * cell_w, top), cell_w * 0.92, height, transform=ax.transAxes,
+                facecolor=color, edgecolor="white",
             )
         )
         if shown <= 40:
             ax.text(
-                0.015 + (p + 0.46) * cell_w,
-                cy + ch / 2,
-                str(p),
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-                fontsize=8.5,
-                color=text_color_on(color),
+                0.015 + (p + 0.46) * cell_w, top + height / 2, str(p), transform=ax.transAxes,
+                ha="center", va="center", fontsize=8.5, color=text_color_on(color),
             )
     if shown < n_items:
         ax.text(
-            0.015 + shown * cell_w,
-            cy + ch / 2,
-            f" ... {n_items - shown} more",
-            transform=ax.transAxes,
-            va="center",
-            fontsize=8.5,
+            0.015 + shown * cell_w, top + height / 2, f" ... {n_items - shown} more",
+            transform=ax.transAxes, va="center", fontsize=8.5,
         )
-    y = cy - 0.9 * line
-    for (what, pos), color in list(zip(groups, group_color, strict=True))[:4]:
+
+
+def _group_lines(
+    ax: Any, f: CollateFailure, colors: list[str], *, top: float, step: float
+) -> None:
+    """A line per group (at most 4, then a count): its colour, what the items hold, where."""
+    odd = set(f.positions)
+    y = top
+    for (what, pos), color in list(zip(f.found, colors, strict=True))[:_MAX_GROUPS]:
         mark = "  <- mismatch" if any(q in odd for q in pos) else ""
         ax.text(0.015, y, "\u25a0", transform=ax.transAxes, color=color, fontsize=11, va="center")
         ax.text(
-            0.04,
-            y,
-            f"{what}: {_positions(pos)}{mark}",
-            transform=ax.transAxes,
-            fontsize=9.5,
-            va="center",
-            family="monospace",
-            color=_ERROR if mark else "#222222",
+            0.04, y, f"{what}: {positions_text(pos)}{mark}", transform=ax.transAxes,
+            fontsize=9.5, va="center", family="monospace", color=_ERROR if mark else "#222222",
         )
-        y -= 0.75 * line
-
-
-def _positions(pos: tuple[int, ...]) -> str:
-    from clorch_nb.widgets.shards import _ranges
-
-    return f"position{'s' if len(pos) > 1 else ''} {_ranges(pos, limit=8)}"
+        y -= step
+    if len(f.found) > _MAX_GROUPS:
+        rest = f.found[_MAX_GROUPS:]
+        more = plural(len(rest), "more group")
+        items = plural(sum(len(pos) for _, pos in rest), "item")
+        ax.text(0.04, y, f"... {more} ({items})", transform=ax.transAxes, fontsize=9.5,
+                va="center", family="monospace", color="#222222")
 
 
 def _side_text(report: ShapeReport, selected: int | None) -> str:
-    if selected is not None and 0 <= selected < len(report.batches):
-        b = report.batches[selected]
-        head = f"selected batch {selected}: {format_bytes(b.nbytes)}"
-        if report.is_partial(b):
-            head += f"  PARTIAL ({b.num_items} of {report.batch_size})"
-        lines = [head, *_tree(b.fields, report.ragged)]
-    else:
-        lines = ["(no batch)"]
-    return "\n".join(line[:46] for line in lines[:18])
+    """The selected batch's tree, whole (the figure is laid out to fit it)."""
+    if selected is None or not 0 <= selected < len(report.batches):
+        return "(no batch)"
+    b = report.batches[selected]
+    head = f"selected batch {selected}: {format_bytes(b.nbytes)}"
+    if report.is_partial(b):
+        head += f"  PARTIAL ({b.num_items} of {report.batch_size})"
+    return "\n".join([head, *_tree(b.fields, report.ragged)])
 
 
 def _unit(max_bytes: int) -> tuple[float, str]:
@@ -331,14 +389,7 @@ class BatchShapesView(View):
     def __init__(self, loader: Any, max_batches: int | None = None) -> None:
         self.report = batch_shapes(loader, max_batches)
         n = len(self.report.batches)
-        self.batch_slider = W.IntSlider(
-            value=0,
-            min=0,
-            max=max(n - 1, 0),
-            description="batch",
-            continuous_update=False,
-            disabled=n <= 1,
-        )
+        self.batch_slider = index_slider("batch", n)
         if n == 0:  # nothing to choose from
             self.batch_slider.layout.display = "none"
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))

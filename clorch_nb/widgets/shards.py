@@ -15,33 +15,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from clorch_nb.data import ShardPlan, shard_plan
+from clorch_nb._text import plural, ranges
+from clorch_nb.data import SamplerSettings, ShardPlan
 from clorch_nb.errors import ConfigError
 
-__all__ = ["EpochShards", "ShardTable", "records_table", "shard_table"]
+__all__ = [
+    "EpochShards", "IndexStrip", "ShardTable", "records_table", "settings_table", "shard_table"
+]
 
 Source = Literal["settings", "records"]
-
-
-def _ranges(values: Sequence[int], limit: int = 12) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``, cut after ``limit`` runs."""
-    runs: list[str] = []
-    vals = sorted(values)
-    i = 0
-    while i < len(vals):
-        j = i
-        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
-            j += 1
-        runs.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
-        i = j + 1
-    shown = ", ".join(runs[:limit])
-    return shown + (f", ... ({len(vals)} in all)" if len(runs) > limit else "")
-
-
-def _plural(n: int, word: str, many: str | None = None) -> str:
-    return f"{n} {word if n == 1 else (many or word + 's')}"
 
 
 @dataclass(frozen=True)
@@ -109,29 +93,87 @@ class EpochShards:
             ranks = " and ".join(map(str, self.overlaps[first]))
             dis = f"shards OVERLAP: index {first} read by ranks {ranks}"
             if len(self.overlaps) > 1:
-                dis += f" ({_plural(len(self.overlaps), 'index', 'indices')} in all)"
+                dis += f" ({plural(len(self.overlaps), 'index', 'indices')} in all)"
         elif pads:
-            dis = f"shards disjoint apart from {_plural(pads, 'padding repeat')}"
+            dis = f"shards disjoint apart from {plural(pads, 'padding repeat')}"
         else:
             dis = "shards disjoint"
         seen = self.size - len(self.missing) - len(self.dropped)
         if self.covers:
-            cov = f"cover all {_plural(self.size, 'item')}"
+            cov = f"cover all {plural(self.size, 'item')}"
         else:
-            cov = f"cover {seen} of {_plural(self.size, 'item')}"
+            cov = f"cover {seen} of {plural(self.size, 'item')}"
             if self.dropped:
                 cov += f" ({len(self.dropped)} dropped by drop_last)"
             if self.missing:
-                cov += f"; MISSING {_ranges(self.missing)}"
+                cov += f"; MISSING {ranges(self.missing)}"
         line = f"epoch {self.epoch}: {dis}; {cov}"
         if self.out_of_range:
-            line += f"; OUT OF RANGE 0..{self.size - 1}: {_ranges(self.out_of_range)}"
+            line += f"; OUT OF RANGE 0..{self.size - 1}: {ranges(self.out_of_range)}"
         return line
 
     @property
     def ok(self) -> bool:
         """Disjoint, nothing missing, nothing out of range (drop_last's cut is by design)."""
         return self.disjoint and not self.missing and not self.out_of_range
+
+    def strip(self) -> IndexStrip:
+        """This epoch over the dataset index: who reads each item, padding and gaps.
+
+        Example:
+            >>> e = shard_table(5, 2, shuffle=False, epochs=1).epochs[0]
+            >>> s = e.strip()
+            >>> s.owner, s.padded, s.gaps
+            ((0, 1, 0, 1, 0), (True, False, False, False, False), ())
+        """
+        owner: list[int | None] = [None] * self.size
+        padded = [False] * self.size
+        readers: list[set[int]] = [set() for _ in range(self.size)]
+        for r, (row, pads) in enumerate(zip(self.rank_indices, self.is_padding, strict=True)):
+            for i, pad in zip(row, pads, strict=True):
+                if not 0 <= i < self.size:
+                    continue  # out of range: in the check line, not on the strip
+                if pad:
+                    padded[i] = True
+                    continue
+                readers[i].add(r)
+                if owner[i] is None:
+                    owner[i] = r
+        return IndexStrip(
+            owner=tuple(owner),
+            padded=tuple(padded),
+            overlap=tuple(len(rs) > 1 for rs in readers),
+            dropped=tuple(self.dropped),
+        )
+
+
+@dataclass(frozen=True)
+class IndexStrip:
+    """One epoch drawn over the dataset index ``0..N-1`` instead of over positions.
+
+    Attributes:
+        owner (tuple[int | None, ...]): per index, the rank that reads it (the first, for an
+            overlap); None when no rank does (a gap).
+        padded (tuple[bool, ...]): per index, True when a rank also reads it as padding.
+        overlap (tuple[bool, ...]): per index, True when read twice, padding apart: a bug.
+        dropped (tuple[int, ...]): the gaps that ``drop_last`` made on purpose.
+    """
+
+    owner: tuple[int | None, ...]
+    padded: tuple[bool, ...]
+    overlap: tuple[bool, ...]
+    dropped: tuple[int, ...] = ()
+
+    @property
+    def gaps(self) -> tuple[int, ...]:
+        """Indices no rank reads (dropped or missing)."""
+        return tuple(i for i, r in enumerate(self.owner) if r is None)
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        """Gaps that are not ``drop_last``'s: items lost by mistake."""
+        dropped = set(self.dropped)
+        return tuple(i for i in self.gaps if i not in dropped)
 
 
 @dataclass(frozen=True)
@@ -141,15 +183,21 @@ class ShardTable:
     Attributes:
         size (int), num_replicas (int): ``N`` and ``R``.
         epochs (tuple[EpochShards, ...]): one per epoch, epoch ``e`` at position ``e``.
-        source ("settings" | "records"): sampler settings or recorded indices.
-        settings (dict[str, object]): the sampler settings (empty for records).
+        settings (SamplerSettings | None): the sampler settings; None for recorded indices.
+        set_epoch (bool): False when every epoch was computed as epoch 0 (``set_epoch`` never
+            called); always True for records (what the ranks did is in the indices).
     """
 
     size: int
     num_replicas: int
     epochs: tuple[EpochShards, ...]
-    source: Source = "settings"
-    settings: dict[str, object] = field(default_factory=dict)
+    settings: SamplerSettings | None = None
+    set_epoch: bool = True
+
+    @property
+    def source(self) -> Source:
+        """``"settings"`` (computed from sampler settings) or ``"records"`` (recorded)."""
+        return "records" if self.settings is None else "settings"
 
     def identical_epochs(self) -> list[list[int]]:
         """Groups (of 2 or more) of epochs in which every rank reads the same order."""
@@ -158,13 +206,34 @@ class ShardTable:
             groups.setdefault(e.rank_indices, []).append(e.epoch)
         return [g for g in groups.values() if len(g) > 1]
 
+    def repeats(self) -> tuple[int | None, ...]:
+        """Per epoch, the first earlier epoch it repeats exactly (every rank, every position);
+        None for an epoch that differs from all before it.
+
+        Example:
+            >>> shard_table(10, 2, epochs=3, set_epoch=False).repeats()
+            (None, 0, 0)
+            >>> shard_table(10, 2, epochs=3).repeats()
+            (None, None, None)
+        """
+        first: dict[tuple[tuple[int, ...], ...], int] = {}
+        out: list[int | None] = []
+        for e in self.epochs:
+            out.append(first.get(e.rank_indices))
+            first.setdefault(e.rank_indices, e.epoch)
+        return tuple(out)
+
+    def repeats_expected(self) -> bool:
+        """Identical epochs are by design (no shuffle), not a missing ``set_epoch``."""
+        return self.settings is not None and not self.settings.shuffle
+
     def repeat_warning(self) -> str | None:
         """Why epochs repeat, if they do; None when every epoch differs."""
         groups = self.identical_epochs()
         if not groups:
             return None
         which = "; ".join("epochs " + ", ".join(map(str, g)) for g in groups)
-        if self.source == "settings" and not self.settings.get("shuffle", True):
+        if self.repeats_expected():
             return f"{which}: identical on every rank (expected: shuffle=False)"
         return (
             f"{which}: identical on every rank. Missing set_epoch? Call "
@@ -174,19 +243,20 @@ class ShardTable:
 
     def title(self) -> str:
         """What is shown, in words."""
-        if self.source == "records":
-            return f"Recorded shards: {self.size} items on {_ranks(self.num_replicas)}"
+        ranks = plural(self.num_replicas, "rank")
         s = self.settings
+        if s is None:
+            return f"Recorded shards: {self.size} items on {ranks}"
         bits = [
-            f"seed={s['seed']}",
-            "shuffled" if s["shuffle"] else "not shuffled",
-            f"shard_mode={s['shard_mode']}",
+            f"seed={s.seed}",
+            "shuffled" if s.shuffle else "not shuffled",
+            f"shard_mode={s.shard_mode}",
         ]
-        if s["drop_last"]:
+        if s.drop_last:
             bits.append("drop_last")
-        if not s["set_epoch"]:
+        if not self.set_epoch:
             bits.append("set_epoch NOT called")
-        return f"Shards of {self.size} items on {_ranks(self.num_replicas)} ({', '.join(bits)})"
+        return f"Shards of {self.size} items on {ranks} ({', '.join(bits)})"
 
     def to_text(self, epoch: int, *, max_positions: int = 24) -> str:
         """The grid of ``epoch`` as text, then the check line of every epoch.
@@ -211,7 +281,7 @@ class ShardTable:
             more = f"  ... {len(row) - npos} more" if len(row) > npos else ""
             lines.append(f"rank {r:<3}" + cells + more + f"   ({len(row)} items)")
         if e.dropped:
-            lines.append(f"dropped (drop_last): {_ranges(e.dropped)}")
+            lines.append(f"dropped (drop_last): {ranges(e.dropped)}")
         lines.append("checks:")
         lines.extend("  " + x.check_line() for x in self.epochs)
         warning = self.repeat_warning()
@@ -253,24 +323,18 @@ def _overlaps(
 
 
 def shard_table(
-    size: int,
-    num_replicas: int,
-    *,
-    seed: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    shard_mode: Literal["even", "disjoint"] = "even",
-    epochs: int = 3,
-    set_epoch: bool = True,
+    size: int, num_replicas: int, *, epochs: int = 3, set_epoch: bool = True, **settings: Any
 ) -> ShardTable:
     """Every rank's shard for epochs ``0..epochs-1`` from sampler settings.
 
     Args:
-        size (int), num_replicas (int), seed (int), shuffle (bool), drop_last (bool),
-        shard_mode ("even" | "disjoint"): as :func:`clorch_nb.data.distributed_sampler`.
+        size (int), num_replicas (int): ``N`` and ``R``.
         epochs (int): how many epochs, >= 1.
         set_epoch (bool): False shows what forgetting ``set_epoch`` does: every epoch is
             computed as epoch 0, so they are all the same.
+        **settings: ``seed``, ``shuffle``, ``drop_last``, ``shard_mode``: the other fields of
+            :class:`~clorch_nb.data.SamplerSettings`, as :func:`clorch_nb.data.distributed_sampler`
+            takes them.
 
     Returns:
         ShardTable: the cells are exactly ``DistributedSampler``'s (and torch's) indices.
@@ -285,33 +349,26 @@ def shard_table(
         >>> t.epochs[2].check_line()
         'epoch 2: shards disjoint apart from 2 padding repeats; cover all 10 items'
     """
+    sampler = SamplerSettings(size, num_replicas, **settings)
+    return settings_table(sampler, epochs=epochs, set_epoch=set_epoch)
+
+
+def settings_table(
+    settings: SamplerSettings, *, epochs: int = 3, set_epoch: bool = True
+) -> ShardTable:
+    """:func:`shard_table` from one :class:`~clorch_nb.data.SamplerSettings` value.
+
+    Example:
+        >>> from clorch_nb.data import SamplerSettings
+        >>> settings_table(SamplerSettings(4, 2, shuffle=False), epochs=1).epochs[0].rank_indices
+        ((0, 2), (1, 3))
+    """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"epochs={epochs!r} must be an int >= 1 (how many epochs to show)")
-    if drop_last and shard_mode == "disjoint":
-        raise ConfigError(
-            "drop_last=True contradicts shard_mode='disjoint' (which keeps every item exactly "
-            "once); pick one"
-        )
-    shown = []
-    for e in range(epochs):
-        plan = shard_plan(
-            size,
-            num_replicas,
-            seed=seed,
-            epoch=e if set_epoch else 0,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            shard_mode=shard_mode,
-        )
-        shown.append(_epoch_from_plan(plan, e))
-    settings: dict[str, object] = {
-        "seed": seed,
-        "shuffle": shuffle,
-        "drop_last": drop_last,
-        "shard_mode": shard_mode,
-        "set_epoch": set_epoch,
-    }
-    return ShardTable(size, num_replicas, tuple(shown), "settings", settings)
+    shown = tuple(
+        _epoch_from_plan(settings.plan(e if set_epoch else 0), e) for e in range(epochs)
+    )
+    return ShardTable(settings.size, settings.num_replicas, shown, settings, set_epoch)
 
 
 def _epoch_from_records(epoch: int, rows: Sequence[Sequence[int]], size: int) -> EpochShards:
@@ -377,8 +434,7 @@ def records_table(records: Sequence[Sequence[Sequence[int]]], size: int) -> Shar
             f"{[len(ep) for ep in records]} ranks per epoch"
         )
     epochs = tuple(_epoch_from_records(e, rows, size) for e, rows in enumerate(records))
-    return ShardTable(size, nrep.pop(), epochs, "records", {})
+    return ShardTable(size, nrep.pop(), epochs)
 
 
-def _ranks(n: int) -> str:
-    return f"{n} rank{'' if n == 1 else 's'}"
+

@@ -1,0 +1,327 @@
+"""Every epoch of a :class:`~clorch_nb.widgets.shards.ShardTable` in one picture, coloured by
+rank: the shard view's default, so a static PNG shows whether epochs repeat.
+
+Small shards are grids of ranks x positions with the dataset index in each cell, one panel per
+epoch; large ones (more positions than fit numbers) are one strip per epoch over the dataset
+index, coloured by the rank that reads each item. Built from the steps in
+:mod:`clorch_nb.widgets.shard_figures`, laid out in inches around the measured text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
+from clorch_nb.widgets._render import RANK_COLORS, new_figure
+from clorch_nb.widgets.shard_figures import (
+    _FONT,
+    _MARGIN,
+    ALARM,
+    MAX_LABELLED,
+    PAD_EDGE,
+    _check_lines,
+    _draw_lines,
+    _grid_axes,
+    _heading,
+    _heading_height,
+    _legend_height,
+    _legend_row,
+    _lines_height,
+    _mark_labelled,
+    _marker_handle,
+    _overlap_cells,
+    _paint_rank_cells,
+    _rank_color,
+    _wrapped,
+    triangle,
+)
+from clorch_nb.widgets.shards import ShardTable
+
+__all__ = ["draw_epochs"]
+
+
+# -- every epoch at once, coloured by rank ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Frame:
+    """What both epoch layouts share: the heading, legend and check lines, and the height
+    they take (inches)."""
+
+    width: float
+    subtitle: str
+    handles: list[Any]
+    footer: list[tuple[str, str, bool]]
+
+    @property
+    def head(self) -> float:
+        return _heading_height(self.subtitle) + 0.1 + _legend_height(self.handles, self.width)
+
+    @property
+    def foot(self) -> float:
+        return _lines_height(self.footer) + 0.15
+
+    def draw(self, fig: Figure, title: str) -> None:
+        _heading(fig, title, self.subtitle)
+        _legend_row(fig, self.handles, fig.get_figheight() - _heading_height(self.subtitle))
+        _draw_lines(fig, self.footer, self.foot - 0.05)
+
+
+def draw_epochs(table: ShardTable, epoch: int = 0, *, checks: bool = True) -> Figure:
+    """Every epoch of ``table`` in one picture, coloured by rank, epoch ``epoch`` highlighted.
+
+    With at most 32 positions per rank, one grid per epoch (ranks x positions, the dataset
+    index in each cell, padding hatched, overlaps outlined red), side by side when they fit the
+    width, else one under the other. With more, one strip per epoch over the dataset index
+    ``0..N-1``, each item in the colour of the rank that reads it, padding repeats hatched and
+    marked, items no rank reads red. Either way an epoch that repeats an earlier one exactly is
+    flagged in red beside it (:meth:`ShardTable.repeats`), so a missing ``set_epoch`` shows in a
+    static PNG. With ``checks``, every epoch's check line underneath.
+    """
+    if max(e.num_positions for e in table.epochs) <= MAX_LABELLED:
+        return _draw_panels(table, epoch, checks)
+    return _draw_strips(table, epoch, checks)
+
+
+def _repeat_flag(table: ShardTable, repeated: int | None) -> str:
+    if repeated is None:
+        return ""
+    why = "(shuffle=False)" if table.repeats_expected() else "(set_epoch not called?)"
+    return f"= epoch {repeated} {why}"
+
+
+def _epochs_title(table: ShardTable, what: str) -> str:
+    n = len(table.epochs)
+    which = "Epoch 0" if n == 1 else f"Epochs 0-{n - 1}"
+    return f"{which}: {what}" + (" (recorded)" if table.source == "records" else "")
+
+
+# panels: small shards, one labelled grid per epoch
+
+_CELL_W, _CELL_H, _PANEL_GAP, _RANK_LABELS = 0.5, 0.42, 0.4, 0.85
+_XAXIS = 0.5  # position ticks under a grid (and the "position" label under the lowest)
+
+
+def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
+    """One labelled grid per epoch, as many side by side as fit 10 in, in rows."""
+    nrep = table.num_replicas
+    npos = max(max(e.num_positions for e in table.epochs), 1)
+    n = len(table.epochs)
+    panel_w, panel_h = npos * _CELL_W, nrep * _CELL_H
+    room = 10.0 - 2 * _MARGIN - _RANK_LABELS + _PANEL_GAP
+    per_row = max(1, min(n, int(room // (panel_w + _PANEL_GAP))))
+    rows = -(-n // per_row)
+    width = max(8.5, 2 * _MARGIN + _RANK_LABELS + per_row * (panel_w + _PANEL_GAP) - _PANEL_GAP)
+    flags = [_repeat_flag(table, r) for r in table.repeats()]
+    title_w = panel_w if per_row > 1 else width - _RANK_LABELS - 2 * _MARGIN
+    titles = [
+        wrap_to(f"epoch {e.epoch}" + (f" {f}" if f else ""), title_w, _FONT, weight="bold")
+        for e, f in zip(table.epochs, flags, strict=True)
+    ]
+    pitch = max(text_size(t, _FONT)[1] for t in titles) + 0.05 + panel_h + _XAXIS
+    frame = _frames(table, shown, checks, width, _panel_handles(table), "colour = rank")
+    fig = new_figure(width, frame.head + rows * pitch + 0.2 + frame.foot)
+    for k, e in enumerate(table.epochs):
+        row, col = divmod(k, per_row)
+        x = _MARGIN + _RANK_LABELS + col * (panel_w + _PANEL_GAP)
+        y = frame.foot + 0.2 + _XAXIS + (rows - 1 - row) * pitch
+        ax = fig.add_axes(rect_in(fig, x, y, panel_w, panel_h))
+        faces = _paint_rank_cells(ax, e, max(table.size - 1, 1), labelled=True)
+        _grid_axes(ax, nrep, npos, labelled=True)
+        if col:
+            ax.set_yticks([])
+        _mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
+        _panel_title(ax, titles[k], alarm=bool(flags[k]), shown=n > 1 and e.epoch == shown)
+        if row == rows - 1 or k + per_row >= n:  # the lowest panel of its column
+            ax.set_xlabel("position", fontsize=_FONT)
+    frame.draw(fig, _epochs_title(table, "dataset index each rank reads"))
+    return fig
+
+
+def _panel_title(ax: Any, text: str, *, alarm: bool, shown: bool) -> None:
+    """The epoch (bold when it is the slider's) and its repeat flag, above its grid."""
+    ax.annotate(
+        text,
+        xy=(0, 1),
+        xycoords="axes fraction",
+        xytext=(0, 5),
+        textcoords="offset points",
+        fontsize=_FONT,
+        va="bottom",
+        ha="left",
+        fontweight="bold" if shown else None,
+        color=ALARM if alarm else "black",
+    )
+    if shown:  # the slider's epoch: framed, 0.04 in outside its cells
+        w, h = ax.get_position().width, ax.get_position().height
+        fw, fh = ax.figure.get_size_inches()
+        dx, dy = 0.04 / (w * fw), 0.04 / (h * fh)
+        ax.add_patch(
+            Rectangle(
+                (-dx, -dy),
+                1 + 2 * dx,
+                1 + 2 * dy,
+                transform=ax.transAxes,
+                fill=False,
+                edgecolor="black",
+                linewidth=2.0,
+                clip_on=False,
+            )
+        )
+
+
+def _panel_handles(table: ShardTable) -> list[Any]:
+    pads = sum(len(e.padding_cells) for e in table.epochs)
+    overlaps = sum(len(_overlap_cells(e)) for e in table.epochs)
+    handles: list[Any] = []
+    if pads:
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=PAD_EDGE,
+                hatch="///",
+                linestyle="--",
+                label="padding repeat",
+            )
+        )
+    if overlaps:
+        handles.append(Patch(facecolor="white", edgecolor=ALARM, linewidth=2, label="overlap"))
+    return handles
+
+
+def _frames(
+    table: ShardTable, shown: int, checks: bool, width: float, handles: list[Any], key: str
+) -> _Frame:
+    subtitle = wrap_to(f"{table.title()}; {key}", width - 2 * _MARGIN, _FONT)
+    footer = _wrapped(_check_lines(table, shown), width - 2 * _MARGIN) if checks else []
+    return _Frame(width, subtitle, handles, footer)
+
+
+# strips: large shards, one strip per epoch over the dataset index
+
+_STRIP_H, _STRIP_GAP, _STRIP_LABEL = 0.34, 0.16, 0.95
+_FEW = 20  # up to this many gaps or overlaps are widened and marked one by one
+
+
+def _draw_strips(table: ShardTable, shown: int, checks: bool) -> Figure:
+    width = 10.0
+    strips = [e.strip() for e in table.epochs]
+    flags = [_repeat_flag(table, r) for r in table.repeats()]
+    flag_w = max((text_size(f, _FONT, weight="bold")[0] for f in flags if f), default=0.0)
+    flag_w = min(flag_w + 0.15, 3.2) if flag_w else 0.0
+    strip_w = width - 2 * _MARGIN - _STRIP_LABEL - flag_w
+    handles = _strip_handles(table, strips)
+    key = "colour = the rank that reads each item"
+    frame = _frames(table, shown, checks, width, handles, key)
+    n = len(strips)
+    xaxis = 0.62
+    body = n * _STRIP_H + (n - 1) * _STRIP_GAP + xaxis + 0.12
+    fig = new_figure(width, frame.head + body + frame.foot)
+    for k, (e, strip) in enumerate(zip(table.epochs, strips, strict=True)):
+        y = frame.foot + xaxis + (n - 1 - k) * (_STRIP_H + _STRIP_GAP)
+        ax = fig.add_axes(rect_in(fig, _MARGIN + _STRIP_LABEL, y, strip_w, _STRIP_H))
+        _paint_strip(ax, strip, table.size)
+        _mark_strip(ax, strip, table.size, strip_w)
+        _strip_labels(ax, e.epoch, flags[k], shown=n > 1 and e.epoch == shown)
+        if k < n - 1:
+            ax.set_xticks([])
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+            ax.set_xlabel("dataset index", fontsize=_FONT)
+    frame.draw(fig, _epochs_title(table, "which rank reads each dataset index"))
+    return fig
+
+
+def _paint_strip(ax: Any, strip: Any, size: int) -> None:
+    rgba = np.zeros((1, max(size, 1), 4))
+    colors = [to_rgba(_rank_color(r)) for r in range(len(RANK_COLORS))]
+    for i, r in enumerate(strip.owner):
+        rgba[0, i] = to_rgba(ALARM) if r is None else colors[r % len(colors)]
+    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, max(size, 1), 0, 1))
+    ax.set_xlim(0, max(size, 1))
+    ax.set_ylim(0, 1)
+    ax.set_yticks([])
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
+def _mark_strip(ax: Any, strip: Any, size: int, strip_w: float) -> None:
+    """Padding repeats hatched, gaps red, each at least 0.05 in wide and with a triangle above
+    (black for padding, red for gaps and overlaps), so even a single item shows."""
+    wide = max(1.0, size * 0.05 / strip_w)
+    few = len(strip.gaps) <= _FEW  # many gaps show as red areas by themselves
+    for i, pad in enumerate(strip.padded):
+        if pad:
+            ax.add_patch(
+                Rectangle(
+                    (i + 0.5 - wide / 2, 0),
+                    wide,
+                    1,
+                    facecolor="white",
+                    hatch="////",
+                    edgecolor=PAD_EDGE,
+                    linewidth=0.8,
+                )
+            )
+            triangle(ax, i + 0.5, 1, PAD_EDGE)
+    for i in strip.gaps if few else ():
+        ax.add_patch(Rectangle((i + 0.5 - wide / 2, 0), wide, 1, facecolor=ALARM, linewidth=0))
+        triangle(ax, i + 0.5, 1, ALARM)
+    overlaps = [i for i, o in enumerate(strip.overlap) if o]
+    for i in overlaps if len(overlaps) <= _FEW else overlaps[:1]:
+        triangle(ax, i + 0.5, 1, ALARM)
+
+
+def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
+    ax.text(
+        -0.01,
+        0.5,
+        ("\u25b6 " if shown else "") + f"epoch {epoch}",
+        transform=ax.transAxes,
+        ha="right",
+        va="center",
+        fontsize=_FONT + 0.5,
+        fontweight="bold" if shown else None,
+    )
+    if flag:
+        ax.text(
+            1.01,
+            0.5,
+            flag,
+            transform=ax.transAxes,
+            ha="left",
+            va="center",
+            fontsize=_FONT,
+            color=ALARM,
+            fontweight="bold",
+        )
+
+
+def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
+    handles: list[Any] = [
+        Patch(facecolor=_rank_color(r), label=f"rank {r}") for r in range(table.num_replicas)
+    ]
+    pads = sum(sum(s.padded) for s in strips)
+    if pads:
+        handles.append(
+            Patch(
+                facecolor="white",
+                edgecolor=PAD_EDGE,
+                hatch="////",
+                label="also read as padding repeat",
+            )
+        )
+    if any(s.missing for s in strips):
+        handles.append(Patch(facecolor=ALARM, label="MISSING: no rank reads it"))
+    if any(s.dropped for s in strips):
+        handles.append(Patch(facecolor=ALARM, label="dropped by drop_last"))
+    if any(any(s.overlap) for s in strips):
+        handles.append(_marker_handle(ALARM, "OVERLAP: read by 2+ ranks"))
+    return handles
