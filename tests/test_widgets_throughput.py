@@ -3,7 +3,6 @@ loader, and the dependency rules of the widgets package."""
 
 from __future__ import annotations
 
-import inspect
 import subprocess
 import sys
 import textwrap
@@ -261,13 +260,14 @@ def test_live_frames_update_the_same_figure_and_blit() -> None:
 def test_monitor_subscribes_per_epoch_without_wrapping_the_iterator() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb import widgets
+    from clorch_nb.data.epoch_iter import EpochIterator
 
     loader = data.dataloader(
         data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)), batch_size=10
     )
     mon = widgets.monitor(loader)
     it = iter(mon)
-    assert inspect.isgenerator(it)  # the loader's own epoch generator, not a wrapper
+    assert isinstance(it, EpochIterator)  # the loader's own epoch iterator, not a wrapper
     assert len(loader.events._subscribers) == 1
     assert sum(1 for _ in it) == 10
     assert loader.events._subscribers == ()  # the epoch's end event ended the subscription
