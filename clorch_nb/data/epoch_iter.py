@@ -52,11 +52,12 @@ class EpochIterator:
         clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 2 ...
     """
 
-    __slots__ = ("_gen", "_stale", "delivered", "epoch", "plan", "__weakref__")
+    __slots__ = ("_gen", "_next", "_stale", "delivered", "epoch", "plan", "__weakref__")
 
     def __init__(self, gen: Iterator[Any], epoch: int, plan: Sequence[torch.Tensor]) -> None:
         assert isinstance(gen, Generator)  # the loader's epoch generators: they have close()
         self._gen: Generator[Any, None, None] = gen
+        self._next = gen.__next__
         self.epoch, self.plan = epoch, plan
         self._stale: str | None = None
         self.delivered = 0
@@ -67,7 +68,7 @@ class EpochIterator:
     def __next__(self) -> Any:
         if self._stale is not None:
             raise StaleIteratorError(self._stale)
-        batch = next(self._gen)
+        batch = self._next()
         self.delivered += 1
         return batch
 
