@@ -2,17 +2,19 @@
 
 Process workers rebuild a dataset by importing a factory (``process_spec``), so the factories
 live here, in a module, not in notebook cells. Data sources: scikit-learn's bundled
-``load_digits`` (1,797 8x8 grey images of handwritten digits, 10 classes) and Python's own
-documentation text (``pydoc_data.topics``). Needs the ``examples`` extra (scikit-learn, pillow).
+``load_digits`` (1,797 8x8 grey images of handwritten digits, 10 classes) and a fixed extract
+of Python's own documentation shipped in ``clorch_nb/corpus/`` (PSF licence beside it), so the
+text, and every count computed from it, is the same on every Python version. Needs the
+``examples`` extra (scikit-learn, pillow).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.resources
 import importlib.util
 import os
 import random
-import re
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +31,9 @@ __all__ = [
     "digits_dataset",
     "digits_image_folder",
     "digits_tensors",
+    "docs_text",
     "image_folder_dataset",
     "noisy_digits",
-    "pydoc_text",
     "write_digit_pngs",
 ]
 
@@ -210,18 +212,52 @@ def digits_image_folder(root: str, *, limit: int | None = None) -> Any:
     return image_folder_dataset(root)
 
 
-def pydoc_text(*, max_chars: int | None = None) -> str:
-    """English text from Python's bundled documentation (``pydoc_data.topics``), sorted by topic
-    so it is the same on every run; whitespace collapsed.
+@functools.lru_cache(maxsize=1)
+def _corpus() -> str:
+    path = importlib.resources.files("clorch_nb") / "corpus" / "python_docs.txt"
+    # one sentence stream wrapped at single spaces; universal newlines undo a CRLF checkout
+    return path.read_text(encoding="utf-8").rstrip("\n").replace("\n", " ")
+
+
+def docs_text(*, max_chars: int | None = None) -> str:
+    """English text: a fixed extract of Python's documentation that ships with this package.
+
+    The first 100,064 characters of CPython 3.11.7's help topics (``pydoc_data.topics``, in
+    sorted topic order, whitespace collapsed), stored in ``clorch_nb/corpus/python_docs.txt``
+    with the PSF licence beside it. A snapshot rather than ``pydoc_data`` itself, whose content
+    changes between Python patch releases: the same text, token counts and sentences on every
+    Python, so notebook outputs do not depend on the interpreter.
+
+    Args:
+        max_chars (int | None): return only the first ``max_chars`` characters (all if None).
+
+    Returns:
+        str: the text, words separated by spaces (no newlines).
+
+    Raises:
+        ValueError: ``max_chars`` is negative.
 
     Example:
-        >>> len(pydoc_text(max_chars=1000))
-        1000
+        >>> text = docs_text(max_chars=22)
+        >>> text
+        'The "assert" statement'
+        >>> len(docs_text())
+        100064
     """
-    from pydoc_data.topics import topics
-
-    text = " ".join(re.sub(r"\s+", " ", topics[k]) for k in sorted(topics))
+    if max_chars is not None and max_chars < 0:
+        raise ValueError(f"max_chars={max_chars} must be >= 0, or None for the whole text")
+    text = _corpus()
     return text if max_chars is None else text[:max_chars]
+
+
+def pydoc_text(*, max_chars: int | None = None) -> str:
+    """Former name of :func:`docs_text` (same shipped text; it no longer reads ``pydoc_data``).
+
+    Example:
+        >>> pydoc_text(max_chars=100) == docs_text(max_chars=100)
+        True
+    """
+    return docs_text(max_chars=max_chars)
 
 
 class NoisyDigits:

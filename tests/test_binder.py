@@ -9,6 +9,7 @@ copied in), and ``start`` runs at every launch and must ``exec "$@"``.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -194,21 +195,61 @@ def test_only_one_binder_folder() -> None:
     assert not (BINDER / "environment.yml").exists(), "environment.yml makes runtime.txt ignored"
 
 
-def test_readme_badge_opens_the_index_notebook() -> None:
-    lines = (ROOT / "README.md").read_text().splitlines()
+def _binder_url_module():
+    spec = importlib.util.spec_from_file_location("binder_url", ROOT / "scripts" / "binder_url.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_badge_explains_how_to_launch_from_a_copy() -> None:
+    # The project has no public repository of its own: a badge must not open someone else's.
+    text = (ROOT / "README.md").read_text()
+    lines = text.splitlines()
     assert lines[0].startswith("# "), "README starts with its title"
     badge = next(ln for ln in lines[1:] if ln.strip())
-    m = re.fullmatch(
-        r"\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]"
-        r"\((https://mybinder\.org/v2/gh/[\w.-]+/[\w.-]+/[\w.-]+\?(\S+))\)",
-        badge.strip(),
-    )
+    m = re.fullmatch(r"\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\(#([\w-]+)\)",
+                     badge.strip())
     assert m, f"the line below the README title should be the Binder badge, got {badge!r}"
-    assert m[2] == BADGE_TARGET, f"badge opens {m[2]!r}, want {BADGE_TARGET!r}"
+    headings = {re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-"): h
+                for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    assert m[1] in headings, f"the badge points at #{m[1]}, which is not a README heading"
+    section = text.split(headings[m[1]], 1)[1].split("\n#", 1)[0]
+    assert f"https://mybinder.org/v2/gh/<user>/<repository>/HEAD?{BADGE_TARGET}" in section
+    assert "scripts/binder_url.py" in section
     # the two commands stay the README's first commands
-    first_block = re.search(r"```bash\n(.*?)```", "\n".join(lines), re.S)
+    first_block = re.search(r"```bash\n(.*?)```", text, re.S)
     assert first_block is not None
     assert re.findall(r"^bash (\S+)", first_block[1], re.M) == ["scripts/lab.sh", "scripts/test.sh"]
+
+
+def test_no_binder_link_names_a_repository() -> None:
+    files = [ROOT / "README.md", *sorted((ROOT / "notebooks").glob("*.ipynb"))]
+    for path in files:
+        for owner_repo in re.findall(r"mybinder\.org/v2/gh/([^/\s]+/[^/\s]+)/", path.read_text()):
+            assert owner_repo == "<user>/<repository>", (
+                f"{path.name} links Binder to {owner_repo}, which is not this project's repository"
+            )
+
+
+@pytest.mark.parametrize(
+    ("remote", "owner_repo"),
+    [
+        ("you/clorch_nb", "you/clorch_nb"),
+        ("https://github.com/you/clorch_nb.git", "you/clorch_nb"),
+        ("https://github.com/you/clorch_nb", "you/clorch_nb"),
+        ("git@github.com:some-org/clorch.nb.git", "some-org/clorch.nb"),
+    ],
+)
+def test_binder_url_from_a_github_remote(remote: str, owner_repo: str) -> None:
+    url = _binder_url_module().binder_url(remote)
+    assert url == f"https://mybinder.org/v2/gh/{owner_repo}/HEAD?{BADGE_TARGET}"
+
+
+def test_binder_url_refuses_what_binder_cannot_build() -> None:
+    with pytest.raises(ValueError, match="not a GitHub repository"):
+        _binder_url_module().binder_url("https://gitlab.com/you/clorch_nb.git")
 
 
 def test_badge_target_notebook_exists() -> None:

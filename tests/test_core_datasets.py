@@ -13,7 +13,7 @@ import torch
 from clorch_nb import data
 from clorch_nb.data.process_spec import ProcessSpec, as_process_spec
 from clorch_nb.errors import ConfigError
-from clorch_nb.examples import pydoc_text
+from clorch_nb.examples import docs_text
 from tests.fixtures import ds
 
 # -- data.dataset --------------------------------------------------------------------------------
@@ -447,8 +447,8 @@ class TinyDataset:
 
 
 @pytest.mark.parametrize("kind", ["words", "chars"])
-def test_tiny_dataset_on_pydoc_text(kind):
-    text = pydoc_text(max_chars=20_000)
+def test_tiny_dataset_on_docs_text(kind):
+    text = docs_text(max_chars=20_000)
     tok = WhitespaceTokenizer(text) if kind == "words" else CharTokenizer()
     ids = tok.encode(text)
     ml = 16

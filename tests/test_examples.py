@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -46,8 +50,28 @@ def test_image_folder_decodes_the_written_pngs(tmp_path: pytest.TempPathFactory)
     assert torch.allclose(item["data"], X[i], atol=0.5 / 255 + 1e-6)
 
 
-def test_pydoc_text_is_deterministic_english() -> None:
-    text = examples.pydoc_text()
-    assert len(text) > 300_000
-    assert text == examples.pydoc_text()
-    assert " the " in text[:10_000]
+def test_docs_text_is_the_shipped_snapshot_with_its_licence() -> None:
+    text = examples.docs_text()
+    # exact length and edges: the text is a fixed snapshot, the same on every Python
+    assert len(text) == 100_064
+    assert text.startswith('The "assert" statement ')
+    assert text.endswith("when the function definition is executed.")
+    assert "\n" not in text and " the " in text[:10_000]
+    assert examples.docs_text(max_chars=60_000) == text[:60_000]
+    assert examples.pydoc_text(max_chars=500) == text[:500]  # the former name
+    with pytest.raises(ValueError, match="max_chars=-1"):
+        examples.docs_text(max_chars=-1)
+    corpus = Path(examples.__file__).parent / "corpus"
+    assert "Python Software Foundation" in (corpus / "LICENSE-PSF.txt").read_text()
+    shipped = tomllib.loads((Path(examples.__file__).parents[1] / "pyproject.toml").read_text())
+    assert "corpus/*.txt" in shipped["tool"]["setuptools"]["package-data"]["clorch_nb"]
+
+
+def test_docs_text_does_not_read_pydoc_data() -> None:
+    # pydoc_data.topics changes between patch releases: nothing in the package may read it
+    package = Path(examples.__file__).parent
+    readers = [
+        str(p.relative_to(package)) for p in package.rglob("*.py")
+        if re.search(r"^\s*(from|import)\s+pydoc_data", p.read_text(encoding="utf-8"), re.M)
+    ]
+    assert not readers, f"modules that read pydoc_data: {readers}"
