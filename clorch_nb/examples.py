@@ -264,7 +264,7 @@ class NoisyDigits:
     """The digits with a curriculum: pixel noise that grows with the epoch, set by
     ``set_epoch`` (the loader calls it before every epoch, in every worker).
 
-    Noise level ``min(epoch, 3) * 0.1``; item ``i``'s noise is drawn from a generator seeded by
+    Noise level ``min(epoch, 3) / 10``; item ``i``'s noise is drawn from a generator seeded by
     ``(i, epoch)``, so an item is the same whichever worker builds it. Items:
     ``{"data": (1, 8, 8) float32, "target": () int64, "noise": () float32, "epoch": () int64}``
     (``epoch``: the worker's ``get_worker_info().epoch``, -1 on the consuming thread). Rebuilt
@@ -286,7 +286,7 @@ class NoisyDigits:
     def set_epoch(self, epoch: int) -> None:
         """Raise the noise level with the epoch (0.0, 0.1, 0.2, then 0.3 from epoch 3 on)."""
         self.epoch = epoch
-        self.noise = min(epoch, 3) * 0.1
+        self.noise = min(epoch, 3) / 10
 
     def get_size(self) -> int:
         """1,797 digits."""
