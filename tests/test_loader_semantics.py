@@ -114,11 +114,13 @@ def test_b21_peek_does_not_count_as_iterating_a_distributed_sampler() -> None:
 
 
 def test_set_epoch_reaches_every_worker_before_its_first_batch(backend: dict[str, Any]) -> None:
-    """The channel: the dataset's ``set_epoch(epoch)`` runs before each epoch wherever batches
-    are built (here; in each process worker), and ``get_worker_info().epoch`` is the epoch."""
+    """The channel: the dataset's ``set_epoch(epoch)`` runs before each epoch on every copy
+    (here; in each process worker), and ``get_worker_info().epoch`` is the epoch."""
     with dl(sf.Curriculum(6), backend, batch_size=2, shuffle=False) as d:
         seen = [([int(x) for b in d for x in b["level"]], {int(x) for b in d for x in b["epoch"]})
                 for _ in range(2)]
+        it = iter(d)  # epoch 4; this process's copy is kept in step, so peek() agrees
+        assert [int(x) for x in next(it)["level"]] == [int(x) for x in d.peek()["level"]] == [2, 2]
     # each pair of epochs above ran two iter()s: epochs 0+1, then 2+3
     levels = [[0] * 6, [2] * 6]
     assert [s[0] for s in seen] == levels

@@ -247,7 +247,8 @@ _TORCH_ONLY = {
     "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
     "pin_memory_device": "drop it (deprecated in torch too)",
     "worker_init_fn": "drop it: workers are seeded per worker and epoch; dataset code can read "
-    "data.get_worker_info() (worker_id, num_workers, seed)",
+    "data.get_worker_info() (worker_id, num_workers, seed, epoch), and a dataset's "
+    "set_epoch(epoch) runs in every worker before each epoch",
     "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
     "worker_backend='thread'",
     "in_order": "drop it: batches are always delivered in sampler order",

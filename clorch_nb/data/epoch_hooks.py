@@ -7,18 +7,20 @@ shared tensors); a change made here does not reach them by itself. The channel t
 
 * **``set_epoch(epoch)`` on the dataset** (the convention of torch's samplers and of Hugging Face
   datasets). If the dataset (or the torch dataset it wraps) has one, the loader calls it at the
-  start of every epoch, before the epoch's first batch, on every copy that builds batches: here
-  for inline and thread workers, inside each process worker for process workers. Derive what
+  start of every epoch, before the epoch's first batch, on every copy: here (inline and thread
+  workers build from this one; with process workers it keeps this copy, which ``peek()`` and
+  your own reads use, in step) and inside each process worker on its own copy. Derive what
   changes per epoch (a curriculum level, a crop size, a shard) from ``epoch`` there.
 * **``get_worker_info().epoch``**: the epoch being built, in every thread and process worker.
 
-And the check when that channel is not used (:class:`DatasetWatch`, process workers only): at each
-``iter(loader)``, the dataset's public attributes are compared with the previous epoch's; one
-that was rebound (``ds.level = 2``), or a tensor changed in place (its version counter moved),
-stops the loader with :class:`~clorch_nb.errors.WorkerStateError` before the epoch's first
-batch, naming the attribute. A ``tensor_dataset`` without ``process_spec`` is the exception: its
-workers map its tensors, so in-place changes reach them, and a replaced tensor makes the loader
-start fresh workers over the new one (see :meth:`DatasetWatch.check`).
+And the check when that channel is not used (:class:`DatasetWatch`, process workers only): at
+each ``iter(loader)``, the dataset's public attributes are compared with what they were after
+the previous epoch's ``set_epoch``; one that was rebound (``ds.level = 2``), or a tensor changed
+in place (its version counter moved), stops the loader with
+:class:`~clorch_nb.errors.WorkerStateError` before the epoch's first batch, naming it. A
+``tensor_dataset`` without ``process_spec`` is the exception: its workers map its tensors, so
+in-place changes reach them, and a replaced tensor makes the loader start fresh workers over the
+new one (see :meth:`DatasetWatch.check`).
 
 What is not seen: private attributes (``_cache``, ``_file``: lazily opened handles and caches
 change legitimately), mutation inside a list or dict, and state captured in closures (the
@@ -115,6 +117,10 @@ class DatasetWatch:
         self.shared_tensors = shared_tensors
         self._before = _snapshot(self.owner)
 
+    def renew(self) -> None:
+        """Take the snapshot the next :meth:`check` compares with (after ``set_epoch``)."""
+        self._before = _snapshot(self.owner)
+
     def check(self) -> Literal["same", "restart"]:
         """``"same"``; ``"restart"`` when a shared tensor was replaced (the loader then starts
         workers over the new tensors); the snapshot is then renewed.
@@ -159,9 +165,9 @@ def _show(value: Any) -> str:
 class EpochHooks:
     """What the loader does for the dataset at each ``iter()``, before the epoch's first batch.
 
-    Inline and thread workers: call the dataset's ``set_epoch`` here, once (threads share this
-    object). Process workers: each calls it itself on its own copy; here only the
-    :class:`DatasetWatch` runs.
+    Calls the dataset's ``set_epoch`` here, once (inline and thread workers share this object;
+    process workers call it on their own copies, and this copy is kept in step). With process
+    workers, first the :class:`DatasetWatch` checks what changed since the last epoch.
 
     Args:
         dataset (Any): the loader's dataset.
@@ -190,9 +196,10 @@ class EpochHooks:
             WorkerStateError: see :meth:`DatasetWatch.check`.
             Exception: the dataset's ``set_epoch`` failed (inline, thread), with a note.
         """
+        verdict: Literal["same", "restart"] = "same"
         if self.watch is not None:
-            return self.watch.check()
-        where = "the main thread" + (" (for thread workers)" if self.worker_backend == "thread"
-                                     else "")
-        call_set_epoch(self.dataset, epoch, where)
-        return "same"
+            verdict = self.watch.check()
+        call_set_epoch(self.dataset, epoch, "the main thread")
+        if self.watch is not None:
+            self.watch.renew()
+        return verdict
