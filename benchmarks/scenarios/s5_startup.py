@@ -8,7 +8,10 @@ averaged. clorch_nb's workers persist by default; torch's DataLoader is run with
 ``persistent_workers=False`` (its default: it starts workers every epoch) and ``True``.
 These cold starts happen in an interpreter that has started process workers before (Python's
 forkserver, which ours use, is then already up); the very first loader of a fresh interpreter
-(a new kernel) is timed separately, in a new subprocess per repeat, after its imports.
+(a new kernel) is timed separately, in a new subprocess per repeat, after its imports: from
+building the loader (cold), and, as in a notebook where the loader is built in one cell and
+iterated in the next, from ``iter()`` after a 2 s pause (issue 13 goal: ≤ 300 ms; process
+workers start in the background when the loader is made).
 """
 
 from __future__ import annotations
@@ -72,13 +75,20 @@ if {ours!r}:
 else:
     loader = torch_loader("torch", datasets.CpuItemsTorch({n}, {loops}), batch_size={bs},
                           shuffle=True, num_workers={nw})
+time.sleep({pause!r})  # the user reads the cell's output and runs the next one
+t1 = time.perf_counter()
 next(iter(loader))
-print(time.perf_counter() - t0)
+print(time.perf_counter() - (t1 if {pause!r} else t0))
 """
+#: issue 13: a loader built in one cell and iterated in the next, 2 s later, gives its first
+#: batch within 300 ms of iter()
+NOTEBOOK_PAUSE_S, NOTEBOOK_GOAL_S = 2.0, 0.300
 
 
-def _fresh(ours: bool, n: int, loops: int, bs: int, nw: int) -> float:
-    code = _FRESH.format(repo=REPO, ours=ours, n=n, loops=loops, bs=bs, nw=nw)
+def _fresh(ours: bool, n: int, loops: int, bs: int, nw: int, pause: float = 0.0) -> float:
+    """Seconds to the first batch in a new interpreter: from building the loader, or with
+    ``pause`` from ``iter()`` after sleeping ``pause`` seconds once it is built."""
+    code = _FRESH.format(repo=REPO, ours=ours, n=n, loops=loops, bs=bs, nw=nw, pause=pause)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, cwd=REPO)
     if proc.returncode != 0:
@@ -112,9 +122,12 @@ def run(ctx: Context) -> list[Row]:
         w = Series(f"{k}: warm epoch start", "s", [r["warm"] for r in rs], res[k].error)
         ctx.add_series(f"{TITLE} warm epoch start", w)
         cold[k], warm[k] = res[k].median, w.median
-    fresh_cases = {"torch": lambda: _fresh(False, n, loops, bs, nw)}
+    fresh_cases = {"torch": lambda: _fresh(False, n, loops, bs, nw),
+                   "torch, next cell": lambda: _fresh(False, n, loops, bs, nw, NOTEBOOK_PAUSE_S)}
     if ctx.avail["process"][0]:
         fresh_cases["clorch_nb process"] = lambda: _fresh(True, n, loops, bs, nw)
+        fresh_cases["clorch_nb process, next cell"] = lambda: _fresh(
+            True, n, loops, bs, nw, NOTEBOOK_PAUSE_S)
     ctx.log("  first loader of a fresh interpreter (one subprocess per repeat)")
     fresh = ctx.measure(f"{TITLE} fresh interpreter, first batch", fresh_cases, unit="s",
                         repeats=min(ctx.repeats, 3), warmup=0)
@@ -127,6 +140,16 @@ def run(ctx: Context) -> list[Row]:
                        f"{COMPARATORS['torch']} (default, fork)", fresh["torch"].median,
                        note=process_note(ctx) or "includes starting the forkserver (imports torch)",
                        ))
+    nb = fresh.get("clorch_nb process, next cell")
+    v = None if nb is None else nb.median
+    rows.append(versus(
+        ctx, TITLE, f"{case}: fresh interpreter, loader built, {NOTEBOOK_PAUSE_S:g} s pause (the "
+        "next notebook cell), iter() → first batch", "time to first batch ↓", "s",
+        "clorch_nb process", v, f"{COMPARATORS['torch']} (default, fork)",
+        fresh["torch, next cell"],
+        (f"≤ {NOTEBOOK_GOAL_S * 1e3:g} ms (issue 13)", None if v is None else v <= NOTEBOOK_GOAL_S),
+        note=process_note(ctx) or "workers start in the background when the loader is made",
+    ))
     for b in ("process", "thread"):
         key = f"clorch_nb {b}"
         note = process_note(ctx) if b == "process" else ""

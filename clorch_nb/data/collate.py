@@ -11,7 +11,7 @@ mappings: collated position by position, so a torch dataset's ``(x, y)`` items g
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -65,9 +65,28 @@ def _type_error(items: Sequence[Any], path: KeyPath, kinds: list[str]) -> Collat
     )
 
 
+#: set inside a process worker to its arena's allocator: ``(shape, dtype) -> tensor | None``, a
+#: place in shared memory to stack a batch straight into (so it is written once); None elsewhere
+stack_out: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None
+
+
+def _out_for(items: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    first = items[0]
+    dtype = first.dtype
+    for t in items:
+        if type(t) is not torch.Tensor or t.dtype != dtype or t.requires_grad \
+                or t.device.type != "cpu" or t.layout != torch.strided:
+            return None
+    assert stack_out is not None
+    return stack_out((len(items), *first.shape), dtype)
+
+
 def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
     # Optimistic: stack first (torch checks the shapes in C), explain only when it fails.
     try:
+        out = _out_for(items) if stack_out is not None else None
+        if out is not None:
+            return torch.stack(list(items), 0, out=out)
         return torch.stack(list(items), 0)
     except RuntimeError:
         pass

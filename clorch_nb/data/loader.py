@@ -98,6 +98,10 @@ class DataLoader:
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[EpochIterator] | None = None
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
+        if worker_backend == "process":
+            # Workers start now, in the background: a loader made in one notebook cell and
+            # iterated in the next has them ready (nothing leaks if it is never iterated).
+            self._ensure_pool().prestart()  # type: ignore[attr-defined]
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)

@@ -12,7 +12,7 @@ How it differs from ``torch.utils.data``'s workers, and why:
 * **one pipe pair per worker, batches dealt round-robin** (batch ``b`` -> worker
   ``b % num_workers``), so each worker's RNG stream, and thus every augmentation, is
   reproducible under a loader seed.
-* **no polling**: :meth:`ProcessPool.get` blocks in ``multiprocessing.connection.wait`` on the
+* **no polling**: :meth:`ProcessPool.get` blocks in one ``poll`` (:class:`PollSet`) on the
   result pipes *and* the process sentinels, so a dead worker is reported the moment it dies.
 """
 
@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -33,8 +34,10 @@ import torch
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
+from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.polling import PollSet
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import WorkerError
@@ -70,6 +73,7 @@ class _Worker:
     proc: Any  # multiprocessing.process.BaseProcess
     tasks: Connection  # parent's send end
     results: Connection  # parent's receive end
+    arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
     outstanding: dict[int, list[int]] = field(default_factory=dict)
     # this epoch's start-up (interpreter, dataset, set_epoch): began, and done (None: going on)
@@ -84,7 +88,8 @@ class _Worker:
 class ProcessPool:
     """Process workers implementing :class:`~clorch_nb.data.workers.base.WorkerPool`.
 
-    Workers start lazily (at the first epoch), persist across epochs, and are replaced lazily
+    Workers start in the background when the loader is made (:meth:`prestart`), or else at the
+    first epoch; they persist across epochs, and are replaced lazily
     after a timeout or a death. :meth:`close` stops them all (the loader calls it from
     ``close()``, ``with`` and a ``weakref.finalize``, which also runs at interpreter exit).
 
@@ -112,20 +117,58 @@ class ProcessPool:
         self.num_workers = config.num_workers
         self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
         self._use_get_batch = use_get_batch
+        # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
+        # holds, one whose release is on its way
+        self._arena_keep = config.prefetch_factor + 2
         self._ctx = _context(start_method)
         self._workers: list[_Worker | None] = [None] * self.num_workers
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
+        self._polls = PollSet()
+        self._starter: threading.Thread | None = None  # see prestart()
+        self._start_error: BaseException | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
+
+    def prestart(self) -> None:
+        """Start every worker now, in a background thread, and return at once.
+
+        The loader calls this when it is made, so the ~1 s of a first start (the forkserver
+        importing torch, each worker rebuilding the dataset) overlaps whatever the caller does
+        next (in a notebook: the next cell). :meth:`start_epoch` and :meth:`close` wait for the
+        thread; an error it met is raised by :meth:`start_epoch`.
+        """
+        if self._starter is not None or self._closed:
+            return
+        self._starter = threading.Thread(target=self._start_all, daemon=True,
+                                         name="clorch_nb-worker-start")
+        self._starter.start()
+
+    def _start_all(self) -> None:
+        try:
+            for wid in range(self.num_workers):
+                if self._closed:
+                    return
+                if self._workers[wid] is None:
+                    self._spawn(wid)
+        except BaseException as exc:  # noqa: BLE001 - raised by start_epoch on the caller's thread
+            self._start_error = exc
+
+    def _join_starter(self) -> None:
+        if self._starter is not None:
+            self._starter.join()
+            self._starter = None
+        if self._start_error is not None:
+            exc, self._start_error = self._start_error, None
+            raise exc
 
     def _spawn(self, worker_id: int) -> _Worker:
         task_r, task_w = mp.Pipe(duplex=False)
         result_r, result_w = mp.Pipe(duplex=False)
         cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
-                           os.getpid())
+                           os.getpid(), self._arena_keep)
         proc = self._ctx.Process(
             target=worker_main, args=(cfg, self.source, task_r, result_w),
             name=f"clorch_nb-worker-{worker_id}", daemon=True,
@@ -179,7 +222,9 @@ class ProcessPool:
         """Stop every worker and remove every shared-memory segment; idempotent."""
         if self._closed:
             return
-        self._closed = True
+        self._closed = True  # a starter thread stops after the worker it is starting
+        with contextlib.suppress(Exception):
+            self._join_starter()
         self._epoch = None
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
@@ -201,6 +246,7 @@ class ProcessPool:
         ``worker_seed(base_seed, worker_id)`` and sets its ``get_worker_info()``."""
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        self._join_starter()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
         for wid, w in enumerate(self._workers):
@@ -225,7 +271,7 @@ class ProcessPool:
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices.to(torch.int64).contiguous()
-        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes())
+        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes(), w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
             try:
@@ -266,7 +312,7 @@ class ProcessPool:
                 by_obj[w.results] = w
                 by_obj[w.proc.sentinel] = w
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(by_obj), remaining)
+            ready = self._polls.wait(list(by_obj), remaining)
             if not ready:
                 return None
             dead: list[_Worker] = []
@@ -292,11 +338,12 @@ class ProcessPool:
         if kind == "ok":
             _, epoch, bi, n, fetch_s, collate_s, enc = msg
             if not keep or epoch != self._epoch:
-                shm.discard(enc.segment)
+                shm.discard_batch(enc, w.arena)
                 return
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc), n, fetch_s, collate_s)
+                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc, w.arena), n, fetch_s,
+                            collate_s)
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg
@@ -373,7 +420,7 @@ class ProcessPool:
                     if msg[0] == "ack" and msg[1] == token:
                         del waiting[conn]
                     elif msg[0] == "ok":
-                        shm.discard(msg[6].segment)
+                        shm.discard_batch(msg[6], w.arena)
             for w in waiting.values():
                 self._reap(w, kill=True)
         except BaseException:
