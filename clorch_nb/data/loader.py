@@ -110,8 +110,7 @@ class DataLoader:
     num_workers = property(lambda self: self.config.num_workers)
     collate_fn = property(lambda self: self.config.collate_fn)
     timeout_ms = property(lambda self: self.config.timeout_ms)
-    batch_sampler = property(
-        lambda self: self.sampler if self.config.sampler_yields == "batches" else None)
+    batch_sampler = property(lambda self: self.sampler if self.config.batch_size is None else None)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -181,8 +180,8 @@ class DataLoader:
         return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
 
     def _plan(self, note: bool = True) -> Any:
-        size = self.dataset.get_size()
-        return epoch_plan(size, self.config, self.sampler, self.generator, note=note)
+        return epoch_plan(self.dataset.get_size(), self.config, self.sampler, self.generator,
+                          note=note)
 
     # -- build + deliver --------------------------------------------------------------------
 
@@ -341,9 +340,8 @@ def dataloader(
             in a script, iterate inside ``if __name__ == "__main__":`` since workers re-import
             the main script (as torch's DataLoader needs on macOS and Windows).
         sampler (iterable of int with len): the index order, e.g. :func:`distributed_sampler`.
-        timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0);
-            beyond it ``WorkerTimeoutError``. A worker's start-up is not counted (see
-            ``start_timeout_ms``). Ignored (accepted) when ``num_workers=0``.
+        timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0), not
+            counting start-up; beyond it ``WorkerTimeoutError``. Ignored when ``num_workers=0``.
         seed (int | None): makes shuffling and worker seeds reproducible across runs.
         generator (torch.Generator | None): the same, from a generator you own (not with seed).
             Without either, each epoch draws from torch's global RNG (``torch.manual_seed``).
