@@ -14,6 +14,7 @@ __all__ = [
     "ClorchError",
     "CollateError",
     "ConfigError",
+    "LoaderClosedError",
     "SharedMemoryError",
     "StaleIteratorError",
     "WorkerError",
@@ -24,6 +25,11 @@ __all__ = [
 
 class ClorchError(Exception):
     """Base class of every error raised by clorch_nb."""
+
+
+class LoaderClosedError(ClorchError, RuntimeError):
+    """The loader was closed (``close()`` from another thread) while this thread waited for
+    its next batch; iterating the loader again starts a new epoch."""
 
 
 class ConfigError(ClorchError, ValueError):

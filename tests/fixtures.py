@@ -183,3 +183,108 @@ def images(n: int) -> Any:
         return {"data": torch.rand(3, 224, 224, generator=g), "target": torch.tensor(i)}
 
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("images", n))
+
+
+# -- hostile exceptions (issue 15): each must be reported with its type and dataset index --------
+
+
+class StrRaisesError(Exception):
+    """``str()`` and ``repr()`` of it raise."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of StrRaisesError fails")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("__repr__ of StrRaisesError fails")
+
+
+class KeywordOnlyError(Exception):
+    """An odd constructor (keyword-only): ``pickle`` cannot rebuild it from its ``args``."""
+
+    def __init__(self, *, code: int) -> None:
+        super().__init__(f"keyword-only code {code}")
+
+
+class HoldsLockError(Exception):
+    """Carries an unpicklable attribute (a lock)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.lock = threading.Lock()
+
+
+class NotAnError(BaseException):
+    """A ``BaseException`` subclass that is not an ``Exception``."""
+
+
+class ExitsOnRebuildError(Exception):
+    """Rebuilding it (``pickle.loads``) raises ``SystemExit``."""
+
+    def __reduce__(self) -> Any:
+        return (_exit_on_rebuild, ())
+
+
+def _exit_on_rebuild() -> Any:
+    raise SystemExit(3)
+
+
+def hostile_error(kind: str) -> BaseException:
+    """An instance of the hostile exception ``kind`` (see :func:`hostile`)."""
+    return {
+        "str": lambda: StrRaisesError(),
+        "init": lambda: KeywordOnlyError(code=7),
+        "lock": lambda: HoldsLockError("with a lock"),
+        "base": lambda: NotAnError("not an Exception"),
+        "rebuild_exits": lambda: ExitsOnRebuildError("exits when rebuilt"),
+    }[kind]()
+
+
+def hostile(n: int, kind: str, at: int) -> Any:
+    """``numbers(n)`` except that ``get_item(at)`` raises the hostile exception ``kind``:
+    ``"str"`` (str/repr raise), ``"init"`` (keyword-only constructor), ``"lock"`` (unpicklable
+    attribute), ``"base"`` (a BaseException subclass), ``"rebuild_exits"`` (unpickling it raises
+    SystemExit)."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if i == at:
+            raise hostile_error(kind)
+        return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("hostile", n, kind, at))
+
+
+def sleepy(n: int, item_s: float = 0.0, width: int = 2) -> Any:
+    """``n`` items like :func:`numbers`, each taking ``item_s`` seconds (a sleep) to build: a
+    slow ``get_item`` of known cost."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if item_s:
+            time.sleep(item_s)
+        return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("sleepy", n, item_s, width))
+
+
+def slow_collate(items: list[Any]) -> Any:
+    """The default collation after a 20 ms sleep: a slow ``collate_fn`` of known cost."""
+    time.sleep(0.02)
+    return data.default_collate(items)
+
+
+class BigBatches:
+    """``n`` items of ``width`` float32, built a whole batch at a time (``get_batch``: one
+    uninitialised allocation, nearly free; its values are not read), so a process worker's time
+    goes into moving the batch."""
+
+    def __init__(self, n: int, width: int) -> None:
+        self.n, self.width = n, width
+        self.process_spec = _spec("BigBatches", n, width)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.zeros(self.width), "target": torch.tensor(i)}
+
+    def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"data": torch.empty(len(indices), self.width), "target": indices.clone()}

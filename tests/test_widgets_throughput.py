@@ -6,11 +6,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 import torch
 
 from clorch_nb import data
+from clorch_nb.data.epoch_iter import EpochIterator
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.widgets.throughput import ThroughputStats
 
@@ -123,6 +125,7 @@ def test_monitor_on_real_loader_counts_everything() -> None:
     loader = data.dataloader(ds, batch_size=32, num_workers=2, worker_backend="thread")
     mon = widgets.monitor(loader, refresh_hz=1000.0)
     mon.live = True  # as in a kernel: push updates while iterating
+    assert mon.widget is not None  # shown (a display builds the widget)
     with loader:
         seen = [len(b["target"]) for b in mon]
         seen += [len(b["target"]) for b in mon]  # a second epoch adds up
@@ -212,7 +215,7 @@ def _stats_with_history(seconds: float, workers: int = 2) -> ThroughputStats:
 
 def test_live_frames_update_the_same_figure_and_blit() -> None:
     pytest.importorskip("matplotlib")
-    from clorch_nb.widgets.throughput_view import ThroughputChart, _nice_ceil
+    from clorch_nb.widgets.throughput_chart import ThroughputChart, _nice_ceil
 
     assert [_nice_ceil(x) for x in (0, 0.3, 1, 1.01, 2.5, 7, 11, 480)] == [
         1,
@@ -260,7 +263,6 @@ def test_live_frames_update_the_same_figure_and_blit() -> None:
 def test_monitor_subscribes_per_epoch_without_wrapping_the_iterator() -> None:
     pytest.importorskip("ipywidgets")
     from clorch_nb import widgets
-    from clorch_nb.data.epoch_iter import EpochIterator
 
     loader = data.dataloader(
         data.tensor_dataset(torch.zeros(100, 2), torch.arange(100)), batch_size=10
@@ -299,3 +301,34 @@ def test_chart_redraws_within_budget_and_rate() -> None:
     assert not mon._chart_due(101.4)  # at most chart_hz (2/s)
     # 3 % of 4 s = 0.12 s: 0.06 spent + 0.05 next fits; of 3 s (0.09 s) it does not
     assert mon._chart_due(104.0) and not mon._chart_due(103.0)
+
+
+def test_stalled_loop_shows_waiting_not_zero() -> None:
+    """Issue 14: while nothing arrives the panel says the loop waits (title, a 100 % point)."""
+    pytest.importorskip("ipywidgets")
+    from clorch_nb import widgets
+
+    loader = data.dataloader(data.tensor_dataset(torch.zeros(8, 1), torch.arange(8)), batch_size=4)
+    mon = widgets.monitor(loader)
+    mon.live = True
+    assert mon.widget is not None  # shown
+    mon.stats.add(EpochEvent("start", 0, 2, "thread", 2, 100.0))
+    mon.stats.add(BatchEvent(0, 0, 0, 4, 0.0, 0.0, 0.0, 1, 100.5))
+    mon._update(chart=True, now=100.5)
+    assert mon._chart.wait.get_ydata()[-1] == 0  # no wait so far
+    mon._last_event[0] = 100.5
+    assert mon.stalled(103.5)
+    assert "no batch for 3.0 s" in mon.title.value
+    assert mon._chart.wait.get_ydata()[-1] == 100  # the stall, drawn
+    assert len(mon.stats.history) == 1  # ... but not kept: the totals stay exact
+    # the watch thread: draws while nothing arrives, ends with the epoch
+    mon._last_event[0] = 0.0  # long ago
+    mon._watch_stalls()
+    thread = mon.stall_thread
+    deadline = time.monotonic() + 10
+    while mon.stall_frames < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mon.stall_frames >= 2
+    mon.close()  # stops the watch
+    thread.join(5)
+    assert not thread.is_alive()

@@ -283,8 +283,8 @@ def test_b20_tensor_dataset_is_shared_not_copied() -> None:
 @pytest.mark.timeout(120)
 def test_spawn_start_method() -> None:
     """The pool works with spawn too (the fallback where there is no forkserver)."""
-    pool = ProcessPool(ProcessSpec("tests.fixtures:numbers", [10, 3]), data.default_collate, 2,
-                       use_get_batch=True, start_method="spawn")
+    pool = ProcessPool(ProcessSpec("tests.fixtures:numbers", [10, 3]),
+                       data.LoaderConfig(num_workers=2), use_get_batch=True, start_method="spawn")
     try:
         pool.start_epoch(0, 5)
         for bi in range(3):

@@ -1,63 +1,112 @@
-"""One epoch's iterator, and looking at a batch without starting an epoch.
+"""One epoch's iterator: safe to stop from any thread, and loud when a newer epoch stopped it.
+
+A generator cannot be closed while another thread runs it (``ValueError: generator already
+executing``), yet a watchdog or a widget's stop button must be able to end an epoch whose
+consumer waits in ``next()``. :class:`EpochIterator` runs the epoch's generator under a lock;
+:meth:`EpochIterator.close` raises a flag (:class:`StopRequest`) that the generator checks while
+it waits, wakes the worker pool so that wait ends at once, then takes the lock (the consumer's
+``next()`` has raised :class:`~clorch_nb.errors.LoaderClosedError` by then) and closes the
+generator.
 
 A loader runs one epoch at a time: its workers serve one epoch, and its epoch counter, seeds
 and the sampler's bookkeeping advance once per ``iter()``. A second ``iter(loader)`` while an
 epoch is open therefore *stops* the open one, and that older iterator then raises
 :class:`~clorch_nb.errors.StaleIteratorError` on its next ``next()`` (the choice torchdata's
-``DataLoader2`` made) instead of ending as if the epoch were over. ``zip(loader, loader)`` thus
-fails at once with the reason, and a notebook cell that peeks with ``next(iter(loader))`` while a
-loop's epoch is open makes that loop fail loudly, never run a silently short epoch.
-
-To look at a batch without disturbing anything, use :meth:`DataLoader.peek
-<clorch_nb.data.DataLoader.peek>` (built here by :func:`peek_batch`).
+``DataLoader2`` made) instead of ending as if the epoch were over (B21). ``zip(loader, loader)``
+thus fails at once with the reason, and a notebook cell that peeks with ``next(iter(loader))``
+while a loop's epoch is open makes that loop fail loudly, never run a silently short epoch. To
+look at a batch without disturbing anything, use :meth:`DataLoader.peek
+<clorch_nb.data.DataLoader.peek>` (built by :func:`peek_batch`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
-from collections.abc import Generator, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 import torch
 
 from clorch_nb.data.workers.base import build_batch
-from clorch_nb.errors import StaleIteratorError
+from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 
-__all__ = ["EpochIterator", "peek_batch", "rng_untouched"]
+__all__ = [
+    "CLOSE_WAIT_S", "EpochIterator", "StopRequest", "peek_batch", "release_frames", "rng_untouched",
+]
+
+#: how long a cross-thread close() waits for the consumer's next() to end before freeing the
+#: workers anyway (the consumer is then stuck in code of its own, e.g. a get_item)
+CLOSE_WAIT_S = 10.0
+
+
+class StopRequest:
+    """Raised by :meth:`EpochIterator.close`, read by the epoch's generator while it waits.
+
+    Attributes:
+        requested (bool): True once ``close()`` was called.
+        wake (Callable[[], None] | None): makes the pool's blocked ``get()`` return at once; set
+            by the generator when it has a pool.
+    """
+
+    __slots__ = ("requested", "wake")
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.wake: Callable[[], None] | None = None
+
+    def check(self) -> None:
+        """Raise :class:`LoaderClosedError` if a stop was requested."""
+        if self.requested:
+            raise LoaderClosedError(
+                "the loader was closed (loader.close(), e.g. from another thread) while this "
+                "thread waited for its next batch; the epoch is stopped. Iterate the loader "
+                "again for a new epoch"
+            )
 
 
 class EpochIterator:
-    """The iterator of one epoch: ``next()`` gives its batches in plan order.
+    """The iterator ``iter(loader)`` returns: ``next()`` runs the epoch's generator under a lock,
+    so :meth:`close` may come from any thread; once a newer ``iter(loader)`` has stopped this
+    epoch (:meth:`supersede`), ``next()`` raises :class:`~clorch_nb.errors.StaleIteratorError`
+    (every time), never ``StopIteration``.
 
-    It wraps the loader's epoch generator and adds one thing: once a newer ``iter(loader)`` has
-    stopped this epoch, ``next()`` raises :class:`~clorch_nb.errors.StaleIteratorError` (every
-    time), never ``StopIteration``.
-
-    Attributes:
+    Args:
+        gen (Generator): the epoch (a generator); it checks ``stop`` while waiting for a batch.
+        stop (StopRequest): shared with ``gen``.
         epoch (int): the loader's epoch this iterator runs.
         plan (Sequence[torch.Tensor]): the epoch's batches of dataset indices.
+
+    Attributes:
+        epoch (int), plan (Sequence[torch.Tensor]): as given.
         delivered (int): batches handed out so far.
 
     Example:
-        >>> import torch
-        >>> from clorch_nb import data
-        >>> loader = data.dataloader(data.tensor_dataset(torch.zeros(4, 1), torch.arange(4)),
-        ...                          batch_size=2, shuffle=False)
-        >>> it = iter(loader); _ = next(it); _ = iter(loader)  # a second epoch stops the first
-        >>> next(it)
+        >>> def count(stop):
+        ...     for i in range(3):
+        ...         stop.check()
+        ...         yield i
+        >>> stop = StopRequest()
+        >>> it = EpochIterator(count(stop), stop, 0, [torch.arange(1)] * 3)
+        >>> next(it), it.close(), list(it)
+        (0, None, [])
+        >>> it = EpochIterator(count(StopRequest()), StopRequest(), 0, [torch.arange(1)] * 3)
+        >>> _ = next(it); it.supersede(1); next(it)
         Traceback (most recent call last):
         ...
-        clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 2 ...
+        clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 3 ...
     """
 
-    __slots__ = ("_gen", "_next", "_stale", "delivered", "epoch", "plan", "__weakref__")
+    __slots__ = ("__weakref__", "_gen", "_lock", "_stale", "_stop", "delivered", "epoch", "plan")
 
-    def __init__(self, gen: Iterator[Any], epoch: int, plan: Sequence[torch.Tensor]) -> None:
-        assert isinstance(gen, Generator)  # the loader's epoch generators: they have close()
-        self._gen: Generator[Any, None, None] = gen
-        self._next = gen.__next__
+    def __init__(self, gen: Iterator[Any], stop: StopRequest, epoch: int = 0,
+                 plan: Sequence[torch.Tensor] = ()) -> None:
+        self._gen: Any = gen  # a generator (gi_running, close)
+        self._stop = stop
+        self._lock = threading.RLock()
         self.epoch, self.plan = epoch, plan
         self._stale: str | None = None
         self.delivered = 0
@@ -65,23 +114,23 @@ class EpochIterator:
     def __iter__(self) -> EpochIterator:
         return self
 
-    def __next__(self) -> Any:
-        if self._stale is not None:
-            raise StaleIteratorError(self._stale)
-        batch = self._next()
-        self.delivered += 1
-        return batch
-
     def __len__(self) -> int:
         return len(self.plan)
 
-    def close(self) -> None:
-        """Stop this epoch (its workers drop its queued batches); later ``next()`` ends it."""
-        self._gen.close()
+    def __next__(self) -> Any:
+        with self._lock:
+            if self._stale is not None:
+                raise StaleIteratorError(self._stale)
+            if self._stop.requested:  # closed from inside the epoch (a subscriber's callback)
+                self._gen.close()
+            batch = next(self._gen)
+            self.delivered += 1
+            return batch
 
-    def supersede(self, new_epoch: int) -> None:
-        """Stop this epoch because ``iter(loader)`` started ``new_epoch``; ``next()`` raises."""
-        if self.delivered < len(self.plan):
+    def supersede(self, new_epoch: int | None) -> None:
+        """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (then ``next()``
+        raises); with None, only :meth:`close` it."""
+        if new_epoch is not None and self.delivered < len(self.plan):
             self._stale = (
                 f"this iterator's epoch {self.epoch} was stopped after {self.delivered} of "
                 f"{len(self.plan)} batches: iter(loader) was called again and started epoch "
@@ -90,7 +139,56 @@ class EpochIterator:
                 "a batch without disturbing the running epoch use loader.peek(); for two "
                 "passes at once make two loaders"
             )
-        self._gen.close()
+        self.close()
+
+    def close(self) -> None:
+        """Stop the epoch, from the consuming thread or any other; returns once it is stopped
+        (at most :data:`CLOSE_WAIT_S` when the consumer is stuck in its own code).
+
+        A consumer blocked in ``next()`` on another thread gets
+        :class:`~clorch_nb.errors.LoaderClosedError`; a later ``next()`` ends the epoch
+        (``StopIteration``).
+        """
+        self._stop.requested = True
+        wake = self._stop.wake
+        if wake is not None:
+            wake()
+        if not self._lock.acquire(timeout=CLOSE_WAIT_S):
+            return  # the consumer is stuck in its own code; it stops at its next check
+        try:
+            if not self._gen.gi_running:  # running: close() from inside the epoch (a callback)
+                self._gen.close()
+        finally:
+            self._lock.release()
+
+
+def release_frames(tb: TracebackType | None, owner: object) -> None:
+    """Clear the finished frames of ``tb`` that run methods of ``owner``'s class, so an error
+    that is kept (a notebook keeps the last one in ``sys.last_value``) does not keep ``owner``
+    alive through its traceback. Frames still executing (their caller drops its own reference),
+    and every other frame, are left as they are. (``f_locals`` is never read: in Python 3.11 that
+    caches a snapshot of the locals on the frame, which would keep ``owner`` alive.)
+
+    Example:
+        >>> class Owner:
+        ...     def fail(self):
+        ...         raise ValueError("x")
+        >>> o = Owner()
+        >>> try:
+        ...     o.fail()
+        ... except ValueError as e:
+        ...     err = e
+        >>> release_frames(err.__traceback__, o)
+        >>> import sys; sys.getrefcount(o)  # the doctest's name, and getrefcount's argument
+        2
+    """
+    codes = {f.__code__ for f in vars(type(owner)).values() if hasattr(f, "__code__")}
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code in codes:
+            with contextlib.suppress(RuntimeError):  # still executing: its caller handles it
+                frame.clear()
+        tb = tb.tb_next
 
 
 @contextlib.contextmanager

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import torch
 
+from clorch_nb._signals import deferred_sigint
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -33,11 +34,17 @@ from clorch_nb.data.config import (
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
 from clorch_nb.data.epoch_hooks import EpochHooks
-from clorch_nb.data.epoch_iter import EpochIterator, peek_batch
+from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, peek_batch, release_frames
 from clorch_nb.data.plan import check_sampler_size, epoch_plan
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.timeouts import seconds_left
-from clorch_nb.data.workers.base import BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.base import (
+    BatchCancelled,
+    BatchTask,
+    WorkerPool,
+    build_batch,
+    close_pool,
+)
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
@@ -59,11 +66,10 @@ def _short(text: str, limit: int = 80) -> str:
 class DataLoader:
     """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
 
-    ``iter(loader)`` starts an epoch (a new shuffle, or the sampler's current epoch) and stops
-    one still open, whose iterator then raises ``StaleIteratorError`` (:mod:`.epoch_iter`);
-    :meth:`peek` looks at a batch without starting one. ``len()`` is the number of batches an
-    epoch yields. Worker pools persist across epochs until :meth:`close`, the end of a ``with``
-    block, or garbage collection; what reaches them between epochs: :mod:`.epoch_hooks`.
+    ``iter(loader)`` starts an epoch and stops one still open (:mod:`.epoch_iter`; :meth:`peek`
+    looks without starting one); ``len()`` is the batches an epoch yields. Worker pools persist
+    across epochs until :meth:`close`, a ``with`` block's end, or garbage collection (what reaches
+    them between epochs: :mod:`.epoch_hooks`).
 
     Attributes:
         config (LoaderConfig): every option, validated; read-only.
@@ -125,20 +131,25 @@ class DataLoader:
             self.close()  # a replaced shared tensor: fresh workers map the new one
         self._epoch = epoch
         self.stats.epochs_started += 1
-        base_seed = self._draw_seed()
-        batches = self._plan()
+        try:
+            base_seed = self._draw_seed()
+            batches = self._plan()
+        except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
+            release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
+            del self, exc
+            raise
+        stop = StopRequest()
         if self.worker_backend == "inline":
-            gen = self._run_inline(epoch, batches)
+            gen = self._run_inline(epoch, batches, stop)
         else:
-            gen = self._run_pool(epoch, batches, base_seed)
-        it = EpochIterator(gen, epoch, batches)
+            gen = self._run_pool(epoch, batches, base_seed, stop)
+        it = EpochIterator(gen, stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
 
     def peek(self, batch_index: int = 0) -> Any:
-        """Batch ``batch_index`` of the open epoch, or of the one ``iter()`` would start next,
-        built on this thread; no epoch starts or stops, no worker, event, statistic or RNG state
-        is touched (see :func:`~clorch_nb.data.epoch_iter.peek_batch` for Raises and Example)."""
+        """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
+        see :func:`~clorch_nb.data.epoch_iter.peek_batch` (Raises, Example)."""
         it = self._active() if self._active is not None else None
         return peek_batch(self, None if it is None or it.delivered >= len(it) else it.plan,
                           batch_index)
@@ -150,10 +161,18 @@ class DataLoader:
 
     def close(self) -> None:
         """Stop the current epoch and every worker; idempotent. The loader can be iterated
-        again afterwards (workers then start anew)."""
+        again afterwards (workers then start anew).
+
+        Callable from any thread: a consumer waiting in ``next()`` on another thread gets
+        :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
+        (Ctrl-C), a second one finishes what the first began.
+        """
         self._stop_active()
-        if self._pool_finalizer is not None:
-            self._pool_finalizer()  # calls pool.close() once
+        pool = self._pool
+        if pool is not None:
+            pool.close()  # idempotent in full: repeats whatever an interrupted call left
+            if self._pool_finalizer is not None:
+                self._pool_finalizer.detach()
         self._pool = None
         self._pool_finalizer = None
 
@@ -200,50 +219,75 @@ class DataLoader:
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(self, epoch: int, batches: Any) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: Any, stop: StopRequest) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
-        done = False
+
+        def should_stop() -> bool:  # close() from another thread: stop between two items
+            return stop.requested
+
         try:
             for bi, idx in enumerate(batches):
                 t0 = time.perf_counter()
-                batch, fetch_s, collate_s = build_batch(
-                    self.dataset, self.config.collate_fn, idx, use_get_batch=self._use_get_batch,
-                    batch_index=bi, worker="the main thread (num_workers=0)",
-                )
+                try:
+                    batch, fetch_s, collate_s = build_batch(
+                        self.dataset, self.config.collate_fn, idx,
+                        use_get_batch=self._use_get_batch, batch_index=bi,
+                        worker="the main thread (num_workers=0)", should_stop=should_stop,
+                    )
+                except BatchCancelled:
+                    stop.check()
+                    raise
                 t1 = time.perf_counter()
                 self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
-                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1
+                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1,
+                    t0, t0, t1,
                 ))
                 yield batch
-            done = True
-        finally:
-            self._epoch_event("end" if done else "stopped", epoch, n)
+        except BaseException:
+            try:
+                self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader alive
+                # (a notebook keeps the last error in sys.last_value).
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
-            pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
-            self._pool = pool
-            self._pool_finalizer = weakref.finalize(self, pool.close)
+            # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
+            # once, and an unrecorded pool could never be closed.
+            with deferred_sigint():
+                pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
+                self._pool = pool
+                self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
 
-    def _run_pool(self, epoch: int, batches: Any, base_seed: int) -> Iterator[Any]:
+    def _run_pool(
+        self, epoch: int, batches: Any, base_seed: int, stop: StopRequest
+    ) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
-        pool.start_epoch(epoch, base_seed)
+        stop.wake = pool.wake
         max_in_flight = self.config.max_in_flight
         ready: dict[int, Any] = {}
         next_submit = next_yield = 0
-        self._epoch_event("start", epoch, n)
-        done = False
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
+        started = False
         try:
+            stop.check()
+            pool.start_epoch(epoch, base_seed)
+            self._epoch_event("start", epoch, n)
+            started = True
             while next_yield < n:
+                t_asked = time.perf_counter()
                 while next_submit < n and next_submit - next_yield < max_in_flight:
                     pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
                     next_submit += 1
                 t0 = time.perf_counter()
                 while next_yield not in ready:
+                    stop.check()  # close() from another thread (it also wakes pool.get)
                     try:
                         remaining = seconds_left(pool, next_yield, batches[next_yield], t0,
                                                  self.config, self.worker_backend)
@@ -264,15 +308,25 @@ class DataLoader:
                 t1 = time.perf_counter()
                 self._record(BatchEvent(
                     epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
-                    result.collate_s, t1 - t0, len(ready), t1,
+                    result.collate_s, t1 - t0, len(ready), t1, t_asked, result.t_start,
+                    result.t_sent,
                 ))
                 next_yield += 1
                 yield result.batch
-            done = True
-        finally:
-            if not done:
+        except BaseException:
+            try:
+                ready.clear()
+                result = None
                 pool.stop_epoch(discard_workers=broken)
-            self._epoch_event("end" if done else "stopped", epoch, n)
+                if started:
+                    self._epoch_event("stopped", epoch, n)
+            finally:
+                # The error's traceback keeps this frame: it must not keep the loader (and so,
+                # through its finalizer, its workers) alive; a notebook keeps the last error in
+                # sys.last_value.
+                del self
+            raise
+        self._epoch_event("end", epoch, n)
 
     @staticmethod
     def _take_finished(pool: WorkerPool, ready: dict[int, Any], in_flight: int) -> None:
@@ -287,10 +341,8 @@ class DataLoader:
     def _stop_active(self, superseded_by: int | None = None) -> None:
         it = self._active() if self._active is not None else None
         self._active = None
-        if it is not None and superseded_by is not None:
-            it.supersede(superseded_by)
-        elif it is not None:
-            it.close()
+        if it is not None:
+            it.supersede(superseded_by)  # None: just stop it (close())
 
 
 def dataloader(
@@ -357,11 +409,9 @@ def dataloader(
         DataLoader: ``iter()`` per epoch, ``len()`` = batches per epoch, ``close()``.
 
     Raises:
-        ConfigError (a ValueError): any bad argument, named with its value and the fix;
-            ``shuffle=True`` with a ``sampler``; a batch sampler as ``sampler=``; a sampler
-            built for a dataset of another size; ``worker_backend="process"`` without a
-            ``process_spec`` or with an unsendable ``collate_fn``; thread workers for a dataset
-            that holds a shared file handle (:mod:`~clorch_nb.data.thread_safety`).
+        ConfigError (a ValueError): any bad argument, named with its value and the fix (e.g.
+            a batch sampler as ``sampler=``, a sampler of another size, ``"process"`` without a
+            ``process_spec``, threads for a dataset holding a shared file handle).
         ImportError: the ``process_spec`` factory cannot be imported (process backend).
 
     Example:

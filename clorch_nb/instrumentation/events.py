@@ -31,6 +31,12 @@ class BatchEvent(NamedTuple):
         queue_depth (int): batches built and waiting, not yet consumed, when this one was handed
             over (always 0 without workers).
         t_s (float): ``time.perf_counter()`` when it was handed over.
+        t_asked_s (float): when the consumer asked for it (the loop came back for the next
+            batch); ``t_s - wait_s - t_asked_s`` is the loader's own bookkeeping (submitting
+            tasks) for it.
+        t_start_s (float), t_sent_s (float): when its worker began building it and when it was
+            ready to hand over (the worker's ``perf_counter``: CLOCK_MONOTONIC, one clock for all
+            processes on Linux). 0.0 when unknown (events made by older code or by hand).
     """
 
     epoch: int
@@ -42,6 +48,9 @@ class BatchEvent(NamedTuple):
     wait_s: float
     queue_depth: int
     t_s: float
+    t_asked_s: float = 0.0
+    t_start_s: float = 0.0
+    t_sent_s: float = 0.0
 
 
 class EpochEvent(NamedTuple):

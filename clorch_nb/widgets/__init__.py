@@ -4,7 +4,10 @@
   the missing ``set_epoch`` pitfall), from sampler settings or from recorded indices;
 * :class:`BatchShapesView` / :func:`batch_shapes`: the key tree of every batch, partial and
   ragged flags, collate errors in place;
-* :func:`monitor` -> :class:`ThroughputMonitor`: items/s, data stall and queue depth, live.
+* :func:`monitor` -> :class:`ThroughputMonitor`: items/s, data stall and queue depth, live;
+  why the loop is slow (``verdict()``), when each batch was built, sent, waited for and consumed
+  (``timeline()`` -> :class:`TimelineView`, ``export_trace(path)``), worker memory;
+* :func:`headspace`: how much faster the loop would be with data for free.
 
 Each view displays as a live widget plus a faithful static form (``text/plain`` + ``image/png``)
 and has ``to_text()`` / ``to_png()``. The numbers come from pure modules that import without
@@ -22,19 +25,24 @@ from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 
 if TYPE_CHECKING:
+    from clorch_nb.widgets.headspace import Headspace, headspace
     from clorch_nb.widgets.shapes_view import BatchShapesView
     from clorch_nb.widgets.shard_view import ShardView
     from clorch_nb.widgets.throughput_view import ThroughputMonitor, monitor
+    from clorch_nb.widgets.timeline_view import TimelineView
 
 __all__ = [
     "BatchShapesView",
+    "Headspace",
     "ShapeReport",
     "ShardTable",
     "ShardView",
     "ThroughputMonitor",
     "ThroughputSnapshot",
     "ThroughputStats",
+    "TimelineView",
     "batch_shapes",
+    "headspace",
     "monitor",
     "records_table",
     "shard_table",
@@ -45,6 +53,9 @@ _VIEWS = {
     "BatchShapesView": "clorch_nb.widgets.shapes_view",
     "ThroughputMonitor": "clorch_nb.widgets.throughput_view",
     "monitor": "clorch_nb.widgets.throughput_view",
+    "TimelineView": "clorch_nb.widgets.timeline_view",
+    "headspace": "clorch_nb.widgets.headspace",
+    "Headspace": "clorch_nb.widgets.headspace",
 }
 
 

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from clorch_nb._text import plural, positions_text, ranges
-from clorch_nb.widgets._base import View
+from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, text_color_on
@@ -395,7 +395,7 @@ class BatchShapesView(View):
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         self.tree = W.HTML()
         self.error = W.HTML()
-        self.batch_slider.observe(lambda change: self._refresh(), names="value")
+        self.batch_slider.observe(weak_handler(self._on_slider), names="value")
         self.widget = W.VBox([self.batch_slider, self.image, self.error, self.tree])
         self._refresh()
 
@@ -414,6 +414,9 @@ class BatchShapesView(View):
 
     def __repr__(self) -> str:
         return f"<BatchShapesView {len(self.report.batches)} batches>"
+
+    def _on_slider(self, change: Any) -> None:
+        self._refresh()
 
     def _refresh(self) -> None:
         # The picture names the key path and the items' shapes/types; the message (with its

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from clorch_nb.data import DistributedSampler, SamplerSettings
 from clorch_nb.errors import ConfigError
-from clorch_nb.widgets._base import View
+from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._render import figure_png
 from clorch_nb.widgets.shard_epochs import draw_epochs
@@ -160,8 +160,8 @@ class ShardView(View):
         rows: list[W.Widget] = []
         if editable:
             rows.extend(self._setting_rows())
-        self.epoch_slider.observe(self._on_view, names="value")
-        self.color_toggle.observe(self._on_view, names="value")
+        self.epoch_slider.observe(weak_handler(self._on_view), names="value")
+        self.color_toggle.observe(weak_handler(self._on_view), names="value")
         rows.append(W.HBox([self.epoch_slider, self.color_label, self.color_toggle]))
         self.widget = W.VBox([*rows, self.error, self.image, self.check])
         self._refresh()
@@ -187,7 +187,7 @@ class ShardView(View):
         for key in ("size", "num_replicas", "seed"):
             self.controls[key].layout = W.Layout(width="170px")
         for w in self.controls.values():
-            w.observe(self._on_setting, names="value")
+            w.observe(weak_handler(self._on_setting), names="value")
         c = self.controls
         return [
             W.HBox([c["size"], c["num_replicas"], c["seed"], c["shard_mode"]]),

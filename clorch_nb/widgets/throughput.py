@@ -11,12 +11,14 @@ the rates.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from clorch_nb.instrumentation import EpochEvent
+from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.widgets.diagnose import Breakdown, Verdict, verdict
 
 __all__ = ["HistoryPoint", "ThroughputSnapshot", "ThroughputStats", "WorkerRate", "worker_name"]
 
@@ -130,8 +132,9 @@ class ThroughputSnapshot:
         return "\n".join(lines)
 
 
-_FIELD = [itemgetter(k) for k in range(9)]
-_USED = (2, 3, 4, 5, 6, 7, 8)  # the BatchEvent fields folded: worker_id ... t_s
+_NAMES = BatchEvent._fields
+_COLUMNS = ("worker_id", "num_items", "fetch_s", "collate_s", "wait_s", "queue_depth", "t_s")
+_GET = {name: itemgetter(_NAMES.index(name)) for name in _COLUMNS}  # the fields folded
 
 
 class ThroughputStats:
@@ -158,7 +161,9 @@ class ThroughputStats:
         (32.0, 0.25)
     """
 
-    def __init__(self, *, max_history: int = 512, rate_window_s: float = 1.0) -> None:
+    def __init__(
+        self, *, max_history: int = 512, rate_window_s: float = 1.0, timeline_window: int = 256
+    ) -> None:
         self._pending: list[Any] = []  # batch records since the last flush
         self._marks: list[tuple[int, tuple[Any, ...]]] = []  # (position in _pending, epoch event)
         #: the hot path for a batch: one C call. Takes a BatchEvent or the same fields as a
@@ -167,6 +172,10 @@ class ThroughputStats:
         self.max_history = max_history
         self.rate_window_s = rate_window_s
         self.history: list[HistoryPoint] = []
+        #: wall time split into loop body / waiting / overhead, the wait per stage
+        self.breakdown = Breakdown()
+        #: the most recent events (batch tuples and epoch-event tuples), for the timeline
+        self.recent: deque[tuple[Any, ...]] = deque(maxlen=timeline_window)
         self.epochs = 0
         self.running = False
         self.worker_backend = "inline"
@@ -225,11 +234,22 @@ class ThroughputStats:
         # Epoch events only move the clock (time inside epochs) and restart the per-worker
         # windows, so all batches fold in one go whatever the number of epochs in between.
         start_pos = 0
+        feed_batch, feed_epoch, recent = self.breakdown.batch, self.breakdown.epoch, self.recent
+        pos = 0
         for i, fields in epoch_marks:
+            for b in events[pos:i]:
+                feed_batch(b)
+            recent.extend(events[pos:i])
+            pos = i
             ev = EpochEvent(*fields)
+            feed_epoch(fields)
+            recent.append(fields)
             self._epoch(ev)
             if ev.kind == "start":
                 start_pos = i
+        for b in events[pos:]:
+            feed_batch(b)
+        recent.extend(events[pos:])
         self._fold(events, start_pos)
         t_end = self.elapsed(now)
         dt = t_end - t_begin
@@ -253,30 +273,31 @@ class ThroughputStats:
         # Columns in BatchEvent field order, one C-level map each. (Not ``zip(*evs)``: that
         # makes a tracked iterator per record, thousands per flush, which the GC promotes to
         # its oldest generation mid-flush, triggering full collections: 10 % of a fast loop.)
-        cols = [tuple(map(_FIELD[k], evs)) if k in _USED else () for k in range(9)]
+        col = {name: tuple(map(get, evs)) for name, get in _GET.items()}
         n = len(evs)
-        items, queue = cols[3], cols[7]
+        items, queue = col["num_items"], col["queue_depth"]
+        fetch, coll = col["fetch_s"], col["collate_s"]
         n_items = sum(items)
         self.batches += n
         self.items += n_items
-        self.wait_s += sum(cols[6])
+        self.wait_s += sum(col["wait_s"])
         self.queue_sum += sum(queue)
         self.queue_max = max(self.queue_max, max(queue))
         self.queue_last = queue[-1]
-        worker_ids, times = cols[2], cols[8]
+        worker_ids, times = col["worker_id"], col["t_s"]
         self._t_last = max(self._t_last, times[-1])
         if len(set(worker_ids)) == 1:
             w = worker_ids[0]
             acc = self._workers.setdefault(w, [0, 0, 0.0])
             acc[0] += n
             acc[1] += n_items
-            acc[2] += sum(cols[4]) + sum(cols[5])
+            acc[2] += sum(fetch) + sum(coll)
             if recent_from < n:
                 self._recent_of(w, times[recent_from]).append(
                     (times[-1], n_items - sum(items[:recent_from]), n - recent_from)
                 )
         else:
-            for w, k, f, c in zip(worker_ids, items, cols[4], cols[5], strict=True):
+            for w, k, f, c in zip(worker_ids, items, fetch, coll, strict=True):
                 acc = self._workers.setdefault(w, [0, 0, 0.0])
                 acc[0] += 1
                 acc[1] += k
@@ -383,6 +404,16 @@ class ThroughputStats:
             if len(h) % 2:
                 merged.append(h[-1])
             self.history = merged
+
+    def verdict(self, now: float | None = None) -> Verdict:
+        """Why the loop is as fast as it is (:func:`~clorch_nb.widgets.diagnose.verdict`), an
+        open epoch measured up to ``now`` (a ``perf_counter`` time)."""
+        snap = self.snapshot(now)
+        busy = sum(w.busy_s for w in snap.workers) / max(snap.num_workers, 1)
+        return verdict(
+            self.breakdown, worker_backend=snap.worker_backend, num_workers=snap.num_workers,
+            busy_share=min(1.0, busy / snap.elapsed_s) if snap.elapsed_s else 0.0, now=now,
+        )
 
     def snapshot(self, now: float | None = None) -> ThroughputSnapshot:
         """Totals so far (pending events are folded in first).

@@ -14,30 +14,39 @@ Why it stays cheap (a few % of the loop at most):
   the cached axes, draws the lines and encodes the pixels (a few ms); the axes are drawn again
   only when their stepped limits grow. It is redrawn at most ``chart_hz`` times a second and
   only while all live drawing stays within ``chart_budget`` of the loop's time (the first
-  frame comes after 1 s); the final chart, drawn when the cell ends, is a full draw.
+  frame comes after 1 s); the final chart, drawn when the cell ends, is a full draw;
+* nothing is built before it is shown: outside a kernel a monitor makes no widget and draws
+  nothing while iterating.
+
+Lifecycle (B29): when the cell that iterated ends, the final text and PNG replace the live
+widget in the output and the widgets are closed (a monitor per epoch leaves no widgets behind);
+``close()``, ``with monitor(loader) as mon:`` and garbage collection close them too.
+
+Diagnosis (issue 12): :meth:`ThroughputMonitor.verdict` (why the loop is slow, and what to
+change), :meth:`~ThroughputMonitor.timeline` (when each recent batch was built, sent, waited
+for and consumed), :meth:`~ThroughputMonitor.export_trace` (Chrome trace JSON) and, with
+``memory=True``, each worker's private memory per epoch.
 """
 
 from __future__ import annotations
 
 import html
-import io
-import math
+import threading
 import time
 import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import ipywidgets as W
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
-from matplotlib.ticker import MaxNLocator
 
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.widgets._base import View
-from clorch_nb.widgets._render import DPI, RANK_COLORS, figure_png, new_figure
-from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats, worker_name
+from clorch_nb.widgets._render import png_b64
+from clorch_nb.widgets.diagnose import Verdict
+from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
+from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
+from clorch_nb.widgets.throughput_stall import StallWatch
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
 
@@ -51,243 +60,7 @@ def _in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-def _nice_ceil(x: float) -> float:
-    """The smallest of 1, 2, 5, 10, 20, 50, ... (times powers of ten) that is >= ``x``: live
-    axis limits that change rarely, so most frames reuse the drawn axes."""
-    if x <= 0:
-        return 1.0
-    mag = 10.0 ** math.floor(math.log10(x))
-    for m in (1.0, 2.0, 5.0, 10.0):
-        if m * mag >= x * (1 - 1e-9):
-            return m * mag
-    return 10.0 * mag
-
-
-class ThroughputChart:
-    """Three panels over loading time: items/s (overall and per worker), % of time waiting for
-    data, batches ready in the queue; the headline numbers in the title.
-
-    The figure and its artists are made once; a redraw only changes their data. Live frames
-    (:meth:`render`) are blitted: the axes, ticks, titles and legend are drawn into a cached
-    background only when the (stepped) axis limits or the set of workers change, and each frame
-    restores that background, draws the lines and the headline on it and encodes the pixels as
-    a PNG directly (no ``savefig``), a few ms. The final chart (``final=True``) is a normal full
-    draw with tight limits.
-
-    Attributes:
-        frames (int): PNGs made; ``full_draws`` of them drew axes again (the whole figure, or
-            only a panel whose y limit grew).
-        last_blit_s (float | None): wall seconds of the last blitted (live) frame.
-    """
-
-    def __init__(self, *, dpi: int = DPI) -> None:
-        self.fig = fig = new_figure(9.0, 3.3, dpi=dpi)
-        self.canvas: FigureCanvasAgg = fig.canvas  # type: ignore[assignment]
-        # Titles and axis labels are figure texts at fixed places: matplotlib then skips the
-        # tick-box measuring that positions axes titles/labels, half the cost of a full draw.
-        self.headline = fig.text(0.01, 0.975, "", fontsize=12, fontweight="bold", va="top")
-        self.axes = [fig.add_axes((0.065 + 0.335 * i, 0.16, 0.255, 0.55)) for i in range(3)]
-        a0, a1, a2 = self.axes
-        (self.total,) = a0.plot([], [], color="black", linewidth=2, label="all workers")
-        self.workers: dict[int, Any] = {}
-        (self.wait,) = a1.plot([], [], color="#D55E00", linewidth=2, drawstyle="steps-pre")
-        (self.queue,) = a2.plot([], [], color="#0072B2", linewidth=2, drawstyle="steps-pre")
-        for ax, title in zip(
-            self.axes,
-            ("items / s", "waiting for data (% of time)", "queue depth (batches ready)"),
-            strict=True,
-        ):
-            x0 = ax.get_position().x0
-            fig.text(x0 - 0.04, 0.84, title, fontsize=11, va="bottom")
-            fig.text(
-                x0 + 0.1275, 0.015, "seconds of loading", fontsize=10, ha="center", va="bottom"
-            )
-            ax.spines[["top", "right"]].set_visible(False)
-            ax.tick_params(labelsize=10)
-            ax.xaxis.set_major_locator(MaxNLocator(3))
-            ax.yaxis.set_major_locator(MaxNLocator(3))
-        a1.set_ylim(0, 100)
-        a1.set_yticks([0, 50, 100])
-        self.empty = a0.text(
-            0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center", color="grey", fontsize=10
-        )
-        self._legend_ids: tuple[int, ...] | None = None
-        self._key: list[Any] = []
-        # white boxes over a panel with its tick labels (not over its title or the x label
-        # under it): painted before drawing that panel alone again
-        self._erasers = []
-        for ax in self.axes:
-            pos = ax.get_position()
-            box = Rectangle(
-                (pos.x0 - 0.062, 0.075),
-                pos.width + 0.077,
-                0.66,
-                transform=fig.transFigure,
-                facecolor="white",
-                edgecolor="none",
-                animated=True,
-                visible=False,
-            )
-            fig.patches.append(box)
-            self._erasers.append(box)
-        self._layout: tuple[Any, ...] | None = None  # what the cached background shows
-        self._background: Any = None
-        self.frames = 0
-        self.full_draws = 0
-        self.last_blit_s: float | None = None  # seconds the last blitted frame took
-
-    def _dynamic(self) -> list[Any]:
-        return [self.total, *self.workers.values(), self.wait, self.queue, self.empty]
-
-    def _set_data(self, stats: ThroughputStats, snap: ThroughputSnapshot) -> tuple[Any, ...]:
-        """Update the artists' data; returns (tmax, top items/s, top queue, worker ids)."""
-        h = stats.history
-        t = [p.t_s for p in h]
-        self.empty.set_visible(not h)
-        self.total.set_data(t, [p.items_per_s for p in h])
-        ids = tuple(sorted({w for p in h for w in p.per_worker}))
-        if len(ids) < 2:  # one worker (or the main thread): its line is the overall one
-            ids = ()
-        for w in ids:
-            if w not in self.workers:
-                (self.workers[w],) = self.axes[0].plot(
-                    [],
-                    [],
-                    color=RANK_COLORS[len(self.workers) % len(RANK_COLORS)],
-                    linewidth=1.3,
-                    label=worker_name(w),
-                )
-            self.workers[w].set_data(t, [p.per_worker.get(w, 0.0) for p in h])
-        for w, line in self.workers.items():
-            line.set_visible(w in ids)
-        self.wait.set_data(t, [100 * p.wait_share for p in h])
-        self.queue.set_data(t, [p.queue_depth for p in h])
-        top = max(
-            [0.0, *(p.items_per_s for p in h), *(v for p in h for v in p.per_worker.values())]
-        )
-        qtop = max([0.0, *(p.queue_depth for p in h)])
-        return (t[-1] if t else 0.0), top, qtop, ids
-
-    def _set_legend(self, ids: tuple[int, ...]) -> None:
-        # A key above the items/s panel, under its title, so it never sits on the lines: one
-        # coloured text per line (a matplotlib Legend costs as much to lay out as a panel).
-        if ids == self._legend_ids:
-            return
-        self._legend_ids = ids
-        for t in self._key:
-            t.remove()
-        self._key = []
-        if not ids:
-            return
-        renderer = self.canvas.get_renderer()
-        x = self.axes[0].get_position().x0 - 0.04
-        for line, name in [(self.total, "all"), *((self.workers[w], worker_name(w)) for w in ids)]:
-            t = self.fig.text(
-                x,
-                0.755,
-                "\u2014 " + name,
-                color=line.get_color(),
-                fontsize=10,
-                fontweight="bold" if line is self.total else "normal",
-            )
-            self._key.append(t)
-            x += t.get_window_extent(renderer).width / self.fig.bbox.width + 0.015
-
-    def render(
-        self, stats: ThroughputStats, snap: ThroughputSnapshot, *, final: bool = False
-    ) -> bytes:
-        """Update the artists from ``stats.history`` and return the PNG: a blitted live frame,
-        or with ``final=True`` the full chart."""
-        t0 = time.perf_counter()
-        tmax, top, qtop, ids = self._set_data(stats, snap)
-        self._set_legend(ids)
-        # live frames: the numbers are in the monitor's text beside the chart, so the headline
-        # stays fixed (part of the cached background); the final chart carries them
-        self.headline.set_text(
-            f"Loader throughput: {snap.items_per_s:,.0f} items/s, waiting for data "
-            f"{snap.wait_share:.0%} of the time, queue depth {snap.queue_depth_mean:.1f} (mean)"
-            if final
-            else "Loader throughput (live; numbers below)"
-        )
-        a0, a1, a2 = self.axes
-        self.frames += 1
-        if final:
-            for a in self._dynamic():
-                a.set_animated(False)
-            for ax in self.axes:
-                ax.set_xlim(0, max(tmax, 1e-3) * 1.02)
-            a0.set_ylim(0, max(top, 1.0) * 1.12)
-            a2.set_ylim(0, max(qtop, 1.0) * 1.12)
-            self._layout = self._background = None
-            self.full_draws += 1
-            return figure_png(self.fig)
-        layout = (
-            _nice_ceil(max(tmax * 1.05, 5.0)),
-            _nice_ceil(max(top * 1.1, 1.0)),
-            _nice_ceil(max(qtop * 1.1, 1.0)),
-            ids,
-        )
-        if self._layout is not None:  # live limits only grow: no back-and-forth redraws
-            layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)), ids)
-        old = self._layout
-        if layout != old:
-            for ax in self.axes:
-                ax.set_xlim(0, layout[0])
-            a0.set_ylim(0, layout[1])
-            a2.set_ylim(0, layout[2])
-            if (
-                old is not None
-                and self._background is not None
-                and old[0] == layout[0]
-                and (old[3] == layout[3])
-            ):
-                # only a y limit grew: draw just that panel again on the cached background
-                self.canvas.restore_region(self._background)
-                for i, changed in ((0, old[1] != layout[1]), (2, old[2] != layout[2])):
-                    if changed:
-                        self._erasers[i].set_visible(True)
-                        self.fig.draw_artist(self._erasers[i])
-                        self._erasers[i].set_visible(False)
-                        self.fig.draw_artist(self.axes[i])  # skips the animated lines
-            else:
-                for a in self._dynamic():
-                    a.set_animated(True)
-                self.canvas.draw()  # everything but the animated artists
-            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
-            self._layout = layout
-            self.full_draws += 1
-            blit = False
-        else:
-            self.canvas.restore_region(self._background)
-            blit = True
-        for a in self._dynamic():
-            if a.get_visible():
-                self.fig.draw_artist(a)
-        png = _buffer_png(self.canvas)
-        if blit:
-            self.last_blit_s = time.perf_counter() - t0
-        return png
-
-
-def _buffer_png(canvas: FigureCanvasAgg) -> bytes:
-    """The canvas's pixels as PNG, without drawing again (fast zlib level: live frames)."""
-    from PIL import Image
-
-    w, h = canvas.get_width_height(physical=True)
-    img = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
-    buf = io.BytesIO()
-    img.convert("RGB").save(buf, format="PNG", compress_level=1)
-    return buf.getvalue()
-
-
-def draw_throughput(stats: ThroughputStats, snap: ThroughputSnapshot) -> Figure:
-    """The final chart of :class:`ThroughputChart` as a new figure (for static use)."""
-    chart = ThroughputChart()
-    chart.render(stats, snap, final=True)
-    return chart.fig
-
-
-class ThroughputMonitor(View):
+class ThroughputMonitor(StallWatch, View):
     """Wraps iteration over a loader and shows its throughput live; see :func:`monitor`.
 
     Args:
@@ -296,10 +69,13 @@ class ThroughputMonitor(View):
         chart_hz (float): most chart redraws per second.
         chart_budget (float): the chart's share of the loop's wall time, at most: a redraw
             waits until the time spent drawing so far, plus the next one, fits in it.
+        memory (bool): sample each worker process's private memory (USS) at epoch ends, at
+            most once a second (about 1 ms per process; needs ``psutil``).
 
     Attributes:
         redraws (int): chart PNGs pushed to the widget (``live_frames`` of them while
             iterating); ``updates``: text updates pushed.
+        memory (MemoryTracker | None): the memory samples, with ``memory=True``.
     """
 
     def __init__(
@@ -309,6 +85,7 @@ class ThroughputMonitor(View):
         refresh_hz: float = 4.0,
         chart_hz: float = 2.0,
         chart_budget: float = 0.03,
+        memory: bool = False,
     ) -> None:
         if not callable(getattr(loader, "subscribe", None)):
             raise ConfigError(
@@ -325,6 +102,11 @@ class ThroughputMonitor(View):
         self.chart_hz = float(chart_hz)
         self.chart_budget = chart_budget
         self.stats = ThroughputStats()
+        self.memory: Any = None
+        if memory:
+            from clorch_nb.widgets.memory import MemoryTracker
+
+            self.memory = MemoryTracker()
         self.redraws = 0  # chart PNGs pushed to the widget
         self.updates = 0  # text updates pushed
         self._kernel = _in_kernel()
@@ -335,22 +117,44 @@ class ThroughputMonitor(View):
         self._next_tick = 0.0
         self._next_chart = 0.0
         self._chart_spent = 0.0  # seconds spent drawing live charts while iterating
+        self._chart_est = 0.1
         self.live_frames = 0  # of the redraws, those made while iterating
         self._handle: Any = None
         self._unsubscribe: Any = None
         self._on_event: Any = None  # the subscriber, made once (for the current ``live``)
         self._on_event_live = False
+        self._chart_: ThroughputChart | None = None
+        # the stall watch (in a kernel): a thread that, while no event arrives, says so
+        self._lock = threading.Lock()  # one chart/widget update at a time
+        self._last_event = [0.0]  # perf_counter of the last event (a list: set by a closure)
+        self._stall_stop: threading.Event | None = None
+        self._last_snap: ThroughputSnapshot | None = None  # of the last update (stall watch)
+        self.stall_frames = 0
+
+    @property
+    def _chart(self) -> ThroughputChart:
+        # made on first use: a monitor that is never shown draws nothing
+        if self._chart_ is None:
+            self._chart_ = ThroughputChart()
+        chart = self._chart_
+        config = getattr(self.loader, "config", None)
+        cap = getattr(config, "max_in_flight", None) if getattr(config, "num_workers", 0) else None
+        chart.capacity = cap
+        return chart
+
+    def _build_widget(self) -> Any:
         self.title = W.HTML()
         self.numbers = W.HTML()
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
-        self.widget = W.VBox([self.title, self.image, self.numbers])
-        self._chart = ThroughputChart()
+        box = W.VBox([self.title, self.image, self.numbers])
+        self._widget = box  # so _update below can push to it
         t0 = time.perf_counter()
-        self._update(chart=True)  # the empty chart; it also lays out the live background
+        self._update(chart=True, box=box)  # the empty chart; it also lays out the background
         # what the next chart may cost: like this full draw (the process's first one also loads
         # fonts, hence the cap); one blitted frame now measures what later frames cost
         self._chart_est = min(time.perf_counter() - t0, 0.1)
         self._chart.render(self.stats, self.stats.snapshot())
+        return box
 
     # -- iteration ------------------------------------------------------------------------------
 
@@ -363,7 +167,7 @@ class ThroughputMonitor(View):
         Returns the loader's own iterator (no wrapper: nothing is added per batch but the event
         subscriber); the subscription ends with the epoch's end (or stop) event.
         """
-        if self._kernel and self.live and self._handle is None:
+        if self._kernel and self.live and self._handle is None and not self.closed:
             from IPython.display import display
 
             self._handle = display(self, display_id=True)
@@ -387,29 +191,37 @@ class ThroughputMonitor(View):
         # refresh time (the event's own timestamp, no clock read). A closure: fewer attribute
         # lookups than a method.
         stats, tick, live, batch_event = self.stats, self._tick, self.live, BatchEvent
-        add_batch = stats.add_batch
+        add_batch, last = stats.add_batch, self._last_event
 
         def on_event(ev: Any) -> None:
             if ev.__class__ is batch_event:
                 add_batch(tuple(ev))
+                last[0] = ev.t_s
                 if ev.t_s >= self._next_tick and live:
                     tick(ev.t_s)
                 return
             stats.add(ev)
+            last[0] = ev.t_s
             if ev.kind != "start":
-                self._epoch_over(ev.t_s)
-            elif ev.t_s >= self._next_tick and live:
-                tick(ev.t_s)
+                self._epoch_over(ev)
+            else:
+                if live and self._kernel:
+                    self._watch_stalls()
+                if ev.t_s >= self._next_tick and live:
+                    tick(ev.t_s)
 
         return on_event
 
-    def _epoch_over(self, now: float) -> None:
+    def _epoch_over(self, ev: Any) -> None:
         self._end_subscription()
+        self._stop_stall_watch()
+        if self.memory is not None:
+            self.memory.sample(ev.epoch, now=ev.t_s)
         if self.live:
             # Epochs can be milliseconds long: the same throttle as during the epoch; the
             # cell's end brings the final text and chart (see finish).
-            if now >= self._next_tick:
-                self._tick(now)
+            if ev.t_s >= self._next_tick:
+                self._tick(ev.t_s)
             self._schedule_finish()
 
     def _schedule_finish(self) -> None:
@@ -428,12 +240,25 @@ class ThroughputMonitor(View):
         self._final_pending = True
 
     def finish(self) -> None:
-        """Draw the final chart and put the final text + PNG into the cell's output (so a saved
-        notebook shows them). Called when the cell that iterated ends; call it yourself when
-        iterating outside a notebook cell."""
-        self._update(chart=True, final=True)
+        """Put the final text + PNG into the cell's output in place of the live widget (so a
+        saved notebook shows them) and close the widgets. Called when the cell that iterated
+        ends; call it yourself when iterating outside a notebook cell. Iterating again later
+        shows a new panel."""
         if self._handle is not None:
-            self._handle.update(self)
+            self._handle.update(self.static_bundle(), raw=True)
+            self._handle = None
+        self._release_widgets()
+
+    def _release_widgets(self) -> None:
+        if self._widget_finalizer is not None:
+            self._widget_finalizer()
+        self._widget = None
+
+    def close(self) -> None:
+        """Stop listening to the loader and close the widgets (also at the end of ``with``)."""
+        self._end_subscription()
+        self._stop_stall_watch()
+        super().close()
 
     def _chart_due(self, now: float) -> bool:
         # The first live frame (a full draw: the axes get their limits) once the loop has run
@@ -457,33 +282,67 @@ class ThroughputMonitor(View):
             )
         self._next_tick = now + self._interval
 
-    def _update(self, *, chart: bool | None, now: float | None = None, final: bool = False) -> None:
+    def _update(self, *, chart: bool | None, now: float | None = None, box: Any = None) -> None:
         # chart=None: a tick while iterating; whether to redraw is decided on the fresh totals
+        box = box if box is not None else self._widget
+        if box is None:  # not shown (or closed): nothing to push
+            return
+        with self._lock:
+            self._push(box, chart, now)
+
+    def _push(self, box: Any, chart: bool | None, now: float | None) -> None:
         snap = self.stats.snapshot(now)
+        self._last_snap = snap
         if chart is None:
             chart = now is not None and self._chart_due(now)
-        with self.widget.hold_sync():
+        with box.hold_sync():
             self.title.value = (
                 f"<b>{'Running' if snap.running else 'Done'}</b>: {snap.items:,} items, "
                 f"{snap.batches:,} batches, {snap.elapsed_s:.2f} s"
             )
             self.numbers.value = (
-                f"<pre style='font-size:12px;margin:0'>{html.escape(snap.to_text())}</pre>"
+                f"<pre style='font-size:12px;margin:0'>{html.escape(self._text(snap, now))}</pre>"
             )
             if chart:
                 t0 = time.perf_counter()
-                self.image.value = self._chart.render(self.stats, snap, final=final)
+                self.image.value = self._chart.render(self.stats, snap)
                 cost = time.perf_counter() - t0
                 self.redraws += 1
                 if now is not None:  # a live frame while iterating
                     self.live_frames += 1
                     self._chart_spent += cost
                     # the next frame is most likely a blit (the limits grow rarely)
-                    self._chart_est = (
-                        cost if self._chart.last_blit_s is None else (self._chart.last_blit_s)
-                    )
+                    last = self._chart.last_blit_s
+                    self._chart_est = cost if last is None else last
                     self._next_chart = now + self._chart_interval
         self.updates += 1
+
+    # -- diagnosis ------------------------------------------------------------------------------
+
+    def verdict(self) -> Verdict:
+        """Why the loop is as fast as it is, and the change to try: the wall time split into
+        loop body, waiting for data and loader overhead, the wait attributed to its stage
+        (see :mod:`clorch_nb.widgets.diagnose`). ``str()`` of it is the one-line verdict."""
+        return self.stats.verdict()
+
+    def timeline(self, last: int | None = 40) -> Any:
+        """The ``last`` batches (None: all kept, up to 256) as a
+        :class:`~clorch_nb.widgets.timeline_view.TimelineView` (per worker and for the main
+        loop: built, sent, waited for, consumed)."""
+        from clorch_nb.widgets.timeline_view import TimelineView
+
+        self.stats.flush()
+        return TimelineView(self.stats.recent, last=last)
+
+    def export_trace(self, path: str, *, align_with: str | None = None) -> str:
+        """Write the recent batches as Chrome trace-event JSON (open it in Perfetto or
+        chrome://tracing): one track per worker and one for the main loop, batch index, epoch
+        and size as arguments. ``align_with``: a ``torch.profiler`` trace of the same run, to
+        put ours on its clock (then :func:`clorch_nb.widgets.timeline.merge_traces`)."""
+        from clorch_nb.widgets.timeline import Timeline
+
+        self.stats.flush()
+        return Timeline(self.stats.recent).export_trace(path, align_with=align_with)
 
     # -- static forms ---------------------------------------------------------------------------
 
@@ -495,11 +354,33 @@ class ThroughputMonitor(View):
         """The totals as a dict (``items_per_s``, ``wait_share``, ``per_worker``, ...); ``str()``
         of it is the text summary."""
         snap = self.stats.snapshot()
-        return _Summary(snap.as_dict(), snap.to_text())
+        return _Summary(snap.as_dict(), self._text(snap))
+
+    def _text(self, snap: ThroughputSnapshot, now: float | None = None) -> str:
+        lines = [snap.to_text()]
+        if snap.batches:
+            lines.append(f"  verdict: {self.stats.verdict(now).line}")
+        if self.memory is not None:
+            lines.append("  " + self.memory.to_text().replace("\n", "\n  "))
+        return "\n".join(lines)
 
     def to_text(self) -> str:
-        """The current numbers (items/s overall and per worker, waiting share, queue depth)."""
-        return self.stats.snapshot().to_text()
+        """The current numbers (items/s overall and per worker, waiting share, queue depth) and
+        the verdict."""
+        return self._text(self.stats.snapshot())
+
+    def static_bundle(self) -> dict[str, Any]:
+        """``text/plain`` + ``image/png``, and ``text/html`` showing both (JupyterLab renders
+        one MIME type per output: the final chart and the summary text together)."""
+        text, png = self.to_text(), png_b64(self.to_png())
+        return {
+            "text/plain": text,
+            "image/png": png,
+            "text/html": (
+                f"<img src='data:image/png;base64,{png}' style='max-width:100%'/>"
+                f"<pre style='font-size:12px;margin:0'>{html.escape(text)}</pre>"
+            ),
+        }
 
     def to_png(self) -> bytes:
         """The full-quality chart of the run so far, as PNG."""
@@ -521,7 +402,9 @@ class _Summary(dict[str, Any]):
         return self._text
 
 
-def monitor(loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0) -> ThroughputMonitor:
+def monitor(
+    loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0, memory: bool = False
+) -> ThroughputMonitor:
     """Iterate ``loader`` with a live throughput panel: ``for batch in monitor(loader): ...``.
 
     In a notebook the panel appears when iteration starts and updates while the cell runs:
@@ -535,6 +418,8 @@ def monitor(loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0) -> T
         refresh_hz (float): most text updates per second.
         chart_hz (float): most chart redraws per second; the chart also keeps its drawing
             under 3 % of the loop's time (``ThroughputMonitor(chart_budget=...)``).
+        memory (bool): also sample each worker process's private memory (USS) at epoch ends
+            and flag growth per epoch (needs ``psutil``).
 
     Returns:
         ThroughputMonitor: iterable (yields the loader's batches), with ``summary()``,
@@ -549,4 +434,4 @@ def monitor(loader: Any, *, refresh_hz: float = 4.0, chart_hz: float = 2.0) -> T
         >>> sum(len(b["data"]) for b in mon), mon.summary()["items"]
         (100, 100)
     """
-    return ThroughputMonitor(loader, refresh_hz=refresh_hz, chart_hz=chart_hz)
+    return ThroughputMonitor(loader, refresh_hz=refresh_hz, chart_hz=chart_hz, memory=memory)

@@ -8,8 +8,11 @@ would see:
 * the throughput monitor's PNG is redrawn while the cell is still running: its ``src`` changes
   at least twice while the cell's prompt shows ``[*]`` and the monitor says "Running", sampled
   in the page every 40 ms;
-* the monitor leaves its final summary in the output, the run ends clean (no error output, no
-  Traceback on stderr, no "Error displaying widget");
+* the monitor leaves its final summary in the output as text and a PNG, its widgets closed when
+  the cell ended (B29); the run ends clean (no error output, no Traceback on stderr, no "Error
+  displaying widget");
+* the verdict line and the worker timeline (issue 12) render live: the timeline as a widget with
+  its picture, one row per worker and one for the main loop;
 * after the run the shard view's epoch slider works from the browser (arrow key -> new picture).
 
 Screenshots of each view go to tests/ui/screenshots/ and /tmp/ui_shots/.
@@ -29,6 +32,7 @@ MARKS = {
     "shards": "# ui-test: shards",
     "shapes": "# ui-test: shapes",
     "monitor": "# ui-test: monitor",
+    "diagnose": "# ui-test: diagnose",
     "check": "# ui-test: check",
 }
 RUN_TIMEOUT_S = 180
@@ -97,7 +101,7 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     run_s = time.monotonic() - t0
     watch = lab.page.evaluate("() => window.__ui.stopWatch('monitor')")
 
-    for name in ("shards", "shapes", "monitor"):
+    for name in ("shards", "shapes", "monitor", "diagnose"):
         lab.screenshot(name, lab.page.locator(f'[data-uitest="{name}"] .jp-Cell-outputWrapper'))
     lab.screenshot("notebook", full=True)
 
@@ -119,9 +123,12 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
         assert word in shapes["text"], f"batch shapes: {word!r} not shown: {shapes['text'][:500]}"
     assert "partial" in shapes["text"].lower(), "batch shapes: the partial last batch isn't flagged"
 
-    # Throughput monitor: redrawn live, then a final summary stays.
+    # Throughput monitor: redrawn live (a widget while the cell ran), then the final summary
+    # and chart stay as plain output and the widgets are closed (B29).
     monitor = _cell(lab, "monitor")
-    _assert_widget_with_image(monitor, "throughput monitor")
+    final = [i for i in monitor["images"] if i["complete"] and i["w"] > 50 and i["h"] > 50]
+    assert final, f"monitor: no final chart in the output: {monitor['images']}"
+    assert monitor["widgets"] == 0, "monitor: its widgets are still open after the cell ended"
     # A change while live: the src differs from the previous one (not the image's first
     # appearance), the cell still shows [*] and the monitor's own title still says "Running"
     # (the final redraw and re-display when the loop is over do not count).
@@ -132,10 +139,18 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     )
     consumed = re.search(r"ui-test: consumed \d+ items in \d+ epochs", monitor["text"])
     assert consumed, monitor["text"][-500:]
-    for words in ("Done", "items/s", "waiting for data", "worker 0", "worker 1"):
+    for words in ("(done)", "items/s", "waiting for data", "worker 0", "worker 1", "verdict: "):
         assert words in monitor["text"], (
             f"monitor: {words!r} missing from the final summary: {monitor['text'][-800:]}"
         )
+    # Issue 12: the verdict line and the worker timeline, live.
+    diagnose = _cell(lab, "diagnose")
+    _assert_widget_with_image(diagnose, "timeline")
+    verdict = re.search(r"ui-test: verdict (data-bound|compute-bound|balanced|overhead-bound) \| "
+                        r"\1: ", diagnose["text"])
+    assert verdict, diagnose["text"][:800]
+    for words in ("Timeline of the last", "main loop: wait", "worker 0: build", "worker 1: build"):
+        assert words in diagnose["text"], f"timeline: {words!r} missing: {diagnose['text'][:800]}"
     check = _cell(lab, "check")["text"]
     assert "ui-test: all views done" in check, check
     # The kernel is the python3 kernelspec of the environment running the tests (the venv).

@@ -7,6 +7,7 @@ worker process), so the backends differ only in *where*, never in *what*.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,10 @@ from typing import Any, Protocol
 
 import torch
 
-__all__ = ["BatchCancelled", "BatchResult", "BatchTask", "WorkerPool", "build_batch", "note_index"]
+from clorch_nb._signals import deferred_sigint
+
+__all__ = ["BatchCancelled", "BatchResult", "BatchTask", "WorkerPool", "add_note", "build_batch",
+           "close_pool", "note_index"]
 
 
 class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, not an error
@@ -35,7 +39,12 @@ class BatchTask:
 
 @dataclass(slots=True)
 class BatchResult:
-    """A built batch, or the error that stopped it, with the worker's timings in seconds."""
+    """A built batch, or the error that stopped it, with the worker's timings in seconds.
+
+    ``t_start``/``t_sent`` are the worker's ``time.perf_counter()`` when it began building the
+    batch and when the batch was ready to hand over (built, and encoded for a process worker);
+    CLOCK_MONOTONIC, so comparable across processes on Linux. 0.0 when unknown.
+    """
 
     epoch: int
     batch_index: int
@@ -45,12 +54,31 @@ class BatchResult:
     fetch_s: float
     collate_s: float
     error: BaseException | None = None
+    t_start: float = 0.0
+    t_sent: float = 0.0
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note(note)``, also for an exception whose ``__notes__`` was replaced by
+    something that is not a list (the note is then stored in a fresh list).
+
+    Example:
+        >>> e = ValueError("x")
+        >>> e.__notes__ = "not a list"
+        >>> add_note(e, "[clorch_nb] hi"); e.__notes__
+        ['[clorch_nb] hi']
+    """
+    try:
+        exc.add_note(note)
+    except Exception:  # noqa: BLE001 - a hostile __notes__: replace it
+        with contextlib.suppress(Exception):  # cannot carry notes at all: reported by type
+            exc.__notes__ = [note]
 
 
 def note_index(exc: BaseException, index: int, batch_index: int, worker: str) -> None:
     """Add a note naming the dataset index, batch and worker to an exception (kept type)."""
-    exc.add_note(
-        f"[clorch_nb] while loading dataset index {index} (batch {batch_index}) in {worker}"
+    add_note(
+        exc, f"[clorch_nb] while loading dataset index {index} (batch {batch_index}) in {worker}"
     )
 
 
@@ -95,8 +123,9 @@ def build_batch(
             batch = dataset.get_batch(indices)
         except StopIteration as exc:
             raise _not_the_end("get_batch", None, batch_index, worker) from exc
-        except Exception as exc:
-            exc.add_note(
+        except BaseException as exc:
+            add_note(
+                exc,
                 f"[clorch_nb] in get_batch for batch {batch_index} in {worker} "
                 f"(dataset indices {indices[:8].tolist()}{'...' if len(indices) > 8 else ''})"
             )
@@ -110,7 +139,7 @@ def build_batch(
             items.append(dataset.get_item(i))
         except StopIteration as exc:
             raise _not_the_end("get_item", i, batch_index, worker) from exc
-        except Exception as exc:
+        except BaseException as exc:  # any type (even BaseException subclasses) gets its index
             note_index(exc, i, batch_index, worker)
             raise
     t1 = time.perf_counter()
@@ -118,8 +147,8 @@ def build_batch(
         batch = collate_fn(items)
     except StopIteration as exc:
         raise _not_the_end("collate_fn", None, batch_index, worker) from exc
-    except Exception as exc:
-        exc.add_note(f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}")
+    except BaseException as exc:
+        add_note(exc, f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}")
         raise
     return batch, t1 - t0, time.perf_counter() - t1
 
@@ -170,6 +199,19 @@ class WorkerPool(Protocol):
         """
         ...
 
-    def close(self) -> None:
-        """Stop every worker and free every resource; idempotent."""
+    def wake(self) -> None:
+        """Make a ``get`` blocked on another thread return None at once (thread-safe)."""
         ...
+
+    def close(self) -> None:
+        """Stop every worker and free every resource; idempotent, and a second call finishes
+        what an interrupted one began."""
+        ...
+
+
+def close_pool(pool: WorkerPool) -> None:
+    """``pool.close()`` with Ctrl-C held back: what a dropped loader's finalizer runs (at garbage
+    collection, at any instant), where an interrupt would be printed and lost with the pool
+    half-closed and no second call to finish it."""
+    with deferred_sigint():
+        pool.close()

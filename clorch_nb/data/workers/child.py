@@ -14,7 +14,8 @@ Two threads:
 Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
 ``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
 ``("stop",)``.
-Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch)``,
+Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
+t_start, t_sent)`` (the worker's ``perf_counter`` when it began building and when it sent),
 ``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
 ``("ready", epoch)`` (this epoch's start-up, the dataset's ``set_epoch`` included, is done),
 ``("init_error", ExceptionBlob)``.
@@ -28,6 +29,7 @@ import pickle
 import queue
 import signal
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -40,7 +42,7 @@ from clorch_nb.data.epoch_hooks import call_set_epoch
 from clorch_nb.data.worker_info import WorkerInfo, seed_worker, set_worker_info, worker_seed
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import WorkerArena
-from clorch_nb.data.workers.base import BatchCancelled, build_batch
+from clorch_nb.data.workers.base import BatchCancelled, add_note, build_batch
 
 __all__ = ["ExceptionBlob", "WorkerConfig", "worker_main"]
 
@@ -91,20 +93,63 @@ class ExceptionBlob:
 
     @classmethod
     def capture(cls, exc: BaseException) -> ExceptionBlob:
-        """Describe ``exc``; its traceback is rendered here since tracebacks do not pickle."""
-        te = traceback.TracebackException.from_exception(exc)
-        te.__notes__ = None  # the notes travel separately; rendering them here would repeat them
-        tb = "".join(te.format())
+        """Describe ``exc``; its traceback is rendered here since tracebacks do not pickle.
+
+        Never raises, whatever ``exc`` does: a ``__str__``, ``__repr__``, ``__reduce__`` or
+        constructor that raises (any ``BaseException``) only makes the description poorer; the
+        type name and the notes (the dataset index) always travel.
+
+        Example:
+            >>> class Hostile(Exception):
+            ...     def __str__(self): raise RuntimeError("no str")
+            >>> blob = ExceptionBlob.capture(Hostile())
+            >>> blob.type_name.endswith("Hostile"), blob.message
+            (True, '<str() failed: RuntimeError>')
+        """
+        t = type(exc)
+        type_name = f"{_safe(lambda: t.__module__, '?')}.{_safe(lambda: t.__qualname__, '?')}"
+        message = _safe(lambda: _as_str(str(exc)), None)
+        if message is None:
+            failure = _safe(lambda: _failure_of(str, exc), "?")
+            message = f"<str() failed: {failure}>"
+        notes = _safe(lambda: [_as_str(n) for n in getattr(exc, "__notes__", None) or []], [])
+        tb = _safe(lambda: _render_traceback(exc), f"{type_name}: {message}\n")
         pickled: bytes | None
         try:
             data = pickle.dumps(exc, _HIGHEST)
             pickle.loads(data)  # rebuildable here means rebuildable in the parent
             pickled = data
-        except Exception:  # noqa: BLE001 - any failure: fall back to a description
+        except BaseException:  # noqa: BLE001 - any failure (even SystemExit): a description
             pickled = None
-        t = type(exc)
-        return cls(pickled, f"{t.__module__}.{t.__qualname__}", str(exc),
-                   list(getattr(exc, "__notes__", [])), tb)
+        return cls(pickled, type_name, message, notes, tb)
+
+
+def _safe(fn: Any, default: Any) -> Any:
+    """``fn()``, or ``default`` if it raises anything (this worker ignores SIGINT)."""
+    try:
+        return fn()
+    except BaseException:  # noqa: BLE001 - describing a hostile exception must not fail
+        return default
+
+
+def _as_str(value: Any) -> str:
+    if type(value) is not str:  # a str subclass could misbehave later, in the parent
+        raise TypeError("not a str")
+    return value
+
+
+def _failure_of(fn: Any, arg: Any) -> str:
+    try:
+        fn(arg)
+    except BaseException as exc:  # noqa: BLE001
+        return type(exc).__name__
+    return "?"
+
+
+def _render_traceback(exc: BaseException) -> str:
+    te = traceback.TracebackException.from_exception(exc)
+    te.__notes__ = None  # the notes travel separately; rendering them here would repeat them
+    return "".join(te.format())
 
 
 #: free heap a worker keeps for reuse before returning memory to the system (see _tune_malloc)
@@ -244,13 +289,18 @@ def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: byt
             worker=where,
             should_stop=lambda: epoch <= state.cancelled,
         )
+        t_built = time.perf_counter()
         try:
             enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where, arena=arena)
         except Exception as exc:
-            exc.add_note(f"[clorch_nb] while sending batch {batch_index} out of {where}")
+            add_note(exc, f"[clorch_nb] while sending batch {batch_index} out of {where}")
             raise
         del batch
-        return pickle.dumps(("ok", epoch, batch_index, n, fetch_s, collate_s, enc), _HIGHEST)
+        t_sent = time.perf_counter()
+        return pickle.dumps(
+            ("ok", epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
+             t_sent), _HIGHEST,
+        )
     except BatchCancelled:
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer

@@ -37,6 +37,7 @@ from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
 from clorch_nb.data.workers.polling import PollSet
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
@@ -76,6 +77,7 @@ class _Worker:
     arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
     outstanding: dict[int, list[int]] = field(default_factory=dict)
+    status: str | None = None  # its exit status once reaped (a second reap only forgets it)
     # this epoch's start-up (interpreter, dataset, set_epoch): began, and done (None: going on)
     began: float = field(default_factory=time.perf_counter)
     started: float | None = None
@@ -129,6 +131,8 @@ class ProcessPool:
         self._polls = PollSet()
         self._starter: threading.Thread | None = None  # see prestart()
         self._start_error: BaseException | None = None
+        # wake(): another thread makes a get() blocked in wait() return None at once
+        self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -165,63 +169,84 @@ class ProcessPool:
             raise exc
 
     def _spawn(self, worker_id: int) -> _Worker:
-        task_r, task_w = mp.Pipe(duplex=False)
-        result_r, result_w = mp.Pipe(duplex=False)
+        if self._closed:
+            raise WorkerError("this process pool is closed; iterate the loader again for a new one")
         cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
                            os.getpid(), self._arena_keep)
-        proc = self._ctx.Process(
-            target=worker_main, args=(cfg, self.source, task_r, result_w),
-            name=f"clorch_nb-worker-{worker_id}", daemon=True,
-        )
-        try:
-            proc.start()
-        except BaseException:
-            for conn in (task_r, task_w, result_r, result_w):
-                conn.close()
-            raise
-        # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF there.
-        task_r.close()
-        result_w.close()
-        w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
-        self._workers[worker_id] = w
+        # A Ctrl-C is held back until the worker is started and recorded: cut in half, the start
+        # would kill the forkserver or leave a child waiting forever (interrupts.py). In the
+        # background starter thread (prestart) no signal can land, and this is a no-op.
+        with deferred_sigint():
+            task_r, task_w = mp.Pipe(duplex=False)
+            result_r, result_w = mp.Pipe(duplex=False)
+
+            def make() -> Any:
+                return self._ctx.Process(
+                    target=worker_main, args=(cfg, self.source, task_r, result_w),
+                    name=f"clorch_nb-worker-{worker_id}", daemon=True,
+                )
+
+            try:
+                proc = start_process(make, self._ctx.get_start_method())
+            except BaseException:
+                for conn in (task_r, task_w, result_r, result_w):
+                    conn.close()
+                raise
+            # Close our copies of the child's ends: its death then reads as EOF here, ours as
+            # EOF there.
+            task_r.close()
+            result_w.close()
+            w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
+            self._workers[worker_id] = w
         if self._epoch is not None:
             self._send(w, ("epoch", self._epoch, self._base_seed))
         return w
 
-    def _reap(self, w: _Worker, *, kill: bool) -> str:
+    def _reap(self, w: _Worker, *, kill: bool, drain: bool = True) -> str:
         """Stop ``w`` (SIGKILL if asked or if it does not leave), free everything it held;
-        returns its exit status as text."""
+        returns its exit status as text.
+
+        Safe to repeat after an interruption: ``w`` stays in its slot until all is freed, so a
+        second :meth:`close` finishes the job. ``drain=False`` skips reading its pipe (which may
+        hold half a message after an interrupted receive); its segments are swept by name.
+        """
+        if w.status is None:
+            if kill and w.proc.is_alive():
+                w.proc.kill()
+            w.proc.join(timeout=5.0)
+            if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
+                w.proc.kill()
+                w.proc.join()
+            # Batches it sent that nobody will read, and any segment it was writing when it died.
+            if drain:
+                self._drain(w)
+            shm.sweep(os.getpid(), w.pid)
+            w.tasks.close()
+            w.results.close()
+            w.status = exit_text(w.proc.exitcode)
+        w.proc.close()  # idempotent; after it, the process object can no longer be asked
         if self._workers[w.worker_id] is w:
             self._workers[w.worker_id] = None
-        if kill and w.proc.is_alive():
-            w.proc.kill()
-        w.proc.join(timeout=5.0)
-        if w.proc.is_alive():  # pragma: no cover - SIGKILL failed to land in 5 s
-            w.proc.kill()
-            w.proc.join()
-        # Batches it sent that nobody will read, and any segment it was writing when it died.
-        self._drain(w)
-        shm.sweep(os.getpid(), w.pid)
-        w.tasks.close()
-        w.results.close()
-        status = exit_text(w.proc.exitcode)
-        w.proc.close()
-        return status
+        return w.status
 
     def _drain(self, w: _Worker) -> None:
         while True:
             try:
                 if not w.results.poll():
                     return
-                raw = w.results.recv_bytes()
-            except (EOFError, OSError):
+                self._handle(w, w.results.recv_bytes(), keep=False)
+            except Exception:  # noqa: BLE001 - EOF, or a message cut short: the sweep frees it
                 return
-            self._handle(w, raw, keep=False)
+
+    def wake(self) -> None:
+        """Make a :meth:`get` blocked on another thread return None at once (the loader's
+        cross-thread ``close()``); harmless when none is blocked."""
+        with contextlib.suppress(OSError):  # closed: nothing to wake
+            self._wake_w.send_bytes(b"")
 
     def close(self) -> None:
-        """Stop every worker and remove every shared-memory segment; idempotent."""
-        if self._closed:
-            return
+        """Stop every worker and remove every shared-memory segment; idempotent in full: after
+        an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True  # a starter thread stops after the worker it is starting
         with contextlib.suppress(Exception):
             self._join_starter()
@@ -229,11 +254,15 @@ class ProcessPool:
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
         for w in live:
-            self._send_quiet(w, ("stop",))
+            if w.status is None:
+                self._send_quiet(w, ("stop",))
         deadline = time.monotonic() + 1.0
         for w in live:
-            w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if w.status is None:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
+        self._wake_r.close()
+        self._wake_w.close()
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and the throughput view)."""
@@ -312,8 +341,12 @@ class ProcessPool:
                 by_obj[w.results] = w
                 by_obj[w.proc.sentinel] = w
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = self._polls.wait(list(by_obj), remaining)
+            ready = self._polls.wait([*by_obj, self._wake_r], remaining)
             if not ready:
+                return None
+            if self._wake_r in ready:
+                while self._wake_r.poll():
+                    self._wake_r.recv_bytes()
                 return None
             dead: list[_Worker] = []
             for obj in ready:
@@ -324,6 +357,12 @@ class ProcessPool:
                     except (EOFError, OSError):
                         dead.append(w)
                         continue
+                    except BaseException:
+                        # Interrupted (Ctrl-C) inside a message: the pipe may hold half of it,
+                        # so nothing more can be read from this worker. Replace it; its
+                        # segments (the cut message's too) are swept by name.
+                        self._reap(w, kill=True, drain=False)
+                        raise
                     self._handle(w, raw, keep=True)
                 elif not w.results.poll():  # sentinel: it exited and has nothing left to read
                     dead.append(w)
@@ -336,14 +375,20 @@ class ProcessPool:
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent = msg
             if not keep or epoch != self._epoch:
                 shm.discard_batch(enc, w.arena)
                 return
+            try:
+                batch = shm.decode_batch(enc, w.arena)
+            except BaseException:  # interrupted before decode_batch unlinked it: free it here
+                shm.discard_batch(enc, w.arena)
+                raise
             w.outstanding.pop(bi, None)
             self._pending.append(
-                BatchResult(epoch, bi, w.worker_id, shm.decode_batch(enc, w.arena), n, fetch_s,
-                            collate_s)
+                BatchResult(
+                    epoch, bi, w.worker_id, batch, n, fetch_s, collate_s, None, t_start, t_sent
+                )
             )
         elif kind == "error":
             _, epoch, bi, n, blob = msg
@@ -394,6 +439,8 @@ class ProcessPool:
         (after a timeout or a death) every worker is; replacements start at the next epoch."""
         token, self._epoch = self._epoch, None
         self._pending.clear()
+        if self._closed:
+            return
         busy = [w for w in self._workers if w is not None and w.outstanding]
         try:
             if discard_workers:
@@ -423,6 +470,11 @@ class ProcessPool:
                         shm.discard_batch(msg[6], w.arena)
             for w in waiting.values():
                 self._reap(w, kill=True)
+            # Every worker is idle now and all it sent was read: a segment of theirs still in
+            # /dev/shm belongs to a message whose handling was interrupted (Ctrl-C). Free it.
+            for w in self._workers:
+                if w is not None:
+                    shm.sweep(os.getpid(), w.pid, keep_arena=True)
         except BaseException:
             # Interrupted while stopping (a second Ctrl-C): leave nothing half-stopped.
             for w in list(self._workers):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pickle
 import signal
 
+from clorch_nb.data.workers.base import add_note
 from clorch_nb.data.workers.child import ExceptionBlob
 from clorch_nb.errors import WorkerError
 
@@ -37,14 +38,23 @@ def rebuild_exception(blob: ExceptionBlob, where: str) -> BaseException:
     if blob.pickled is not None:
         try:
             exc = pickle.loads(blob.pickled)
-        except Exception:  # noqa: BLE001 - e.g. its module is not importable here
+        except KeyboardInterrupt:
+            raise
+        except BaseException:  # noqa: BLE001 - e.g. its module is not importable here
+            exc = None
+        if exc is not None and not isinstance(exc, BaseException):  # a hostile __reduce__
             exc = None
     if exc is None:
         exc = WorkerError(
             f"{blob.type_name}: {blob.message} (raised in {where}; the exception could not be "
             "rebuilt in the main process, so it is wrapped)"
         )
-        for note in blob.notes:
-            exc.add_note(note)
-    exc.add_note(f"[clorch_nb] traceback in {where}:\n{blob.traceback.rstrip()}")
+    try:
+        have = list(getattr(exc, "__notes__", None) or [])
+    except Exception:  # noqa: BLE001 - a hostile __notes__
+        have = []
+    for note in blob.notes:  # also when a custom __reduce__ dropped them (the dataset index)
+        if note not in have:
+            add_note(exc, note)
+    add_note(exc, f"[clorch_nb] traceback in {where}:\n{blob.traceback.rstrip()}")
     return exc

@@ -268,8 +268,12 @@ def discard(segment: str | None) -> None:
             os.unlink(os.path.join(SHM_DIR, segment))
 
 
-def sweep(parent_pid: int, worker_pid: int | None) -> int:
+def sweep(parent_pid: int, worker_pid: int | None, *, keep_arena: bool = False) -> int:
     """Unlink every segment a worker left behind (it died, or the epoch was abandoned).
+
+    Args:
+        keep_arena (bool): leave the worker's arena slots (``...-a<N>``): the worker is alive
+            and owns them; only its one-off batch segments are swept.
 
     Returns:
         int: how many files were removed.
@@ -277,6 +281,8 @@ def sweep(parent_pid: int, worker_pid: int | None) -> int:
     who = "*" if worker_pid is None else str(worker_pid)
     n = 0
     for path in glob.glob(os.path.join(SHM_DIR, f"{PREFIX}-{parent_pid}-{who}-*")):
+        if keep_arena and os.path.basename(path).rsplit("-", 1)[-1].startswith("a"):
+            continue
         try:
             os.unlink(path)
             n += 1

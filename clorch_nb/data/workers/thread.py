@@ -22,6 +22,7 @@ from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, 
 __all__ = ["ThreadPool"]
 
 _STOP = object()
+_WAKE: Any = object()  # put in the result queue by wake()
 _pool_ids = itertools.count()
 
 
@@ -46,17 +47,19 @@ class ThreadPool:
         self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
         self._assigned: dict[int, int] = {}  # batch_index -> worker building it now
         self._busy: dict[int, int] = {}  # worker_id -> batch_index it is building now
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread | None] = [None] * self.num_workers
         self._closed = False
-        self._threads = [self._spawn(w) for w in range(self.num_workers)]
+        self._stops_sent = False
+        for w in range(self.num_workers):
+            self._spawn(w)
 
-    def _spawn(self, worker_id: int) -> threading.Thread:
+    def _spawn(self, worker_id: int) -> None:
         t = threading.Thread(
             target=self._run, args=(worker_id,), name=f"{self._name}-worker-{worker_id}",
             daemon=True,
         )
-        t.start()
-        return t
+        self._threads[worker_id] = t  # recorded before it starts: close() reaches it, whatever
+        t.start()  # interrupts what follows
 
     def _run(self, worker_id: int) -> None:
         seeded_epoch = None
@@ -84,9 +87,10 @@ class ThreadPool:
                     batch_index=task.batch_index, worker=f"thread worker {worker_id}",
                     should_stop=partial(self._abandoned, task.epoch),
                 )
+                t_sent = time.perf_counter()
                 result: BatchResult | None = BatchResult(
                     task.epoch, task.batch_index, worker_id, batch, len(task.indices), fetch_s,
-                    collate_s,
+                    collate_s, None, t_sent - fetch_s - collate_s, t_sent,
                 )
             except BatchCancelled:
                 result = None
@@ -103,6 +107,8 @@ class ThreadPool:
                 # built it, and get() drops stale ones. Dropping it could lose a batch when a
                 # thread is replaced just as it finishes.
                 self._results.put(result)
+            # Hold nothing while idle: an error's traceback reaches the consumer's frames.
+            result = task = batch = None  # type: ignore[assignment]
             if replaced:
                 return  # its slot has a fresh thread now
 
@@ -127,8 +133,15 @@ class ThreadPool:
                 result = self._results.get(timeout=timeout_s)
             except queue.Empty:
                 return None
+            if result is _WAKE:
+                return None
             if result.epoch == self._epoch:
                 return result
+
+    def wake(self) -> None:
+        """Make a :meth:`get` blocked on another thread return None at once (the loader's
+        cross-thread ``close()``)."""
+        self._results.put(_WAKE)
 
     def worker_of(self, batch_index: int) -> int | None:
         """The thread building ``batch_index``, if one has picked it up."""
@@ -148,6 +161,8 @@ class ThreadPool:
         next epoch has its full complement.
         """
         self._epoch = None
+        if self._closed:
+            return
         # drain what is queued so the next epoch does not wait behind stale tasks
         try:
             while True:
@@ -165,17 +180,19 @@ class ThreadPool:
             # A thread cannot be interrupted: it exits when its call returns (it sees it was
             # replaced); a fresh thread takes its slot now.
             self._busy.pop(w, None)
-            self._threads[w] = self._spawn(w)
+            self._spawn(w)
         self._assigned.clear()
 
     def close(self) -> None:
-        """Stop all threads (waits briefly for them); idempotent."""
-        if self._closed:
-            return
+        """Stop all threads (waits briefly for them); idempotent in full: after an interrupted
+        call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True
         self._epoch = None
-        for _ in self._threads:
-            self._tasks.put(_STOP)
+        if not self._stops_sent:  # (re)sent in full if a first call was cut short: extras are inert
+            for _ in self._threads:
+                self._tasks.put(_STOP)
+            self._stops_sent = True
         for t in self._threads:
-            t.join(timeout=1.0)
+            if t is not None and t.is_alive():
+                t.join(timeout=1.0)
         set_worker_info(None, process=False)

@@ -1,0 +1,284 @@
+"""The throughput monitor's chart: three panels over loading time (items/s overall and per worker,
+% of time waiting for data, batches ready in the queue with the queue's capacity), drawn once and
+blitted for live frames. Used by :class:`~clorch_nb.widgets.ThroughputMonitor`.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import time
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import MaxNLocator
+
+from clorch_nb.widgets._render import DPI, RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats, worker_name
+
+__all__ = ["ThroughputChart", "draw_throughput"]
+
+
+def _nice_ceil(x: float) -> float:
+    """The smallest of 1, 2, 5, 10, 20, 50, ... (times powers of ten) that is >= ``x``: live
+    axis limits that change rarely, so most frames reuse the drawn axes."""
+    if x <= 0:
+        return 1.0
+    mag = 10.0 ** math.floor(math.log10(x))
+    for m in (1.0, 2.0, 5.0, 10.0):
+        if m * mag >= x * (1 - 1e-9):
+            return m * mag
+    return 10.0 * mag
+
+
+class ThroughputChart:
+    """Three panels over loading time: items/s (overall and per worker), % of time waiting for
+    data, batches ready in the queue; the headline numbers in the title.
+
+    The figure and its artists are made once; a redraw only changes their data. Live frames
+    (:meth:`render`) are blitted: the axes, ticks, titles and legend are drawn into a cached
+    background only when the (stepped) axis limits or the set of workers change, and each frame
+    restores that background, draws the lines and the headline on it and encodes the pixels as
+    a PNG directly (no ``savefig``), a few ms. The final chart (``final=True``) is a normal full
+    draw with tight limits.
+
+    Attributes:
+        frames (int): PNGs made; ``full_draws`` of them drew axes again (the whole figure, or
+            only a panel whose y limit grew).
+        last_blit_s (float | None): wall seconds of the last blitted (live) frame.
+    """
+
+    def __init__(self, *, dpi: int = DPI) -> None:
+        self.fig = fig = new_figure(9.0, 3.3, dpi=dpi)
+        self.canvas: FigureCanvasAgg = fig.canvas  # type: ignore[assignment]
+        # Titles and axis labels are figure texts at fixed places: matplotlib then skips the
+        # tick-box measuring that positions axes titles/labels, half the cost of a full draw.
+        self.headline = fig.text(0.01, 0.975, "", fontsize=12, fontweight="bold", va="top")
+        self.axes = [fig.add_axes((0.065 + 0.335 * i, 0.16, 0.255, 0.55)) for i in range(3)]
+        a0, a1, a2 = self.axes
+        (self.total,) = a0.plot([], [], color="black", linewidth=2, label="all workers")
+        self.workers: dict[int, Any] = {}
+        (self.wait,) = a1.plot([], [], color="#D55E00", linewidth=2, drawstyle="steps-pre")
+        (self.queue,) = a2.plot([], [], color="#0072B2", linewidth=2, drawstyle="steps-pre")
+        for ax, title in zip(
+            self.axes,
+            ("items / s", "waiting for data (% of time)", "queue depth (batches ready)"),
+            strict=True,
+        ):
+            x0 = ax.get_position().x0
+            fig.text(x0 - 0.04, 0.84, title, fontsize=11, va="bottom")
+            fig.text(
+                x0 + 0.1275, 0.015, "seconds of loading", fontsize=10, ha="center", va="bottom"
+            )
+            ax.spines[["top", "right"]].set_visible(False)
+            ax.tick_params(labelsize=10)
+            ax.xaxis.set_major_locator(MaxNLocator(3))
+            ax.yaxis.set_major_locator(MaxNLocator(3))
+        a1.set_ylim(0, 100)
+        a1.set_yticks([0, 50, 100])
+        #: the queue's capacity (batches the loader keeps in flight), a dashed line; set
+        #: :attr:`capacity` before rendering
+        self.capacity: int | None = None
+        self.cap_line = a2.axhline(0, color="grey", linestyle="--", linewidth=1, visible=False)
+        self.cap_text = a2.text(
+            1.0, 0, "", transform=a2.get_yaxis_transform(), ha="right", va="bottom",
+            color="grey", fontsize=9, visible=False,
+        )
+        self.empty = a0.text(
+            0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center", color="grey", fontsize=10
+        )
+        self._legend_ids: tuple[int, ...] | None = None
+        self._key: list[Any] = []
+        # white boxes over a panel with its tick labels (not over its title or the x label
+        # under it): painted before drawing that panel alone again
+        self._erasers = []
+        for ax in self.axes:
+            pos = ax.get_position()
+            box = Rectangle(
+                (pos.x0 - 0.062, 0.075),
+                pos.width + 0.077,
+                0.66,
+                transform=fig.transFigure,
+                facecolor="white",
+                edgecolor="none",
+                animated=True,
+                visible=False,
+            )
+            fig.patches.append(box)
+            self._erasers.append(box)
+        self._layout: tuple[Any, ...] | None = None  # what the cached background shows
+        self._background: Any = None
+        self.frames = 0
+        self.full_draws = 0
+        self.last_blit_s: float | None = None  # seconds the last blitted frame took
+
+    def _dynamic(self) -> list[Any]:
+        return [self.total, *self.workers.values(), self.wait, self.queue, self.empty,
+                self.cap_line, self.cap_text]
+
+    def _set_data(
+        self, stats: ThroughputStats, snap: ThroughputSnapshot, extra: list[Any] | None = None
+    ) -> tuple[Any, ...]:
+        """Update the artists' data; returns (tmax, top items/s, top queue, worker ids)."""
+        h = stats.history + (extra or [])
+        t = [p.t_s for p in h]
+        # "no batch yet" only when there is none (the history can lag the totals by a refresh)
+        self.empty.set_visible(snap.batches == 0)
+        for line in (self.total, self.wait, self.queue):  # one point: a dot, not nothing
+            line.set_marker("o" if len(h) == 1 else "")
+        cap = self.capacity
+        self.cap_line.set_visible(bool(cap))
+        self.cap_text.set_visible(bool(cap))
+        if cap:
+            self.cap_line.set_ydata([cap, cap])
+            self.cap_text.set_position((1.0, cap))
+            self.cap_text.set_text(f"capacity {cap}")
+        self.total.set_data(t, [p.items_per_s for p in h])
+        ids = tuple(sorted({w for p in h for w in p.per_worker}))
+        if len(ids) < 2:  # one worker (or the main thread): its line is the overall one
+            ids = ()
+        for w in ids:
+            if w not in self.workers:
+                (self.workers[w],) = self.axes[0].plot(
+                    [],
+                    [],
+                    color=RANK_COLORS[len(self.workers) % len(RANK_COLORS)],
+                    linewidth=1.3,
+                    label=worker_name(w),
+                )
+            self.workers[w].set_data(t, [p.per_worker.get(w, 0.0) for p in h])
+        for w, line in self.workers.items():
+            line.set_visible(w in ids)
+        self.wait.set_data(t, [100 * p.wait_share for p in h])
+        self.queue.set_data(t, [p.queue_depth for p in h])
+        top = max(
+            [0.0, *(p.items_per_s for p in h), *(v for p in h for v in p.per_worker.values())]
+        )
+        qtop = max([0.0, float(cap or 0), *(p.queue_depth for p in h)])
+        return (t[-1] if t else 0.0), top, qtop, ids
+
+    def _set_legend(self, ids: tuple[int, ...]) -> None:
+        # A key above the items/s panel, under its title, so it never sits on the lines: one
+        # coloured text per line (a matplotlib Legend costs as much to lay out as a panel).
+        if ids == self._legend_ids:
+            return
+        self._legend_ids = ids
+        for t in self._key:
+            t.remove()
+        self._key = []
+        if not ids:
+            return
+        renderer = self.canvas.get_renderer()
+        x = self.axes[0].get_position().x0 - 0.04
+        for line, name in [(self.total, "all"), *((self.workers[w], worker_name(w)) for w in ids)]:
+            t = self.fig.text(
+                x,
+                0.755,
+                "\u2014 " + name,
+                color=line.get_color(),
+                fontsize=10,
+                fontweight="bold" if line is self.total else "normal",
+            )
+            self._key.append(t)
+            x += t.get_window_extent(renderer).width / self.fig.bbox.width + 0.015
+
+    def render(
+        self,
+        stats: ThroughputStats,
+        snap: ThroughputSnapshot,
+        *,
+        final: bool = False,
+        extra: list[Any] | None = None,
+    ) -> bytes:
+        """Update the artists from ``stats.history`` (plus ``extra`` points not kept, e.g. "no
+        batch for a while": 100 % waiting) and return the PNG: a blitted live frame, or with
+        ``final=True`` the full chart."""
+        t0 = time.perf_counter()
+        tmax, top, qtop, ids = self._set_data(stats, snap, extra)
+        self._set_legend(ids)
+        # live frames: the numbers are in the monitor's text beside the chart, so the headline
+        # stays fixed (part of the cached background); the final chart carries them
+        self.headline.set_text(
+            f"Loader throughput: {snap.items_per_s:,.0f} items/s, waiting for data "
+            f"{snap.wait_share:.0%} of the time, queue depth {snap.queue_depth_mean:.1f} (mean)"
+            if final
+            else "Loader throughput (live; numbers below)"
+        )
+        a0, a1, a2 = self.axes
+        self.frames += 1
+        if final:
+            for a in self._dynamic():
+                a.set_animated(False)
+            for ax in self.axes:
+                ax.set_xlim(0, max(tmax, 1e-3) * 1.02)
+            a0.set_ylim(0, max(top, 1.0) * 1.12)
+            a2.set_ylim(0, max(qtop, 1.0) * 1.12)
+            self._layout = self._background = None
+            self.full_draws += 1
+            return figure_png(self.fig)
+        layout = (
+            _nice_ceil(max(tmax * 1.05, 5.0)),
+            _nice_ceil(max(top * 1.1, 1.0)),
+            _nice_ceil(max(qtop * 1.1, 1.0)),
+            ids,
+        )
+        if self._layout is not None:  # live limits only grow: no back-and-forth redraws
+            layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)), ids)
+        old = self._layout
+        if layout != old:
+            for ax in self.axes:
+                ax.set_xlim(0, layout[0])
+            a0.set_ylim(0, layout[1])
+            a2.set_ylim(0, layout[2])
+            if (
+                old is not None
+                and self._background is not None
+                and old[0] == layout[0]
+                and (old[3] == layout[3])
+            ):
+                # only a y limit grew: draw just that panel again on the cached background
+                self.canvas.restore_region(self._background)
+                for i, changed in ((0, old[1] != layout[1]), (2, old[2] != layout[2])):
+                    if changed:
+                        self._erasers[i].set_visible(True)
+                        self.fig.draw_artist(self._erasers[i])
+                        self._erasers[i].set_visible(False)
+                        self.fig.draw_artist(self.axes[i])  # skips the animated lines
+            else:
+                for a in self._dynamic():
+                    a.set_animated(True)
+                self.canvas.draw()  # everything but the animated artists
+            self._background = self.canvas.copy_from_bbox(self.fig.bbox)
+            self._layout = layout
+            self.full_draws += 1
+            blit = False
+        else:
+            self.canvas.restore_region(self._background)
+            blit = True
+        for a in self._dynamic():
+            if a.get_visible():
+                self.fig.draw_artist(a)
+        png = _buffer_png(self.canvas)
+        if blit:
+            self.last_blit_s = time.perf_counter() - t0
+        return png
+
+
+def _buffer_png(canvas: FigureCanvasAgg) -> bytes:
+    """The canvas's pixels as PNG, without drawing again (fast zlib level: live frames)."""
+    from PIL import Image
+
+    w, h = canvas.get_width_height(physical=True)
+    img = Image.frombuffer("RGBA", (w, h), canvas.buffer_rgba(), "raw", "RGBA", 0, 1)
+    buf = io.BytesIO()
+    img.convert("RGB").save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
+
+
+def draw_throughput(stats: ThroughputStats, snap: ThroughputSnapshot) -> Figure:
+    """The final chart of :class:`ThroughputChart` as a new figure (for static use)."""
+    chart = ThroughputChart()
+    chart.render(stats, snap, final=True)
+    return chart.fig
