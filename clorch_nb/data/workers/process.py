@@ -25,66 +25,33 @@ import os
 import pickle
 import threading
 import time
-from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from typing import Any, Literal
+from multiprocessing.connection import wait
+from typing import Any
 
 import torch
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
-from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
-from clorch_nb.data.workers.child import WorkerConfig, worker_main
-from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
+from clorch_nb.data.workers.child import WorkerConfig
 from clorch_nb.data.workers.polling import PollSet
+from clorch_nb.data.workers.process_handle import (
+    StartMethod,
+    WorkerHandle,
+    death_error,
+    start_worker,
+    worker_context,
+)
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import WorkerError
 
 __all__ = ["ProcessPool", "SharedTensors"]
 
-StartMethod = Literal["forkserver", "spawn"]
 _HIGHEST = pickle.HIGHEST_PROTOCOL
 #: how long an abandoned epoch's busy workers get to acknowledge a cancel before being killed
 CANCEL_GRACE_S = 1.0
-
-
-def _context(start_method: StartMethod | None) -> Any:
-    methods = mp.get_all_start_methods()
-    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
-    ctx = mp.get_context(method)
-    if method == "forkserver":
-        # Preload torch + the worker module in the server once, so a worker starts in
-        # milliseconds. Only takes effect if the server is not running yet; keeps the caller's
-        # own preload list.
-        from multiprocessing import forkserver
-
-        current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
-        if "clorch_nb.data.workers.child" not in current:
-            ctx.set_forkserver_preload([*current, "clorch_nb.data.workers.child"])
-    return ctx
-
-
-@dataclass(eq=False)
-class _Worker:
-    worker_id: int
-    pid: int
-    proc: Any  # multiprocessing.process.BaseProcess
-    tasks: Connection  # parent's send end
-    results: Connection  # parent's receive end
-    arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
-    # batch_index -> first indices, for the tasks of the current epoch not yet answered
-    outstanding: dict[int, list[int]] = field(default_factory=dict)
-    status: str | None = None  # its exit status once reaped (a second reap only forgets it)
-    # this epoch's start-up (interpreter, dataset, set_epoch): began, and done (None: going on)
-    began: float = field(default_factory=time.perf_counter)
-    started: float | None = None
-
-    @property
-    def where(self) -> str:
-        return f"process worker {self.worker_id} (pid {self.pid})"
 
 
 class ProcessPool:
@@ -122,8 +89,8 @@ class ProcessPool:
         # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
         # holds, one whose release is on its way
         self._arena_keep = config.prefetch_factor + 2
-        self._ctx = _context(start_method)
-        self._workers: list[_Worker | None] = [None] * self.num_workers
+        self._ctx = worker_context(start_method)
+        self._workers: list[WorkerHandle | None] = [None] * self.num_workers
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
@@ -168,41 +135,18 @@ class ProcessPool:
             exc, self._start_error = self._start_error, None
             raise exc
 
-    def _spawn(self, worker_id: int) -> _Worker:
+    def _spawn(self, worker_id: int) -> WorkerHandle:
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
         cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
                            os.getpid(), self._arena_keep)
-        # A Ctrl-C is held back until the worker is started and recorded: cut in half, the start
-        # would kill the forkserver or leave a child waiting forever (interrupts.py). In the
-        # background starter thread (prestart) no signal can land, and this is a no-op.
-        with deferred_sigint():
-            task_r, task_w = mp.Pipe(duplex=False)
-            result_r, result_w = mp.Pipe(duplex=False)
-
-            def make() -> Any:
-                return self._ctx.Process(
-                    target=worker_main, args=(cfg, self.source, task_r, result_w),
-                    name=f"clorch_nb-worker-{worker_id}", daemon=True,
-                )
-
-            try:
-                proc = start_process(make, self._ctx.get_start_method())
-            except BaseException:
-                for conn in (task_r, task_w, result_r, result_w):
-                    conn.close()
-                raise
-            # Close our copies of the child's ends: its death then reads as EOF here, ours as
-            # EOF there.
-            task_r.close()
-            result_w.close()
-            w = _Worker(worker_id, proc.pid, proc, task_w, result_r)
-            self._workers[worker_id] = w
+        w = start_worker(self._ctx, cfg, self.source,
+                         record=lambda w: self._workers.__setitem__(worker_id, w))
         if self._epoch is not None:
             self._send(w, ("epoch", self._epoch, self._base_seed))
         return w
 
-    def _reap(self, w: _Worker, *, kill: bool, drain: bool = True) -> str:
+    def _reap(self, w: WorkerHandle, *, kill: bool, drain: bool = True) -> str:
         """Stop ``w`` (SIGKILL if asked or if it does not leave), free everything it held;
         returns its exit status as text.
 
@@ -229,7 +173,7 @@ class ProcessPool:
             self._workers[w.worker_id] = None
         return w.status
 
-    def _drain(self, w: _Worker) -> None:
+    def _drain(self, w: WorkerHandle) -> None:
         while True:
             try:
                 if not w.results.poll():
@@ -313,7 +257,7 @@ class ProcessPool:
             self._send(w, msg)
         w.outstanding[task.batch_index] = idx[:8].tolist()
 
-    def _send(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         try:
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
         except OSError:  # BrokenPipeError: it died; report it like get() would
@@ -336,7 +280,7 @@ class ProcessPool:
                 raise WorkerError(  # an internal invariant, reported rather than hung on
                     "no batch is in flight in the process pool; the loader and pool disagree"
                 )
-            by_obj: dict[Any, _Worker] = {}
+            by_obj: dict[Any, WorkerHandle] = {}
             for w in live:
                 by_obj[w.results] = w
                 by_obj[w.proc.sentinel] = w
@@ -348,7 +292,7 @@ class ProcessPool:
                 while self._wake_r.poll():
                     self._wake_r.recv_bytes()
                 return None
-            dead: list[_Worker] = []
+            dead: list[WorkerHandle] = []
             for obj in ready:
                 w = by_obj[obj]
                 if obj is w.results:
@@ -370,7 +314,7 @@ class ProcessPool:
                 self._on_death(w)
         return self._pending.popleft()
 
-    def _handle(self, w: _Worker, raw: bytes, *, keep: bool) -> None:
+    def _handle(self, w: WorkerHandle, raw: bytes, *, keep: bool) -> None:
         """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
         msg = pickle.loads(raw)
         kind = msg[0]
@@ -404,21 +348,11 @@ class ProcessPool:
             w.started = time.perf_counter()
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
-    def _on_death(self, w: _Worker) -> None:
+    def _on_death(self, w: WorkerHandle) -> None:
         held = dict(w.outstanding) if self._epoch is not None else {}
         status = self._reap(w, kill=False)
         if held:
-            bi, first = next(iter(held.items()))
-            raise WorkerError(
-                f"{w.where} died with {status} while building batch {bi} (dataset "
-                f"indices {first}{'...' if len(first) == 8 else ''}); {len(held) - 1} more "
-                "batch(es) were queued on it. Causes: the out-of-memory killer (SIGKILL), a crash "
-                "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
-                "1 at start) a script that iterates a loader at import time: workers re-import "
-                "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "
-                "stopped; iterate again for a new one (fresh workers start), or use "
-                "worker_backend='thread' to debug in-process"
-            )
+            raise death_error(w, status, held)
 
     def worker_of(self, batch_index: int) -> int | None:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
@@ -451,7 +385,7 @@ class ProcessPool:
                 return
             for w in busy:
                 self._send_quiet(w, ("cancel", token))
-            waiting: dict[Any, _Worker] = {
+            waiting: dict[Any, WorkerHandle] = {
                 w.results: w for w in busy if self._workers[w.worker_id] is w
             }
             deadline = time.monotonic() + CANCEL_GRACE_S
@@ -486,6 +420,6 @@ class ProcessPool:
                 if w is not None:
                     w.outstanding.clear()
 
-    def _send_quiet(self, w: _Worker, msg: tuple[Any, ...]) -> None:
+    def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))

@@ -1,0 +1,114 @@
+"""One worker process as the pool sees it: how it is started (forkserver preloaded with torch,
+spawn where there is none, never fork; Ctrl-C held back across the start), the handle the pool
+keeps for it, and the error its death gives."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+from clorch_nb.data.workers.arena import ParentArena
+from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
+from clorch_nb.errors import WorkerError
+
+__all__ = ["StartMethod", "WorkerHandle", "death_error", "start_worker", "worker_context"]
+
+StartMethod = Literal["forkserver", "spawn"]
+
+
+def worker_context(start_method: StartMethod | None) -> Any:
+    """The multiprocessing context workers start from: forkserver (preloading torch and the
+    worker module, so a start costs a fork) where available, else spawn; never fork."""
+    methods = mp.get_all_start_methods()
+    method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        # Preload torch + the worker module in the server once, so a worker starts in
+        # milliseconds. Only takes effect if the server is not running yet; keeps the caller's
+        # own preload list.
+        from multiprocessing import forkserver
+
+        current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
+        if "clorch_nb.data.workers.child" not in current:
+            ctx.set_forkserver_preload([*current, "clorch_nb.data.workers.child"])
+    return ctx
+
+
+@dataclass(eq=False)
+class WorkerHandle:
+    """A live (or reaped) worker process: its pipes, arena, the batches it owes."""
+
+    worker_id: int
+    pid: int
+    proc: Any  # multiprocessing.process.BaseProcess
+    tasks: Connection  # parent's send end
+    results: Connection  # parent's receive end
+    arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
+    # batch_index -> first indices, for the tasks of the current epoch not yet answered
+    outstanding: dict[int, list[int]] = field(default_factory=dict)
+    status: str | None = None  # its exit status once reaped (a second reap only forgets it)
+    # this epoch's start-up (interpreter, dataset, set_epoch): began, and done (None: going on)
+    began: float = field(default_factory=time.perf_counter)
+    started: float | None = None
+
+    @property
+    def where(self) -> str:
+        """How messages name it: ``process worker 0 (pid 1234)``."""
+        return f"process worker {self.worker_id} (pid {self.pid})"
+
+
+
+
+def start_worker(
+    ctx: Any, cfg: WorkerConfig, source: Any, *, record: Callable[[WorkerHandle], None]
+) -> WorkerHandle:
+    """Start worker ``cfg.worker_id`` and hand it to ``record`` before any Ctrl-C can land.
+
+    A Ctrl-C is held back until the worker is started and recorded: cut in half, the start
+    would kill the forkserver or leave a child waiting forever (``interrupts.py``). In the pool's
+    background starter thread no signal can land, and the hold is a no-op.
+    """
+    with deferred_sigint():
+        task_r, task_w = mp.Pipe(duplex=False)
+        result_r, result_w = mp.Pipe(duplex=False)
+
+        def make() -> Any:
+            return ctx.Process(
+                target=worker_main, args=(cfg, source, task_r, result_w),
+                name=f"clorch_nb-worker-{cfg.worker_id}", daemon=True,
+            )
+
+        try:
+            proc = start_process(make, ctx.get_start_method())
+        except BaseException:
+            for conn in (task_r, task_w, result_r, result_w):
+                conn.close()
+            raise
+        # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF
+        # there.
+        task_r.close()
+        result_w.close()
+        w = WorkerHandle(cfg.worker_id, proc.pid, proc, task_w, result_r)
+        record(w)
+    return w
+
+
+def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> WorkerError:
+    """The error a worker's death mid-epoch gives: who, how (exit code or signal), the batch it
+    held (with its first dataset indices) and the likely causes."""
+    bi, first = next(iter(held.items()))
+    return WorkerError(
+        f"{w.where} died with {status} while building batch {bi} (dataset "
+        f"indices {first}{'...' if len(first) == 8 else ''}); {len(held) - 1} more "
+        "batch(es) were queued on it. Causes: the out-of-memory killer (SIGKILL), a crash "
+        "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
+        "1 at start) a script that iterates a loader at import time: workers re-import "
+        "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "
+        "stopped; iterate again for a new one (fresh workers start), or use "
+        "worker_backend='thread' to debug in-process"
+    )
