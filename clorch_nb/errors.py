@@ -16,7 +16,9 @@ __all__ = [
     "ConfigError",
     "LoaderClosedError",
     "SharedMemoryError",
+    "StaleIteratorError",
     "WorkerError",
+    "WorkerStateError",
     "WorkerTimeoutError",
 ]
 
@@ -85,3 +87,13 @@ class WorkerTimeoutError(ClorchError, TimeoutError):
 
 class SharedMemoryError(WorkerError):
     """Shared memory (``/dev/shm``) ran out while moving a batch out of a process worker."""
+
+
+class StaleIteratorError(ClorchError, RuntimeError):
+    """``next()`` on an epoch's iterator after a newer ``iter(loader)`` stopped that epoch; the
+    message says how far it got and how to look at a batch without stopping it (``peek()``)."""
+
+
+class WorkerStateError(ClorchError, RuntimeError):
+    """The dataset changed in this process in a way the process workers cannot see; the
+    message names the attribute and the channel that reaches them (``set_epoch``)."""

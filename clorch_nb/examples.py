@@ -23,14 +23,17 @@ import torch
 
 from clorch_nb.data.dataset import TensorDataset, check_index, dataset, tensor_dataset
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.worker_info import get_worker_info
 
 __all__ = [
+    "NoisyDigits",
     "augmented_digits",
     "digits_dataset",
     "digits_image_folder",
     "digits_tensors",
     "docs_text",
     "image_folder_dataset",
+    "noisy_digits",
     "write_digit_pngs",
 ]
 
@@ -255,3 +258,57 @@ def pydoc_text(*, max_chars: int | None = None) -> str:
         True
     """
     return docs_text(max_chars=max_chars)
+
+
+class NoisyDigits:
+    """The digits with a curriculum: pixel noise that grows with the epoch, set by
+    ``set_epoch`` (the loader calls it before every epoch, in every worker).
+
+    Noise level ``min(epoch, 3) / 10``; item ``i``'s noise is drawn from a generator seeded by
+    ``(i, epoch)``, so an item is the same whichever worker builds it. Items:
+    ``{"data": (1, 8, 8) float32, "target": () int64, "noise": () float32, "epoch": () int64}``
+    (``epoch``: the worker's ``get_worker_info().epoch``, -1 on the consuming thread). Rebuilt
+    from ``process_spec`` in process workers.
+
+    Example:
+        >>> ds = noisy_digits()
+        >>> ds.set_epoch(2)
+        >>> round(float(ds.get_item(0)["noise"]), 2)
+        0.2
+    """
+
+    def __init__(self) -> None:
+        self.images, self.labels = _digits()
+        self.epoch = 0
+        self.noise = 0.0
+        self.process_spec = {"factory": "clorch_nb.examples:noisy_digits"}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Raise the noise level with the epoch (0.0, 0.1, 0.2, then 0.3 from epoch 3 on)."""
+        self.epoch = epoch
+        self.noise = min(epoch, 3) / 10
+
+    def get_size(self) -> int:
+        """1,797 digits."""
+        return len(self.images)
+
+    def get_item(self, idx: int) -> dict[str, torch.Tensor]:
+        """Digit ``idx`` with this epoch's noise."""
+        i = check_index(idx, len(self.images))
+        g = torch.Generator().manual_seed(i * 1_000 + self.epoch)
+        image = torch.from_numpy(self.images[i]).unsqueeze(0)
+        noisy = (image + self.noise * torch.randn(image.shape, generator=g)).clamp(0, 1)
+        info = get_worker_info()
+        return {"data": noisy, "target": torch.tensor(self.labels[i]),
+                "noise": torch.tensor(self.noise, dtype=torch.float32),
+                "epoch": torch.tensor(-1 if info is None or info.epoch is None else info.epoch)}
+
+
+def noisy_digits() -> NoisyDigits:
+    """The :class:`NoisyDigits` curriculum dataset (what process workers rebuild).
+
+    Example:
+        >>> noisy_digits().get_size()
+        1797
+    """
+    return NoisyDigits()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clorch_nb import data
-from clorch_nb.errors import ConfigError
+from clorch_nb.errors import ConfigError, StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from tests.fixtures import assert_same, ds, idx
 
@@ -73,6 +73,7 @@ def test_each_iter_is_a_new_shuffle_reproducible_with_seed_or_generator():
 
 
 def test_new_iter_stops_the_previous_epoch():
+    """A new iter() stops the open epoch; the stale iterator raises (B21), never StopIteration."""
     loader = data.dataloader(ds(6), batch_size=2, shuffle=False)
     events = []
     loader.subscribe(events.append)
@@ -80,7 +81,7 @@ def test_new_iter_stops_the_previous_epoch():
     assert idx(next(it1)) == [0, 1]
     it2 = iter(loader)
     assert [e.kind for e in events if isinstance(e, EpochEvent)] == ["start", "stopped"]
-    with pytest.raises(StopIteration):
+    with pytest.raises(StaleIteratorError, match="epoch 0 was stopped after 1 of 3 batches"):
         next(it1)
     assert [idx(b) for b in it2] == [[0, 1], [2, 3], [4, 5]]
 
@@ -387,11 +388,11 @@ def test_sampler_yielding_indices_outside_the_dataset():
         assert f"sampler list yielded index {bad}, outside the dataset (valid 0..9, size 10)" in msg
     wrong = data.distributed_sampler(20, num_replicas=2, rank=1, shuffle=False)
     with pytest.raises(
-        IndexError,
-        match=r"DistributedSampler yielded index 11, outside the "
-        r"dataset \(valid 0\.\.9",
+        ConfigError,
+        match=r"sampler DistributedSampler was built for a dataset of 20 items but this dataset "
+        r"has 10 \(indices 10\.\.19 do not exist\)",
     ):
-        list(data.dataloader(ds(10), batch_size=2, sampler=wrong))
+        data.dataloader(ds(10), batch_size=2, sampler=wrong)  # caught before any epoch
 
 
 def test_sampler_whose_len_lies():

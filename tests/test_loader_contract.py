@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.errors import WorkerError, WorkerTimeoutError
+from clorch_nb.errors import StaleIteratorError, WorkerError, WorkerTimeoutError
 from tests import conftest, fixtures
 from tests.fixtures import idx
 
@@ -192,8 +192,8 @@ def test_break_then_next_epoch_starts_clean(backend: dict[str, Any]) -> None:
         assert [idx(b) for b in dl] == full
         it = iter(dl)
         next(it), next(it)
-        assert [idx(b) for b in dl] == full  # a new iter() stopped `it`
-        with pytest.raises(StopIteration):
+        assert [idx(b) for b in dl] == full  # a new iter() stopped `it`: it says so (B21)
+        with pytest.raises(StaleIteratorError, match="was stopped after 2 of 10 batches"):
             next(it)
         abandoned = iter(dl)
         next(abandoned)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import torch
+
 from clorch_nb._checks import check_bool, check_int, check_ms
 from clorch_nb.data.collate import default_collate
 from clorch_nb.errors import ConfigError
@@ -31,7 +33,8 @@ class LoaderConfig:
     """The validated options of one loader (see :func:`~clorch_nb.data.dataloader` for each).
 
     Attributes:
-        batch_size (int): items per batch, >= 1.
+        batch_size (int | None): items per batch, >= 1; None when a batch sampler decides each
+            batch (``sampler_yields="batches"``), as in torch.
         shuffle (bool): a fresh permutation each epoch (False when a sampler orders the epoch).
         drop_last (bool): drop the short last batch.
         num_workers (int): 0 builds batches on the consuming thread.
@@ -39,8 +42,14 @@ class LoaderConfig:
         collate_fn (Callable[[list], Any]): merges items into a batch.
         worker_backend (WorkerBackendChoice): as requested; "auto" is resolved by
             :func:`clorch_nb.data.workers.select.choose_worker_backend`.
-        timeout_ms (float | None): the longest wait for one batch from a worker, in ms.
+        timeout_ms (float | None): the longest wait for one batch from a worker, in ms (its
+            worker's start-up not counted).
+        start_timeout_ms (float | None): the longest a process worker may take to start an
+            epoch (interpreter, dataset factory, the dataset's ``set_epoch``), in ms.
         seed (int | None): the loader's seed, or None (torch's global RNG, or a generator).
+        sampler_yields ("indices" | "batches"): what the loader's sampler yields: dataset indices
+            (``sampler=``, cut into batches of ``batch_size``) or whole batches, lists of
+            indices (``batch_sampler=``).
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -52,7 +61,7 @@ class LoaderConfig:
         1.5
     """
 
-    batch_size: int = 32
+    batch_size: int | None = 32
     shuffle: bool = True
     drop_last: bool = False
     num_workers: int = 0
@@ -61,10 +70,17 @@ class LoaderConfig:
     worker_backend: WorkerBackendChoice = "auto"
     timeout_ms: float | None = None
     seed: int | None = None
+    start_timeout_ms: float | None = None
+    sampler_yields: Literal["indices", "batches"] = "indices"
 
     def __post_init__(self) -> None:
-        check_int("batch_size", self.batch_size, minimum=1,
-                  fix="pass the number of items per batch, e.g. 32")
+        if self.sampler_yields not in ("indices", "batches"):
+            raise ConfigError(
+                f"sampler_yields={self.sampler_yields!r} must be 'indices' or 'batches'"
+            )
+        if self.sampler_yields == "indices" or self.batch_size is not None:
+            check_int("batch_size", self.batch_size, minimum=1,
+                      fix="pass the number of items per batch, e.g. 32")
         check_bool("shuffle", self.shuffle)
         check_bool("drop_last", self.drop_last)
         check_int("num_workers", self.num_workers, minimum=0,
@@ -81,6 +97,7 @@ class LoaderConfig:
                 f"worker_backend={self.worker_backend!r} must be 'auto', 'thread' or 'process'"
             )
         check_ms("timeout_ms", self.timeout_ms)
+        check_ms("start_timeout_ms", self.start_timeout_ms)
         if self.seed is not None:
             check_int("seed", self.seed)
 
@@ -94,8 +111,14 @@ class LoaderConfig:
         """``timeout_ms`` in seconds (None: no limit)."""
         return None if self.timeout_ms is None else self.timeout_ms / 1000.0
 
+    @property
+    def start_timeout_s(self) -> float | None:
+        """``start_timeout_ms`` in seconds (None: no limit)."""
+        return None if self.start_timeout_ms is None else self.start_timeout_ms / 1000.0
+
     def num_batches(self, num_indices: int) -> int:
-        """Batches an epoch of ``num_indices`` indices yields (``drop_last`` applied).
+        """Batches an epoch of ``num_indices`` indices yields (``drop_last`` applied); with a batch
+        sampler, ``num_indices`` is ``len(batch_sampler)`` and is returned as is.
 
         Example:
             >>> LoaderConfig(batch_size=4).num_batches(10)
@@ -103,13 +126,16 @@ class LoaderConfig:
             >>> LoaderConfig(batch_size=4, drop_last=True).num_batches(10)
             2
         """
+        if self.batch_size is None:
+            return num_indices
         if self.drop_last:
             return num_indices // self.batch_size
         return -(-num_indices // self.batch_size)
 
 
 def loader_config(
-    *, shuffle: Any = UNSET, sampler: Any = None, torch_options: dict[str, Any] | None = None,
+    *, shuffle: Any = UNSET, sampler: Any = None, batch_sampler: Any = None,
+    batch_size: Any = UNSET, drop_last: Any = False, torch_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> LoaderConfig:
     """A :class:`LoaderConfig` from ``dataloader()``'s arguments, defaults resolved.
@@ -117,7 +143,13 @@ def loader_config(
     Args:
         shuffle (bool | unset): unset means True without a sampler, False with one.
         sampler (Any): checked for ``__iter__`` and ``__len__``; ``shuffle=True`` with it is
-            refused (the sampler decides the order).
+            refused (the sampler decides the order); a ``torch.utils.data.BatchSampler`` is
+            refused (it yields batches: pass it as ``batch_sampler=``).
+        batch_sampler (Any): a sampler yielding lists of indices (torch's ``batch_sampler=``);
+            mutually exclusive with ``batch_size``, ``shuffle``, ``sampler`` and ``drop_last``,
+            as in torch.
+        batch_size (int | unset): unset means 32 (None with a ``batch_sampler``).
+        drop_last (bool): drop the short last batch.
         torch_options (dict | None): keyword arguments ``dataloader()`` does not know; a
             ``torch.utils.data.DataLoader`` option is refused with what to use instead.
         **options: the remaining :class:`LoaderConfig` fields.
@@ -129,11 +161,18 @@ def loader_config(
     Example:
         >>> loader_config(batch_size=8).shuffle, loader_config(batch_size=8, sampler=[0, 1]).shuffle
         (True, False)
+        >>> loader_config(batch_sampler=[[0, 1], [2]]).batch_size is None
+        True
     """
     if torch_options:
         _refuse_torch_options(torch_options)
     if shuffle is not UNSET:
         check_bool("shuffle", shuffle)
+    if batch_sampler is not None:
+        _check_batch_sampler(batch_sampler, shuffle, sampler, batch_size, drop_last)
+        return LoaderConfig(
+            batch_size=None, shuffle=False, drop_last=False, sampler_yields="batches", **options
+        )
     if sampler is not None:
         if shuffle is True:
             raise ConfigError(
@@ -141,15 +180,63 @@ def loader_config(
                 "Drop shuffle (or pass shuffle=False) and let the sampler shuffle "
                 "(distributed_sampler(..., shuffle=True) plus set_epoch each epoch)"
             )
-        if not (hasattr(sampler, "__iter__") and hasattr(sampler, "__len__")):
-            raise ConfigError(
-                f"sampler={sampler!r:.60} must be iterable (yielding dataset indices) and have "
-                "len(); e.g. data.distributed_sampler(...)"
-            )
+        _check_sampler("sampler", sampler)
+        if isinstance(sampler, torch.utils.data.BatchSampler):
+            raise ConfigError(_yields_batches(sampler))
         shuffle = False
     elif shuffle is UNSET:
         shuffle = True
-    return LoaderConfig(shuffle=shuffle, **options)
+    return LoaderConfig(
+        shuffle=shuffle, batch_size=32 if batch_size is UNSET else batch_size,
+        drop_last=drop_last, **options,
+    )
+
+
+def _yields_batches(sampler: Any) -> str:
+    return (
+        f"sampler {type(sampler).__name__} yields batches (lists of indices, e.g. [0, 1, 2, 3]), "
+        "not dataset indices: pass it as batch_sampler= (without batch_size, shuffle, sampler "
+        "and drop_last, which it decides), or pass its index sampler as sampler= with batch_size="
+    )
+
+
+def _check_sampler(name: str, sampler: Any) -> None:
+    if not (hasattr(sampler, "__iter__") and hasattr(sampler, "__len__")):
+        what = "lists of dataset indices" if name == "batch_sampler" else "dataset indices"
+        raise ConfigError(
+            f"{name}={sampler!r:.60} must be iterable (yielding {what}) and have len(); e.g. "
+            + ("torch.utils.data.BatchSampler(sampler, batch_size, drop_last)"
+               if name == "batch_sampler" else "data.distributed_sampler(...)")
+        )
+
+
+def _check_batch_sampler(
+    batch_sampler: Any, shuffle: Any, sampler: Any, batch_size: Any, drop_last: Any
+) -> None:
+    """torch's rule: ``batch_sampler`` is mutually exclusive with batch_size, shuffle, sampler
+    and drop_last; each refusal says where that choice goes instead."""
+    _check_sampler("batch_sampler", batch_sampler)
+    clash = "batch_sampler= decides every batch (its indices, size and order)"
+    if batch_size is not UNSET and batch_size is not None:
+        raise ConfigError(
+            f"batch_size={batch_size!r} cannot be combined with batch_sampler=: {clash}. Drop "
+            "batch_size (the batch sampler sets each batch's size)"
+        )
+    if shuffle is True:
+        raise ConfigError(
+            f"shuffle=True cannot be combined with batch_sampler=: {clash}. Drop shuffle and "
+            "shuffle inside it, e.g. BatchSampler(RandomSampler(ds), batch_size, drop_last)"
+        )
+    if sampler is not None:
+        raise ConfigError(
+            f"sampler= cannot be combined with batch_sampler=: {clash}. Drop sampler= and wrap "
+            "it in the batch sampler, e.g. BatchSampler(sampler, batch_size, drop_last)"
+        )
+    if drop_last is not False:
+        raise ConfigError(
+            f"drop_last={drop_last!r} cannot be combined with batch_sampler=: {clash}. Drop "
+            "drop_last and give it to the batch sampler, e.g. BatchSampler(..., drop_last=True)"
+        )
 
 
 #: torch.utils.data.DataLoader options that do not exist here, and what to do instead
@@ -160,11 +247,11 @@ _TORCH_ONLY = {
     "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
     "pin_memory_device": "drop it (deprecated in torch too)",
     "worker_init_fn": "drop it: the global RNGs are seeded per batch from (seed, epoch, batch "
-    "position), the same for any num_workers; dataset code can read "
-    "data.get_worker_info() (worker_id, num_workers, seed)",
+    "position), the same for any num_workers; dataset code can read data.get_worker_info() "
+    "(worker_id, num_workers, seed, epoch), and a dataset's set_epoch(epoch) runs in every "
+    "worker before each epoch",
     "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
     "worker_backend='thread'",
-    "batch_sampler": "pass sampler= and batch_size= instead",
     "in_order": "drop it: batches are always delivered in sampler order",
 }
 

@@ -13,11 +13,12 @@ a dataset is (:func:`as_dataset`), and the datasets built here define ``__len__`
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from clorch_nb._checks import check_bool
 from clorch_nb.data.process_spec import ProcessSpec, as_process_spec
 from clorch_nb.errors import ConfigError
 
@@ -94,7 +95,12 @@ def check_index(idx: Any, size: int) -> int:
 
 
 class _TorchInterop:
-    """Mixin: ``len()`` and ``[]`` so torch's DataLoader accepts clorch datasets."""
+    """Mixin: ``len()`` and ``[]`` so torch's DataLoader accepts clorch datasets, and ``iter()``.
+
+    ``iter()`` is defined (items ``0..size-1``) rather than left to Python's fallback, which calls
+    ``ds[0], ds[1], ...`` until an ``IndexError``: with it, a bug in ``get_item`` that raises
+    ``IndexError`` would end ``list(ds)`` or ``for item in ds`` early, without a word.
+    """
 
     def __len__(self) -> int:
         return self.get_size()  # type: ignore[attr-defined, no-any-return]
@@ -102,21 +108,34 @@ class _TorchInterop:
     def __getitem__(self, idx: int) -> Any:
         return self.get_item(idx)  # type: ignore[attr-defined]
 
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.get_size()):  # type: ignore[attr-defined]
+            try:
+                item = self.get_item(i)  # type: ignore[attr-defined]
+            except StopIteration as exc:  # would end this generator as if the data were over
+                raise RuntimeError(
+                    f"get_item({i}) raised StopIteration: an error in dataset code, not the end "
+                    "of the data (chained below)"
+                ) from exc
+            yield item
+
 
 class FunctionDataset(_TorchInterop):
     """A dataset made of two functions; built by :func:`dataset`."""
 
-    __slots__ = ("_size", "_get_item", "process_spec")
+    __slots__ = ("_size", "_get_item", "process_spec", "thread_safe")
 
     def __init__(
         self,
         size: int | Callable[[], int],
         get_item: Callable[[int], Any],
         process_spec: ProcessSpec | None,
+        thread_safe: bool = False,
     ) -> None:
         self._size = size
         self._get_item = get_item
         self.process_spec = process_spec
+        self.thread_safe = thread_safe
 
     def get_size(self) -> int:
         """Number of items: ``size``, or ``size()`` when it is a callable (called each time)."""
@@ -140,6 +159,7 @@ def dataset(
     size: int | Callable[[], int],
     get_item: Callable[[int], Any],
     process_spec: ProcessSpec | Mapping[str, Any] | None = None,
+    thread_safe: bool = False,
 ) -> FunctionDataset:
     """Build a dataset from a size and an item function (``data/dataset`` in the guide).
 
@@ -150,6 +170,10 @@ def dataset(
         process_spec (dict | None): ``{"factory": "pkg.module:function", "args": [...],
             "kwargs": {...}}`` with plain-data arguments; lets process workers rebuild this
             dataset by calling the factory instead of pickling it. Validated here.
+        thread_safe (bool): declare that ``get_item`` may run in several threads at once even
+            though it uses a file-like handle (e.g. a lock guards it); without it, thread
+            workers are refused for a dataset whose ``get_item`` holds such a handle (see
+            :mod:`~clorch_nb.data.thread_safety`).
 
     Returns:
         FunctionDataset: implements :class:`Dataset`, plus ``len()`` and ``[]`` for torch.
@@ -171,7 +195,8 @@ def dataset(
         raise ConfigError(
             f"get_item={get_item!r} must be a callable taking an index and returning an item"
         )
-    return FunctionDataset(size, get_item, as_process_spec(process_spec))
+    check_bool("thread_safe", thread_safe)
+    return FunctionDataset(size, get_item, as_process_spec(process_spec), thread_safe)
 
 
 class TensorDataset(_TorchInterop):

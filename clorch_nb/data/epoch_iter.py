@@ -1,4 +1,4 @@
-"""One epoch's iterator, safe to stop from any thread.
+"""One epoch's iterator: safe to stop from any thread, and loud when a newer epoch stopped it.
 
 A generator cannot be closed while another thread runs it (``ValueError: generator already
 executing``), yet a watchdog or a widget's stop button must be able to end an epoch whose
@@ -7,19 +7,36 @@ consumer waits in ``next()``. :class:`EpochIterator` runs the epoch's generator 
 it waits, wakes the worker pool so that wait ends at once, then takes the lock (the consumer's
 ``next()`` has raised :class:`~clorch_nb.errors.LoaderClosedError` by then) and closes the
 generator.
+
+A loader runs one epoch at a time: its workers serve one epoch, and its epoch counter, seeds
+and the sampler's bookkeeping advance once per ``iter()``. A second ``iter(loader)`` while an
+epoch is open therefore *stops* the open one, and that older iterator then raises
+:class:`~clorch_nb.errors.StaleIteratorError` on its next ``next()`` (the choice torchdata's
+``DataLoader2`` made) instead of ending as if the epoch were over (B21). ``zip(loader, loader)``
+thus fails at once with the reason, and a notebook cell that peeks with ``next(iter(loader))``
+while a loop's epoch is open makes that loop fail loudly, never run a silently short epoch. To
+look at a batch without disturbing anything, use :meth:`DataLoader.peek
+<clorch_nb.data.DataLoader.peek>` (built by :func:`peek_batch`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any
 
-from clorch_nb.errors import LoaderClosedError
+import numpy as np
+import torch
 
-__all__ = ["CLOSE_WAIT_S", "EpochIterator", "StopRequest", "release_frames"]
+from clorch_nb.data.workers.base import build_batch
+from clorch_nb.errors import LoaderClosedError, StaleIteratorError
+
+__all__ = [
+    "CLOSE_WAIT_S", "EpochIterator", "StopRequest", "peek_batch", "release_frames", "rng_untouched",
+]
 
 #: how long a cross-thread close() waits for the consumer's next() to end before freeing the
 #: workers anyway (the consumer is then stuck in code of its own, e.g. a get_item)
@@ -53,11 +70,19 @@ class StopRequest:
 
 class EpochIterator:
     """The iterator ``iter(loader)`` returns: ``next()`` runs the epoch's generator under a lock,
-    so :meth:`close` may come from any thread.
+    so :meth:`close` may come from any thread; once a newer ``iter(loader)`` has stopped this
+    epoch (:meth:`supersede`), ``next()`` raises :class:`~clorch_nb.errors.StaleIteratorError`
+    (every time), never ``StopIteration``.
 
     Args:
         gen (Generator): the epoch (a generator); it checks ``stop`` while waiting for a batch.
         stop (StopRequest): shared with ``gen``.
+        epoch (int): the loader's epoch this iterator runs.
+        plan (Sequence[torch.Tensor]): the epoch's batches of dataset indices.
+
+    Attributes:
+        epoch (int), plan (Sequence[torch.Tensor]): as given.
+        delivered (int): batches handed out so far.
 
     Example:
         >>> def count(stop):
@@ -65,26 +90,56 @@ class EpochIterator:
         ...         stop.check()
         ...         yield i
         >>> stop = StopRequest()
-        >>> it = EpochIterator(count(stop), stop)
+        >>> it = EpochIterator(count(stop), stop, 0, [torch.arange(1)] * 3)
         >>> next(it), it.close(), list(it)
         (0, None, [])
+        >>> it = EpochIterator(count(StopRequest()), StopRequest(), 0, [torch.arange(1)] * 3)
+        >>> _ = next(it); it.supersede(1); next(it)
+        Traceback (most recent call last):
+        ...
+        clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 3 ...
     """
 
-    __slots__ = ("__weakref__", "_gen", "_lock", "_stop")
+    __slots__ = ("__weakref__", "_gen", "_lock", "_stale", "_stop", "delivered", "epoch", "plan")
 
-    def __init__(self, gen: Iterator[Any], stop: StopRequest) -> None:
+    def __init__(self, gen: Iterator[Any], stop: StopRequest, epoch: int = 0,
+                 plan: Sequence[torch.Tensor] = ()) -> None:
         self._gen: Any = gen  # a generator (gi_running, close)
         self._stop = stop
         self._lock = threading.RLock()
+        self.epoch, self.plan = epoch, plan
+        self._stale: str | None = None
+        self.delivered = 0
 
     def __iter__(self) -> EpochIterator:
         return self
 
+    def __len__(self) -> int:
+        return len(self.plan)
+
     def __next__(self) -> Any:
         with self._lock:
+            if self._stale is not None:
+                raise StaleIteratorError(self._stale)
             if self._stop.requested:  # closed from inside the epoch (a subscriber's callback)
                 self._gen.close()
-            return next(self._gen)
+            batch = next(self._gen)
+            self.delivered += 1
+            return batch
+
+    def supersede(self, new_epoch: int | None) -> None:
+        """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (then ``next()``
+        raises); with None, only :meth:`close` it."""
+        if new_epoch is not None and self.delivered < len(self.plan):
+            self._stale = (
+                f"this iterator's epoch {self.epoch} was stopped after {self.delivered} of "
+                f"{len(self.plan)} batches: iter(loader) was called again and started epoch "
+                f"{new_epoch}. A loader runs one epoch at a time (zip(loader, loader), or a "
+                "next(iter(loader)) peek while a loop is running, starts a new one). To look at "
+                "a batch without disturbing the running epoch use loader.peek(); for two "
+                "passes at once make two loaders"
+            )
+        self.close()
 
     def close(self) -> None:
         """Stop the epoch, from the consuming thread or any other; returns once it is stopped
@@ -134,3 +189,72 @@ def release_frames(tb: TracebackType | None, owner: object) -> None:
             with contextlib.suppress(RuntimeError):  # still executing: its caller handles it
                 frame.clear()
         tb = tb.tb_next
+
+
+@contextlib.contextmanager
+def rng_untouched(generator: torch.Generator | None) -> Iterator[None]:
+    """Run a block, then put back torch's, numpy's and Python's global RNG states and
+    ``generator``'s: whatever the block drew is drawn again by the next real use.
+
+    Example:
+        >>> a = torch.rand(())
+        >>> with rng_untouched(None):
+        ...     _ = torch.rand(3)
+        >>> torch.manual_seed(0); x = torch.rand(()); torch.manual_seed(0)  # doctest: +ELLIPSIS
+        <torch._C.Generator object at ...>
+        >>> with rng_untouched(None):
+        ...     _ = torch.rand(5)
+        >>> bool(torch.rand(()) == x)
+        True
+    """
+    gen_state = None if generator is None else generator.get_state()
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+            if generator is not None and gen_state is not None:
+                generator.set_state(gen_state)
+
+
+def peek_batch(loader: Any, plan: Sequence[torch.Tensor] | None, batch_index: int) -> Any:
+    """What :meth:`DataLoader.peek` returns: batch ``batch_index`` of ``plan`` (the open
+    epoch's), or with ``plan=None`` of the epoch the next ``iter(loader)`` would start, built on
+    this thread from ``loader.dataset``.
+
+    No epoch starts or stops; no worker, event, statistic or epoch counter is touched, nor any
+    RNG: the next epoch's plan and ``get_item``'s random draws are made under
+    :func:`rng_untouched`, and a ``DistributedSampler`` is not told it was iterated. With a
+    shuffling loader and no ``seed=``, "the next epoch" assumes nothing else draws from torch's
+    global RNG first.
+
+    Raises:
+        IndexError: ``batch_index`` is outside the epoch's batches.
+
+    Example:
+        >>> from clorch_nb import data
+        >>> loader = data.dataloader(data.tensor_dataset(torch.zeros(6, 1), torch.arange(6)),
+        ...                          batch_size=2, seed=0)
+        >>> peeked = loader.peek()["target"].tolist()
+        >>> peeked == next(iter(loader))["target"].tolist()
+        True
+    """
+    if plan is None:
+        with rng_untouched(loader.generator):
+            loader._draw_seed()  # as iter() does before planning, so the plan is the same
+            plan = loader._plan(note=False)
+    assert plan is not None
+    if not -len(plan) <= batch_index < len(plan):
+        raise IndexError(
+            f"batch_index={batch_index} is outside the epoch's {len(plan)} batches "
+            f"(valid 0..{len(plan) - 1})"
+        )
+    with rng_untouched(loader.generator):
+        batch, _, _ = build_batch(
+            loader.dataset, loader.config.collate_fn, plan[batch_index],
+            use_get_batch=loader._use_get_batch, batch_index=batch_index,
+            worker="the main thread (peek)",
+        )
+    return batch

@@ -34,9 +34,11 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
-from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, release_frames
-from clorch_nb.data.plan import EpochPlan, epoch_order
+from clorch_nb.data.epoch_hooks import EpochHooks
+from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, peek_batch, release_frames
+from clorch_nb.data.plan import check_sampler_size, epoch_plan
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.workers.base import (
     BatchCancelled,
@@ -46,7 +48,7 @@ from clorch_nb.data.workers.base import (
     close_pool,
 )
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
-from clorch_nb.errors import ConfigError, WorkerTimeoutError
+from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
 __all__ = ["DataLoader", "dataloader"]
@@ -66,9 +68,10 @@ def _short(text: str, limit: int = 80) -> str:
 class DataLoader(_state.Resumable):
     """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
 
-    ``iter(loader)`` starts an epoch (a new shuffle, or the sampler's current epoch); ``len()`` is
-    the number of batches an epoch yields; ``state_dict()`` / ``load_state_dict()`` resume. Worker
-    pools persist across epochs until :meth:`close`, a ``with`` block's end, or garbage collection.
+    ``iter(loader)`` starts an epoch and stops one still open (:mod:`.epoch_iter`; :meth:`peek`
+    looks without starting one); ``len()`` is the batches an epoch yields. Worker pools persist
+    across epochs until :meth:`close`, a ``with`` block's end, or garbage collection (what reaches
+    them between epochs: :mod:`.epoch_hooks`).
 
     Attributes:
         config (LoaderConfig): every option, validated; read-only.
@@ -92,17 +95,18 @@ class DataLoader(_state.Resumable):
         self.config = config
         self.dataset = dataset
         self.sampler = sampler
-        self._seed, self._gen = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
+        self.seed, self.generator = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
         self.process_spec = process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._use_get_batch = uses_get_batch(dataset, config)
-        self._draws = not isinstance(dataset, TensorDataset)
+        self._draws = not isinstance(dataset, TensorDataset)  # ours draws no random numbers
         self._pool: WorkerPool | None = None
         self._pool_finalizer: weakref.finalize | None = None
-        self._active: weakref.ref[Iterator[Any]] | None = None
+        self._active: weakref.ref[EpochIterator] | None = None
+        self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
         if worker_backend == "process":
             # Workers start now, in the background: a loader made in one notebook cell and
             # iterated in the next has them ready (nothing leaks if it is never iterated).
@@ -115,6 +119,7 @@ class DataLoader(_state.Resumable):
     num_workers = property(lambda self: self.config.num_workers)
     collate_fn = property(lambda self: self.config.collate_fn)
     timeout_ms = property(lambda self: self.config.timeout_ms)
+    batch_sampler = property(lambda self: self.sampler if self.config.batch_size is None else None)
 
     # -- public -----------------------------------------------------------------------------
 
@@ -122,13 +127,16 @@ class DataLoader(_state.Resumable):
         n = len(self.sampler) if self.sampler is not None else self.dataset.get_size()
         return self.config.num_batches(n)
 
-    def __iter__(self) -> Iterator[Any]:
-        self._stop_active()
+    def __iter__(self) -> EpochIterator:
+        epoch, start, skip = _state.next_epoch(self)  # a loaded state's, or the next one
+        self._stop_active(superseded_by=epoch)
+        if self._hooks.before_epoch(epoch) == "restart":
+            self.close()  # a replaced shared tensor: fresh workers map the new one
+        self._epoch = epoch
         self.stats.epochs_started += 1
         try:
-            epoch, start, skip = _state.begin_epoch(self)  # sets self._epoch
             base_seed = self._draw_seed()
-            batches = self._plan(skip)
+            batches = _state.pad_skipped(self._plan(), skip, self.config.drop_last)
         except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
             release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
             del self, exc
@@ -139,9 +147,16 @@ class DataLoader(_state.Resumable):
             gen = self._run_inline(epoch, batches, start, base_seed, stop)
         else:
             gen = self._run_pool(epoch, batches, start, base_seed, stop)
-        it = EpochIterator(gen, stop)
+        it = EpochIterator(gen, stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
+
+    def peek(self, batch_index: int = 0) -> Any:
+        """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
+        see :func:`~clorch_nb.data.epoch_iter.peek_batch` (Raises, Example)."""
+        it = self._active() if self._active is not None else None
+        return peek_batch(self, None if it is None or it.delivered >= len(it) else it.plan,
+                          batch_index)
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
@@ -184,12 +199,11 @@ class DataLoader(_state.Resumable):
 
     def _draw_seed(self) -> int:
         # per epoch, from the loader's own generator: the base of its batches' RNG seeds
-        return int(torch.empty((), dtype=torch.int64).random_(generator=self._gen).item())
+        return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
 
-    def _plan(self, skip: int = 0) -> EpochPlan:
-        order = epoch_order(self.dataset.get_size(), self.config, self.sampler, self._gen)
-        order = _state.pad_skipped(order, skip)  # a resumed sampler yields only the rest
-        return EpochPlan(order, self.config.batch_size, self.config.drop_last)
+    def _plan(self, note: bool = True) -> Any:
+        return epoch_plan(self.dataset.get_size(), self.config, self.sampler, self.generator,
+                          note=note)
 
     # -- build + deliver --------------------------------------------------------------------
 
@@ -208,9 +222,8 @@ class DataLoader(_state.Resumable):
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(
-        self, epoch: int, batches: EpochPlan, start: int, base: int, stop: StopRequest
-    ) -> Iterator[Any]:
+    def _run_inline(self, epoch: int, batches: Any, start: int, base: int,
+                    stop: StopRequest) -> Iterator[Any]:
         n = len(batches)
         self._epoch_event("start", epoch, n)
 
@@ -218,7 +231,7 @@ class DataLoader(_state.Resumable):
             return stop.requested
 
         try:
-            for bi, idx in enumerate(batches.iter_from(start), start):
+            for bi, idx in enumerate(_state.iter_from(batches, start), start):
                 t0 = time.perf_counter()
                 try:  # with the global RNGs a process worker would see (TensorDataset draws none)
                     with seeded_globals(batch_seed(base, bi), enabled=self._draws):
@@ -257,38 +270,34 @@ class DataLoader(_state.Resumable):
                 self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
 
-    def _run_pool(
-        self, epoch: int, batches: EpochPlan, start: int, base_seed: int, stop: StopRequest
-    ) -> Iterator[Any]:
+    def _run_pool(self, epoch: int, batches: Any, start: int, base_seed: int,
+                  stop: StopRequest) -> Iterator[Any]:
         n = len(batches)
         pool = self._ensure_pool()
         stop.wake = pool.wake
-        max_in_flight, timeout_s = self.config.max_in_flight, self.config.timeout_s
+        max_in_flight = self.config.max_in_flight
         ready: dict[int, Any] = {}
         next_submit = next_yield = start
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
         started = False
         try:
             stop.check()
-            pool.start_epoch(tok := self.stats.epochs_started, base_seed)  # never reused
+            pool.start_epoch(epoch, base_seed)
             self._epoch_event("start", epoch, n)
             started = True
             while next_yield < n:
                 t_asked = time.perf_counter()
                 while next_submit < n and next_submit - next_yield < max_in_flight:
-                    pool.submit(BatchTask(tok, next_submit, batches[next_submit]))
+                    pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
                     next_submit += 1
                 t0 = time.perf_counter()
-                deadline = None if timeout_s is None else t0 + timeout_s
                 while next_yield not in ready:
                     stop.check()  # close() from another thread (it also wakes pool.get)
-                    remaining = None if deadline is None else deadline - time.perf_counter()
-                    if remaining is not None and remaining <= 0:
-                        broken = True
-                        raise self._timeout_error(pool, next_yield, batches[next_yield])
                     try:
+                        remaining = seconds_left(pool, next_yield, batches[next_yield], t0,
+                                                 self.config, self.worker_backend)
                         result = pool.get(remaining)
-                    except Exception:  # a dead worker, a failed start: not KeyboardInterrupt
+                    except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
                         broken = True
                         raise
                     if result is not None:
@@ -335,31 +344,16 @@ class DataLoader(_state.Resumable):
                 return
             ready[extra.batch_index] = extra
 
-    def _timeout_error(
-        self, pool: WorkerPool, batch_index: int, idx: torch.Tensor
-    ) -> WorkerTimeoutError:
-        worker = pool.worker_of(batch_index)
-        who = (
-            f"{self.worker_backend} worker {worker}" if worker is not None
-            else "no worker (queued)"
-        )
-        shown = idx[:8].tolist()
-        return WorkerTimeoutError(
-            f"batch {batch_index} (dataset indices {shown}{'...' if len(idx) > 8 else ''}) was not "
-            f"ready within timeout_ms={self.config.timeout_ms:g}: {who} held it. A get_item may "
-            "be stuck (I/O, a lock) or slower than the limit; raise timeout_ms or fix the dataset"
-        )
-
-    def _stop_active(self) -> None:
+    def _stop_active(self, superseded_by: int | None = None) -> None:
         it = self._active() if self._active is not None else None
         self._active = None
         if it is not None:
-            it.close()  # type: ignore[attr-defined]
+            it.supersede(superseded_by)  # None: just stop it (close())
 
 
 def dataloader(
     dataset: Any,
-    batch_size: int = 32,
+    batch_size: int = UNSET,
     shuffle: bool = UNSET,
     drop_last: bool = False,
     num_workers: int = 0,
@@ -371,17 +365,19 @@ def dataloader(
     *,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    batch_sampler: Any = None,
+    start_timeout_ms: float | None = None,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
 
     ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; no
-    ``batch_sampler``/``pin_memory``; workers persist across epochs; a dataset with ``get_batch``
-    (e.g. :func:`~clorch_nb.data.tensor_dataset`) is fetched a whole batch at a time.
+    ``pin_memory``; workers persist across epochs (the dataset's ``set_epoch`` reaches each);
+    one epoch at a time; a dataset with ``get_batch`` is fetched a batch at a time.
 
     Args:
         dataset (Dataset | torch map-style dataset): what to load; items of any structure.
-        batch_size (int): items per batch, >= 1.
+        batch_size (int): items per batch, >= 1. Default 32 (none with ``batch_sampler``).
         shuffle (bool): a new permutation each epoch. Default: True unless ``sampler`` is given
             (the sampler's order then wins); ``shuffle=True`` with a sampler is an error.
         drop_last (bool): drop the short last batch (the loader's flag; the sampler's own
@@ -402,12 +398,17 @@ def dataloader(
             in a script, iterate inside ``if __name__ == "__main__":`` since workers re-import
             the main script (as torch's DataLoader needs on macOS and Windows).
         sampler (iterable of int with len): the index order, e.g. :func:`distributed_sampler`.
-        timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0);
-            beyond it ``WorkerTimeoutError``. Ignored (accepted) when ``num_workers=0``.
+        timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0), not
+            counting start-up; beyond it ``WorkerTimeoutError``. Ignored when ``num_workers=0``.
         seed (int | None): every epoch's order and every batch's RNG seed derive from it (so
             augmentation is the same for any ``num_workers`` and after a resume; state.py).
         generator (torch.Generator | None): the seed is drawn once from it (not with ``seed``).
             Without either: :func:`~clorch_nb.data.state.resolve_seed`.
+        batch_sampler (iterable of lists of int, with len): each batch's indices, as torch's
+            (``BatchSampler``, length buckets); ``len(loader) == len(batch_sampler)``; refused
+            with batch_size, shuffle, sampler or drop_last, as in torch.
+        start_timeout_ms (float | None): the longest a process worker may take to start an
+            epoch (factory, ``set_epoch``), in ms; None: no limit.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -415,9 +416,9 @@ def dataloader(
         DataLoader: ``iter()`` per epoch, ``len()`` = batches per epoch, ``close()``.
 
     Raises:
-        ConfigError (a ValueError): any bad argument, named with its value and the fix;
-            ``shuffle=True`` with a ``sampler``; ``worker_backend="process"`` without a
-            ``process_spec`` or with an unsendable ``collate_fn``.
+        ConfigError (a ValueError): any bad argument, named with its value and the fix (e.g.
+            a batch sampler as ``sampler=``, a sampler of another size, ``"process"`` without a
+            ``process_spec``, threads for a dataset holding a shared file handle).
         ImportError: the ``process_spec`` factory cannot be imported (process backend).
 
     Example:
@@ -432,15 +433,18 @@ def dataloader(
     if seed is not None and generator is not None:
         raise ConfigError("pass seed= or generator=, not both")
     config = loader_config(
-        shuffle=shuffle, sampler=sampler, torch_options=torch_options, batch_size=batch_size,
-        drop_last=drop_last, num_workers=num_workers, prefetch_factor=prefetch_factor,
-        collate_fn=collate_fn, worker_backend=worker_backend, timeout_ms=timeout_ms, seed=seed,
+        shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler, torch_options=torch_options,
+        batch_size=batch_size, drop_last=drop_last, num_workers=num_workers,
+        prefetch_factor=prefetch_factor, collate_fn=collate_fn, worker_backend=worker_backend,
+        timeout_ms=timeout_ms, start_timeout_ms=start_timeout_ms, seed=seed,
     )
+    if batch_sampler is not None or sampler is not None:
+        check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     spec = get_process_spec(ds)
     return DataLoader(
-        ds, config, sampler=sampler, seed=_state.resolve_seed(seed, generator, config.shuffle),
-        process_spec=spec,
+        ds, config, sampler=sampler if batch_sampler is None else batch_sampler,
+        seed=_state.resolve_seed(seed, generator, config.shuffle), process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
     )

@@ -1,5 +1,6 @@
 """Planning an epoch: its index order (the sampler's, a fresh permutation, or ``0..N-1``) as one
-int64 tensor, and that order cut into batches on demand.
+int64 tensor, and that order cut into batches on demand (by ``batch_size``, or where a batch
+sampler put the cuts).
 
 The first step of the loader's plan -> build -> deliver; nothing here touches the dataset's
 items, so a plan is cheap whatever the dataset.
@@ -10,17 +11,96 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
+import numpy as np
 import torch
 
-from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.config import LoaderConfig, _yields_batches
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.errors import ConfigError
 
-__all__ = ["EpochPlan", "epoch_order"]
+__all__ = ["BatchListPlan", "EpochPlan", "check_sampler_size", "epoch_order", "epoch_plan"]
+
+
+def epoch_plan(
+    size: int, config: LoaderConfig, sampler: Any, generator: torch.Generator | None,
+    *, note: bool = True,
+) -> Sequence[torch.Tensor]:
+    """An epoch's batches, each an int64 tensor of dataset indices.
+
+    With ``config.sampler_yields == "batches"`` the sampler is a batch sampler: its lists, in
+    order (:class:`BatchListPlan`); else :func:`epoch_order` cut into ``batch_size`` batches
+    (:class:`EpochPlan`). ``note=False`` plans without telling a :class:`DistributedSampler` it
+    was iterated (a peek is not an epoch).
+
+    Raises:
+        ConfigError: the sampler disagrees with its ``len()`` or with the dataset's size, or
+            yields batches where indices are expected (or the reverse).
+        IndexError: an index outside the dataset.
+
+    Example:
+        >>> cfg = LoaderConfig(batch_size=None, shuffle=False, sampler_yields="batches")
+        >>> [b.tolist() for b in epoch_plan(5, cfg, [[3, 4], [0, 1, 2]], None)]
+        [[3, 4], [0, 1, 2]]
+    """
+    if config.sampler_yields == "batches":
+        return _batch_list_plan(size, sampler)
+    order = epoch_order(size, config, sampler, generator, note=note)
+    assert config.batch_size is not None  # LoaderConfig: only a batch sampler has none
+    return EpochPlan(order, config.batch_size, config.drop_last)
+
+
+def check_sampler_size(size: int, sampler: Any) -> None:
+    """Refuse a sampler built for a dataset of another size, when the sampler says its size.
+
+    A sampler says it through torch's attributes: ``data_source`` (``SequentialSampler``,
+    ``RandomSampler``), ``dataset`` (torch's ``DistributedSampler``), ``size`` (ours), or
+    ``sampler`` (a ``BatchSampler`` over one of those). A sampler that does not (a list of
+    indices, ``SubsetRandomSampler``) may legitimately cover part of the dataset; only its
+    indices are checked, each epoch, against ``[0, size)``.
+
+    Raises:
+        ConfigError: naming both sizes.
+
+    Example:
+        >>> check_sampler_size(10, torch.utils.data.SequentialSampler(range(8)))
+        Traceback (most recent call last):
+        ...
+        clorch_nb.errors.ConfigError: sampler SequentialSampler was built for a dataset of 8 ...
+    """
+    built_for = _declared_size(sampler)
+    if built_for is not None and built_for != size:
+        lost = (
+            f"{size - built_for} item{'s' if size - built_for > 1 else ''} would never be loaded"
+            if built_for < size
+            else f"indices {size}..{built_for - 1} do not exist"
+        )
+        raise ConfigError(
+            f"sampler {type(sampler).__name__} was built for a dataset of {built_for} items but "
+            f"this dataset has {size} ({lost}). Build the sampler from this dataset (e.g. "
+            f"data.distributed_sampler({size}, ...) or RandomSampler(dataset))"
+        )
+
+
+def _declared_size(sampler: Any) -> int | None:
+    if isinstance(sampler, torch.utils.data.BatchSampler):
+        return _declared_size(sampler.sampler)
+    if isinstance(sampler, DistributedSampler):
+        return int(sampler.size)
+    for name in ("data_source", "dataset"):
+        source = getattr(sampler, name, None)
+        if source is not None and isinstance(
+            sampler, torch.utils.data.Sampler | torch.utils.data.DistributedSampler
+        ):
+            try:
+                return len(source)
+            except TypeError:
+                return None
+    return None
 
 
 def epoch_order(
-    size: int, config: LoaderConfig, sampler: Any, generator: torch.Generator | None
+    size: int, config: LoaderConfig, sampler: Any, generator: torch.Generator | None,
+    *, note: bool = True,
 ) -> torch.Tensor:
     """An epoch's dataset indices in order, shape ``(n,)`` int64.
 
@@ -29,7 +109,8 @@ def epoch_order(
     permutation torch's ``RandomSampler`` draws from that generator); else ``0..size-1``.
 
     Raises:
-        ConfigError: the sampler yielded a different number of indices than its ``len()``.
+        ConfigError: the sampler yielded a different number of indices than its ``len()``, or
+            batches (lists) instead of indices, or was built for a dataset of another size.
         IndexError: the sampler yielded an index outside the dataset.
 
     Example:
@@ -37,30 +118,110 @@ def epoch_order(
         [0, 1, 2, 3]
     """
     if sampler is not None:
-        return _sampler_order(size, sampler)
+        check_sampler_size(size, sampler)
+        return _sampler_order(size, sampler, note)
     if config.shuffle:
         return torch.randperm(size, generator=generator)
     return torch.arange(size, dtype=torch.int64)
 
 
-def _sampler_order(size: int, s: Any) -> torch.Tensor:
+def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
     if isinstance(s, DistributedSampler):
-        s._note_iteration(stacklevel=6)  # the warning points at the user's ``for``/``iter()``
+        if note:
+            s._note_iteration(stacklevel=7)  # the warning points at the user's ``for``/``iter()``
         order = s.index_tensor()
     else:
-        order = torch.as_tensor(list(iter(s)), dtype=torch.int64)
+        indices = list(iter(s))
+        if indices and not _is_index(indices[0]):
+            raise ConfigError(_yields_batches(s))
+        order = torch.as_tensor(indices, dtype=torch.int64)
     if order.numel() != len(s):
         raise ConfigError(
             f"sampler {type(s).__name__} yielded {order.numel()} indices but len(sampler) is "
             f"{len(s)}; len(loader) would be wrong. Fix the sampler's __len__"
         )
+    _check_range(size, type(s).__name__, order)
+    return order
+
+
+def _is_index(x: Any) -> bool:
+    return isinstance(x, int) or (isinstance(x, torch.Tensor | np.ndarray) and x.ndim == 0) or (
+        isinstance(x, np.integer)
+    )
+
+
+def _check_range(size: int, name: str, order: torch.Tensor) -> None:
     if order.numel() and (int(order.min()) < 0 or int(order.max()) >= size):
         bad = order[(order < 0) | (order >= size)][0].item()
         raise IndexError(
-            f"sampler {type(s).__name__} yielded index {bad}, outside the dataset "
+            f"sampler {name} yielded index {bad}, outside the dataset "
             f"(valid 0..{size - 1}, size {size}); was the sampler built for another dataset?"
         )
-    return order
+
+
+def _batch_list_plan(size: int, batch_sampler: Any) -> BatchListPlan:
+    check_sampler_size(size, batch_sampler)
+    batches = [list(b) if not isinstance(b, torch.Tensor) else b.tolist() for b in
+               _batches_of(batch_sampler)]
+    sizes = [len(b) for b in batches]
+    order = torch.as_tensor([i for b in batches for i in b], dtype=torch.int64)
+    if len(batches) != len(batch_sampler):
+        raise ConfigError(
+            f"batch_sampler {type(batch_sampler).__name__} yielded {len(batches)} batches but "
+            f"len(batch_sampler) is {len(batch_sampler)}; len(loader) would be wrong. Fix the "
+            "batch sampler's __len__"
+        )
+    _check_range(size, type(batch_sampler).__name__, order)
+    return BatchListPlan(order, sizes)
+
+
+def _batches_of(batch_sampler: Any) -> Iterator[Any]:
+    for b in batch_sampler:
+        if _is_index(b) or not hasattr(b, "__len__"):
+            raise ConfigError(
+                f"batch_sampler {type(batch_sampler).__name__} yields single indices ({b!r:.20}), "
+                "not batches (lists of indices): pass it as sampler= with batch_size=, or wrap "
+                "it: BatchSampler(sampler, batch_size, drop_last)"
+            )
+        yield b
+
+
+class BatchListPlan(Sequence[torch.Tensor]):
+    """An epoch's batches as a batch sampler cut them: slices of one order tensor.
+
+    Args:
+        order (torch.Tensor): every batch's indices, one after another, shape ``(n,)`` int64.
+        sizes (list[int]): each batch's length, in order (summing to ``n``).
+
+    Example:
+        >>> plan = BatchListPlan(torch.tensor([3, 4, 0, 1, 2]), [2, 3])
+        >>> len(plan), [b.tolist() for b in plan]
+        (2, [[3, 4], [0, 1, 2]])
+    """
+
+    def __init__(self, order: torch.Tensor, sizes: list[int]) -> None:
+        self.order, self.sizes = order, sizes
+        self._starts = [0]
+        for n in sizes:
+            self._starts.append(self._starts[-1] + n)
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @overload
+    def __getitem__(self, i: int) -> torch.Tensor: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[torch.Tensor]: ...
+    def __getitem__(self, i: int | slice) -> torch.Tensor | Sequence[torch.Tensor]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"batch {i} of {len(self)}")
+        i %= len(self)
+        return self.order[self._starts[i] : self._starts[i + 1]]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter(self.order.split(self.sizes)) if self.sizes else iter(())
 
 
 class EpochPlan(Sequence[torch.Tensor]):

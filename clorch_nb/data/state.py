@@ -249,7 +249,7 @@ def snapshot(loader: Any) -> dict[str, Any]:
     if done >= n and loader._epoch is not None:  # delivered to the end: the next epoch
         epoch, done = epoch + 1, 0
     return LoaderState(
-        epoch=epoch, batches_done=done, seed=loader._seed, size=loader.dataset.get_size(),
+        epoch=epoch, batches_done=done, seed=loader.seed, size=loader.dataset.get_size(),
         batch_size=loader.config.batch_size, drop_last=loader.config.drop_last,
         shuffle=loader.config.shuffle, num_batches=max(n, done), sampler=sampler_state,
     ).to_dict()
@@ -270,28 +270,41 @@ def restore(loader: Any, state: Any) -> None:
     saved.check_matches(here, seed_fixed=loader.config.seed is not None)
     if isinstance(loader.sampler, DistributedSampler) and saved.sampler is not None:
         loader.sampler.load_state_dict(saved.sampler)
-    loader._stop_active()
-    loader._seed = saved.seed
+    if loader._epoch is not None and saved.epoch <= loader._epoch:
+        # Back to an epoch this loader's workers already saw: worker pools drop the tasks of
+        # an epoch they were told to cancel, so fresh workers take over.
+        loader.close()
+    else:
+        loader._stop_active()
+    loader.seed = saved.seed
     loader._resume = saved
 
 
-def begin_epoch(loader: Any) -> tuple[int, int, int]:
-    """For ``iter(loader)``: sets ``loader._epoch``; returns ``(epoch, first batch to build,
-    indices to skip in the order)``, applying a loaded state once (generator fast-forwarded)."""
+def next_epoch(loader: Any) -> tuple[int, int, int]:
+    """For ``iter(loader)``: ``(epoch, first batch to build, indices to skip in the order)``;
+    a loaded state is applied once (the loader's generator fast-forwarded to its epoch)."""
     from clorch_nb.data.distributed import DistributedSampler
 
     saved, loader._resume = loader._resume, None
     if saved is None:
-        loader._epoch = 0 if loader._epoch is None else loader._epoch + 1
-        return loader._epoch, 0, 0
-    loader._epoch = saved.epoch
+        return (0 if loader._epoch is None else loader._epoch + 1), 0, 0
     own_perm = loader.config.shuffle and loader.sampler is None
-    loader._gen = fast_forward(saved.seed, saved.epoch,
-                               loader.dataset.get_size() if own_perm else None)
+    loader.generator = fast_forward(saved.seed, saved.epoch,
+                                    loader.dataset.get_size() if own_perm else None)
     if isinstance(loader.sampler, DistributedSampler):
         skip = loader.sampler._layout()[1]  # the sampler yields only the rest of its shard
         return saved.epoch, -(-skip // loader.config.batch_size), skip
     return saved.epoch, saved.batches_done, 0
+
+
+def iter_from(plan: Any, first: int) -> Any:
+    """``plan``'s batches from batch ``first`` on (an :class:`EpochPlan` slices; any other plan,
+    e.g. a batch sampler's lists, is walked: indices only, no item is fetched)."""
+    import itertools
+
+    if hasattr(plan, "iter_from"):
+        return plan.iter_from(first)
+    return itertools.islice(iter(plan), first, None)
 
 
 def sampler_snapshot(sampler: Any, num_consumed: int) -> dict[str, Any]:
@@ -349,18 +362,25 @@ def sampler_restore(sampler: Any, state: Any) -> tuple[int, int, int]:
     return epoch, start, done
 
 
-def pad_skipped(order: Any, skip: int) -> Any:
-    """``order`` behind ``skip`` placeholder indices, so a resumed sampler's rest keeps its batch
-    positions (the placeholders' batches are never built).
+def pad_skipped(plan: Any, skip: int, drop_last: bool) -> Any:
+    """``plan`` (an :class:`~clorch_nb.data.plan.EpochPlan`) with ``skip`` placeholder indices in
+    front, so a resumed sampler's rest keeps its batch positions (the placeholders' batches are
+    never built).
 
     Example:
         >>> import torch
-        >>> pad_skipped(torch.tensor([7, 8]), 2).tolist()
-        [0, 0, 7, 8]
+        >>> from clorch_nb.data.plan import EpochPlan
+        >>> [b.tolist() for b in pad_skipped(EpochPlan(torch.tensor([7, 8]), 2, False), 2, False)]
+        [[0, 0], [7, 8]]
     """
+    if not skip:
+        return plan
     import torch
 
-    return torch.cat([torch.zeros(skip, dtype=torch.int64), order]) if skip else order
+    from clorch_nb.data.plan import EpochPlan
+
+    full = torch.cat([torch.zeros(skip, dtype=torch.int64), plan.order])
+    return EpochPlan(full, plan.batch_size, drop_last)
 
 
 class Resumable:

@@ -36,6 +36,8 @@ class WorkerInfo:
             and torch's global RNGs with it before each batch.
         worker_backend ("thread" | "process"): where it runs.
         dataset (Any): the dataset as this worker sees it (in a process: the rebuilt one).
+        epoch (int | None): the loader's epoch this worker is building (0 for the first
+            ``iter(loader)``); what the dataset's ``set_epoch`` received.
         batch_index (int): the position of that batch in its epoch.
     """
 
@@ -44,6 +46,7 @@ class WorkerInfo:
     seed: int
     worker_backend: str
     dataset: Any
+    epoch: int | None = None
     batch_index: int = 0
     _rngs: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

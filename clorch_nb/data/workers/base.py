@@ -82,6 +82,19 @@ def note_index(exc: BaseException, index: int, batch_index: int, worker: str) ->
     )
 
 
+def _not_the_end(what: str, index: int | None, batch_index: int, worker: str) -> RuntimeError:
+    """A StopIteration from dataset code, as an error: let through, a ``for`` loop (or a
+    generator) would take it for the end of the data and end the epoch early, silently."""
+    where = f"dataset index {index} (batch {batch_index})" if index is not None else (
+        f"batch {batch_index}"
+    )
+    return RuntimeError(
+        f"{what} raised StopIteration while loading {where} in {worker}. It is an error in "
+        "dataset code, not the end of the data (a for loop would have ended the epoch early "
+        "without a word); the StopIteration is chained below"
+    )
+
+
 def build_batch(
     dataset: Any,
     collate_fn: Callable[[list[Any]], Any],
@@ -97,7 +110,8 @@ def build_batch(
     With ``use_get_batch=True`` (the dataset has ``get_batch``, ``collate_fn`` is the default) the
     batch is ``dataset.get_batch(indices)`` in one call. Otherwise each item is fetched with
     ``get_item`` and ``collate_fn`` merges them. An exception from ``get_item`` keeps its type
-    and gains a note naming the dataset index, the batch and ``worker``.
+    and gains a note naming the dataset index, the batch and ``worker``; a ``StopIteration``
+    becomes a ``RuntimeError`` saying so (it must never end an epoch early).
 
     Raises:
         BatchCancelled: ``should_stop()`` returned True before an item (checked between items so
@@ -107,6 +121,8 @@ def build_batch(
     if use_get_batch:
         try:
             batch = dataset.get_batch(indices)
+        except StopIteration as exc:
+            raise _not_the_end("get_batch", None, batch_index, worker) from exc
         except BaseException as exc:
             add_note(
                 exc,
@@ -121,12 +137,16 @@ def build_batch(
             raise BatchCancelled(batch_index)
         try:
             items.append(dataset.get_item(i))
+        except StopIteration as exc:
+            raise _not_the_end("get_item", i, batch_index, worker) from exc
         except BaseException as exc:  # any type (even BaseException subclasses) gets its index
             note_index(exc, i, batch_index, worker)
             raise
     t1 = time.perf_counter()
     try:
         batch = collate_fn(items)
+    except StopIteration as exc:
+        raise _not_the_end("collate_fn", None, batch_index, worker) from exc
     except BaseException as exc:
         add_note(exc, f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}")
         raise
@@ -143,7 +163,8 @@ class WorkerPool(Protocol):
     num_workers: int
 
     def start_epoch(self, epoch: int, base_seed: int) -> None:
-        """Begin epoch token ``epoch``; workers reseed their RNGs from ``base_seed``."""
+        """Begin epoch token ``epoch``; workers reseed their RNGs from ``base_seed``, set
+        ``get_worker_info().epoch`` and (process workers) call the dataset's ``set_epoch``."""
         ...
 
     def submit(self, task: BatchTask) -> None:
@@ -161,6 +182,13 @@ class WorkerPool(Protocol):
 
     def worker_of(self, batch_index: int) -> int | None:
         """The worker currently building ``batch_index`` (None if it is still queued)."""
+        ...
+
+    def start_times(self, batch_index: int) -> tuple[int | None, float, float | None]:
+        """``(worker, began, done)`` for the worker that builds ``batch_index``: when its
+        start-up for this epoch began and ended (``time.perf_counter()``; ``done`` is None while
+        it is still starting: interpreter, dataset factory, ``set_epoch``). Threads start at
+        once: ``(None, 0.0, 0.0)``."""
         ...
 
     def stop_epoch(self, *, discard_workers: bool = False) -> None:

@@ -17,6 +17,7 @@ Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
 Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
 t_start, t_sent)`` (the worker's ``perf_counter`` when it began building and when it sent),
 ``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
+``("ready", epoch)`` (this epoch's start-up, the dataset's ``set_epoch`` included, is done),
 ``("init_error", ExceptionBlob)``.
 """
 
@@ -37,7 +38,14 @@ from typing import Any
 import torch
 
 from clorch_nb.data import collate
-from clorch_nb.data.worker_info import WorkerInfo, batch_seed, seed_worker, set_worker_info
+from clorch_nb.data.epoch_hooks import call_set_epoch
+from clorch_nb.data.worker_info import (
+    WorkerInfo,
+    batch_seed,
+    seed_worker,
+    set_worker_info,
+    worker_seed,
+)
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import WorkerArena
 from clorch_nb.data.workers.base import BatchCancelled, add_note, build_batch
@@ -230,6 +238,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     collate.stack_out = arena.alloc  # default_collate stacks large batches into the arena
     epoch: int | None = None  # the current epoch token
     base_seed = 0
+    epoch_error: BaseException | None = None  # the dataset's set_epoch failed: every task says so
     while True:
         msg = state.inbox.get()
         kind = msg[0]
@@ -239,11 +248,16 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
                 arena.release(freed)
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
+            if epoch_error is not None:
+                n = len(raw) // 8
+                blob = ExceptionBlob.capture(epoch_error)
+                results.send_bytes(pickle.dumps(("error", epoch, batch_index, n, blob), _HIGHEST))
+                continue
             # the batch's RNG seed follows its position, not this worker (same for any count)
             seed = batch_seed(base_seed, batch_index)
             seed_worker(seed)
             set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
-                                       batch_index), process=True)
+                                       epoch, batch_index), process=True)
             arena.begin()
             try:
                 reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch,
@@ -254,6 +268,16 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
                 results.send_bytes(reply)
         elif kind == "epoch":
             _, epoch, base_seed = msg
+            seed = worker_seed(base_seed, cfg.worker_id)
+            seed_worker(seed)
+            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
+                                       epoch), process=True)
+            epoch_error = None
+            try:
+                call_set_epoch(dataset, epoch, where)
+            except Exception as exc:  # noqa: BLE001 - reported with each of the epoch's batches
+                epoch_error = exc
+            results.send_bytes(pickle.dumps(("ready", epoch), _HIGHEST))
         elif kind == "cancel":
             results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
 

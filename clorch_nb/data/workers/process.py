@@ -230,6 +230,7 @@ class ProcessPool:
                 self._spawn(wid)  # all at once, so they start in parallel
             else:
                 w.outstanding.clear()
+                w.began, w.started = time.perf_counter(), None
                 self._send(w, ("epoch", epoch, base_seed))
 
     def submit(self, task: BatchTask) -> None:
@@ -343,6 +344,8 @@ class ProcessPool:
             exc = rebuild_exception(msg[1], w.where)
             self._reap(w, kill=True)
             raise exc
+        elif kind == "ready" and keep and msg[1] == self._epoch:
+            w.started = time.perf_counter()
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
@@ -355,6 +358,13 @@ class ProcessPool:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
         w = self._workers[batch_index % self.num_workers]
         return w.worker_id if w is not None and batch_index in w.outstanding else None
+
+    def start_times(self, batch_index: int) -> tuple[int | None, float, float | None]:
+        """When the worker of ``batch_index`` began and finished starting this epoch
+        (``time.perf_counter()``; finished is None while it still starts)."""
+        wid = batch_index % self.num_workers
+        w = self._workers[wid]
+        return (wid, time.perf_counter(), None) if w is None else (wid, w.began, w.started)
 
     def stop_epoch(self, *, discard_workers: bool = False) -> None:
         """Abandon the epoch: busy workers are told to drop its tasks (checked between items)

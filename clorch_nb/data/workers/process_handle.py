@@ -5,6 +5,7 @@ keeps for it, and the error its death gives."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -51,6 +52,9 @@ class WorkerHandle:
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
     outstanding: dict[int, list[int]] = field(default_factory=dict)
     status: str | None = None  # its exit status once reaped (a second reap only forgets it)
+    # this epoch's start-up (interpreter, dataset, set_epoch): began, and done (None: going on)
+    began: float = field(default_factory=time.perf_counter)
+    started: float | None = None
 
     @property
     def where(self) -> str:

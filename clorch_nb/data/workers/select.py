@@ -14,6 +14,7 @@ from typing import Any
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.thread_safety import check_thread_safe
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import ConfigError
@@ -53,19 +54,25 @@ def choose_worker_backend(
 
     ``num_workers=0``: inline. ``"thread"``: threads. ``"auto"``: processes when the dataset has a
     ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
-    processes, after checking that everything a worker needs can reach it.
+    processes, after checking that everything a worker needs can reach it. Threads are refused
+    for a dataset that keeps a shared file-like handle (:mod:`~clorch_nb.data.thread_safety`).
 
     Raises:
         ConfigError: ``"process"`` for a dataset with neither a ``process_spec`` nor only tensors,
-            or with a ``collate_fn`` that cannot be sent.
+            or with a ``collate_fn`` that cannot be sent; threads for a dataset with a shared
+            handle (B23).
         ImportError: the ``process_spec`` factory cannot be imported.
     """
     if config.num_workers == 0:
         return "inline"
     if config.worker_backend == "thread":
+        check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     if config.worker_backend == "auto":
-        return "process" if spec is not None and sendable(config.collate_fn) else "thread"
+        if spec is not None and sendable(config.collate_fn):
+            return "process"
+        check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
+        return "thread"
     if spec is None and not SharedTensors.supports(dataset):
         what = getattr(getattr(dataset, "_get_item", None), "__qualname__", type(dataset).__name__)
         raise ConfigError(

@@ -74,7 +74,7 @@ class ThreadPool:
             # the batch's own seed and generators (get_worker_info()), whichever thread builds it
             set_worker_info(WorkerInfo(
                 worker_id, self.num_workers, batch_seed(self._base_seed, task.batch_index),
-                "thread", self.dataset, task.batch_index,
+                "thread", self.dataset, task.epoch, task.batch_index,
             ), process=False)
             snap = self.rng_watch.before()
             me = threading.current_thread()
@@ -152,6 +152,10 @@ class ThreadPool:
     def worker_of(self, batch_index: int) -> int | None:
         """The thread building ``batch_index``, if one has picked it up."""
         return self._assigned.get(batch_index)
+
+    def start_times(self, batch_index: int) -> tuple[int | None, float, float | None]:
+        """Threads start at once (the dataset's ``set_epoch`` ran on the consuming thread)."""
+        return None, 0.0, 0.0
 
     def stop_epoch(self, *, discard_workers: bool = False) -> None:
         """Abandon the epoch: threads skip its queued tasks; running ones finish and are dropped.

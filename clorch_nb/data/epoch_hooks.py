@@ -1,0 +1,205 @@
+"""State that changes between epochs: how it reaches every worker, and a loud stop when it cannot.
+
+Workers persist across epochs. Thread workers (and ``num_workers=0``) read the one dataset
+object of this process, so whatever the caller changes on it between epochs is what they see.
+Process workers each hold their own dataset, rebuilt from its ``process_spec`` (or mapped from
+shared tensors); a change made here does not reach them by itself. The channel that does:
+
+* **``set_epoch(epoch)`` on the dataset** (the convention of torch's samplers and of Hugging Face
+  datasets). If the dataset (or the torch dataset it wraps) has one, the loader calls it at the
+  start of every epoch, before the epoch's first batch, on every copy: here (inline and thread
+  workers build from this one; with process workers it keeps this copy, which ``peek()`` and
+  your own reads use, in step) and inside each process worker on its own copy. Derive what
+  changes per epoch (a curriculum level, a crop size, a shard) from ``epoch`` there.
+* **``get_worker_info().epoch``**: the epoch being built, in every thread and process worker.
+
+And the check when that channel is not used (:class:`DatasetWatch`, process workers only): at
+each ``iter(loader)``, the dataset's public attributes are compared with what they were after
+the previous epoch's ``set_epoch``; one that was rebound (``ds.level = 2``), or a tensor changed
+in place (its version counter moved), stops the loader with
+:class:`~clorch_nb.errors.WorkerStateError` before the epoch's first batch, naming it. A
+``tensor_dataset`` without ``process_spec`` is the exception: its workers map its tensors, so
+in-place changes reach them, and a replaced tensor makes the loader start fresh workers over the
+new one (see :meth:`DatasetWatch.check`).
+
+What is not seen: private attributes (``_cache``, ``_file``: lazily opened handles and caches
+change legitimately), mutation inside a list or dict, and state captured in closures (the
+``get_item`` of :func:`~clorch_nb.data.dataset`): use ``set_epoch`` for such state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from clorch_nb.data.dataset import TorchMapDataset
+from clorch_nb.errors import WorkerStateError
+
+__all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "hook_owner"]
+
+
+def hook_owner(dataset: Any) -> Any:
+    """The object whose ``set_epoch`` and attributes count: a torch dataset wrapped by
+    :func:`~clorch_nb.data.as_dataset`, else ``dataset`` itself."""
+    return dataset.wrapped if isinstance(dataset, TorchMapDataset) else dataset
+
+
+def call_set_epoch(dataset: Any, epoch: int, where: str) -> None:
+    """Call ``set_epoch(epoch)`` on the dataset, if it has one.
+
+    Raises:
+        Exception: whatever ``set_epoch`` raised, with a note naming the epoch and ``where``.
+
+    Example:
+        >>> class Curriculum:
+        ...     level = 0
+        ...     def set_epoch(self, epoch): self.level = min(epoch, 2)
+        >>> ds = Curriculum(); call_set_epoch(ds, 5, "the main thread"); ds.level
+        2
+    """
+    hook = getattr(hook_owner(dataset), "set_epoch", None)
+    if not callable(hook):
+        return
+    try:
+        hook(epoch)
+    except Exception as exc:
+        exc.add_note(f"[clorch_nb] in the dataset's set_epoch({epoch}) in {where}")
+        raise
+
+
+def _token(value: Any) -> Any:
+    """What identifies an attribute's value: scalars by value, tensors by identity and version
+    counter (in-place changes move it), anything else by identity."""
+    if value is None or isinstance(value, bool | int | float | str | bytes):
+        return (type(value).__name__, repr(value))
+    if isinstance(value, torch.Tensor):
+        return ("tensor", id(value), value._version)
+    return ("object", id(value))
+
+
+def _snapshot(obj: Any) -> dict[str, tuple[Any, str]]:
+    """``{public attribute: (token, short description)}``; holds no reference to the values."""
+    names = set(getattr(obj, "__dict__", {}))
+    for cls in type(obj).__mro__:
+        names.update(n for n in getattr(cls, "__slots__", ()) if isinstance(n, str))
+    out = {}
+    for name in sorted(names):
+        if name.startswith("_") or not hasattr(obj, name):
+            continue
+        value = getattr(obj, name)
+        if callable(value) and not isinstance(value, torch.Tensor):
+            continue  # methods, functions, classes: not state a worker misses
+        out[name] = (_token(value), _show(value))
+    return out
+
+
+class DatasetWatch:
+    """Notices, at each epoch's start, a change to the dataset that process workers cannot see.
+
+    Args:
+        dataset (Any): the loader's dataset (the copy in this process).
+        shared_tensors (bool): the workers map this dataset's tensors (a ``tensor_dataset``
+            without ``process_spec``) instead of rebuilding it.
+
+    Example:
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+        >>> watch = DatasetWatch(ds, shared_tensors=True)
+        >>> watch.check(), watch.check()
+        ('same', 'same')
+        >>> ds.data = torch.ones(4, 1); watch.check()
+        'restart'
+    """
+
+    def __init__(self, dataset: Any, *, shared_tensors: bool) -> None:
+        self.owner = hook_owner(dataset)
+        self.shared_tensors = shared_tensors
+        self._before = _snapshot(self.owner)
+
+    def renew(self) -> None:
+        """Take the snapshot the next :meth:`check` compares with (after ``set_epoch``)."""
+        self._before = _snapshot(self.owner)
+
+    def check(self) -> Literal["same", "restart"]:
+        """``"same"``; ``"restart"`` when a shared tensor was replaced (the loader then starts
+        workers over the new tensors); the snapshot is then renewed.
+
+        Raises:
+            WorkerStateError: an attribute changed that rebuilt workers cannot see; the message
+                names it, the old and new value, and the ways to make the change reach them.
+        """
+        now = _snapshot(self.owner)
+        changed = [n for n in sorted(set(now) | set(self._before))
+                   if now.get(n, (None,))[0] != self._before.get(n, (None,))[0]]
+        if not changed:
+            return "same"
+        if self.shared_tensors:
+            in_place = [n for n in changed if n in now and n in self._before
+                        and now[n][0][:2] == self._before[n][0][:2]]
+            self._before = now
+            return "same" if len(in_place) == len(changed) else "restart"
+        name = changed[0]
+        old_token, old = self._before.get(name, ((None,), "<unset>"))
+        new_token, new = now.get(name, ((None,), "<deleted>"))
+        how = "was changed in place" if (
+            new_token[0] == "tensor" and new_token[:2] == old_token[:2]
+        ) else f"changed from {old} to {new}"
+        raise WorkerStateError(
+            f"dataset attribute {name!r} {how} in this process since the last epoch, but the "
+            f"process workers rebuilt the dataset from its process_spec and would go on using "
+            f"their own copy (silently stale). Make the change reach them: compute it in a "
+            f"set_epoch(epoch) method of the dataset (the loader calls it in every worker before "
+            f"each epoch), or pass it through process_spec's args and make a new loader, or use "
+            f"worker_backend='thread' (threads share this process's dataset)"
+        )
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class EpochHooks:
+    """What the loader does for the dataset at each ``iter()``, before the epoch's first batch.
+
+    Calls the dataset's ``set_epoch`` here, once (inline and thread workers share this object;
+    process workers call it on their own copies, and this copy is kept in step). With process
+    workers, first the :class:`DatasetWatch` checks what changed since the last epoch.
+
+    Args:
+        dataset (Any): the loader's dataset.
+        worker_backend (str): "inline", "thread" or "process".
+        shared_tensors (bool): process workers map this dataset's tensors (no ``process_spec``).
+
+    Example:
+        >>> class Curriculum:
+        ...     level = 0
+        ...     def set_epoch(self, epoch): self.level = epoch
+        >>> ds = Curriculum(); EpochHooks(ds, "inline", shared_tensors=False).before_epoch(3)
+        'same'
+        >>> ds.level
+        3
+    """
+
+    def __init__(self, dataset: Any, worker_backend: str, *, shared_tensors: bool) -> None:
+        self.dataset, self.worker_backend = dataset, worker_backend
+        self.watch = DatasetWatch(dataset, shared_tensors=shared_tensors) if (
+            worker_backend == "process") else None
+
+    def before_epoch(self, epoch: int) -> Literal["same", "restart"]:
+        """Run the hooks for ``epoch``; ``"restart"`` asks the loader for fresh process workers.
+
+        Raises:
+            WorkerStateError: see :meth:`DatasetWatch.check`.
+            Exception: the dataset's ``set_epoch`` failed (inline, thread), with a note.
+        """
+        verdict: Literal["same", "restart"] = "same"
+        if self.watch is not None:
+            verdict = self.watch.check()
+        call_set_epoch(self.dataset, epoch, "the main thread")
+        if self.watch is not None:
+            self.watch.renew()
+        return verdict
