@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 import warnings
 from typing import Any
 
@@ -200,8 +201,16 @@ def test_thread_worker_drawing_from_a_global_rng_warns_once(monkeypatch: Any) ->
     """B33: a thread worker's get_item drawing from a global RNG warns once, with the fix; the
     batch's own generator from get_worker_info() does not warn, and is the same on any count."""
     monkeypatch.setattr(rng_watch, "_warned", False)
-    with data.dataloader(resume_fixtures.global_augmented(16, 0.002), batch_size=2, seed=1,
-                         num_workers=2, worker_backend="thread") as dl:
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if i < 2:  # batch 0 is slow: the consumer waits for it while batches 1, 2, ... are built
+            time.sleep(0.3)
+            return {"x": torch.tensor(0.0)}
+        return {"x": torch.rand(())}
+
+    drawing = data.dataset(size=16, get_item=get_item)
+    with data.dataloader(drawing, batch_size=2, shuffle=False, num_workers=2,
+                         worker_backend="thread") as dl:
         with pytest.warns(RuntimeWarning, match=r"global RNG \(.*torch.*\).*torch_generator\(\)"):
             list(dl)
         with warnings.catch_warnings():

@@ -3,8 +3,10 @@
 Thread workers share ``random``, numpy's and torch's global generators, so augmentation that
 draws from them depends on thread scheduling: not reproducible, whatever the seed. A worker
 compares the global states before and after a batch; the difference counts only if the
-consumer sat in ``pool.get()`` for the whole batch (so the training loop could not have drawn
-meanwhile). The warning is raised on the consumer's thread, once per process.
+consumer sat in ``pool.get()`` at both ends and took no batch it would hand to the training loop
+in between (only the lowest outstanding batch is handed over at once; later ones wait), so the
+training loop could not have drawn meanwhile. The warning is raised on the consumer's thread,
+once per process.
 """
 
 from __future__ import annotations
@@ -55,21 +57,30 @@ class RngWatch:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._waiting = False  # the consumer is blocked in pool.get()
-        self._returns = 0  # times the consumer left pool.get()
+        self._returns = 0  # times pool.get() returned the batch the consumer hands over next
+        self._outstanding: set[int] = set()  # batches submitted, not yet returned
         self._checks = 0
         self.found: str | None = None
 
     def new_epoch(self) -> None:
         """Check the first :data:`CHECKS_PER_EPOCH` batches of the new epoch again."""
         self._checks = 0
+        self._outstanding.clear()
 
-    def consumer_waits(self, waiting: bool) -> None:
-        """Called by ``pool.get()`` on entry (True) and exit (False); warns on exit if found."""
+    def submitted(self, batch_index: int) -> None:
+        """Called by ``pool.submit``."""
+        self._outstanding.add(batch_index)
+
+    def consumer_waits(self, waiting: bool, got: int | None = None) -> None:
+        """Called by ``pool.get()`` on entry (True) and on exit (False, with the batch index it
+        returns, if any); warns on exit if a draw was found."""
+        if not waiting and got is not None:
+            if got == min(self._outstanding, default=got):
+                self._returns += 1  # the consumer may now run the training loop
+            self._outstanding.discard(got)
         self._waiting = waiting
-        if not waiting:
-            self._returns += 1
-            if self.found is not None:
-                self._warn()
+        if not waiting and self.found is not None:
+            self._warn()
 
     def before(self) -> tuple[Any, ...] | None:
         """In a worker, before a batch: a snapshot, or None when there is nothing to check."""

@@ -126,11 +126,13 @@ class ThreadPool:
 
     def submit(self, task: BatchTask) -> None:
         """Queue ``task``."""
+        self.rng_watch.submitted(task.batch_index)
         self._tasks.put(task)
 
     def get(self, timeout_s: float | None) -> BatchResult | None:
         """Next result of the current epoch, or None after ``timeout_s`` seconds with none."""
         self.rng_watch.consumer_waits(True)
+        got = None
         try:
             while True:
                 try:
@@ -140,9 +142,10 @@ class ThreadPool:
                 if result is _WAKE:
                     return None
                 if result.epoch == self._epoch:
+                    got = result.batch_index
                     return result
         finally:
-            self.rng_watch.consumer_waits(False)
+            self.rng_watch.consumer_waits(False, got)
 
     def wake(self) -> None:
         """Make a :meth:`get` blocked on another thread return None at once (the loader's
