@@ -53,7 +53,8 @@ def cpu_item(idx: int, loops: int) -> dict[str, Any]:
 def cpu_items(n: int, loops: int) -> Any:
     """``n`` CPU-bound items (see :func:`cpu_item`), rebuildable in process workers."""
     return data.dataset(
-        size=n, get_item=functools.partial(cpu_item, loops=loops),
+        size=n,
+        get_item=functools.partial(cpu_item, loops=loops),
         process_spec={"factory": "benchmarks.datasets:cpu_items", "args": [n, loops]},
     )
 
@@ -93,7 +94,8 @@ def gil_free_item(idx: int, side: int, rounds: int) -> dict[str, Any]:
 def gil_free_items(n: int, side: int, rounds: int) -> Any:
     """``n`` GIL-releasing items (see :func:`gil_free_item`)."""
     return data.dataset(
-        size=n, get_item=functools.partial(gil_free_item, side=side, rounds=rounds),
+        size=n,
+        get_item=functools.partial(gil_free_item, side=side, rounds=rounds),
         process_spec={"factory": "benchmarks.datasets:gil_free_items", "args": [n, side, rounds]},
     )
 
@@ -135,7 +137,8 @@ def png_items(root: str, limit: int | None, scale: int) -> Any:
     """The PNGs under ``root``, decoded on every ``get_item``: ``{"data", "target"}``."""
     files = png_files(root, limit, scale)
     return data.dataset(
-        size=len(files), get_item=lambda i: {"data": decode_png(files[i]), "target": i},
+        size=len(files),
+        get_item=lambda i: {"data": decode_png(files[i]), "target": i},
         process_spec={"factory": "benchmarks.datasets:png_items", "args": [root, limit, scale]},
     )
 
@@ -164,7 +167,8 @@ def image_item(idx: int, shape: tuple[int, ...]) -> dict[str, Any]:
 def image_items(n: int, shape: list[int]) -> Any:
     """``n`` items of ``shape`` float32 (see :func:`image_item`)."""
     return data.dataset(
-        size=n, get_item=functools.partial(image_item, shape=tuple(shape)),
+        size=n,
+        get_item=functools.partial(image_item, shape=tuple(shape)),
         process_spec={"factory": "benchmarks.datasets:image_items", "args": [n, list(shape)]},
     )
 
@@ -220,7 +224,8 @@ def records(n: int) -> Any:
     """A dataset over a list of ``n`` dicts built by the factory (in each worker process)."""
     rows = make_records(n)
     return data.dataset(
-        size=n, get_item=functools.partial(record_item, rows),
+        size=n,
+        get_item=functools.partial(record_item, rows),
         process_spec={"factory": "benchmarks.datasets:records", "args": [n]},
     )
 

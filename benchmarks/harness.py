@@ -142,8 +142,10 @@ class Series:
             return "n/a"
         lo, hi = min(self.values), max(self.values)
         u = self.unit
-        return (f"median {fmt(self.median, u)} (min {fmt(lo, u)}, max {fmt(hi, u)}, "
-                f"n={len(self.values)})")
+        return (
+            f"median {fmt(self.median, u)} (min {fmt(lo, u)}, max {fmt(hi, u)}, "
+            f"n={len(self.values)})"
+        )
 
 
 class Context:
@@ -283,9 +285,18 @@ def _value(x: Series | float | None) -> tuple[float | None, tuple[float, float] 
 
 
 def versus(
-    ctx: Context, scenario: str, case: str, metric: str, unit: str, ours_label: str,
-    ours: Series | float | None, base_key: str, base: Series | float | None,
-    target: tuple[str, Any] | None = None, note: str = "", why: str = "",
+    ctx: Context,
+    scenario: str,
+    case: str,
+    metric: str,
+    unit: str,
+    ours_label: str,
+    ours: Series | float | None,
+    base_key: str,
+    base: Series | float | None,
+    target: tuple[str, Any] | None = None,
+    note: str = "",
+    why: str = "",
 ) -> Row:
     """A row against a comparator (``"torch"``/``"torchdata"``) or any named baseline; an
     unavailable torchdata gives a row saying so instead of a number. A :class:`Series` given
@@ -294,8 +305,9 @@ def versus(
     if base_key == "torchdata" and not ctx.avail["torchdata"][0]:
         base, note = None, ctx.avail["torchdata"][1]
     (o, o_range), (b, b_range) = _value(ours), _value(base)
-    return Row(scenario, case, metric, unit, ours_label, o, label, b, target, note, why,
-               o_range, b_range)
+    return Row(
+        scenario, case, metric, unit, ours_label, o, label, b, target, note, why, o_range, b_range
+    )
 
 
 def comparators(ctx: Context) -> list[str]:
@@ -333,7 +345,10 @@ def probe(ctx: Context) -> None:
     try:
         proc = subprocess.run(
             [sys.executable, "-c", _PROCESS_PROBE.format(repo=REPO)],
-            capture_output=True, text=True, timeout=180, cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            cwd=REPO,
         )
         if proc.returncode == 0 and proc.stdout.startswith("ok"):
             ctx.avail["process"] = (True, "process backend works")

@@ -29,15 +29,24 @@ DEFAULT_OUTPUT = os.path.join(REPO, "benchmarks", "RESULTS.md")
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="tiny sizes (smoke test; numbers meaningless)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="timed repeats per case (default 5; 1 with --quick); medians reported")
+    p.add_argument(
+        "--quick", action="store_true", help="tiny sizes (smoke test; numbers meaningless)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed repeats per case (default 5; 1 with --quick); medians reported",
+    )
     p.add_argument("--output", default=DEFAULT_OUTPUT, help="where to write the markdown results")
-    p.add_argument("--torch-threads", type=int, default=1,
-                   help="torch.set_num_threads in this process (default 1, as in every worker "
-                   "process; 0 keeps torch's own default of one per core, which on a shared "
-                   "machine makes every parallel op wait for a descheduled thread)")
+    p.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch.set_num_threads in this process (default 1, as in every worker "
+        "process; 0 keeps torch's own default of one per core, which on a shared "
+        "machine makes every parallel op wait for a descheduled thread)",
+    )
     p.add_argument("--only", default="", help="comma-separated scenario numbers, e.g. 1,7")
     args = p.parse_args(argv)
     if args.repeats is None:
@@ -56,8 +65,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def table(rows: list[Row]) -> str:
     """The results as one markdown table."""
-    head = ("| scenario | case | metric | clorch_nb | value | baseline | value | ours ÷ baseline "
-            "| target | met | note |")
+    head = (
+        "| scenario | case | metric | clorch_nb | value | baseline | value | ours ÷ baseline "
+        "| target | met | note |"
+    )
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         lines.append(
@@ -97,16 +108,23 @@ def render(
     if missed:
         out += ["## Missed targets: why, and what would close them", ""]
         for r in missed:
-            why = r.why or ("within run-to-run noise: the repeats of ours and the baseline "
-                             "overlap (see every series below)" if r.overlapping
-                             else "not investigated yet")
-            out.append(f"- **{r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}** "
-                       f"({fmt_ratio(r.ratio)}, {r.target_text}): {why}")
+            why = r.why or (
+                "within run-to-run noise: the repeats of ours and the baseline "
+                "overlap (see every series below)"
+                if r.overlapping
+                else "not investigated yet"
+            )
+            out.append(
+                f"- **{r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}** "
+                f"({fmt_ratio(r.ratio)}, {r.target_text}): {why}"
+            )
         out.append("")
     if unknown:
         out += ["## Not measurable in this run", ""]
-        out += [f"- {r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}: {r.note or 'n/a'}"
-                for r in unknown]
+        out += [
+            f"- {r.scenario} / {r.case} / {r.ours_label} vs {r.base_label}: {r.note or 'n/a'}"
+            for r in unknown
+        ]
         out.append("")
     out += [
         "## Method",
@@ -172,8 +190,19 @@ def main(argv: list[str] | None = None) -> int:
             rows += mod.run(ctx)
         except Exception as exc:  # noqa: BLE001 - one broken scenario must not hide the others
             text = ctx.record_error(f"scenario {mod.TITLE}", exc)
-            rows.append(Row(mod.TITLE, "(whole scenario)", "—", "", "clorch_nb", None, "—", None,
-                            note=f"ERROR {text}"))
+            rows.append(
+                Row(
+                    mod.TITLE,
+                    "(whole scenario)",
+                    "—",
+                    "",
+                    "clorch_nb",
+                    None,
+                    "—",
+                    None,
+                    note=f"ERROR {text}",
+                )
+            )
         log(f"  done in {time.perf_counter() - t0:.1f} s; load average {os.getloadavg()[0]:.2f}")
     info["load average at end (1/5/15 min)"] = "{:.2f} / {:.2f} / {:.2f}".format(*os.getloadavg())
     command = "python -m benchmarks" + " ".join(
@@ -186,9 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(f"- {k}: {v}" for k, v in info.items()) + "\n")
     print(table(rows))
     targeted = [r for r in rows if r.target is not None]
-    print(f"\ntargets: {sum(1 for r in targeted if r.met)} met, "
-          f"{sum(1 for r in targeted if r.met is False)} missed, "
-          f"{sum(1 for r in targeted if r.met is None)} not measurable (of {len(targeted)})")
+    print(
+        f"\ntargets: {sum(1 for r in targeted if r.met)} met, "
+        f"{sum(1 for r in targeted if r.met is False)} missed, "
+        f"{sum(1 for r in targeted if r.met is None)} not measurable (of {len(targeted)})"
+    )
     log(f"wrote {args.output} ({time.perf_counter() - t_start:.0f} s)")
     if ctx.errors:
         log(f"{len(ctx.errors)} case(s) failed:")

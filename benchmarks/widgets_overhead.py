@@ -188,8 +188,10 @@ def monitor_cost(reps: int, epochs: int, epochs_train: int | None = None) -> dic
     for _ in range(reps):
         for k, f in cases.items():
             out[k].append(f())
-    print(f"\nmonitor live chart frames per run: {watched.redraws[-2 * reps:]}, text updates: "  # type: ignore[attr-defined]
-          f"{watched.updates[-2 * reps:]} (empty body and train step runs, interleaved)")  # type: ignore[attr-defined]
+    print(
+        f"\nmonitor live chart frames per run: {watched.redraws[-2 * reps :]}, text updates: "  # type: ignore[attr-defined]
+        f"{watched.updates[-2 * reps :]} (empty body and train step runs, interleaved)"
+    )  # type: ignore[attr-defined]
     return out
 
 
@@ -236,12 +238,19 @@ def fixed_cost(reps: int, epochs: int = 2000) -> dict[str, list[float]]:
     return out
 
 
-def _report(title: str, res: dict[str, list[float]], unit: float, unit_name: str,
-            pairs: list[tuple[str, str]]) -> None:
+def _report(
+    title: str,
+    res: dict[str, list[float]],
+    unit: float,
+    unit_name: str,
+    pairs: list[tuple[str, str]],
+) -> None:
     print(f"\n{title}")
     for k, v in res.items():
-        print(f"  {k:32s} median {statistics.median(v) * unit:9.2f} {unit_name}   "
-              f"min {min(v) * unit:9.2f} {unit_name}")
+        print(
+            f"  {k:32s} median {statistics.median(v) * unit:9.2f} {unit_name}   "
+            f"min {min(v) * unit:9.2f} {unit_name}"
+        )
     for base, other in pairs:
         med = statistics.median(res[other]) / statistics.median(res[base]) - 1
         mn = min(res[other]) / min(res[base]) - 1
@@ -253,26 +262,42 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=15)
     p.add_argument("--epochs", type=int, default=9000, help="epochs per run, empty body")
     p.add_argument("--epochs-train", type=int, default=300, help="epochs per run, train step")
-    p.add_argument("--only", choices=["instrumentation", "monitor", "chart", "fixed"],
-                   default=None)
+    p.add_argument("--only", choices=["instrumentation", "monitor", "chart", "fixed"], default=None)
     a = p.parse_args()
     torch.set_num_threads(1)
     if a.only in (None, "instrumentation"):
         ins = instrumentation(a.reps)
         base = "loader, event path stubbed"
-        _report("instrumentation: per batch, tensor_dataset 60000x784, batch 256, inline", ins,
-                1e6, "us", [(base, "loader, no subscriber"), (base, "loader, no-op subscriber")])
+        _report(
+            "instrumentation: per batch, tensor_dataset 60000x784, batch 256, inline",
+            ins,
+            1e6,
+            "us",
+            [(base, "loader, no subscriber"), (base, "loader, no-op subscriber")],
+        )
     if a.only in (None, "chart"):
         _report("monitor chart: CPU per frame", chart_cost(a.reps), 1e3, "ms", [])
     if a.only in (None, "fixed"):
-        _report("monitor: fixed cost per epoch, 4-batch epochs, inline", fixed_cost(a.reps),
-                1e6, "us", [])
+        _report(
+            "monitor: fixed cost per epoch, 4-batch epochs, inline",
+            fixed_cost(a.reps),
+            1e6,
+            "us",
+            [],
+        )
     if a.only in (None, "monitor"):
         mon = monitor_cost(a.reps, a.epochs, a.epochs_train)
-        _report(f"monitor: digits (1797 items) at batch 64, inline; {a.epochs} epochs per run "
-                f"with an empty body, {a.epochs_train} with a train step", mon, 1e3, "ms",
-                [("empty body, bare", "empty body, monitor"),
-                 ("train step, bare", "train step, monitor")])
+        _report(
+            f"monitor: digits (1797 items) at batch 64, inline; {a.epochs} epochs per run "
+            f"with an empty body, {a.epochs_train} with a train step",
+            mon,
+            1e3,
+            "ms",
+            [
+                ("empty body, bare", "empty body, monitor"),
+                ("train step, bare", "train step, monitor"),
+            ],
+        )
 
 
 if __name__ == "__main__":

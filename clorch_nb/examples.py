@@ -299,9 +299,12 @@ class NoisyDigits:
         image = torch.from_numpy(self.images[i]).unsqueeze(0)
         noisy = (image + self.noise * torch.randn(image.shape, generator=g)).clamp(0, 1)
         info = get_worker_info()
-        return {"data": noisy, "target": torch.tensor(self.labels[i]),
-                "noise": torch.tensor(self.noise, dtype=torch.float32),
-                "epoch": torch.tensor(-1 if info is None or info.epoch is None else info.epoch)}
+        return {
+            "data": noisy,
+            "target": torch.tensor(self.labels[i]),
+            "noise": torch.tensor(self.noise, dtype=torch.float32),
+            "epoch": torch.tensor(-1 if info is None or info.epoch is None else info.epoch),
+        }
 
 
 def noisy_digits() -> NoisyDigits:

@@ -83,14 +83,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=32, help="per rank (default 32)")
     p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
     p.add_argument("--seed", type=int, default=0, help="split, init and shuffle seed (default 0)")
-    p.add_argument("--record", type=Path, default=None, metavar="PATH",
-                   help="write every rank's indices per epoch to this JSON file")
-    p.add_argument("--checkpoint", type=Path, default=None, metavar="PATH",
-                   help="save model, optimiser and loader state here (rank 0)")
-    p.add_argument("--checkpoint-every", type=int, default=0, metavar="STEPS",
-                   help="save every STEPS training steps (0: only with --stop-after)")
-    p.add_argument("--stop-after", type=int, default=0, metavar="STEPS",
-                   help="save a checkpoint after STEPS steps and stop (simulates preemption)")
+    p.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="write every rank's indices per epoch to this JSON file",
+    )
+    p.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="save model, optimiser and loader state here (rank 0)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="save every STEPS training steps (0: only with --stop-after)",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="save a checkpoint after STEPS steps and stop (simulates preemption)",
+    )
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     return p.parse_args(argv)
 
@@ -172,8 +192,7 @@ def train(args: argparse.Namespace) -> int:
     # num_replicas / rank default to the process group's; seed must be the same on every rank.
     sampler = data.distributed_sampler(train_ds, seed=args.seed)
     # seed= (the same on every rank) makes the loader's saved state the same on every rank too
-    loader = data.dataloader(train_ds, batch_size=args.batch_size, sampler=sampler,
-                             seed=args.seed)
+    loader = data.dataloader(train_ds, batch_size=args.batch_size, sampler=sampler, seed=args.seed)
     test_sampler = data.distributed_sampler(test_ds, shuffle=False, shard_mode="disjoint")
     test_loader = data.dataloader(test_ds, batch_size=256, sampler=test_sampler)
 
@@ -190,9 +209,12 @@ def train(args: argparse.Namespace) -> int:
         say(f"resumed at epoch {start_epoch}, step {step}, on {world} ranks", flush=True)
     model = DistributedDataParallel(net)
 
-    say(f"world size {world}: {train_ds.get_size()} train items ({len(sampler)} per rank, "
+    say(
+        f"world size {world}: {train_ds.get_size()} train items ({len(sampler)} per rank, "
         f"{len(loader)} batches of up to {args.batch_size}), {test_ds.get_size()} test items "
-        f"(disjoint shards of {len(test_sampler)} on rank 0)", flush=True)
+        f"(disjoint shards of {len(test_sampler)} on rank 0)",
+        flush=True,
+    )
     record: list[list[list[int]]] = []
     partial: dict[str, Any] | None = None
     all_ok = True
@@ -217,8 +239,10 @@ def train(args: argparse.Namespace) -> int:
         if rank == 0:
             record.append(shards)
             accuracy = correct / total
-            say(f"epoch {epoch}: train loss {loss_sum / max(n_sum, 1):.4f}, "
-                f"test accuracy {accuracy:.4f} ({int(correct)}/{int(total)})")
+            say(
+                f"epoch {epoch}: train loss {loss_sum / max(n_sum, 1):.4f}, "
+                f"test accuracy {accuracy:.4f} ({int(correct)}/{int(total)})"
+            )
             if resumed:  # only the rest of the epoch: checked across both runs by the caller
                 say(f"epoch {epoch} (resumed): {sum(map(len, shards))} items on {world} ranks")
             else:
@@ -229,22 +253,34 @@ def train(args: argparse.Namespace) -> int:
     if rank == 0 and args.record is not None:
         args.record.parent.mkdir(parents=True, exist_ok=True)
         size = train_ds.get_size()
-        doc: dict[str, Any] = {"size": size, "num_replicas": world, "seed": args.seed,
-                               "epochs": record}
+        doc: dict[str, Any] = {
+            "size": size,
+            "num_replicas": world,
+            "seed": args.seed,
+            "epochs": record,
+        }
         if args.resume:
             doc["first_epoch"] = start_epoch
         if partial is not None:
             doc["partial"] = partial
         args.record.write_text(json.dumps(doc) + "\n")
         say(f"recorded {len(record)} epochs of {world} ranks' indices to {args.record}")
-    say(f"final test accuracy {accuracy:.4f}; shard checks {'passed' if all_ok else 'FAILED'}; "
-        f"done in {time.perf_counter() - t_start:.1f} s", flush=True)
+    say(
+        f"final test accuracy {accuracy:.4f}; shard checks {'passed' if all_ok else 'FAILED'}; "
+        f"done in {time.perf_counter() - t_start:.1f} s",
+        flush=True,
+    )
     return 0 if all_ok else 1
 
 
-def train_epoch(args: argparse.Namespace, model: DistributedDataParallel,
-                opt: torch.optim.Optimizer, loader: Any, step: int, rank: int
-                ) -> tuple[list[int], float, float, int, bool]:
+def train_epoch(
+    args: argparse.Namespace,
+    model: DistributedDataParallel,
+    opt: torch.optim.Optimizer,
+    loader: Any,
+    step: int,
+    rank: int,
+) -> tuple[list[int], float, float, int, bool]:
     """One epoch (or its rest, after a resume) of training, checkpointing every
     ``--checkpoint-every`` steps and stopping after ``--stop-after`` steps.
 
@@ -274,16 +310,24 @@ def train_epoch(args: argparse.Namespace, model: DistributedDataParallel,
     return mine, loss_sum, n_sum, step, stopped
 
 
-def save_checkpoint(path: Path, rank: int, net: nn.Module, opt: torch.optim.Optimizer,
-                    loader: Any, step: int) -> None:
+def save_checkpoint(
+    path: Path, rank: int, net: nn.Module, opt: torch.optim.Optimizer, loader: Any, step: int
+) -> None:
     """Rank 0 writes model, optimiser and loader state (atomically: a crash mid-write leaves the
     previous checkpoint). The loader state is plain JSON, identical on every rank."""
     if rank != 0:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict(),
-                "loader": json.dumps(loader.state_dict()), "step": step}, tmp)
+    torch.save(
+        {
+            "model": net.state_dict(),
+            "optimizer": opt.state_dict(),
+            "loader": json.dumps(loader.state_dict()),
+            "step": step,
+        },
+        tmp,
+    )
     os.replace(tmp, path)
 
 

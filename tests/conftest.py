@@ -53,8 +53,7 @@ def _leftovers(
 ) -> tuple[list[Any], list[str], list[str]]:
     keep = {*_python_helpers(), *procs_before}
     procs = [
-        p for p in psutil.Process().children(recursive=True)
-        if p.pid not in keep and _alive(p)
+        p for p in psutil.Process().children(recursive=True) if p.pid not in keep and _alive(p)
     ]
     procs += [p for p in multiprocessing.active_children() if p.pid not in keep]
     threads = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]

@@ -37,9 +37,12 @@ def global_augmented(n: int, sleep_s: float = 0.0) -> Any:
         if sleep_s:
             time.sleep(sleep_s)
         return {
-            "t": torch.rand(()), "np": torch.tensor(np.random.rand()),
-            "py": torch.tensor(random.random()), "target": torch.tensor(i),
+            "t": torch.rand(()),
+            "np": torch.tensor(np.random.rand()),
+            "py": torch.tensor(random.random()),
+            "target": torch.tensor(i),
         }
 
-    return data.dataset(size=n, get_item=get_item,
-                        process_spec=_spec("global_augmented", n, sleep_s))
+    return data.dataset(
+        size=n, get_item=get_item, process_spec=_spec("global_augmented", n, sleep_s)
+    )

@@ -43,8 +43,7 @@ class Records:
     def get_item(self, i: int) -> dict[str, Any]:
         self.f.seek(RECORD * i)
         raw = self.f.read(RECORD)
-        return {"value": torch.tensor(int.from_bytes(raw[:8], "little")),
-                "target": torch.tensor(i)}
+        return {"value": torch.tensor(int.from_bytes(raw[:8], "little")), "target": torch.tensor(i)}
 
     def close(self) -> None:
         self.f.close()
@@ -65,8 +64,7 @@ class PreadRecords(Records):
 
     def get_item(self, i: int) -> dict[str, Any]:
         raw = os.pread(self.fd, RECORD, RECORD * i)
-        return {"value": torch.tensor(int.from_bytes(raw[:8], "little")),
-                "target": torch.tensor(i)}
+        return {"value": torch.tensor(int.from_bytes(raw[:8], "little")), "target": torch.tensor(i)}
 
     def close(self) -> None:
         os.close(self.fd)
@@ -77,7 +75,8 @@ def slow_start(n: int, seconds: float) -> Any:
     ``{"data": [i], "target": i}`` are instant."""
     time.sleep(seconds)
     return data.dataset(
-        size=n, get_item=lambda i: {"data": torch.tensor([float(i)]), "target": torch.tensor(i)},
+        size=n,
+        get_item=lambda i: {"data": torch.tensor([float(i)]), "target": torch.tensor(i)},
         process_spec=_spec("slow_start", n, seconds),
     )
 
@@ -99,9 +98,11 @@ class Curriculum:
 
     def get_item(self, i: int) -> dict[str, Any]:
         info = data.get_worker_info()
-        return {"level": torch.tensor(self.level),
-                "epoch": torch.tensor(-1 if info is None else info.epoch),
-                "target": torch.tensor(i)}
+        return {
+            "level": torch.tensor(self.level),
+            "epoch": torch.tensor(-1 if info is None else info.epoch),
+            "target": torch.tensor(i),
+        }
 
 
 def curriculum(n: int) -> Curriculum:
@@ -137,8 +138,9 @@ def slow_first_epoch(n: int, seconds: float) -> Any:
             time.sleep(seconds)
         return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
 
-    return data.dataset(size=n, get_item=get_item,
-                        process_spec=_spec("slow_first_epoch", n, seconds))
+    return data.dataset(
+        size=n, get_item=get_item, process_spec=_spec("slow_first_epoch", n, seconds)
+    )
 
 
 def buggy(n: int, kind: str, at: int) -> Any:
@@ -177,8 +179,11 @@ def keep_items(items: list[Any]) -> list[Any]:
 def big_base_rows() -> Any:
     """B28: items are 4 KiB rows (views) of a 64 MiB base tensor built in the worker."""
     base = torch.arange(16384 * 1024, dtype=torch.float32).reshape(16384, 1024)
-    return data.dataset(size=16384, get_item=lambda i: {"row": base[i], "target": torch.tensor(i)},
-                        process_spec=_spec("big_base_rows"))
+    return data.dataset(
+        size=16384,
+        get_item=lambda i: {"row": base[i], "target": torch.tensor(i)},
+        process_spec=_spec("big_base_rows"),
+    )
 
 
 def sparse_items() -> Any:

@@ -37,15 +37,21 @@ def _files(sub: str) -> list[Path]:
 
 def test_instrumentation_imports_nothing_else_from_the_package() -> None:
     for f in _files("instrumentation"):
-        bad = {m for m in _imports(f) if m.startswith("clorch_nb") and
-               not m.startswith("clorch_nb.instrumentation")}
+        bad = {
+            m
+            for m in _imports(f)
+            if m.startswith("clorch_nb") and not m.startswith("clorch_nb.instrumentation")
+        }
         assert not bad, f"{f.name} imports {bad}"
 
 
 def test_data_never_imports_widgets_or_notebook_libraries() -> None:
     for f in _files("data"):
-        bad = {m for m in _imports(f)
-               if m.startswith(("clorch_nb.widgets", "ipywidgets", "matplotlib", "IPython"))}
+        bad = {
+            m
+            for m in _imports(f)
+            if m.startswith(("clorch_nb.widgets", "ipywidgets", "matplotlib", "IPython"))
+        }
         assert not bad, f"{f.relative_to(PKG)} imports {bad}"
 
 
@@ -54,8 +60,10 @@ def test_widgets_use_only_public_names_of_data() -> None:
 
     for f in _files("widgets"):
         for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
-                "clorch_nb.data"
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("clorch_nb.data")
             ):
                 if node.module == "clorch_nb.data":
                     names = {a.name for a in node.names}

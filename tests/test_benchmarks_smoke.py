@@ -27,7 +27,10 @@ def test_quick_run_writes_every_scenario_row(tmp_path: Path) -> None:
 
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--quick", "--repeats", "1", "--output", str(out)],
-        cwd=REPO, capture_output=True, text=True, timeout=840,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=840,
         env={**os.environ, "PYTHONHASHSEED": "0"},
     )
 

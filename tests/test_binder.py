@@ -143,7 +143,8 @@ def test_every_core_and_notebook_dependency_is_satisfiable() -> None:
     named, extras, _ = binder_install()
     pins = {
         canonicalize_name(r.name): Version(next(iter(r.specifier)).version)
-        for r in named if len(r.specifier) == 1 and next(iter(r.specifier)).operator == "=="
+        for r in named
+        if len(r.specifier) == 1 and next(iter(r.specifier)).operator == "=="
     }
     wanted = expand({"notebooks"}, python)
     assert {canonicalize_name(r.name) for r in wanted} >= {"torch", "jupyterlab", "ipywidgets"}
@@ -176,7 +177,11 @@ def test_start_is_executable_sets_one_thread_and_execs_the_command() -> None:
     show = "import os, sys; print(os.environ['OMP_NUM_THREADS'], sys.argv[1:])"
     out = subprocess.run(
         [str(start), sys.executable, "-c", show, "a b"],
-        capture_output=True, text=True, timeout=30, env=env, check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=True,
     )
     assert out.stdout.strip() == "1 ['a b']"
 
@@ -209,11 +214,14 @@ def test_readme_badge_explains_how_to_launch_from_a_copy() -> None:
     lines = text.splitlines()
     assert lines[0].startswith("# "), "README starts with its title"
     badge = next(ln for ln in lines[1:] if ln.strip())
-    m = re.fullmatch(r"\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\(#([\w-]+)\)",
-                     badge.strip())
+    m = re.fullmatch(
+        r"\[!\[Binder\]\(https://mybinder\.org/badge_logo\.svg\)\]\(#([\w-]+)\)", badge.strip()
+    )
     assert m, f"the line below the README title should be the Binder badge, got {badge!r}"
-    headings = {re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-"): h
-                for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    headings = {
+        re.sub(r"[^\w -]", "", h).strip().lower().replace(" ", "-"): h
+        for h in re.findall(r"^#+ (.+)$", text, re.M)
+    }
     assert m[1] in headings, f"the badge points at #{m[1]}, which is not a README heading"
     section = text.split(headings[m[1]], 1)[1].split("\n#", 1)[0]
     assert f"https://mybinder.org/v2/gh/<user>/<repository>/HEAD?{BADGE_TARGET}" in section

@@ -70,8 +70,9 @@ def wait_until(cond: Any, seconds: float = 5.0) -> bool:
 
 
 def warm_forkserver() -> int:
-    with data.dataloader(fixtures.numbers(4), batch_size=2, num_workers=1,
-                         worker_backend="process") as dl:
+    with data.dataloader(
+        fixtures.numbers(4), batch_size=2, num_workers=1, worker_backend="process"
+    ) as dl:
         list(dl)
     pid = forkserver._forkserver._forkserver_pid
     assert pid is not None and alive(pid)
@@ -96,8 +97,9 @@ def test_ctrl_c_during_worker_start_keeps_the_forkserver(monkeypatch: pytest.Mon
         return original(sock, fds)
 
     monkeypatch.setattr(reduction, "sendfds", sendfds_under_ctrl_c)
-    dl = data.dataloader(fixtures.numbers(8), batch_size=2, num_workers=3,
-                         worker_backend="process", shuffle=False)
+    dl = data.dataloader(
+        fixtures.numbers(8), batch_size=2, num_workers=3, worker_backend="process", shuffle=False
+    )
     with pytest.raises(KeyboardInterrupt):
         list(dl)
     monkeypatch.setattr(reduction, "sendfds", original)
@@ -122,8 +124,9 @@ def test_ctrl_c_while_thread_workers_start(monkeypatch: pytest.MonkeyPatch) -> N
             os.kill(os.getpid(), signal.SIGINT)
 
     monkeypatch.setattr(threading.Thread, "start", start_then_ctrl_c)
-    dl = data.dataloader(fixtures.numbers(6), batch_size=2, num_workers=3,
-                         worker_backend="thread", shuffle=False)
+    dl = data.dataloader(
+        fixtures.numbers(6), batch_size=2, num_workers=3, worker_backend="thread", shuffle=False
+    )
     with pytest.raises(KeyboardInterrupt):
         list(dl)
     monkeypatch.undo()
@@ -143,8 +146,13 @@ def test_dead_forkserver_is_replaced() -> None:
     with socket.socket(socket.AF_UNIX) as refusing:  # bound, never listening: ECONNREFUSED
         refusing.bind(str(path))
         fs._forkserver_address = str(path)  # what a dying server looks like to its clients
-        with data.dataloader(fixtures.numbers(6), batch_size=2, num_workers=2,
-                             worker_backend="process", shuffle=False) as dl:
+        with data.dataloader(
+            fixtures.numbers(6),
+            batch_size=2,
+            num_workers=2,
+            worker_backend="process",
+            shuffle=False,
+        ) as dl:
             assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
     path.unlink(missing_ok=True)
     assert fs._forkserver_pid not in (None, server) and alive(fs._forkserver_pid)
@@ -184,8 +192,13 @@ def test_ctrl_c_while_receiving_a_process_result(
 
         monkeypatch.setattr(shm, "decode_batch", interrupted)
     # 20,000 floats per item: every batch travels through a /dev/shm segment
-    dl = data.dataloader(fixtures.numbers(12, 20_000), batch_size=2, num_workers=2,
-                         worker_backend="process", shuffle=False)
+    dl = data.dataloader(
+        fixtures.numbers(12, 20_000),
+        batch_size=2,
+        num_workers=2,
+        worker_backend="process",
+        shuffle=False,
+    )
     with pytest.raises(KeyboardInterrupt):
         for _ in dl:
             pass
@@ -210,8 +223,9 @@ def test_ctrl_c_while_a_thread_result_is_taken(monkeypatch: pytest.MonkeyPatch) 
         return original(self, timeout_s)
 
     monkeypatch.setattr(ThreadPool, "get", interrupted)
-    with data.dataloader(fixtures.numbers(6), batch_size=2, num_workers=2,
-                         worker_backend="thread", shuffle=False) as dl:
+    with data.dataloader(
+        fixtures.numbers(6), batch_size=2, num_workers=2, worker_backend="thread", shuffle=False
+    ) as dl:
         with pytest.raises(KeyboardInterrupt):
             list(dl)
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
@@ -293,10 +307,12 @@ class _InterruptingQueue:
         return getattr(self.inner, name)
 
 
-@pytest.mark.parametrize(("name", "point"), [("thread", "stop"), ("process", "stop"),
-                                             ("process", "reap")])
-def test_second_close_finishes_an_interrupted_one(name: str, point: str,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    ("name", "point"), [("thread", "stop"), ("process", "stop"), ("process", "reap")]
+)
+def test_second_close_finishes_an_interrupted_one(
+    name: str, point: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A KeyboardInterrupt inside close() (before the workers were told to stop, or while
     waiting for them): a second close() stops every worker and closes every pipe and sentinel
     (the process's descriptor count is back where it was)."""
@@ -331,8 +347,9 @@ def test_second_close_finishes_an_interrupted_one(name: str, point: str,
 
 
 @pytest.mark.parametrize("kind", ["str", "init", "lock", "base", "rebuild_exits"])
-def test_hostile_exception_is_reported_with_index_and_type(kind: str,
-                                                           backend: dict[str, Any]) -> None:
+def test_hostile_exception_is_reported_with_index_and_type(
+    kind: str, backend: dict[str, Any]
+) -> None:
     """An item raising an exception whose str/repr raise, whose constructor is odd, which holds
     an unpicklable attribute, which is a BaseException subclass, or whose rebuild raises
     SystemExit: the consumer gets it (or a WorkerError naming its type) with the dataset index;
@@ -379,8 +396,13 @@ class _FailsOnSecondEpoch:
 def test_sampler_error_at_iter_does_not_keep_the_workers(name: str) -> None:
     """An error raised by iter(loader) itself (the sampler's), kept while the loader is
     dropped: the workers the previous epoch started still stop at gc."""
-    dl = data.dataloader(fixtures.numbers(6), batch_size=2, num_workers=2, worker_backend=name,
-                         sampler=_FailsOnSecondEpoch(6))
+    dl = data.dataloader(
+        fixtures.numbers(6),
+        batch_size=2,
+        num_workers=2,
+        worker_backend=name,
+        sampler=_FailsOnSecondEpoch(6),
+    )
     assert len(list(dl)) == 3
     with pytest.raises(RuntimeError, match="sampler broke") as ei:
         iter(dl)

@@ -63,8 +63,11 @@ def test_each_iter_is_a_new_shuffle_reproducible_with_seed_or_generator():
     assert epochs(data.dataloader(ds(50), batch_size=8, seed=124)) != a
     # generator=: the loader's seed is drawn once from it, so the same generator state repeats
     g = epochs(data.dataloader(ds(50), batch_size=8, generator=torch.Generator().manual_seed(1)))
-    assert epochs(data.dataloader(ds(50), batch_size=8,
-                                  generator=torch.Generator().manual_seed(1))) == g != a
+    assert (
+        epochs(data.dataloader(ds(50), batch_size=8, generator=torch.Generator().manual_seed(1)))
+        == g
+        != a
+    )
     # without either: torch's global RNG
     torch.manual_seed(7)
     g1 = epochs(data.dataloader(ds(50), batch_size=8), 2)
@@ -242,7 +245,10 @@ def test_events_one_batch_event_per_batch_and_epoch_events():
     assert kinds == [("EpochEvent", "start")] + [("BatchEvent", None)] * 3 + [("EpochEvent", "end")]
     start, end = events[0], events[-1]
     assert (start.epoch, start.num_batches, start.worker_backend, start.num_workers) == (
-        0, 3, "inline", 0
+        0,
+        3,
+        "inline",
+        0,
     )
     assert end.epoch == 0 and end.t_s >= start.t_s
     bev = [e for e in events if isinstance(e, BatchEvent)]

@@ -62,8 +62,9 @@ def test_verdict_kinds_on_synthetic_splits() -> None:
     assert one(0.5, 0.5).kind == "data-bound"
     assert one(0.05, 0.95).kind == "compute-bound"
     assert one(0.15, 0.85).kind == "balanced"
-    assert "no data" in str(verdict(Breakdown(), worker_backend="inline", num_workers=0,
-                                    busy_share=0.0))
+    assert "no data" in str(
+        verdict(Breakdown(), worker_backend="inline", num_workers=0, busy_share=0.0)
+    )
 
 
 def _run(loader: Any, *, body_s: float = 0.0, epochs: int = 1) -> Any:
@@ -121,8 +122,9 @@ def test_slow_loop_body_is_compute_bound() -> None:
 @pytest.mark.timeout(60)
 def test_too_few_workers() -> None:
     # one worker needs 8 x 4 ms a batch; the loop needs 5 ms: the worker is the bottleneck
-    loader = data.dataloader(sleepy(64, 0.004), batch_size=8, num_workers=1,
-                             worker_backend="thread")
+    loader = data.dataloader(
+        sleepy(64, 0.004), batch_size=8, num_workers=1, worker_backend="thread"
+    )
     v = _run(loader, body_s=0.005)
     assert (v.kind, v.stage) == ("data-bound", "items"), v.to_text()
     assert v.busy_share > 0.8

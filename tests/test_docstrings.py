@@ -9,7 +9,8 @@ import pkgutil
 import clorch_nb
 
 MODULES = [
-    m.name for m in pkgutil.walk_packages(clorch_nb.__path__, "clorch_nb.")
+    m.name
+    for m in pkgutil.walk_packages(clorch_nb.__path__, "clorch_nb.")
     if not any(part.startswith("_") for part in m.name.split("."))
 ]
 
@@ -38,9 +39,11 @@ def test_every_public_function_and_class_is_documented() -> None:
                 missing.append(f"{name}.{n}")
             if inspect.isclass(obj):
                 for m, member in vars(obj).items():
-                    if not m.startswith("_") and inspect.isfunction(member) and not (
-                        member.__doc__ or ""
-                    ).strip():
+                    if (
+                        not m.startswith("_")
+                        and inspect.isfunction(member)
+                        and not (member.__doc__ or "").strip()
+                    ):
                         missing.append(f"{name}.{n}.{m}")
     assert not missing, f"undocumented: {sorted(set(missing))}"
 

@@ -71,7 +71,8 @@ def test_docs_text_does_not_read_pydoc_data() -> None:
     # pydoc_data.topics changes between patch releases: nothing in the package may read it
     package = Path(examples.__file__).parent
     readers = [
-        str(p.relative_to(package)) for p in package.rglob("*.py")
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
         if re.search(r"^\s*(from|import)\s+pydoc_data", p.read_text(encoding="utf-8"), re.M)
     ]
     assert not readers, f"modules that read pydoc_data: {readers}"

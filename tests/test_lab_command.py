@@ -36,22 +36,31 @@ def _status(url: str) -> int:
 @pytest.mark.timeout(180)
 def test_lab_command_serves_the_series_with_token_auth(tmp_path: Path) -> None:
     port = _free_port()
-    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
+    env = {
+        **os.environ,
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+    }
     env.pop("DISPLAY", None)
     log = tmp_path / "lab.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
             ["bash", "scripts/lab.sh", f"--port={port}", "--ServerApp.port_retries=0"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 150
         url = None
         while time.monotonic() < deadline and url is None:
             assert proc.poll() is None, f"scripts/lab.sh exited early:\n{log.read_text()}"
-            m = re.search(rf"http://127\.0\.0\.1:{port}/lab/tree/00_index\.ipynb\?token=(\w+)",
-                          log.read_text())
+            m = re.search(
+                rf"http://127\.0\.0\.1:{port}/lab/tree/00_index\.ipynb\?token=(\w+)",
+                log.read_text(),
+            )
             url = m.group(0) if m else None
             time.sleep(0.5)
         assert url, f"no URL with a token printed:\n{log.read_text()}"

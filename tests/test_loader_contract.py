@@ -65,8 +65,14 @@ def test_same_batches_in_order(name: str, num_workers: int, width: int) -> None:
 
 def test_custom_collate_structure(backend: dict[str, Any]) -> None:
     """A module-level collate_fn's structure (tuple with tensors and strings) arrives intact."""
-    with loader(spec_ds("numbers", 10, 3), backend, batch_size=4, shuffle=False, drop_last=True,
-                collate_fn=fixtures.tuple_collate) as dl:
+    with loader(
+        spec_ds("numbers", 10, 3),
+        backend,
+        batch_size=4,
+        shuffle=False,
+        drop_last=True,
+        collate_fn=fixtures.tuple_collate,
+    ) as dl:
         got = list(dl)
     assert len(got) == 2
     x, y, names = got[1]
@@ -140,9 +146,16 @@ def test_unrebuildable_error_is_chained(backend: dict[str, Any]) -> None:
 
 def test_collate_error(backend: dict[str, Any]) -> None:
     """An exception in collate_fn keeps its type and names the batch."""
-    with loader(spec_ds("numbers", 6), backend, batch_size=3, shuffle=False,
-                collate_fn=fixtures.failing_collate) as dl, \
-            pytest.raises(KeyError, match="collate saw 3 items") as ei:
+    with (
+        loader(
+            spec_ds("numbers", 6),
+            backend,
+            batch_size=3,
+            shuffle=False,
+            collate_fn=fixtures.failing_collate,
+        ) as dl,
+        pytest.raises(KeyError, match="collate saw 3 items") as ei,
+    ):
         list(dl)
     assert "in collate_fn for batch 0" in "\n".join(ei.value.__notes__)
 
@@ -155,8 +168,9 @@ def test_stalled_worker_times_out(backend: dict[str, Any]) -> None:
     if backend["name"] == "inline":
         pytest.skip("timeout_ms applies to workers")
     fixtures.RELEASE.clear()
-    dl = loader(spec_ds("faulty", 8, "stall", 3), backend, batch_size=1, shuffle=False,
-                timeout_ms=500)
+    dl = loader(
+        spec_ds("faulty", 8, "stall", 3), backend, batch_size=1, shuffle=False, timeout_ms=500
+    )
     got = []
     t0 = time.monotonic()
     try:

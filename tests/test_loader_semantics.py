@@ -47,10 +47,13 @@ def test_b21_zip_over_one_loader_raises_instead_of_a_short_epoch(backend: dict[s
     """B21 ("Two live iterators over one loader"): ``zip(d, d)`` used to give ``[]`` silently.
     The second ``iter()`` stops the first epoch, whose iterator then raises saying why."""
     with dl(ds(6), backend, batch_size=2, shuffle=False) as d:
-        with pytest.raises(StaleIteratorError, match=(
-            r"epoch 0 was stopped after 0 of 3 batches: iter\(loader\) was called again and "
-            r"started epoch 1.*loader\.peek\(\).*make two loaders"
-        )):
+        with pytest.raises(
+            StaleIteratorError,
+            match=(
+                r"epoch 0 was stopped after 0 of 3 batches: iter\(loader\) was called again and "
+                r"started epoch 1.*loader\.peek\(\).*make two loaders"
+            ),
+        ):
             [(idx(a), idx(b)) for a, b in zip(d, d, strict=False)]
         assert [idx(b) for b in d] == [[0, 1], [2, 3], [4, 5]]  # the loader is fine after
 
@@ -117,8 +120,10 @@ def test_set_epoch_reaches_every_worker_before_its_first_batch(backend: dict[str
     """The channel: the dataset's ``set_epoch(epoch)`` runs before each epoch on every copy
     (here; in each process worker), and ``get_worker_info().epoch`` is the epoch."""
     with dl(sf.Curriculum(6), backend, batch_size=2, shuffle=False) as d:
-        seen = [([int(x) for b in d for x in b["level"]], {int(x) for b in d for x in b["epoch"]})
-                for _ in range(2)]
+        seen = [
+            ([int(x) for b in d for x in b["level"]], {int(x) for b in d for x in b["epoch"]})
+            for _ in range(2)
+        ]
         it = iter(d)  # epoch 4; this process's copy is kept in step, so peek() agrees
         assert [int(x) for x in next(it)["level"]] == [int(x) for x in d.peek()["level"]] == [2, 2]
     # each pair of epochs above ran two iter()s: epochs 0+1, then 2+3
@@ -136,10 +141,13 @@ def test_state_changed_here_reaches_workers_or_stops_the_loader(backend: dict[st
         assert [int(x) for b in d for x in b["level"]] == [0, 0, 0, 0]
         level.level = 1
         if backend["name"] == "process":
-            with pytest.raises(WorkerStateError, match=(
-                r"dataset attribute 'level' changed from 0 to 1 in this process since the last "
-                r"epoch.*set_epoch\(epoch\)"
-            )):
+            with pytest.raises(
+                WorkerStateError,
+                match=(
+                    r"dataset attribute 'level' changed from 0 to 1 in this process since the last "
+                    r"epoch.*set_epoch\(epoch\)"
+                ),
+            ):
                 iter(d)
         else:
             assert [int(x) for b in d for x in b["level"]] == [1, 1, 1, 1]
@@ -159,7 +167,7 @@ def test_replaced_or_edited_tensor_reaches_every_backend(backend: dict[str, Any]
 
 
 def test_a_failing_set_epoch_stops_the_epoch_before_its_first_batch(
-    backend: dict[str, Any]
+    backend: dict[str, Any],
 ) -> None:
     """An error in ``set_epoch`` is raised (with a note naming the epoch), never skipped."""
 
@@ -169,13 +177,13 @@ def test_a_failing_set_epoch_stops_the_epoch_before_its_first_batch(
 
     if backend["name"] == "process":
         broken: Any = sf.Curriculum(4)
-        broken.process_spec = {"factory": "tests.semantics_fixtures:broken_curriculum",
-                               "args": [4]}
+        broken.process_spec = {"factory": "tests.semantics_fixtures:broken_curriculum", "args": [4]}
     else:
         broken = Broken(4)
-    with dl(broken, backend, batch_size=2, shuffle=False) as d, pytest.raises(
-        ValueError, match="no level for epoch 0"
-    ) as ei:
+    with (
+        dl(broken, backend, batch_size=2, shuffle=False) as d,
+        pytest.raises(ValueError, match="no level for epoch 0") as ei,
+    ):
         list(d)
     assert any("set_epoch(0)" in n for n in ei.value.__notes__)
 
@@ -205,17 +213,21 @@ def test_b23_a_shared_file_handle_never_gives_wrong_bytes(tmp_path: Any) -> None
         with data.dataloader(shared, batch_size=16, shuffle=True, seed=0) as d:
             assert _wrong(d, 3) == (0, 12000)
         for k, backend in ((4, "auto"), (8, "auto"), (4, "thread")):
-            with pytest.raises(ConfigError, match=(
-                rf"worker_backend='{backend}' would run this dataset in thread workers, which "
-                r"share its dataset\.f \(BufferedReader\).*os\.pread.*process_spec.*"
-                r"thread_safe=True"
-            )):
+            with pytest.raises(
+                ConfigError,
+                match=(
+                    rf"worker_backend='{backend}' would run this dataset in thread workers, which "
+                    r"share its dataset\.f \(BufferedReader\).*os\.pread.*process_spec.*"
+                    r"thread_safe=True"
+                ),
+            ):
                 data.dataloader(shared, batch_size=16, num_workers=k, worker_backend=backend)
     finally:
         shared.close()
-    with Closing(sf.Records(path, 4000, spec=True)) as per_worker, data.dataloader(
-        per_worker, batch_size=16, seed=0, num_workers=4
-    ) as d:
+    with (
+        Closing(sf.Records(path, 4000, spec=True)) as per_worker,
+        data.dataloader(per_worker, batch_size=16, seed=0, num_workers=4) as d,
+    ):
         assert d.worker_backend == "process"
         assert _wrong(d, 3) == (0, 12000)
 
@@ -249,8 +261,7 @@ def test_b23_the_fixes_load_right_bytes_in_threads(tmp_path: Any) -> None:
                 return super().get_item(i)
 
     for dataset in (sf.PreadRecords(path, 4000), Locked()):
-        with Closing(dataset), data.dataloader(dataset, batch_size=16, seed=0,
-                                                num_workers=4) as d:
+        with Closing(dataset), data.dataloader(dataset, batch_size=16, seed=0, num_workers=4) as d:
             assert d.worker_backend == "thread"
             assert _wrong(d, 3) == (0, 12000)
 
@@ -306,15 +317,18 @@ def test_b27_a_batch_sampler_passed_as_sampler_is_named_as_such(n: int) -> None:
     """B27: ``sampler=BatchSampler(...)`` used to fail with a raw torch error (n=10) or blame
     ``__len__`` (n=12); now, before any batch: it yields batches, pass it as batch_sampler=."""
     bs = BatchSampler(SequentialSampler(range(n)), 4, drop_last=False)
-    with pytest.raises(ConfigError, match=(
-        r"sampler BatchSampler yields batches \(lists of indices, e\.g\. \[0, 1, 2, 3\]\), not "
-        r"dataset indices: pass it as batch_sampler="
-    )):
+    with pytest.raises(
+        ConfigError,
+        match=(
+            r"sampler BatchSampler yields batches \(lists of indices, e\.g\. \[0, 1, 2, 3\]\), not "
+            r"dataset indices: pass it as batch_sampler="
+        ),
+    ):
         data.dataloader(ds(n), sampler=bs, batch_size=4)
 
 
 def test_b27_any_sampler_yielding_lists_is_caught_at_its_first_epoch(
-    backend: dict[str, Any]
+    backend: dict[str, Any],
 ) -> None:
     """A sampler of our own making that yields lists: the same message, at ``iter()``."""
 
@@ -325,18 +339,28 @@ def test_b27_any_sampler_yielding_lists_is_caught_at_its_first_epoch(
         def __len__(self) -> int:
             return 2
 
-    with dl(ds(4), backend, sampler=Lists(), batch_size=2) as d, pytest.raises(
-        ConfigError, match=r"sampler Lists yields batches"
+    with (
+        dl(ds(4), backend, sampler=Lists(), batch_size=2) as d,
+        pytest.raises(ConfigError, match=r"sampler Lists yields batches"),
     ):
         iter(d)
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"batch_size": 4}, r"batch_size=4 cannot be combined with batch_sampler=.*Drop batch_size"),
-    ({"shuffle": True}, r"shuffle=True cannot be combined.*BatchSampler\(RandomSampler\(ds\)"),
-    ({"sampler": [0, 1]}, r"sampler= cannot be combined.*BatchSampler\(sampler, batch_size"),
-    ({"drop_last": True}, r"drop_last=True cannot be combined.*BatchSampler\(\.\.\., drop_last"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        (
+            {"batch_size": 4},
+            r"batch_size=4 cannot be combined with batch_sampler=.*Drop batch_size",
+        ),
+        ({"shuffle": True}, r"shuffle=True cannot be combined.*BatchSampler\(RandomSampler\(ds\)"),
+        ({"sampler": [0, 1]}, r"sampler= cannot be combined.*BatchSampler\(sampler, batch_size"),
+        (
+            {"drop_last": True},
+            r"drop_last=True cannot be combined.*BatchSampler\(\.\.\., drop_last",
+        ),
+    ],
+)
 def test_b27_batch_sampler_is_exclusive_with_what_it_decides(
     kw: dict[str, Any], match: str
 ) -> None:
@@ -375,8 +399,13 @@ def test_a_bug_in_get_item_raises_never_ends_the_data(backend: dict[str, Any], k
     loader (StopIteration as a RuntimeError that says so) after exactly one batch, and from
     ``list(ds)`` / ``for item in ds``: never a shortened epoch or list."""
     buggy = sf.buggy(6, kind, 3)
-    want = (IndexError, r"list index out of range") if kind == "IndexError" else (
-        RuntimeError, r"get_item raised StopIteration while loading dataset index 3 \(batch 1\)"
+    want = (
+        (IndexError, r"list index out of range")
+        if kind == "IndexError"
+        else (
+            RuntimeError,
+            r"get_item raised StopIteration while loading dataset index 3 \(batch 1\)",
+        )
     )
     with dl(buggy, backend, batch_size=3, shuffle=False) as d:
         got = []
@@ -384,8 +413,10 @@ def test_a_bug_in_get_item_raises_never_ends_the_data(backend: dict[str, Any], k
             for b in d:
                 got.append(idx(b))
         assert got == [[0, 1, 2]]
-    plain = (IndexError, r"list index out of range") if kind == "IndexError" else (
-        RuntimeError, r"get_item\(3\) raised StopIteration"
+    plain = (
+        (IndexError, r"list index out of range")
+        if kind == "IndexError"
+        else (RuntimeError, r"get_item\(3\) raised StopIteration")
     )
     with pytest.raises(plain[0], match=plain[1]):
         list(buggy)
@@ -397,23 +428,37 @@ def test_a_bug_in_get_item_raises_never_ends_the_data(backend: dict[str, Any], k
 # -- a sampler built for another dataset size -----------------------------------------------------
 
 
-@pytest.mark.parametrize(("sampler", "built_for", "lost"), [
-    (lambda: data.distributed_sampler(8, num_replicas=2, rank=0), 8, "2 items would never be"),
-    (lambda: data.distributed_sampler(12, num_replicas=2, rank=1), 12, r"indices 10\.\.11 do not"),
-    (lambda: RandomSampler(range(12)), 12, r"indices 10\.\.11 do not exist"),
-    (lambda: SequentialSampler(range(9)), 9, "1 item would never be loaded"),
-    (lambda: torch.utils.data.DistributedSampler(range(8), num_replicas=2, rank=0), 8, "2 items"),
-])
+@pytest.mark.parametrize(
+    ("sampler", "built_for", "lost"),
+    [
+        (lambda: data.distributed_sampler(8, num_replicas=2, rank=0), 8, "2 items would never be"),
+        (
+            lambda: data.distributed_sampler(12, num_replicas=2, rank=1),
+            12,
+            r"indices 10\.\.11 do not",
+        ),
+        (lambda: RandomSampler(range(12)), 12, r"indices 10\.\.11 do not exist"),
+        (lambda: SequentialSampler(range(9)), 9, "1 item would never be loaded"),
+        (
+            lambda: torch.utils.data.DistributedSampler(range(8), num_replicas=2, rank=0),
+            8,
+            "2 items",
+        ),
+    ],
+)
 def test_a_sampler_of_another_size_is_refused_naming_both_sizes(
     backend: dict[str, Any], sampler: Any, built_for: int, lost: str
 ) -> None:
     """Smaller (items silently never loaded) or larger (indices that do not exist): refused when
     the loader is made, naming both sizes."""
     s = sampler()
-    with pytest.raises(ConfigError, match=(
-        rf"sampler {type(s).__name__} was built for a dataset of {built_for} items but this "
-        rf"dataset has 10 \({lost}"
-    )):
+    with pytest.raises(
+        ConfigError,
+        match=(
+            rf"sampler {type(s).__name__} was built for a dataset of {built_for} items but this "
+            rf"dataset has 10 \({lost}"
+        ),
+    ):
         dl(ds(10), backend, sampler=s, batch_size=2)
 
 
@@ -446,13 +491,15 @@ def test_b34_start_timeout_names_the_start_up_phase(backend: dict[str, Any]) -> 
     """Start-up has its own limit, ``start_timeout_ms``, and its own message; threads and inline
     have no start-up to wait for and deliver."""
     slow = sf.slow_start(4, 1.5)
-    with dl(slow, backend, batch_size=2, shuffle=False, timeout_ms=1000,
-            start_timeout_ms=300) as d:
+    with dl(slow, backend, batch_size=2, shuffle=False, timeout_ms=1000, start_timeout_ms=300) as d:
         if backend["name"] == "process":
-            with pytest.raises(WorkerTimeoutError, match=(
-                r"process worker 0 was still starting after \d\.\d s \(start_timeout_ms=300\): "
-                r"starting its interpreter, building the dataset from its process_spec"
-            )):
+            with pytest.raises(
+                WorkerTimeoutError,
+                match=(
+                    r"process worker 0 was still starting after \d\.\d s \(start_timeout_ms=300\): "
+                    r"starting its interpreter, building the dataset from its process_spec"
+                ),
+            ):
                 list(d)
         else:
             assert [idx(b) for b in d] == [[0, 1], [2, 3]]
@@ -469,10 +516,13 @@ def test_b34_after_a_batch_timeout_the_next_epoch_succeeds(backend: dict[str, An
         if backend["name"] == "inline":
             assert [idx(b) for b in d] == want
         else:
-            with pytest.raises(WorkerTimeoutError, match=(
-                r"batch 0 \(dataset indices \[0, 1\]\) was not ready within timeout_ms=300.*"
-                r"not the worker's start-up"
-            )):
+            with pytest.raises(
+                WorkerTimeoutError,
+                match=(
+                    r"batch 0 \(dataset indices \[0, 1\]\) was not ready within timeout_ms=300.*"
+                    r"not the worker's start-up"
+                ),
+            ):
                 list(d)
         assert [idx(b) for b in d] == want
 
@@ -486,8 +536,9 @@ def test_b26_padding_a_batch_with_a_zero_length_sequence(backend: dict[str, Any]
     ``(2, 0)`` for all-empty items; through the loader under each backend."""
     items = [{"x": torch.arange(float(abs(n - 3)))} for n in range(6)]
     b = data.pad_collate(items, padding_value=math.nan, mask=True)
-    want = torch.nn.utils.rnn.pad_sequence([it["x"] for it in items], batch_first=True,
-                                           padding_value=math.nan)
+    want = torch.nn.utils.rnn.pad_sequence(
+        [it["x"] for it in items], batch_first=True, padding_value=math.nan
+    )
     assert torch.equal(b["x"].isnan(), want.isnan())
     assert torch.equal(b["x"].nan_to_num(-1), want.nan_to_num(-1))
     assert b["x_lengths"].tolist() == [3, 2, 1, 0, 1, 2]
@@ -496,8 +547,9 @@ def test_b26_padding_a_batch_with_a_zero_length_sequence(backend: dict[str, Any]
     assert tuple(empty["x"].shape) == (2, 0) and empty["x_lengths"].tolist() == [0, 0]
     bare = data.pad_collate([torch.zeros(0, 3), torch.ones(2, 3)])
     assert tuple(bare.shape if isinstance(bare, torch.Tensor) else bare[0].shape) == (2, 2, 3)
-    with dl(sf.zero_lengths(), backend, batch_size=3, shuffle=False,
-            collate_fn=data.pad_collate) as d:
+    with dl(
+        sf.zero_lengths(), backend, batch_size=3, shuffle=False, collate_fn=data.pad_collate
+    ) as d:
         got = [(tuple(b["x"].shape), b["x_lengths"].tolist()) for b in d]
     assert got == [((3, 3), [3, 2, 1]), ((3, 2), [0, 1, 2])]
 
@@ -507,14 +559,21 @@ def test_b28_a_small_view_of_a_big_tensor_leaves_a_process_worker_alone() -> Non
     """B28 ("An item that is a small view of a big tensor, sent out of a worker process"): the
     received row's storage is its own 4096 B (torch sends the whole 64 MiB base). Process only:
     inline and thread workers hand over the view itself, nothing is sent."""
-    with data.dataloader(sf.big_base_rows(), batch_size=2, shuffle=False, num_workers=1,
-                         collate_fn=sf.keep_items, worker_backend="process") as d:
+    with data.dataloader(
+        sf.big_base_rows(),
+        batch_size=2,
+        shuffle=False,
+        num_workers=1,
+        collate_fn=sf.keep_items,
+        worker_backend="process",
+    ) as d:
         first = next(iter(d))
         row = first[1]["row"]
         assert row.untyped_storage().nbytes() == 4096
         assert torch.equal(row, torch.arange(1024, 2048, dtype=torch.float32))
-    with data.dataloader(sf.big_base_rows(), batch_size=2, shuffle=False, num_workers=1,
-                         worker_backend="process") as d:
+    with data.dataloader(
+        sf.big_base_rows(), batch_size=2, shuffle=False, num_workers=1, worker_backend="process"
+    ) as d:
         batch = next(iter(d))
         assert tuple(batch["row"].shape) == (2, 1024)
         assert batch["row"].untyped_storage().nbytes() == 8192
@@ -530,7 +589,8 @@ def test_b35_sparse_tensors_through_every_backend(backend: dict[str, Any]) -> No
     with dl(items, backend, batch_size=2, shuffle=False) as d:
         got = list(d)
     assert [(b["adj"].layout, tuple(b["adj"].shape)) for b in got] == [
-        (torch.sparse_coo, (2, 4, 4))] * 2
+        (torch.sparse_coo, (2, 4, 4))
+    ] * 2
     for k, b in enumerate(got):
         want = torch.stack([items.get_item(2 * k + j)["adj"].to_dense() for j in range(2)])
         assert torch.equal(b["adj"].to_dense(), want) and idx(b) == [2 * k, 2 * k + 1]

@@ -44,21 +44,43 @@ def test_b30_user_notebook_revalidates_with_the_shipped_sanitize_file(tmp_path: 
     """B30: every cell of a user notebook re-validates under nbval (stderr compared too)."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in CELLS]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
-                                 "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": "python3",
+        "display_name": "Python 3",
+        "language": "python",
+    }
     path = tmp_path / "user_nb.ipynb"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(tmp_path)}})
+    client = nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
     client.execute(env=env)
     nbformat.write(nb, path)
     stderr = [o for c in nb.cells for o in c.outputs if o.get("name") == "stderr"]
     assert stderr and "UserWarning" in stderr[0]["text"]  # the warning is there to compare
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--nbval",
-         "--nbval-current-env", "--nbval-sanitize-with", sanitize_file(), str(path),
-         "-q", "--rootdir", str(tmp_path), "-c", os.devnull],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=500,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--nbval",
+            "--nbval-current-env",
+            "--nbval-sanitize-with",
+            sanitize_file(),
+            str(path),
+            "-q",
+            "--rootdir",
+            str(tmp_path),
+            "-c",
+            os.devnull,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert f"{len(CELLS)} passed" in proc.stdout

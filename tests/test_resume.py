@@ -78,8 +78,9 @@ def test_resume_fetches_only_the_rest() -> None:
 
 @pytest.mark.parametrize("drop_last", [False, True])
 def test_state_is_small_plain_data(drop_last: bool) -> None:
-    s = data.distributed_sampler(10**6, num_replicas=1000, rank=999, seed=2**63 - 1,
-                                 drop_last=drop_last)
+    s = data.distributed_sampler(
+        10**6, num_replicas=1000, rank=999, seed=2**63 - 1, drop_last=drop_last
+    )
     loader = data.dataloader(ds(10**6), batch_size=1, sampler=s, seed=-(2**62))
     s.set_epoch(10**9)
     it = iter(loader)
@@ -99,18 +100,22 @@ def test_mismatched_states_are_refused_naming_the_difference() -> None:
         (data.dataloader(ds(11), batch_size=2, seed=0), r"size=10 .* has size=11"),
         (data.dataloader(ds(10), batch_size=3, seed=0), r"batch_size=2 .* has batch_size=3"),
         (data.dataloader(ds(10), batch_size=2, seed=1), r"seed=0 .* has seed=1"),
-        (data.dataloader(ds(10), batch_size=2, seed=0, drop_last=True),
-         r"drop_last=False .* has drop_last=True"),
-        (data.dataloader(ds(10), batch_size=2, seed=0, shuffle=False),
-         r"shuffle=True .* has shuffle=False"),
+        (
+            data.dataloader(ds(10), batch_size=2, seed=0, drop_last=True),
+            r"drop_last=False .* has drop_last=True",
+        ),
+        (
+            data.dataloader(ds(10), batch_size=2, seed=0, shuffle=False),
+            r"shuffle=True .* has shuffle=False",
+        ),
     ]
     for loader, pattern in cases:
         with pytest.raises(ConfigError, match=pattern):
             loader.load_state_dict(state)
     with pytest.raises(ConfigError, match=r"sampler='none' .* has sampler='DistributedSampler'"):
-        data.dataloader(ds(10), batch_size=2, sampler=data.distributed_sampler(10, 1, 0),
-                        seed=0).load_state_dict(
-            data.dataloader(ds(10), batch_size=2, seed=0, shuffle=False).state_dict())
+        data.dataloader(
+            ds(10), batch_size=2, sampler=data.distributed_sampler(10, 1, 0), seed=0
+        ).load_state_dict(data.dataloader(ds(10), batch_size=2, seed=0, shuffle=False).state_dict())
     with pytest.raises(ConfigError, match="not a loader state"):
         saver.load_state_dict({"epoch": 1})
     with pytest.raises(ConfigError, match="batches_done=9 of num_batches=5"):
@@ -138,10 +143,13 @@ def test_exact_resume_for_every_backend_pair_and_worker_count() -> None:
     make = resume_fixtures.augmented
     ref_loader = data.dataloader(make(n), batch_size=bs, seed=5)
     ref = [rows(list(ref_loader)) for _ in range(3)]
-    configs = [{"num_workers": 0}, {"num_workers": 2, "worker_backend": "thread"},
-               {"num_workers": 3, "worker_backend": "thread"},
-               {"num_workers": 2, "worker_backend": "process"},
-               {"num_workers": 3, "worker_backend": "process"}]
+    configs = [
+        {"num_workers": 0},
+        {"num_workers": 2, "worker_backend": "thread"},
+        {"num_workers": 3, "worker_backend": "thread"},
+        {"num_workers": 2, "worker_backend": "process"},
+        {"num_workers": 3, "worker_backend": "process"},
+    ]
     loaders = [data.dataloader(make(n), batch_size=bs, seed=5, **c) for c in configs]
     try:
         states = []
@@ -169,8 +177,9 @@ def test_global_rng_augmentation_is_the_same_for_any_worker_count_and_after_resu
     n, bs = 24, 4
 
     def run(**kw: Any) -> list[list[list[float]]]:
-        with data.dataloader(resume_fixtures.global_augmented(n), batch_size=bs, seed=9,
-                             **kw) as dl:
+        with data.dataloader(
+            resume_fixtures.global_augmented(n), batch_size=bs, seed=9, **kw
+        ) as dl:
             return [rows(list(dl)) for _ in range(2)]
 
     torch.manual_seed(0)
@@ -190,8 +199,13 @@ def test_global_rng_augmentation_is_the_same_for_any_worker_count_and_after_resu
     list(saver)
     it = iter(saver)
     take(it, 2)
-    with data.dataloader(resume_fixtures.global_augmented(n), batch_size=bs, seed=9,
-                         num_workers=2, worker_backend="process") as fresh:
+    with data.dataloader(
+        resume_fixtures.global_augmented(n),
+        batch_size=bs,
+        seed=9,
+        num_workers=2,
+        worker_backend="process",
+    ) as fresh:
         fresh.load_state_dict(saver.state_dict())
         assert rows(list(fresh)) == inline[1][2:]
 
@@ -209,8 +223,9 @@ def test_thread_worker_drawing_from_a_global_rng_warns_once(monkeypatch: Any) ->
         return {"x": torch.rand(())}
 
     drawing = data.dataset(size=16, get_item=get_item)
-    with data.dataloader(drawing, batch_size=2, shuffle=False, num_workers=2,
-                         worker_backend="thread") as dl:
+    with data.dataloader(
+        drawing, batch_size=2, shuffle=False, num_workers=2, worker_backend="thread"
+    ) as dl:
         with pytest.warns(RuntimeWarning, match=r"global RNG \(.*torch.*\).*torch_generator\(\)"):
             list(dl)
         with warnings.catch_warnings():
@@ -219,13 +234,23 @@ def test_thread_worker_drawing_from_a_global_rng_warns_once(monkeypatch: Any) ->
     monkeypatch.setattr(rng_watch, "_warned", False)
     got = []
     for nw in (2, 3):
-        with data.dataloader(resume_fixtures.augmented(16), batch_size=2, seed=1,
-                             num_workers=nw, worker_backend="thread") as dl, \
-                warnings.catch_warnings():
+        with (
+            data.dataloader(
+                resume_fixtures.augmented(16),
+                batch_size=2,
+                seed=1,
+                num_workers=nw,
+                worker_backend="thread",
+            ) as dl,
+            warnings.catch_warnings(),
+        ):
             warnings.simplefilter("error")
             got.append(rows(list(dl)))
-    assert got[0] == got[1] == rows(list(data.dataloader(resume_fixtures.augmented(16),
-                                                         batch_size=2, seed=1)))
+    assert (
+        got[0]
+        == got[1]
+        == rows(list(data.dataloader(resume_fixtures.augmented(16), batch_size=2, seed=1)))
+    )
 
 
 # -- randomness isolation (issue 10) --------------------------------------------------------------
@@ -235,8 +260,9 @@ def test_loaders_take_no_global_random_numbers_and_do_not_affect_each_other() ->
     torch.manual_seed(1)
     state = torch.get_rng_state()
     plain = data.dataloader(ds(20), batch_size=4, shuffle=False)
-    items = data.dataloader(data.dataset(size=20, get_item=lambda i: i), batch_size=4,
-                            shuffle=False)
+    items = data.dataloader(
+        data.dataset(size=20, get_item=lambda i: i), batch_size=4, shuffle=False
+    )
     assert batches(plain) and list(items)
     assert torch.equal(torch.get_rng_state(), state)  # no shuffle: no global draw at all
 
@@ -268,12 +294,24 @@ def _run_ranks(loaders: list[data.DataLoader], k: int | None) -> list[list[int]]
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    n=st.integers(0, 50), bs=st.integers(1, 6), w=st.integers(1, 4), w2=st.integers(1, 4),
-    frac=st.floats(0, 1), shuffle=st.booleans(), drop_last=st.booleans(),
+    n=st.integers(0, 50),
+    bs=st.integers(1, 6),
+    w=st.integers(1, 4),
+    w2=st.integers(1, 4),
+    frac=st.floats(0, 1),
+    shuffle=st.booleans(),
+    drop_last=st.booleans(),
     mode=st.sampled_from(["even", "disjoint"]),
 )
 def test_elastic_resume_sees_every_item_exactly_once(
-    n: int, bs: int, w: int, w2: int, frac: float, shuffle: bool, drop_last: bool, mode: str,
+    n: int,
+    bs: int,
+    w: int,
+    w2: int,
+    frac: float,
+    shuffle: bool,
+    drop_last: bool,
+    mode: str,
 ) -> None:
     """W ranks consume k batches of epoch 1, a W'-rank job resumes from rank 0's state: over the
     epoch every item is seen exactly once apart from padding (at most W-1 + W'-1 repeats;
@@ -285,8 +323,9 @@ def test_elastic_resume_sees_every_item_exactly_once(
     def job(world: int) -> list[data.DataLoader]:
         out = []
         for r in range(world):
-            s = data.distributed_sampler(n, world, r, seed=seed, shuffle=shuffle,
-                                         drop_last=drop_last, shard_mode=mode)
+            s = data.distributed_sampler(
+                n, world, r, seed=seed, shuffle=shuffle, drop_last=drop_last, shard_mode=mode
+            )
             out.append(data.dataloader(ds(n), batch_size=bs, sampler=s))
         return out
 
@@ -332,9 +371,12 @@ def test_a_resumed_epoch_can_be_stopped_and_resumed_again(worlds: tuple[int, int
     seen: list[int] = []
     state = None
     for hop, w in enumerate(worlds):
-        loaders = [data.dataloader(ds(n), batch_size=bs, seed=1,
-                                   sampler=data.distributed_sampler(n, w, r, seed=seed))
-                   for r in range(w)]
+        loaders = [
+            data.dataloader(
+                ds(n), batch_size=bs, seed=1, sampler=data.distributed_sampler(n, w, r, seed=seed)
+            )
+            for r in range(w)
+        ]
         for dl in loaders:
             if state is not None:
                 dl.load_state_dict(state)

@@ -32,8 +32,17 @@ def test_fixed_seed_soak_finds_no_violation() -> None:
 
 def _episode(**kw: object) -> Episode:
     base = draw(SEED, 0)
-    fields = {**base.__dict__, "n": 6, "batch_size": 2, "order": "seq", "drop_last": False,
-              "sampler_args": (), "fault": "none", "consumer": "full", **kw}
+    fields = {
+        **base.__dict__,
+        "n": 6,
+        "batch_size": 2,
+        "order": "seq",
+        "drop_last": False,
+        "sampler_args": (),
+        "fault": "none",
+        "consumer": "full",
+        **kw,
+    }
     return Episode(**fields)  # type: ignore[arg-type]
 
 

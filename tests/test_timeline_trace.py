@@ -50,8 +50,10 @@ def test_timeline_spans_exact() -> None:
     assert text.splitlines()[0] == (
         "Timeline of the last 2 batches (1.000 s, process, num_workers=2):"
     )
-    assert "epoch 3 batch 0: worker 1 built 0.0-300.0, sent by 350.0, waited 0.0-400.0, " \
-           "consumed 400.0-600.0 ms" in text
+    assert (
+        "epoch 3 batch 0: worker 1 built 0.0-300.0, sent by 350.0, waited 0.0-400.0, "
+        "consumed 400.0-600.0 ms" in text
+    )
 
 
 def test_trace_export_is_chrome_trace_json(tmp_path: Path) -> None:
@@ -81,20 +83,30 @@ def test_trace_aligns_with_a_torch_profiler_trace(tmp_path: Path) -> None:
     # A Kineto trace: ts = unix microseconds - baseTimeNanoseconds / 1000.
     base_ns = int((time.time() - 5.0) * 1e9)
     torch_trace = tmp_path / "torch.json"
-    torch_trace.write_text(json.dumps({"baseTimeNanoseconds": base_ns, "traceEvents": [
-        {"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0},
-    ]}))
+    torch_trace.write_text(
+        json.dumps(
+            {
+                "baseTimeNanoseconds": base_ns,
+                "traceEvents": [
+                    {"ph": "X", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1.0, "dur": 2.0},
+                ],
+            }
+        )
+    )
     now = time.perf_counter()
-    ours = Timeline([
-        tuple(EpochEvent("start", 0, 1, "inline", 0, now - 0.01)),
-        tuple(BatchEvent(0, 0, -1, 4, 0.01, 0.0, 0.01, 0, now, now - 0.01, now - 0.01, now)),
-    ]).export_trace(tmp_path / "ours.json", align_with=str(torch_trace))
+    ours = Timeline(
+        [
+            tuple(EpochEvent("start", 0, 1, "inline", 0, now - 0.01)),
+            tuple(BatchEvent(0, 0, -1, 4, 0.01, 0.0, 0.01, 0, now, now - 0.01, now - 0.01, now)),
+        ]
+    ).export_trace(tmp_path / "ours.json", align_with=str(torch_trace))
     doc = json.loads(Path(ours).read_text())
     wait = next(e for e in doc["traceEvents"] if e["name"] == "wait batch 0")
     # the batch was handed over about 5 s after the torch trace's base time
     assert (wait["ts"] + wait["dur"]) / 1e6 == pytest.approx(5.0, abs=0.5)
-    merged = json.loads(Path(merge_traces([str(torch_trace), ours], str(tmp_path / "m.json")))
-                        .read_text())
+    merged = json.loads(
+        Path(merge_traces([str(torch_trace), ours], str(tmp_path / "m.json"))).read_text()
+    )
     assert merged["baseTimeNanoseconds"] == base_ns
     assert {e["name"] for e in merged["traceEvents"]} >= {"aten::mm", "wait batch 0"}
 
@@ -103,8 +115,9 @@ def test_trace_aligns_with_a_torch_profiler_trace(tmp_path: Path) -> None:
 def test_trace_from_a_real_process_loader(tmp_path: Path) -> None:
     from tests.fixtures import sleepy
 
-    loader = data.dataloader(sleepy(32, 0.001), batch_size=8, num_workers=2,
-                             worker_backend="process")
+    loader = data.dataloader(
+        sleepy(32, 0.001), batch_size=8, num_workers=2, worker_backend="process"
+    )
     stats = ThroughputStats()
     unsubscribe = loader.subscribe(stats.add)
     with loader:
@@ -117,8 +130,11 @@ def test_trace_from_a_real_process_loader(tmp_path: Path) -> None:
     builds = [e for e in doc["traceEvents"] if e.get("ph") == "X" and e["args"]["kind"] == "build"]
     assert sorted(e["args"]["batch"] for e in builds) == [0, 1, 2, 3]
     # worker clocks agree with the main process's: each batch was built before it was handed over
-    handed = {e["args"]["batch"]: e["ts"] + e["dur"] for e in doc["traceEvents"]
-              if e.get("name", "").startswith("wait batch")}
+    handed = {
+        e["args"]["batch"]: e["ts"] + e["dur"]
+        for e in doc["traceEvents"]
+        if e.get("name", "").startswith("wait batch")
+    }
     for e in builds:
         assert e["ts"] + e["dur"] <= handed[e["args"]["batch"]] + 1.0
         assert e["dur"] >= 8 * 1000 * 0.9  # 8 items of >= 1 ms each

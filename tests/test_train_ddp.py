@@ -41,8 +41,17 @@ class Run:
 
 def _clean_env() -> dict[str, str]:
     """This environment without any torch.distributed variables a parent launcher may have set."""
-    drop = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-            "GROUP_RANK", "ROLE_RANK", "TORCHELASTIC_RUN_ID"}
+    drop = {
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "GROUP_RANK",
+        "ROLE_RANK",
+        "TORCHELASTIC_RUN_ID",
+    }
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["OMP_NUM_THREADS"] = "1"
     return env
@@ -56,8 +65,13 @@ def _torchrun() -> list[str]:
 def _run(cmd: list[str], record: Path) -> Run:
     """Run ``cmd`` in its own session; on timeout kill the whole session (torchrun and ranks)."""
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=_clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, start_new_session=True,
+        cmd,
+        cwd=ROOT,
+        env=_clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         out, err = proc.communicate(timeout=RUN_TIMEOUT_S)
@@ -72,8 +86,18 @@ def _run(cmd: list[str], record: Path) -> Run:
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     record = tmp_path_factory.mktemp("ddp") / "shards.json"
-    cmd = [*_torchrun(), "--standalone", f"--nproc_per_node={NPROC}", str(SCRIPT),
-           "--epochs", str(EPOCHS), "--seed", str(SEED), "--record", str(record)]
+    cmd = [
+        *_torchrun(),
+        "--standalone",
+        f"--nproc_per_node={NPROC}",
+        str(SCRIPT),
+        "--epochs",
+        str(EPOCHS),
+        "--seed",
+        str(SEED),
+        "--record",
+        str(record),
+    ]
     return _run(cmd, record)
 
 

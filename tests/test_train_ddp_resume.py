@@ -47,11 +47,28 @@ def _free_port() -> int:
 def _two_nodes(args: list[str], record: Path) -> Run:
     """Two torchrun "nodes" on this machine, one process each, meeting at a c10d rendezvous."""
     port = _free_port()
-    cmd = [*_torchrun(), "--nnodes=2", "--nproc_per_node=1", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=clorch-resume", str(SCRIPT), *args]
-    procs = [subprocess.Popen(cmd, cwd=SCRIPT.parents[1], env=_clean_env(), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              start_new_session=True) for _ in range(2)]
+    cmd = [
+        *_torchrun(),
+        "--nnodes=2",
+        "--nproc_per_node=1",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{port}",
+        "--rdzv-id=clorch-resume",
+        str(SCRIPT),
+        *args,
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd,
+            cwd=SCRIPT.parents[1],
+            env=_clean_env(),
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
     outs = []
     for p in procs:
         try:
@@ -70,15 +87,42 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
     d = tmp_path_factory.mktemp("resume")
     ckpt = d / "ckpt.pt"
     common = ["--epochs", str(EPOCHS), "--seed", str(SEED), "--batch-size", str(BATCH)]
-    out = {"stop": _run([*_torchrun(), "--standalone", "--nproc_per_node=2", str(SCRIPT),
-                         *common, "--checkpoint", str(ckpt), "--checkpoint-every", "10",
-                         "--stop-after", str(STOP), "--record", str(d / "stop.json")],
-                        d / "stop.json")}
+    out = {
+        "stop": _run(
+            [
+                *_torchrun(),
+                "--standalone",
+                "--nproc_per_node=2",
+                str(SCRIPT),
+                *common,
+                "--checkpoint",
+                str(ckpt),
+                "--checkpoint-every",
+                "10",
+                "--stop-after",
+                str(STOP),
+                "--record",
+                str(d / "stop.json"),
+            ],
+            d / "stop.json",
+        )
+    }
     resume = [*common, "--checkpoint", str(ckpt), "--resume"]
-    out["3"] = _run([*_torchrun(), "--standalone", "--nproc_per_node=3", str(SCRIPT), *resume,
-                     "--record", str(d / "r3.json")], d / "r3.json")
-    out["1"] = _run([sys.executable, str(SCRIPT), *resume, "--record", str(d / "r1.json")],
-                    d / "r1.json")
+    out["3"] = _run(
+        [
+            *_torchrun(),
+            "--standalone",
+            "--nproc_per_node=3",
+            str(SCRIPT),
+            *resume,
+            "--record",
+            str(d / "r3.json"),
+        ],
+        d / "r3.json",
+    )
+    out["1"] = _run(
+        [sys.executable, str(SCRIPT), *resume, "--record", str(d / "r1.json")], d / "r1.json"
+    )
     out["nodes"] = _two_nodes([*resume, "--record", str(d / "nodes.json")], d / "nodes.json")
     return out
 

@@ -19,8 +19,9 @@ from clorch_nb.widgets.timeline_view import TimelineView
 
 
 def _loader() -> Any:
-    return data.dataloader(data.tensor_dataset(torch.zeros(256, 1), torch.arange(256)),
-                           batch_size=32)
+    return data.dataloader(
+        data.tensor_dataset(torch.zeros(256, 1), torch.arange(256)), batch_size=32
+    )
 
 
 def _shown_monitor_epoch(loader: Any) -> Any:
@@ -118,8 +119,12 @@ def test_b29_every_view_closes(make: Callable[[], Any]) -> None:
 
 
 def test_timeline_view_of_a_thread_loader() -> None:
-    loader = data.dataloader(data.tensor_dataset(torch.zeros(64, 1), torch.arange(64)),
-                             batch_size=8, num_workers=2, worker_backend="thread")
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(64, 1), torch.arange(64)),
+        batch_size=8,
+        num_workers=2,
+        worker_backend="thread",
+    )
     with loader, widgets.monitor(loader) as mon:
         for _ in mon:
             pass

@@ -45,8 +45,9 @@ def test_held_batches_stay_valid_while_later_ones_arrive() -> None:
     """Every batch of three epochs is kept while the workers go on building: none is
     overwritten (each equals the exact expected values at the end), and all are writable."""
     ds = fixtures.numbers(40, WIDTH)
-    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=2,
-                         worker_backend="process") as dl:
+    with data.dataloader(
+        ds, batch_size=4, shuffle=False, num_workers=2, worker_backend="process"
+    ) as dl:
         held = [b for _ in range(3) for b in dl]
         assert len(held) == 30
         for k, b in enumerate(held):
@@ -61,8 +62,9 @@ def test_one_held_batch_survives_epochs_of_reuse() -> None:
     """Batch 0 is held while five more epochs go through the same workers: the slots are
     reused (far fewer slot files than batches) and batch 0 is never written over."""
     ds = fixtures.numbers(40, WIDTH)
-    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=2,
-                         worker_backend="process") as dl:
+    with data.dataloader(
+        ds, batch_size=4, shuffle=False, num_workers=2, worker_backend="process"
+    ) as dl:
         first = next(iter(dl))
         seen: set[str] = set()
         for _ in range(5):
@@ -151,8 +153,13 @@ def test_full_dev_shm_reserving_a_slot(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_killed_worker_leaves_no_slot_files() -> None:
     """A worker SIGKILLed mid-epoch while it owns arena slots: the epoch fails naming it, and
     its slot files are swept; batches already delivered stay valid after the loader closes."""
-    dl = data.dataloader(fixtures.numbers(40, WIDTH), batch_size=4, shuffle=False,
-                         num_workers=2, worker_backend="process")
+    dl = data.dataloader(
+        fixtures.numbers(40, WIDTH),
+        batch_size=4,
+        shuffle=False,
+        num_workers=2,
+        worker_backend="process",
+    )
     it = iter(dl)
     held = [next(it), next(it)]
     assert any(f.endswith("-a0") for f in _slot_files())
@@ -169,8 +176,9 @@ def test_a_killed_worker_leaves_no_slot_files() -> None:
 def test_workers_start_when_the_loader_is_made_and_stop_if_never_iterated() -> None:
     """A process loader starts its workers in the background at once (before any iter());
     dropped without ever being iterated, it leaves no process behind."""
-    dl = data.dataloader(fixtures.numbers(8, WIDTH), batch_size=4, num_workers=2,
-                         worker_backend="process")
+    dl = data.dataloader(
+        fixtures.numbers(8, WIDTH), batch_size=4, num_workers=2, worker_backend="process"
+    )
     pool = dl._pool
     assert pool is not None
     pool._join_starter()  # type: ignore[attr-defined]
@@ -181,5 +189,6 @@ def test_workers_start_when_the_loader_is_made_and_stop_if_never_iterated() -> N
     for p in pids:
         with contextlib.suppress(psutil.NoSuchProcess):
             psutil.Process(p).wait(timeout=10)
-    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
-                   for p in pids)
+    assert not any(
+        psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids
+    )

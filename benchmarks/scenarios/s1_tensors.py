@@ -51,8 +51,14 @@ def run(ctx: Context) -> list[Row]:
     return rows
 
 
-def _run(ctx: Context, X: torch.Tensor, y: torch.Tensor, ours_ds: Any, torch_ds: Any,  # noqa: N803
-         threads: int) -> list[Row]:
+def _run(
+    ctx: Context,
+    X: torch.Tensor,  # noqa: N803 - the data matrix, as in the papers
+    y: torch.Tensor,
+    ours_ds: Any,
+    torch_ds: Any,
+    threads: int,
+) -> list[Row]:
     n, d = X.shape
     rows: list[Row] = []
     for bs in (32, 256):
@@ -64,10 +70,13 @@ def _run(ctx: Context, X: torch.Tensor, y: torch.Tensor, ours_ds: Any, torch_ds:
         for k, loader in theirs.items():
             cases[k] = lambda loader=loader: n / epoch_seconds(loader)
         cases["index_select"] = lambda bs=bs: n / _index_select_epoch(X, bs)
-        ctx.log(f"  batch {bs}: {n:,} x {d} float32, {len(ours)} batches/epoch, "
-                f"{threads} torch thread(s)")
-        res = ctx.measure(f"{TITLE} b{bs} threads={threads}", cases, unit="items/s",
-                          repeats=2 * ctx.repeats)
+        ctx.log(
+            f"  batch {bs}: {n:,} x {d} float32, {len(ours)} batches/epoch, "
+            f"{threads} torch thread(s)"
+        )
+        res = ctx.measure(
+            f"{TITLE} b{bs} threads={threads}", cases, unit="items/s", repeats=2 * ctx.repeats
+        )
         close_loader(ours)
         for loader in theirs.values():
             close_loader(loader)
@@ -81,9 +90,11 @@ def _run(ctx: Context, X: torch.Tensor, y: torch.Tensor, ours_ds: Any, torch_ds:
         v_ours, v_isel, v_torch = med.get("clorch_nb"), med.get("index_select"), med.get("torch")
         why = ""
         if v_ours and v_isel and v_torch and v_isel / v_torch >= 10:
-            why = (f"bare index_select is {v_isel / v_torch:.1f}× torch here but ours only "
-                   f"{v_ours / v_isel:.0%} of index_select: the fixed per-batch cost (see the "
-                   "index_select row)")
+            why = (
+                f"bare index_select is {v_isel / v_torch:.1f}× torch here but ours only "
+                f"{v_ours / v_isel:.0%} of index_select: the fixed per-batch cost (see the "
+                "index_select row)"
+            )
         elif v_ours and v_isel and v_torch:
             why = (
                 f"the copy itself bounds it: bare index_select is only {v_isel / v_torch:.1f}× "
@@ -110,11 +121,34 @@ def _run(ctx: Context, X: torch.Tensor, y: torch.Tensor, ours_ds: Any, torch_ds:
         targets = (("torch", (">=", 10.0)), ("index_select", isel_target), ("torchdata", None))
         for key, target in targets:
             label = "bare X.index_select over randperm" if key == "index_select" else key
-            rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", ours_label,
-                               res["clorch_nb"], label, res.get(key), target,
-                               note=note if key == "torch" else "",
-                               why=whys.get(key, "")))
-        rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s",
-                           "bare X.index_select (the ceiling)", med.get("index_select"), "torch",
-                           med.get("torch"), note="what 10× is measured against: the limit"))
+            rows.append(
+                versus(
+                    ctx,
+                    TITLE,
+                    case,
+                    "items/s ↑",
+                    "items/s",
+                    ours_label,
+                    res["clorch_nb"],
+                    label,
+                    res.get(key),
+                    target,
+                    note=note if key == "torch" else "",
+                    why=whys.get(key, ""),
+                )
+            )
+        rows.append(
+            versus(
+                ctx,
+                TITLE,
+                case,
+                "items/s ↑",
+                "items/s",
+                "bare X.index_select (the ceiling)",
+                med.get("index_select"),
+                "torch",
+                med.get("torch"),
+                note="what 10× is measured against: the limit",
+            )
+        )
     return rows

@@ -45,10 +45,15 @@ def fixed_cost_per_item(ctx: Context, bs: int) -> tuple[float | None, float | No
     m = 512 if ctx.quick else 8_192
     ours = data.dataloader(datasets.cpu_items(m, 0), batch_size=bs)
     theirs = torch_loader("torch", datasets.CpuItemsTorch(m, 0), batch_size=bs, shuffle=True)
-    res = ctx.measure(f"{TITLE}: loader cost per item (trivial items, in-process)", {
-        "clorch_nb inline": lambda: epoch_seconds(ours) / m,
-        "torch": lambda: epoch_seconds(theirs) / m,
-    }, unit="s", repeats=2 * ctx.repeats)
+    res = ctx.measure(
+        f"{TITLE}: loader cost per item (trivial items, in-process)",
+        {
+            "clorch_nb inline": lambda: epoch_seconds(ours) / m,
+            "torch": lambda: epoch_seconds(theirs) / m,
+        },
+        unit="s",
+        repeats=2 * ctx.repeats,
+    )
     return res["clorch_nb inline"].median, res["torch"].median
 
 
@@ -74,8 +79,16 @@ def run(ctx: Context) -> list[Row]:
     rows: list[Row] = []
     for nw in (0, 1, 2):
         ctx.log(f"  num_workers={nw}: {n} items of {cost * 1e3:.2f} ms CPU, batch {bs}")
-        res = run_group(ctx, TITLE, ours_ds=ours_ds, torch_ds=torch_ds, num_workers=nw,
-                        batch_size=bs, value=lambda s: n / s, unit="items/s")
+        res = run_group(
+            ctx,
+            TITLE,
+            ours_ds=ours_ds,
+            torch_ds=torch_ds,
+            num_workers=nw,
+            batch_size=bs,
+            value=lambda s: n / s,
+            unit="items/s",
+        )
         case = f"{cost * 1e3:.2f} ms/item, batch {bs}, num_workers={nw}"
         backends = ["inline"] if nw == 0 else ["thread", "process"]
         for b in backends:
@@ -83,11 +96,36 @@ def run(ctx: Context) -> list[Row]:
             label = f"clorch_nb {b}"
             why = WHY_THREAD if b == "thread" else why_inline if b == "inline" else ""
             note = process_note(ctx) if b == "process" else ""
-            rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", label,
-                               ours, "torch", res["torch"],
-                               (">=", 1.0), note=note, why=why))
-            rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", label,
-                               ours, "torchdata", res.get("torchdata"), note=note))
+            rows.append(
+                versus(
+                    ctx,
+                    TITLE,
+                    case,
+                    "items/s ↑",
+                    "items/s",
+                    label,
+                    ours,
+                    "torch",
+                    res["torch"],
+                    (">=", 1.0),
+                    note=note,
+                    why=why,
+                )
+            )
+            rows.append(
+                versus(
+                    ctx,
+                    TITLE,
+                    case,
+                    "items/s ↑",
+                    "items/s",
+                    label,
+                    ours,
+                    "torchdata",
+                    res.get("torchdata"),
+                    note=note,
+                )
+            )
     if ctx.avail["process"][0]:
         rows += _scaling(ctx, ours_ds, n, cost, bs)
     return rows
@@ -106,9 +144,11 @@ def _scaling(ctx: Context, ds: object, n: int, cost: float, bs: int) -> list[Row
         for nw in SCALING_WORKERS:
             loaders[f"process ×{nw}"] = our_loader(ds, "process", nw, bs)
         ctx.log(f"  scaling: inline and process workers {SCALING_WORKERS}")
-        res = ctx.measure(f"{TITLE}: scaling", {
-            k: (lambda ld=ld: n / epoch_seconds(ld)) for k, ld in loaders.items()
-        }, unit="items/s")
+        res = ctx.measure(
+            f"{TITLE}: scaling",
+            {k: (lambda ld=ld: n / epoch_seconds(ld)) for k, ld in loaders.items()},
+            unit="items/s",
+        )
     finally:
         for ld in loaders.values():
             close_loader(ld)
@@ -117,14 +157,31 @@ def _scaling(ctx: Context, ds: object, n: int, cost: float, bs: int) -> list[Row
     for nw in SCALING_WORKERS:
         v = res[f"process ×{nw}"].median
         speed = None if not (v and base) else v / base
-        eff = "" if speed is None else (
-            f"speed-up {speed:.2f}×: efficiency {speed / nw:.0%} per worker, "
-            f"{speed / min(nw, cores):.0%} per core used ({cores} cores)")
-        rows.append(versus(
-            ctx, TITLE, f"scaling: {cost * 1e3:.2f} ms/item, batch {bs}, num_workers={nw}",
-            "items/s ↑", "items/s", "clorch_nb process", res[f"process ×{nw}"],
-            "clorch_nb inline", res["inline"], (">=", SCALING_GOAL) if nw == 2 else None,
-            note=eff,
-            why="the consuming process needs a core too: on 2 cores shared with other jobs the "
-            "two workers rarely get both" if nw == 2 else ""))
+        eff = (
+            ""
+            if speed is None
+            else (
+                f"speed-up {speed:.2f}×: efficiency {speed / nw:.0%} per worker, "
+                f"{speed / min(nw, cores):.0%} per core used ({cores} cores)"
+            )
+        )
+        rows.append(
+            versus(
+                ctx,
+                TITLE,
+                f"scaling: {cost * 1e3:.2f} ms/item, batch {bs}, num_workers={nw}",
+                "items/s ↑",
+                "items/s",
+                "clorch_nb process",
+                res[f"process ×{nw}"],
+                "clorch_nb inline",
+                res["inline"],
+                (">=", SCALING_GOAL) if nw == 2 else None,
+                note=eff,
+                why="the consuming process needs a core too: on 2 cores shared with other jobs the "
+                "two workers rarely get both"
+                if nw == 2
+                else "",
+            )
+        )
     return rows

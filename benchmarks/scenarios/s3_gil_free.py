@@ -43,11 +43,18 @@ def _datasets(ctx: Context) -> list[tuple[str, Any, Any, float]]:
     png_torch = datasets.PngItemsTorch(root, limit, scale)
     px = 8 * scale
     return [
-        (f"torch ops, 3×{side}×{side} ×{rounds} rounds", datasets.gil_free_items(n, side, rounds),
-         datasets.GilFreeItemsTorch(n, side, rounds),
-         _item_cost(lambda i: datasets.gil_free_item(i, side, rounds), 50)),
-        (f"PNG decode {px}×{px}", png_ours, png_torch,
-         _item_cost(lambda i: png_torch[i % len(png_torch)], 50)),
+        (
+            f"torch ops, 3×{side}×{side} ×{rounds} rounds",
+            datasets.gil_free_items(n, side, rounds),
+            datasets.GilFreeItemsTorch(n, side, rounds),
+            _item_cost(lambda i: datasets.gil_free_item(i, side, rounds), 50),
+        ),
+        (
+            f"PNG decode {px}×{px}",
+            png_ours,
+            png_torch,
+            _item_cost(lambda i: png_torch[i % len(png_torch)], 50),
+        ),
     ]
 
 
@@ -67,27 +74,73 @@ def _run(ctx: Context) -> list[Row]:
         inline: Series | None = None
         for nw in (0, 2):
             ctx.log(f"  {name}: {n} items of {cost * 1e3:.2f} ms, num_workers={nw}")
-            res = run_group(ctx, f"{TITLE}: {name}", ours_ds=ours_ds, torch_ds=torch_ds,
-                            num_workers=nw, batch_size=bs, value=lambda s, n=n: n / s,
-                            unit="items/s")
+            res = run_group(
+                ctx,
+                f"{TITLE}: {name}",
+                ours_ds=ours_ds,
+                torch_ds=torch_ds,
+                num_workers=nw,
+                batch_size=bs,
+                value=lambda s, n=n: n / s,
+                unit="items/s",
+            )
             case = f"{name} ({cost * 1e3:.2f} ms/item), batch {bs}, num_workers={nw}"
             for b in ["inline"] if nw == 0 else ["thread", "process"]:
                 ours = res.get(f"clorch_nb {b}")
                 note = process_note(ctx) if b == "process" else ""
-                rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", f"clorch_nb {b}",
-                                   ours, "torch", res["torch"], (">=", 1.0), note=note))
+                rows.append(
+                    versus(
+                        ctx,
+                        TITLE,
+                        case,
+                        "items/s ↑",
+                        "items/s",
+                        f"clorch_nb {b}",
+                        ours,
+                        "torch",
+                        res["torch"],
+                        (">=", 1.0),
+                        note=note,
+                    )
+                )
             if not nw:
                 inline = res.get("clorch_nb inline")
             if nw:
                 th, pr = res.get("clorch_nb thread"), res.get("clorch_nb process")
-                ratio = None if not (th and inline and th.median and inline.median) \
+                ratio = (
+                    None
+                    if not (th and inline and th.median and inline.median)
                     else th.median / inline.median
-                rows.append(versus(
-                    ctx, TITLE, case, "items/s ↑", "items/s", "clorch_nb thread", th,
-                    "clorch_nb inline (num_workers=0)", inline, (">=", THREAD_GOAL),
-                    note="" if ratio is None else f"efficiency {ratio / nw:.0%} per thread",
-                    why="the item releases the GIL only inside its torch ops; the Python around "
-                    "them (and the consumer) still serialises on it"))
-                rows.append(versus(ctx, TITLE, case, "items/s ↑", "items/s", "clorch_nb thread",
-                                   th, "clorch_nb process", pr, note=process_note(ctx)))
+                )
+                rows.append(
+                    versus(
+                        ctx,
+                        TITLE,
+                        case,
+                        "items/s ↑",
+                        "items/s",
+                        "clorch_nb thread",
+                        th,
+                        "clorch_nb inline (num_workers=0)",
+                        inline,
+                        (">=", THREAD_GOAL),
+                        note="" if ratio is None else f"efficiency {ratio / nw:.0%} per thread",
+                        why="the item releases the GIL only inside its torch ops; the Python "
+                        "around them (and the consumer) still serialises on it",
+                    )
+                )
+                rows.append(
+                    versus(
+                        ctx,
+                        TITLE,
+                        case,
+                        "items/s ↑",
+                        "items/s",
+                        "clorch_nb thread",
+                        th,
+                        "clorch_nb process",
+                        pr,
+                        note=process_note(ctx),
+                    )
+                )
     return rows

@@ -54,28 +54,70 @@ def _run(ctx: Context) -> list[Row]:
     med: dict[int, dict[str, float | None]] = {}
     for nw in (0, 1, 2):
         ctx.log(f"  {case0}, {nb} batches, num_workers={nw}")
-        res = run_group(ctx, TITLE, ours_ds=ours_ds, torch_ds=torch_ds, num_workers=nw,
-                        batch_size=bs, value=lambda s: n * batch_bytes / bs / s / GIB, unit="GiB/s")
+        res = run_group(
+            ctx,
+            TITLE,
+            ours_ds=ours_ds,
+            torch_ds=torch_ds,
+            num_workers=nw,
+            batch_size=bs,
+            value=lambda s: n * batch_bytes / bs / s / GIB,
+            unit="GiB/s",
+        )
         med[nw] = {k: s.median for k, s in res.items()}
         case = f"{case0}, num_workers={nw}"
         for b in ["inline"] if nw == 0 else ["process", "thread"]:
             key = f"clorch_nb {b}"
             target = (">=", 1.0) if b in ("process", "inline") else None
             note = process_note(ctx) if b == "process" else ""
-            rows.append(versus(ctx, TITLE, case, "GiB/s ↑", "GiB/s", key, res.get(key),
-                               "torch", res["torch"], target, note=note))
+            rows.append(
+                versus(
+                    ctx,
+                    TITLE,
+                    case,
+                    "GiB/s ↑",
+                    "GiB/s",
+                    key,
+                    res.get(key),
+                    "torch",
+                    res["torch"],
+                    target,
+                    note=note,
+                )
+            )
         if nw:
-            rows.append(versus(ctx, TITLE, case, "GiB/s ↑", "GiB/s", "clorch_nb process",
-                               med[nw].get("clorch_nb process"), "torchdata",
-                               med[nw].get("torchdata"), note=process_note(ctx)))
+            rows.append(
+                versus(
+                    ctx,
+                    TITLE,
+                    case,
+                    "GiB/s ↑",
+                    "GiB/s",
+                    "clorch_nb process",
+                    med[nw].get("clorch_nb process"),
+                    "torchdata",
+                    med[nw].get("torchdata"),
+                    note=process_note(ctx),
+                )
+            )
 
     gib = med[2].get("clorch_nb process")
-    rows.append(Row(TITLE, f"{case0}, num_workers=2: absolute rate", "GiB/s ↑", "GiB/s",
-                    "clorch_nb process", gib, "issue 13 goal", GOAL_GIB_S,
-                    (f"≥ {GOAL_GIB_S:g} GiB/s (issue 13)",
-                     None if gib is None else gib >= GOAL_GIB_S),
-                    note=process_note(ctx) or "shared-memory arena: stacked once into a reused "
-                    "slot per worker (clorch_nb/data/workers/arena.py)"))
+    rows.append(
+        Row(
+            TITLE,
+            f"{case0}, num_workers=2: absolute rate",
+            "GiB/s ↑",
+            "GiB/s",
+            "clorch_nb process",
+            gib,
+            "issue 13 goal",
+            GOAL_GIB_S,
+            (f"≥ {GOAL_GIB_S:g} GiB/s (issue 13)", None if gib is None else gib >= GOAL_GIB_S),
+            note=process_note(ctx)
+            or "shared-memory arena: stacked once into a reused "
+            "slot per worker (clorch_nb/data/workers/arena.py)",
+        )
+    )
 
     # Per-batch overhead, serially: one worker and prefetch_factor=1 (one batch in flight), so
     # nothing overlaps and (time per batch) − (in-process time per batch) is what the trip out
@@ -84,14 +126,29 @@ def _run(ctx: Context) -> list[Row]:
     try:
         if ctx.avail["process"][0]:
             serial["clorch_nb process"] = data.dataloader(
-                ours_ds, batch_size=bs, shuffle=True, num_workers=1, prefetch_factor=1,
-                worker_backend="process", timeout_ms=TIMEOUT_MS)
-        serial["torch"] = torch_loader("torch", torch_ds, batch_size=bs, shuffle=True,
-                                       num_workers=1, prefetch_factor=1, persistent_workers=True)
+                ours_ds,
+                batch_size=bs,
+                shuffle=True,
+                num_workers=1,
+                prefetch_factor=1,
+                worker_backend="process",
+                timeout_ms=TIMEOUT_MS,
+            )
+        serial["torch"] = torch_loader(
+            "torch",
+            torch_ds,
+            batch_size=bs,
+            shuffle=True,
+            num_workers=1,
+            prefetch_factor=1,
+            persistent_workers=True,
+        )
         ctx.log(f"  {case0}, {nb} batches, num_workers=1, prefetch_factor=1 (serial)")
-        res = ctx.measure(f"{TITLE} serial nw=1 pf=1", {
-            k: (lambda ld=ld: epoch_seconds(ld) / nb) for k, ld in serial.items()
-        }, unit="s")
+        res = ctx.measure(
+            f"{TITLE} serial nw=1 pf=1",
+            {k: (lambda ld=ld: epoch_seconds(ld) / nb) for k, ld in serial.items()},
+            unit="s",
+        )
     finally:
         for ld in serial.values():
             close_loader(ld)
@@ -100,35 +157,75 @@ def _run(ctx: Context) -> list[Row]:
         r = med[0].get(key)
         return None if not r else batch_bytes / GIB / r
 
-    rows.append(versus(
-        ctx, TITLE, f"{case0}: one worker, prefetch_factor=1 (build + trip out, nothing "
-        "overlapped)", "time/batch ↓", "s", "clorch_nb process", res.get("clorch_nb process"),
-        "torch", res.get("torch"), ("<=", 1.0),
-        note=process_note(ctx) or "same batch built in-process: " + ", ".join(
-            f"{k} {v * 1e3:.1f} ms" for k, v in (("ours", inproc("clorch_nb inline")),
-                                                  ("torch", inproc("torch"))) if v is not None),
-    ))
+    rows.append(
+        versus(
+            ctx,
+            TITLE,
+            f"{case0}: one worker, prefetch_factor=1 (build + trip out, nothing overlapped)",
+            "time/batch ↓",
+            "s",
+            "clorch_nb process",
+            res.get("clorch_nb process"),
+            "torch",
+            res.get("torch"),
+            ("<=", 1.0),
+            note=process_note(ctx)
+            or "same batch built in-process: "
+            + ", ".join(
+                f"{k} {v * 1e3:.1f} ms"
+                for k, v in (("ours", inproc("clorch_nb inline")), ("torch", inproc("torch")))
+                if v is not None
+            ),
+        )
+    )
 
     m = 40 if ctx.quick else 1_000
     ctx.log(f"  IPC floor: {m} int items, batch 1, num_workers=1")
-    res = run_group(ctx, f"{TITLE}: IPC floor", ours_ds=datasets.int_items(m),
-                    torch_ds=datasets.IntItemsTorch(m), num_workers=1, batch_size=1,
-                    value=lambda s: s / m, unit="s")
+    res = run_group(
+        ctx,
+        f"{TITLE}: IPC floor",
+        ours_ds=datasets.int_items(m),
+        torch_ds=datasets.IntItemsTorch(m),
+        num_workers=1,
+        batch_size=1,
+        value=lambda s: s / m,
+        unit="s",
+    )
     case = "IPC floor: int items, batch 1, num_workers=1"
     for b in ("process", "thread"):
         s = res.get(f"clorch_nb {b}")
-        rows.append(versus(ctx, TITLE, case, "time/batch ↓", "s", f"clorch_nb {b}",
-                           s, "torch", res["torch"],
-                           ("<=", 1.0) if b == "process" else None,
-                           note=process_note(ctx) if b == "process" else ""))
+        rows.append(
+            versus(
+                ctx,
+                TITLE,
+                case,
+                "time/batch ↓",
+                "s",
+                f"clorch_nb {b}",
+                s,
+                "torch",
+                res["torch"],
+                ("<=", 1.0) if b == "process" else None,
+                note=process_note(ctx) if b == "process" else "",
+            )
+        )
     floor = res.get("clorch_nb process")
     f = None if floor is None else floor.median
-    rows.append(Row(TITLE, f"{case}: absolute", "time/batch ↓", "s", "clorch_nb process", f,
-                    "issue 13 goal", GOAL_FLOOR_S,
-                    (f"≤ {GOAL_FLOOR_S * 1e6:g} µs (issue 13)",
-                     None if f is None else f <= GOAL_FLOOR_S),
-                    note=process_note(ctx),
-                    why="each batch is two pipe messages and four wake-ups (parent → worker's "
-                    "reader thread → its main thread → parent); on a loaded 2-core machine each "
-                    "wake-up can wait for a core. A bare process round trip costs 32–39 µs here"))
+    rows.append(
+        Row(
+            TITLE,
+            f"{case}: absolute",
+            "time/batch ↓",
+            "s",
+            "clorch_nb process",
+            f,
+            "issue 13 goal",
+            GOAL_FLOOR_S,
+            (f"≤ {GOAL_FLOOR_S * 1e6:g} µs (issue 13)", None if f is None else f <= GOAL_FLOOR_S),
+            note=process_note(ctx),
+            why="each batch is two pipe messages and four wake-ups (parent → worker's "
+            "reader thread → its main thread → parent); on a loaded 2-core machine each "
+            "wake-up can wait for a core. A bare process round trip costs 32–39 µs here",
+        )
+    )
     return rows

@@ -89,8 +89,9 @@ def _fresh(ours: bool, n: int, loops: int, bs: int, nw: int, pause: float = 0.0)
     """Seconds to the first batch in a new interpreter: from building the loader, or with
     ``pause`` from ``iter()`` after sleeping ``pause`` seconds once it is built."""
     code = _FRESH.format(repo=REPO, ours=ours, n=n, loops=loops, bs=bs, nw=nw, pause=pause)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
     if proc.returncode != 0:
         raise RuntimeError((proc.stderr.strip().splitlines() or ["no output"])[-1])
     return float(proc.stdout.strip().splitlines()[-1])
@@ -110,8 +111,10 @@ def run(ctx: Context) -> list[Row]:
             makers[f"{k} persistent_workers={pw}"] = lambda k=k, pw=pw: torch_loader(
                 k, torch_ds, batch_size=bs, shuffle=True, num_workers=nw, persistent_workers=pw
             )
-    ctx.log(f"  {len(makers)} loaders, {n} items, batch {bs}, num_workers={nw}, "
-            f"1 cold + {WARM_EPOCHS} warm epochs each")
+    ctx.log(
+        f"  {len(makers)} loaders, {n} items, batch {bs}, num_workers={nw}, "
+        f"1 cold + {WARM_EPOCHS} warm epochs each"
+    )
     cold: dict[str, float | None] = {}
     warm: dict[str, float | None] = {}
     results: dict[str, list[dict[str, float]]] = {k: [] for k in makers}
@@ -122,53 +125,111 @@ def run(ctx: Context) -> list[Row]:
         w = Series(f"{k}: warm epoch start", "s", [r["warm"] for r in rs], res[k].error)
         ctx.add_series(f"{TITLE} warm epoch start", w)
         cold[k], warm[k] = res[k].median, w.median
-    fresh_cases = {"torch": lambda: _fresh(False, n, loops, bs, nw),
-                   "torch, next cell": lambda: _fresh(False, n, loops, bs, nw, NOTEBOOK_PAUSE_S)}
+    fresh_cases = {
+        "torch": lambda: _fresh(False, n, loops, bs, nw),
+        "torch, next cell": lambda: _fresh(False, n, loops, bs, nw, NOTEBOOK_PAUSE_S),
+    }
     if ctx.avail["process"][0]:
         fresh_cases["clorch_nb process"] = lambda: _fresh(True, n, loops, bs, nw)
         fresh_cases["clorch_nb process, next cell"] = lambda: _fresh(
-            True, n, loops, bs, nw, NOTEBOOK_PAUSE_S)
+            True, n, loops, bs, nw, NOTEBOOK_PAUSE_S
+        )
     ctx.log("  first loader of a fresh interpreter (one subprocess per repeat)")
-    fresh = ctx.measure(f"{TITLE} fresh interpreter, first batch", fresh_cases, unit="s",
-                        repeats=min(ctx.repeats, 3), warmup=0)
+    fresh = ctx.measure(
+        f"{TITLE} fresh interpreter, first batch",
+        fresh_cases,
+        unit="s",
+        repeats=min(ctx.repeats, 3),
+        warmup=0,
+    )
     rows: list[Row] = []
     case = f"{n} light items, batch {bs}, num_workers={nw}"
     t_def, t_pw = "torch persistent_workers=False", "torch persistent_workers=True"
     f_ours = fresh["clorch_nb process"].median if "clorch_nb process" in fresh else None
-    rows.append(versus(ctx, TITLE, f"{case}: first loader of a fresh interpreter → first batch",
-                       "time to first batch ↓", "s", "clorch_nb process", f_ours,
-                       f"{COMPARATORS['torch']} (default, fork)", fresh["torch"].median,
-                       note=process_note(ctx) or "includes starting the forkserver (imports torch)",
-                       ))
+    rows.append(
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: first loader of a fresh interpreter → first batch",
+            "time to first batch ↓",
+            "s",
+            "clorch_nb process",
+            f_ours,
+            f"{COMPARATORS['torch']} (default, fork)",
+            fresh["torch"].median,
+            note=process_note(ctx) or "includes starting the forkserver (imports torch)",
+        )
+    )
     nb = fresh.get("clorch_nb process, next cell")
     v = None if nb is None else nb.median
-    rows.append(versus(
-        ctx, TITLE, f"{case}: fresh interpreter, loader built, {NOTEBOOK_PAUSE_S:g} s pause (the "
-        "next notebook cell), iter() → first batch", "time to first batch ↓", "s",
-        "clorch_nb process", v, f"{COMPARATORS['torch']} (default, fork)",
-        fresh["torch, next cell"],
-        (f"≤ {NOTEBOOK_GOAL_S * 1e3:g} ms (issue 13)", None if v is None else v <= NOTEBOOK_GOAL_S),
-        note=process_note(ctx) or "workers start in the background when the loader is made",
-    ))
+    rows.append(
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: fresh interpreter, loader built, {NOTEBOOK_PAUSE_S:g} s pause (the "
+            "next notebook cell), iter() → first batch",
+            "time to first batch ↓",
+            "s",
+            "clorch_nb process",
+            v,
+            f"{COMPARATORS['torch']} (default, fork)",
+            fresh["torch, next cell"],
+            (
+                f"≤ {NOTEBOOK_GOAL_S * 1e3:g} ms (issue 13)",
+                None if v is None else v <= NOTEBOOK_GOAL_S,
+            ),
+            note=process_note(ctx) or "workers start in the background when the loader is made",
+        )
+    )
     for b in ("process", "thread"):
         key = f"clorch_nb {b}"
         note = process_note(ctx) if b == "process" else ""
-        rows.append(versus(ctx, TITLE, f"{case}: cold, loader built → first batch",
-                           "time to first batch ↓", "s", key, cold.get(key),
-                           f"{COMPARATORS['torch']} (default, fork)", cold[t_def], note=note))
+        rows.append(
+            versus(
+                ctx,
+                TITLE,
+                f"{case}: cold, loader built → first batch",
+                "time to first batch ↓",
+                "s",
+                key,
+                cold.get(key),
+                f"{COMPARATORS['torch']} (default, fork)",
+                cold[t_def],
+                note=note,
+            )
+        )
         for base in (t_def, t_pw):
             pw = base.endswith("True")
-            rows.append(versus(
-                ctx, TITLE, f"{case}: warm, iter() → first batch (epochs 2–{WARM_EPOCHS + 1})",
-                "epoch start ↓", "s", key, warm.get(key),
-                f"{COMPARATORS['torch']} persistent_workers={pw}", warm[base],
-                None if pw else ("<=", 1.0), note=note,
-            ))
+            rows.append(
+                versus(
+                    ctx,
+                    TITLE,
+                    f"{case}: warm, iter() → first batch (epochs 2–{WARM_EPOCHS + 1})",
+                    "epoch start ↓",
+                    "s",
+                    key,
+                    warm.get(key),
+                    f"{COMPARATORS['torch']} persistent_workers={pw}",
+                    warm[base],
+                    None if pw else ("<=", 1.0),
+                    note=note,
+                )
+            )
         ws = warm.get(key)
-        rows.append(Row(TITLE, f"{case}: warm epoch start, absolute", "epoch start ↓", "s", key, ws,
-                        "anchor goal: ≤ 50 ms", 0.050,
-                        ("≤ 50 ms (anchors goal 5)", None if ws is None else ws <= 0.050),
-                        note=note))
+        rows.append(
+            Row(
+                TITLE,
+                f"{case}: warm epoch start, absolute",
+                "epoch start ↓",
+                "s",
+                key,
+                ws,
+                "anchor goal: ≤ 50 ms",
+                0.050,
+                ("≤ 50 ms (anchors goal 5)", None if ws is None else ws <= 0.050),
+                note=note,
+            )
+        )
     return rows
 
 

@@ -81,22 +81,35 @@ def run(ctx: Context) -> list[Row]:
     list_mib = (psutil.Process().memory_full_info().uss - before) / MIB
     del rows_list
     gc.collect()
-    ctx.log(f"  {n:,} records ≈ {list_mib:.0f} MiB of Python objects, batch {bs}, "
-            f"{nw} workers, {EPOCHS} epochs")
+    ctx.log(
+        f"  {n:,} records ≈ {list_mib:.0f} MiB of Python objects, batch {bs}, "
+        f"{nw} workers, {EPOCHS} epochs"
+    )
 
     profiles: dict[str, dict[str, float] | None] = {}
     if ctx.avail["process"][0]:
         try:
-            loader = data.dataloader(datasets.records(n), batch_size=bs, num_workers=nw,
-                                     worker_backend="process", timeout_ms=TIMEOUT_MS)
+            loader = data.dataloader(
+                datasets.records(n),
+                batch_size=bs,
+                num_workers=nw,
+                worker_backend="process",
+                timeout_ms=TIMEOUT_MS,
+            )
             profiles["ours"] = _profile(loader, persistent=True, num_workers=nw)
         except Exception as exc:  # noqa: BLE001
             ctx.record_error(f"scenario {TITLE}, clorch_nb process", exc)
             profiles["ours"] = None
     for pw in (True, False):
         try:
-            loader = torch_loader("torch", datasets.RecordsTorch(n), batch_size=bs, shuffle=True,
-                                  num_workers=nw, persistent_workers=pw)
+            loader = torch_loader(
+                "torch",
+                datasets.RecordsTorch(n),
+                batch_size=bs,
+                shuffle=True,
+                num_workers=nw,
+                persistent_workers=pw,
+            )
             profiles[f"torch pw={pw}"] = _profile(loader, persistent=pw, num_workers=nw)
         except Exception as exc:  # noqa: BLE001
             ctx.record_error(f"scenario {TITLE}, torch persistent_workers={pw}", exc)
@@ -104,9 +117,14 @@ def run(ctx: Context) -> list[Row]:
         gc.collect()
     for name, p in profiles.items():
         if p is not None:
-            ctx.add_series(TITLE, Series(
-                f"{name}: " + ", ".join(f"{k} {v:.0f}" for k, v in p.items()), "MiB", [p["growth"]]
-            ))
+            ctx.add_series(
+                TITLE,
+                Series(
+                    f"{name}: " + ", ".join(f"{k} {v:.0f}" for k, v in p.items()),
+                    "MiB",
+                    [p["growth"]],
+                ),
+            )
 
     def get(name: str, key: str) -> float | None:
         p = profiles.get(name)
@@ -117,31 +135,69 @@ def run(ctx: Context) -> list[Row]:
     limit = 0.10 * list_mib * nw
     g = get("ours", "growth")
     rows = [
-        versus(ctx, TITLE, f"{case}: worker USS growth (sum)", "MiB ↓", "MiB",
-               "clorch_nb process (spec rebuild)", g, "torch DataLoader (fork, persistent)",
-               get("torch pw=True", "growth"),
-               (f"growth < 10% of the list per worker (< {limit:.0f} MiB)",
-                None if g is None else g < limit), note=note),
-        versus(ctx, TITLE, f"{case}: worker USS growth within epoch {EPOCHS} (sum)", "MiB ↓",
-               "MiB", "clorch_nb process (spec rebuild)", g,
-               "torch DataLoader (fork, default: new workers each epoch)",
-               get("torch pw=False", "growth"), note=note),
-        versus(ctx, TITLE, f"{case}: peak worker USS (sum)", "MiB ↓", "MiB",
-               "clorch_nb process (spec rebuild)", get("ours", "peak"),
-               "torch DataLoader (fork, persistent)", get("torch pw=True", "peak"), note=note,
-               why=""),
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: worker USS growth (sum)",
+            "MiB ↓",
+            "MiB",
+            "clorch_nb process (spec rebuild)",
+            g,
+            "torch DataLoader (fork, persistent)",
+            get("torch pw=True", "growth"),
+            (
+                f"growth < 10% of the list per worker (< {limit:.0f} MiB)",
+                None if g is None else g < limit,
+            ),
+            note=note,
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: worker USS growth within epoch {EPOCHS} (sum)",
+            "MiB ↓",
+            "MiB",
+            "clorch_nb process (spec rebuild)",
+            g,
+            "torch DataLoader (fork, default: new workers each epoch)",
+            get("torch pw=False", "growth"),
+            note=note,
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: peak worker USS (sum)",
+            "MiB ↓",
+            "MiB",
+            "clorch_nb process (spec rebuild)",
+            get("ours", "peak"),
+            "torch DataLoader (fork, persistent)",
+            get("torch pw=True", "peak"),
+            note=note,
+            why="",
+        ),
     ]
+
     def growth_ratio(name: str) -> float | None:
         a, b = get(name, "e1 parent rss"), get(name, f"e{EPOCHS} parent rss")
         return None if a is None or b is None else b / a
 
     r_ours = growth_ratio("ours")
-    rows.append(versus(
-        ctx, TITLE, f"{case}: parent RSS after epoch {EPOCHS} ÷ after epoch 1", "ratio ↓", "×",
-        "clorch_nb process", r_ours, "torch (fork, persistent)", growth_ratio("torch pw=True"),
-        ("within 10% (B20)", None if r_ours is None else abs(r_ours - 1) <= 0.10),
-        note=note,
-    ))
+    rows.append(
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: parent RSS after epoch {EPOCHS} ÷ after epoch 1",
+            "ratio ↓",
+            "×",
+            "clorch_nb process",
+            r_ours,
+            "torch (fork, persistent)",
+            growth_ratio("torch pw=True"),
+            ("within 10% (B20)", None if r_ours is None else abs(r_ours - 1) <= 0.10),
+            note=note,
+        )
+    )
     rows += _shared_tensors(ctx)
     return rows
 
@@ -149,8 +205,10 @@ def run(ctx: Context) -> list[Row]:
 def _helpers() -> set[int | None]:
     from multiprocessing import forkserver, resource_tracker
 
-    return {getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None)}
+    return {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
 
 
 def _tensor_epoch_uss(loader: Any) -> float:
@@ -180,12 +238,21 @@ def _shared_tensors(ctx: Context) -> list[Row]:
                 if who == "ours":
                     if not ctx.avail["process"][0]:
                         continue
-                    loader = data.dataloader(data.tensor_dataset(X, y), batch_size=bs,
-                                             num_workers=nw, worker_backend="process",
-                                             timeout_ms=TIMEOUT_MS)
+                    loader = data.dataloader(
+                        data.tensor_dataset(X, y),
+                        batch_size=bs,
+                        num_workers=nw,
+                        worker_backend="process",
+                        timeout_ms=TIMEOUT_MS,
+                    )
                 else:
-                    loader = torch_loader("torch", torch.utils.data.TensorDataset(X, y),
-                                          batch_size=bs, shuffle=True, num_workers=nw)
+                    loader = torch_loader(
+                        "torch",
+                        torch.utils.data.TensorDataset(X, y),
+                        batch_size=bs,
+                        shuffle=True,
+                        num_workers=nw,
+                    )
                 uss[who][rows_n] = _tensor_epoch_uss(loader)
             except Exception as exc:  # noqa: BLE001
                 ctx.record_error(f"scenario {TITLE}, B20 {who} {rows_n} rows", exc)
@@ -199,9 +266,19 @@ def _shared_tensors(ctx: Context) -> list[Row]:
     for who, u in uss.items():
         ctx.add_series(TITLE, Series(f"B20 {who}: worker USS (MiB) by rows {u}", "MiB", []))
     g = diff("ours")
-    return [versus(
-        ctx, TITLE, f"B20: tensor_dataset {big:,}×{d} f32 ({mib:.0f} MiB), batch {bs}, {nw} "
-        f"workers, 1 epoch: summed worker USS, {big:,}-row run − {small:,}-row run", "MiB ↓",
-        "MiB", "clorch_nb process (shared tensors)", g, "torch DataLoader (fork)", diff("torch"),
-        ("< 128 MiB (B20)", None if g is None else g < 128), note=process_note(ctx),
-    )]
+    return [
+        versus(
+            ctx,
+            TITLE,
+            f"B20: tensor_dataset {big:,}×{d} f32 ({mib:.0f} MiB), batch {bs}, {nw} "
+            f"workers, 1 epoch: summed worker USS, {big:,}-row run − {small:,}-row run",
+            "MiB ↓",
+            "MiB",
+            "clorch_nb process (shared tensors)",
+            g,
+            "torch DataLoader (fork)",
+            diff("torch"),
+            ("< 128 MiB (B20)", None if g is None else g < 128),
+            note=process_note(ctx),
+        )
+    ]

@@ -104,23 +104,62 @@ def run(ctx: Context) -> list[Row]:
         tot[k] = ctx.add_series(f"{TITLE} (whole runs)", series).median
     case_txt = f"{n:,}×{d} f32, batch {bs}, inline, {epochs} epochs"
     fixed = None
-    parts = (tot.get("widgets.monitor"), med.get("widgets.monitor"), tot.get("no subscriber"),
-             med.get("no subscriber"))
+    parts = (
+        tot.get("widgets.monitor"),
+        med.get("widgets.monitor"),
+        tot.get("no subscriber"),
+        med.get("no subscriber"),
+    )
     if all(p is not None for p in parts):
         t_mon, s_mon, t_none, s_none = parts
         fixed = (t_mon - s_mon - (t_none - s_none)) / epochs  # type: ignore[operator]
     return [
-        versus(ctx, TITLE, f"{case_txt}: steady-state loop time", "time ↓", "s",
-               "loader + 1 subscriber", res["one subscriber"], "same loader, no subscriber",
-               res["no subscriber"], ("<=", 1.02)),
-        versus(ctx, TITLE, f"{case_txt}: steady-state loop time", "time ↓", "s",
-               "widgets.monitor(loader), live", res.get("widgets.monitor"),
-               "same loader, no subscriber", res["no subscriber"], ("<=", 1.02), note=mon_note),
-        versus(ctx, TITLE, f"{case_txt}: whole runs (with each epoch's start and final update)",
-               "time ↓", "s", "widgets.monitor(loader), live", tot.get("widgets.monitor"),
-               "same loader, no subscriber", tot.get("no subscriber"),
-               note=mon_note or (f"fixed cost ≈ {fixed * 1e3:.0f} ms per epoch" if fixed else "")),
-        versus(ctx, TITLE, f"{case_txt}: steady-state loop time", "time ↓", "s",
-               "loader, no subscriber", med["no subscriber"], "bare index_select of X and y",
-               med["bare index_select (X and y)"]),
+        versus(
+            ctx,
+            TITLE,
+            f"{case_txt}: steady-state loop time",
+            "time ↓",
+            "s",
+            "loader + 1 subscriber",
+            res["one subscriber"],
+            "same loader, no subscriber",
+            res["no subscriber"],
+            ("<=", 1.02),
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case_txt}: steady-state loop time",
+            "time ↓",
+            "s",
+            "widgets.monitor(loader), live",
+            res.get("widgets.monitor"),
+            "same loader, no subscriber",
+            res["no subscriber"],
+            ("<=", 1.02),
+            note=mon_note,
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case_txt}: whole runs (with each epoch's start and final update)",
+            "time ↓",
+            "s",
+            "widgets.monitor(loader), live",
+            tot.get("widgets.monitor"),
+            "same loader, no subscriber",
+            tot.get("no subscriber"),
+            note=mon_note or (f"fixed cost ≈ {fixed * 1e3:.0f} ms per epoch" if fixed else ""),
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case_txt}: steady-state loop time",
+            "time ↓",
+            "s",
+            "loader, no subscriber",
+            med["no subscriber"],
+            "bare index_select of X and y",
+            med["bare index_select (X and y)"],
+        ),
     ]

@@ -33,8 +33,9 @@ def _saved_ours(ds: Any, bs: int, k: int) -> dict[str, Any]:
 
 
 def _saved_torchdata(ds: Any, bs: int, k: int) -> dict[str, Any]:
-    loader = torch_loader("torchdata", ds, batch_size=bs, shuffle=True,
-                          generator=torch.Generator().manual_seed(0))
+    loader = torch_loader(
+        "torchdata", ds, batch_size=bs, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     it = iter(loader)
     for _ in range(k):
         next(it)
@@ -65,23 +66,53 @@ def run(ctx: Context) -> list[Row]:
         td_states = {k: _saved_torchdata(torch_ds, bs, k) for k in (EARLY, DEEP)}
 
         def theirs() -> Any:
-            return torch_loader("torchdata", torch_ds, batch_size=bs, shuffle=True,
-                                generator=torch.Generator().manual_seed(0))
+            return torch_loader(
+                "torchdata",
+                torch_ds,
+                batch_size=bs,
+                shuffle=True,
+                generator=torch.Generator().manual_seed(0),
+            )
 
         for k in (EARLY, DEEP):
             cases[f"torchdata @ batch {k}"] = lambda k=k: _resume(theirs, td_states[k])
     res = ctx.measure(TITLE, cases, unit="s")
     case = f"{n:,} items, batch {bs}, shuffled, inline"
     return [
-        versus(ctx, TITLE, f"{case}: fresh loader + load_state_dict + 1st batch, at batch "
-               f"{DEEP:,} vs {EARLY}", "time ↓", "s", f"ours @ {DEEP:,}",
-               res[f"ours @ batch {DEEP}"],
-               f"ours @ {EARLY}", res[f"ours @ batch {EARLY}"], ("<=", 1.5),
-               why="cost independent of the position: no batch before it is fetched"),
-        versus(ctx, TITLE, f"{case}: resume at batch {DEEP:,}", "time ↓", "s",
-               f"ours @ {DEEP:,}", res[f"ours @ batch {DEEP}"], "torchdata",
-               res.get(f"torchdata @ batch {DEEP}"), ("<=", 1.0)),
-        versus(ctx, TITLE, f"{case}: resume at batch {EARLY}", "time ↓", "s",
-               f"ours @ {EARLY}", res[f"ours @ batch {EARLY}"], "torchdata",
-               res.get(f"torchdata @ batch {EARLY}")),
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: fresh loader + load_state_dict + 1st batch, at batch {DEEP:,} vs {EARLY}",
+            "time ↓",
+            "s",
+            f"ours @ {DEEP:,}",
+            res[f"ours @ batch {DEEP}"],
+            f"ours @ {EARLY}",
+            res[f"ours @ batch {EARLY}"],
+            ("<=", 1.5),
+            why="cost independent of the position: no batch before it is fetched",
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: resume at batch {DEEP:,}",
+            "time ↓",
+            "s",
+            f"ours @ {DEEP:,}",
+            res[f"ours @ batch {DEEP}"],
+            "torchdata",
+            res.get(f"torchdata @ batch {DEEP}"),
+            ("<=", 1.0),
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case}: resume at batch {EARLY}",
+            "time ↓",
+            "s",
+            f"ours @ {EARLY}",
+            res[f"ours @ batch {EARLY}"],
+            "torchdata",
+            res.get(f"torchdata @ batch {EARLY}"),
+        ),
     ]

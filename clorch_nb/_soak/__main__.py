@@ -19,14 +19,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, help="run episodes for this long")
     p.add_argument("--episodes", type=int, help="run this many episodes")
     p.add_argument("--episode", type=int, help="rerun only this episode (a repro)")
-    p.add_argument("--backends", default="inline,thread,process",
-                   help="comma-separated worker backends to draw from")
+    p.add_argument(
+        "--backends",
+        default="inline,thread,process",
+        help="comma-separated worker backends to draw from",
+    )
     a = p.parse_args(argv)
     if a.minutes is None and a.episodes is None and a.episode is None:
         a.minutes = 1.0
-    report = soak(a.seed, episodes=a.episodes,
-                  seconds=None if a.minutes is None else a.minutes * 60.0, only=a.episode,
-                  backends=tuple(a.backends.split(",")), echo=lambda line: print(line, flush=True))
+    report = soak(
+        a.seed,
+        episodes=a.episodes,
+        seconds=None if a.minutes is None else a.minutes * 60.0,
+        only=a.episode,
+        backends=tuple(a.backends.split(",")),
+        echo=lambda line: print(line, flush=True),
+    )
     print(report.summary(), flush=True)
     return 1 if report.violations else 0
 

@@ -39,8 +39,9 @@ def _fault_error_ok(ep: Episode, exc: BaseException, batch: int | None) -> str |
     name = type(exc).__name__
     if ep.fault in RAISING:
         cls = type(hostile_error(ep.fault, ep.at))
-        if not (type(exc) is cls or (isinstance(exc, WorkerError)
-                                     and cls.__qualname__ in _text(exc))):
+        if not (
+            type(exc) is cls or (isinstance(exc, WorkerError) and cls.__qualname__ in _text(exc))
+        ):
             return f"expected {cls.__name__} (or a WorkerError naming it), got {name}"
         if f"dataset index {ep.at} " not in _notes(exc):
             return f"{name} does not name dataset index {ep.at} in its notes"
@@ -65,7 +66,7 @@ def _fault_batch(ep: Episode, order: list[int] | None) -> int | None:
     if ep.fault in ("none", "slow") or order is None or ep.at not in order:
         return None
     b = order.index(ep.at) // ep.batch_size
-    if ep.fault == "malformed" and set(order[b * ep.batch_size:(b + 1) * ep.batch_size]) == {
+    if ep.fault == "malformed" and set(order[b * ep.batch_size : (b + 1) * ep.batch_size]) == {
         ep.at
     }:
         return None  # a batch of only the malformed item (once or repeated) collates fine
@@ -78,12 +79,15 @@ def check_outcome(ep: Episode, out: Outcome) -> list[str]:
     order = expected_order(ep)
     size = epoch_size(ep)
     fault_batch = _fault_batch(ep, order)
-    for e, (seen, exc, complete) in enumerate(zip(out.epochs, out.errors, out.complete,
-                                                  strict=True)):
+    for e, (seen, exc, complete) in enumerate(
+        zip(out.epochs, out.errors, out.complete, strict=True)
+    ):
         where = f"epoch {e}"
         if order is not None and seen != order[: len(seen)]:
-            problems.append(f"{where}: delivered {seen[:12]}... is not a prefix of the "
-                            f"sampler's order {order[:12]}...")
+            problems.append(
+                f"{where}: delivered {seen[:12]}... is not a prefix of the "
+                f"sampler's order {order[:12]}..."
+            )
         if order is None and (len(set(seen)) != len(seen) or any(not 0 <= i < ep.n for i in seen)):
             problems.append(f"{where}: shuffled epoch repeated or invented indices: {seen}")
         if exc is None:
@@ -98,8 +102,14 @@ def check_outcome(ep: Episode, out: Outcome) -> list[str]:
     return problems
 
 
-def _judge_error(ep: Episode, where: str, exc: BaseException, seen: list[int],
-                 order: list[int] | None, fault_batch: int | None) -> list[str]:
+def _judge_error(
+    ep: Episode,
+    where: str,
+    exc: BaseException,
+    seen: list[int],
+    order: list[int] | None,
+    fault_batch: int | None,
+) -> list[str]:
     if isinstance(exc, KeyboardInterrupt) and ep.consumer == "sigint":
         return []
     if isinstance(exc, LoaderClosedError) and ep.consumer == "close_thread":
@@ -114,8 +124,10 @@ def _judge_error(ep: Episode, where: str, exc: BaseException, seen: list[int],
     in_order = order is not None and fault_batch is not None and ep.fault in (*RAISING, "malformed")
     before = (fault_batch or 0) * ep.batch_size
     if in_order and len(seen) != before:
-        return [f"{where}: {type(exc).__name__} after {len(seen)} indices, expected it after "
-                f"{before} (batch {fault_batch})"]
+        return [
+            f"{where}: {type(exc).__name__} after {len(seen)} indices, expected it after "
+            f"{before} (batch {fault_batch})"
+        ]
     return []
 
 
@@ -147,8 +159,10 @@ def _children() -> set[int]:
 def _helpers() -> set[int | None]:
     from multiprocessing import forkserver, resource_tracker
 
-    return {getattr(forkserver._forkserver, "_forkserver_pid", None),
-            getattr(resource_tracker._resource_tracker, "_pid", None)}
+    return {
+        getattr(forkserver._forkserver, "_forkserver_pid", None),
+        getattr(resource_tracker._resource_tracker, "_pid", None),
+    }
 
 
 def _fd_count() -> int:

@@ -18,8 +18,9 @@ __all__ = ["drive"]
 Armer = Callable[[float], Callable[[], None]]
 
 
-def _epoch(dl: data.DataLoader, out: Outcome, *, stop_after: int | None = None,
-           hold: bool = False) -> Any:
+def _epoch(
+    dl: data.DataLoader, out: Outcome, *, stop_after: int | None = None, hold: bool = False
+) -> Any:
     """Consume one epoch into ``out``; returns the iterator (still open if stopped early)."""
     seen: list[int] = []
     held: list[Any] = []
@@ -110,6 +111,7 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
         if closer.is_alive():
             out.notes.append("close() from another thread did not return within 60 s")
     elif c == "close_callback":
+
         def close_at_k(ev: Any) -> None:
             if isinstance(ev, BatchEvent) and ev.batch_index == ep.k:
                 dl.close()

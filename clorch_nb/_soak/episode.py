@@ -19,8 +19,17 @@ __all__ = ["CONSUMERS", "Episode", "Outcome", "draw", "expected_order", "make_lo
 #: calls close() when batch k is handed over, then a full epoch), "sigint" (a real SIGINT to the
 #: main thread after delay_s, then a full epoch), "drop" (after k batches, loader dropped
 #: without close() while its last error, if any, is kept)
-CONSUMERS = ("full", "hold", "break", "reiterate", "close_mid", "close_thread", "close_callback",
-             "sigint", "drop")
+CONSUMERS = (
+    "full",
+    "hold",
+    "break",
+    "reiterate",
+    "close_mid",
+    "close_thread",
+    "close_callback",
+    "sigint",
+    "drop",
+)
 ORDERS = ("seq", "shuffle", "dist", "list")
 
 
@@ -72,15 +81,18 @@ class Episode:
 
     def repro(self) -> str:
         """The one-line command that reruns this episode (a SIGINT's exact instant varies)."""
-        return (f"python -m clorch_nb._soak --seed {self.seed} --episode {self.index}  # "
-                f"{self.backend} workers={self.num_workers} bs={self.batch_size} n={self.n} "
-                f"width={self.width} order={self.order} drop_last={self.drop_last} "
-                f"fault={self.fault}@{self.at} consumer={self.consumer} k={self.k} "
-                f"delay={self.delay_s:.3f}s timeout_ms={self.timeout_ms}")
+        return (
+            f"python -m clorch_nb._soak --seed {self.seed} --episode {self.index}  # "
+            f"{self.backend} workers={self.num_workers} bs={self.batch_size} n={self.n} "
+            f"width={self.width} order={self.order} drop_last={self.drop_last} "
+            f"fault={self.fault}@{self.at} consumer={self.consumer} k={self.k} "
+            f"delay={self.delay_s:.3f}s timeout_ms={self.timeout_ms}"
+        )
 
 
-def draw(seed: int, index: int, backends: tuple[str, ...] = ("inline", "thread", "process")
-         ) -> Episode:
+def draw(
+    seed: int, index: int, backends: tuple[str, ...] = ("inline", "thread", "process")
+) -> Episode:
     """Episode ``index`` of the run seeded ``seed`` (the same episode on every machine).
 
     Example:
@@ -102,22 +114,38 @@ def draw(seed: int, index: int, backends: tuple[str, ...] = ("inline", "thread",
         fault = rng.choice([f for f, where in ITEM_FAULTS.items() if backend in where])
     seconds = {"slow": rng.uniform(0.001, 0.01), "hang": 2.0}.get(fault, 0.0)
     return Episode(
-        seed=seed, index=index, backend=backend,
+        seed=seed,
+        index=index,
+        backend=backend,
         num_workers=0 if backend == "inline" else rng.randint(1, 3),
-        batch_size=rng.randint(1, 6), n=n, width=rng.choice([2, 2, 20_000]),
+        batch_size=rng.randint(1, 6),
+        n=n,
+        width=rng.choice([2, 2, 20_000]),
         prefetch_factor=rng.randint(1, 3),
         timeout_ms=1000.0 if fault == "hang" else rng.choice([None, None, 60_000.0]),
-        order=order, drop_last=rng.random() < 0.3, sampler_args=sampler_args, fault=fault,
-        at=rng.randrange(n) if n else 0, seconds=seconds, consumer=rng.choice(CONSUMERS),
-        k=rng.randint(0, 4), delay_s=rng.uniform(0.0, 0.25),
+        order=order,
+        drop_last=rng.random() < 0.3,
+        sampler_args=sampler_args,
+        fault=fault,
+        at=rng.randrange(n) if n else 0,
+        seconds=seconds,
+        consumer=rng.choice(CONSUMERS),
+        k=rng.randint(0, 4),
+        delay_s=rng.uniform(0.0, 0.25),
     )
 
 
 def _sampler(ep: Episode) -> Any:
     if ep.order == "dist":
         replicas, rank, shuffle, drop_last = ep.sampler_args
-        s = data.distributed_sampler(ep.n, num_replicas=replicas, rank=rank, seed=ep.seed,
-                                     shuffle=shuffle, drop_last=drop_last)
+        s = data.distributed_sampler(
+            ep.n,
+            num_replicas=replicas,
+            rank=rank,
+            seed=ep.seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
         s.set_epoch(ep.index)
         return s
     if ep.order == "list":
@@ -130,12 +158,22 @@ def make_loader(ep: Episode) -> data.DataLoader:
     ds = faulty_dataset(ep.n, ep.width, ep.fault, ep.at, ep.seconds)
     opts: dict[str, Any] = {}
     if ep.backend != "inline":
-        opts = {"worker_backend": ep.backend, "prefetch_factor": ep.prefetch_factor,
-                "timeout_ms": ep.timeout_ms}
+        opts = {
+            "worker_backend": ep.backend,
+            "prefetch_factor": ep.prefetch_factor,
+            "timeout_ms": ep.timeout_ms,
+        }
     sampler = _sampler(ep)
-    return data.dataloader(ds, batch_size=ep.batch_size, num_workers=ep.num_workers,
-                           shuffle=ep.order == "shuffle", drop_last=ep.drop_last,
-                           sampler=sampler, seed=ep.seed * 1000 + ep.index, **opts)
+    return data.dataloader(
+        ds,
+        batch_size=ep.batch_size,
+        num_workers=ep.num_workers,
+        shuffle=ep.order == "shuffle",
+        drop_last=ep.drop_last,
+        sampler=sampler,
+        seed=ep.seed * 1000 + ep.index,
+        **opts,
+    )
 
 
 def expected_order(ep: Episode) -> list[int] | None:

@@ -51,9 +51,11 @@ class SoakReport:
     def summary(self) -> str:
         """One line: episodes per backend, violations, time, memory growth."""
         per = ", ".join(f"{b} {n}" for b, n in sorted(self.episodes.items()))
-        return (f"soak seed={self.seed}: {sum(self.episodes.values())} episodes ({per}), "
-                f"{len(self.violations)} violations, {self.seconds:.0f} s, "
-                f"memory growth {self.rss_growth_mb:+.1f} MB")
+        return (
+            f"soak seed={self.seed}: {sum(self.episodes.values())} episodes ({per}), "
+            f"{len(self.violations)} violations, {self.seconds:.0f} s, "
+            f"memory growth {self.rss_growth_mb:+.1f} MB"
+        )
 
 
 class _Interrupter:
@@ -141,9 +143,15 @@ def run_episode(ep: Episode, interrupter: _Interrupter) -> list[str]:
     return [f"VIOLATION episode {ep.index}: {p} | repro: {ep.repro()}" for p in problems]
 
 
-def soak(seed: int, *, episodes: int | None = None, seconds: float | None = None,
-         only: int | None = None, backends: tuple[str, ...] = ("inline", "thread", "process"),
-         echo: Callable[[str], None] | None = None) -> SoakReport:
+def soak(
+    seed: int,
+    *,
+    episodes: int | None = None,
+    seconds: float | None = None,
+    only: int | None = None,
+    backends: tuple[str, ...] = ("inline", "thread", "process"),
+    echo: Callable[[str], None] | None = None,
+) -> SoakReport:
     """Run seeded random episodes and check each (see the package docstring).
 
     Args:

@@ -60,8 +60,10 @@ def _type_error(items: Sequence[Any], path: KeyPath, kinds: list[str]) -> Collat
     )
     return CollateError(
         f"cannot collate {key_path_text(path)}: items mix types: {found}; {hint}",
-        key_path=path, positions=_odd_ones(groups, order[0]),
-        found=tuple((n, tuple(groups[n])) for n in order), num_items=len(items),
+        key_path=path,
+        positions=_odd_ones(groups, order[0]),
+        found=tuple((n, tuple(groups[n])) for n in order),
+        num_items=len(items),
     )
 
 
@@ -74,8 +76,13 @@ def _out_for(items: Sequence[torch.Tensor]) -> torch.Tensor | None:
     first = items[0]
     dtype = first.dtype
     for t in items:
-        if type(t) is not torch.Tensor or t.dtype != dtype or t.requires_grad \
-                or t.device.type != "cpu" or t.layout != torch.strided:
+        if (
+            type(t) is not torch.Tensor
+            or t.dtype != dtype
+            or t.requires_grad
+            or t.device.type != "cpu"
+            or t.layout != torch.strided
+        ):
             return None
     assert stack_out is not None
     return stack_out((len(items), *first.shape), dtype)
@@ -101,7 +108,8 @@ def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
                 f"cannot stack {key_path_text(path)}: tensors differ in shape: {found}. Pad or "
                 "crop the items to one shape, or pass collate_fn=data.pad_collate (pads to the "
                 "longest and returns the lengths)",
-                key_path=path, positions=_odd_ones(groups, tuple(shape)),
+                key_path=path,
+                positions=_odd_ones(groups, tuple(shape)),
                 found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
                 num_items=len(items),
             )
@@ -131,7 +139,8 @@ def _collate(items: Sequence[Any], path: KeyPath) -> Any:
                     f"item 0 has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
                     f"{_keys(set(x) - key_set)}); every item must have the same keys (nothing "
                     "is dropped)",
-                    key_path=path, positions=(i,),
+                    key_path=path,
+                    positions=(i,),
                     found=((f"keys {_keys(keys)}", (0,)), (f"keys {_keys(x)}", (i,))),
                     num_items=len(items),
                 )
@@ -143,7 +152,8 @@ def _collate(items: Sequence[Any], path: KeyPath) -> Any:
                 raise CollateError(
                     f"cannot collate {key_path_text(path)}: item 0 is a tuple of {n} fields but "
                     f"item {i} has {len(x)}; every item must have the same number of fields",
-                    key_path=path, positions=(i,),
+                    key_path=path,
+                    positions=(i,),
                     found=((f"tuple of {n} fields", (0,)), (f"tuple of {len(x)} fields", (i,))),
                     num_items=len(items),
                 )
@@ -237,13 +247,17 @@ def pad_collate(
         raise CollateError(
             f"pad_collate takes tensors or mappings of tensors, got {type(first).__name__}; "
             "use default_collate for other items",
-            positions=(0,), found=((type(first).__name__, (0,)),), num_items=len(items),
+            positions=(0,),
+            found=((type(first).__name__, (0,)),),
+            num_items=len(items),
         )
     if isinstance(keys, str):  # keys="data" means one key, not the letters d, a, t, a
         keys = [keys]
-    pad_keys = list(keys) if keys is not None else [
-        k for k, v in first.items() if isinstance(v, torch.Tensor) and v.dim() >= 1
-    ]
+    pad_keys = (
+        list(keys)
+        if keys is not None
+        else [k for k, v in first.items() if isinstance(v, torch.Tensor) and v.dim() >= 1]
+    )
     for k in pad_keys:
         if k not in first:
             raise ConfigError(f"pad_collate keys: {k!r} is not a key of the items ({list(first)})")
@@ -253,8 +267,9 @@ def pad_collate(
         padded, lengths = _pad([x[k] for x in items], (k,), padding_value)
         for extra in (f"{k}_lengths", f"{k}_mask"):
             if extra in first:
-                raise CollateError(f"pad_collate: the items already have a key {extra!r}",
-                                   key_path=(extra,))
+                raise CollateError(
+                    f"pad_collate: the items already have a key {extra!r}", key_path=(extra,)
+                )
         out[k] = padded
         out[f"{k}_lengths"] = lengths
         if mask:
@@ -271,9 +286,13 @@ def _pad(
     zero_d = tuple(i for i, s in enumerate(seqs) if s.dim() == 0)
     if zero_d:
         where = f"{key_path_text(path)} has" if path else "the items are"
-        raise CollateError(f"pad_collate: {where} 0-d tensors; nothing to pad",
-                           key_path=path, positions=zero_d,
-                           found=(("0-d tensor", zero_d),), num_items=len(seqs))
+        raise CollateError(
+            f"pad_collate: {where} 0-d tensors; nothing to pad",
+            key_path=path,
+            positions=zero_d,
+            found=(("0-d tensor", zero_d),),
+            num_items=len(seqs),
+        )
     trailing = seqs[0].shape[1:]
     for i, s in enumerate(seqs):
         if s.shape[1:] != trailing:
@@ -283,9 +302,12 @@ def _pad(
             raise CollateError(
                 f"pad_collate: {key_path_text(path)}: item 0 has shape {tuple(seqs[0].shape)} but "
                 f"item {i} has {tuple(s.shape)}; only the first (length) dimension may differ",
-                key_path=path, positions=_odd_ones(groups, tuple(trailing)),
-                found=tuple((f"shape (L, {', '.join(map(str, t))})" if t else "shape (L,)",
-                             tuple(p)) for t, p in groups.items()),
+                key_path=path,
+                positions=_odd_ones(groups, tuple(trailing)),
+                found=tuple(
+                    (f"shape (L, {', '.join(map(str, t))})" if t else "shape (L,)", tuple(p))
+                    for t, p in groups.items()
+                ),
                 num_items=len(seqs),
             )
     lengths = torch.tensor([s.shape[0] for s in seqs], dtype=torch.int64)

@@ -79,15 +79,24 @@ class LoaderConfig:
                 f"sampler_yields={self.sampler_yields!r} must be 'indices' or 'batches'"
             )
         if self.sampler_yields == "indices" or self.batch_size is not None:
-            check_int("batch_size", self.batch_size, minimum=1,
-                      fix="pass the number of items per batch, e.g. 32")
+            check_int(
+                "batch_size",
+                self.batch_size,
+                minimum=1,
+                fix="pass the number of items per batch, e.g. 32",
+            )
         check_bool("shuffle", self.shuffle)
         check_bool("drop_last", self.drop_last)
-        check_int("num_workers", self.num_workers, minimum=0,
-                  fix="use 0 to load on the calling thread")
+        check_int(
+            "num_workers", self.num_workers, minimum=0, fix="use 0 to load on the calling thread"
+        )
         if self.num_workers > 0:
-            check_int("prefetch_factor", self.prefetch_factor, minimum=1,
-                      fix="it is how many batches each worker may prepare ahead (default 2)")
+            check_int(
+                "prefetch_factor",
+                self.prefetch_factor,
+                minimum=1,
+                fix="it is how many batches each worker may prepare ahead (default 2)",
+            )
         if not callable(self.collate_fn):
             raise ConfigError(
                 f"collate_fn={self.collate_fn!r:.60} must be callable (items -> batch)"
@@ -134,8 +143,13 @@ class LoaderConfig:
 
 
 def loader_config(
-    *, shuffle: Any = UNSET, sampler: Any = None, batch_sampler: Any = None,
-    batch_size: Any = UNSET, drop_last: Any = False, torch_options: dict[str, Any] | None = None,
+    *,
+    shuffle: Any = UNSET,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+    batch_size: Any = UNSET,
+    drop_last: Any = False,
+    torch_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> LoaderConfig:
     """A :class:`LoaderConfig` from ``dataloader()``'s arguments, defaults resolved.
@@ -187,8 +201,10 @@ def loader_config(
     elif shuffle is UNSET:
         shuffle = True
     return LoaderConfig(
-        shuffle=shuffle, batch_size=32 if batch_size is UNSET else batch_size,
-        drop_last=drop_last, **options,
+        shuffle=shuffle,
+        batch_size=32 if batch_size is UNSET else batch_size,
+        drop_last=drop_last,
+        **options,
     )
 
 
@@ -205,8 +221,11 @@ def _check_sampler(name: str, sampler: Any) -> None:
         what = "lists of dataset indices" if name == "batch_sampler" else "dataset indices"
         raise ConfigError(
             f"{name}={sampler!r:.60} must be iterable (yielding {what}) and have len(); e.g. "
-            + ("torch.utils.data.BatchSampler(sampler, batch_size, drop_last)"
-               if name == "batch_sampler" else "data.distributed_sampler(...)")
+            + (
+                "torch.utils.data.BatchSampler(sampler, batch_size, drop_last)"
+                if name == "batch_sampler"
+                else "data.distributed_sampler(...)"
+            )
         )
 
 

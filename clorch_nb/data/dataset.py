@@ -81,8 +81,10 @@ def check_index(idx: Any, size: int) -> int:
         ...
         IndexError: index 10 is outside the dataset: valid indices are 0..9 (size 10)
     """
-    if isinstance(idx, bool) or not isinstance(idx, int | torch.Tensor) and not hasattr(
-        idx, "__index__"
+    if (
+        isinstance(idx, bool)
+        or not isinstance(idx, int | torch.Tensor)
+        and not hasattr(idx, "__index__")
     ):
         raise TypeError(f"dataset index must be an int, got {type(idx).__name__} ({idx!r:.40})")
     i = operator.index(idx)
@@ -329,8 +331,10 @@ def as_dataset(obj: Any, *, argument: str = "dataset") -> Any:
             f"{argument} is a torch IterableDataset ({type(obj).__name__}); clorch_nb loads "
             "map-style datasets: implement get_size()/get_item(idx) or __len__/__getitem__"
         )
-    if hasattr(obj, "__len__") and hasattr(obj, "__getitem__") and not isinstance(
-        obj, str | bytes | Mapping
+    if (
+        hasattr(obj, "__len__")
+        and hasattr(obj, "__getitem__")
+        and not isinstance(obj, str | bytes | Mapping)
     ):
         return TorchMapDataset(obj)
     if isinstance(obj, Mapping | str | bytes):

@@ -17,7 +17,13 @@ from clorch_nb.data import state as _state
 from clorch_nb.data.epoch_iter import StopRequest
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.worker_info import batch_seed, seeded_globals
-from clorch_nb.data.workers.base import BatchCancelled, BatchTask, WorkerPool, build_batch
+from clorch_nb.data.workers.base import (
+    BatchCancelled,
+    BatchResult,
+    BatchTask,
+    WorkerPool,
+    build_batch,
+)
 from clorch_nb.instrumentation import BatchEvent
 
 if TYPE_CHECKING:
@@ -46,18 +52,34 @@ def deliver_inline(
             try:  # with the global RNGs a process worker would see (TensorDataset draws none)
                 with seeded_globals(batch_seed(base, bi), enabled=loader._draws):
                     batch, fetch_s, collate_s = build_batch(
-                        loader.dataset, loader.config.collate_fn, idx,
-                        use_get_batch=loader._use_get_batch, batch_index=bi,
-                        worker="the main thread (num_workers=0)", should_stop=should_stop,
+                        loader.dataset,
+                        loader.config.collate_fn,
+                        idx,
+                        use_get_batch=loader._use_get_batch,
+                        batch_index=bi,
+                        worker="the main thread (num_workers=0)",
+                        should_stop=should_stop,
                     )
             except BatchCancelled:
                 stop.check()
                 raise
             t1 = time.perf_counter()
-            loader._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
-                epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1,
-                t0, t0, t1,
-            ))
+            loader._record(
+                BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
+                    epoch,
+                    bi,
+                    INLINE_WORKER_ID,
+                    idx.shape[0],
+                    fetch_s,
+                    collate_s,
+                    t1 - t0,
+                    0,
+                    t1,
+                    t0,
+                    t0,
+                    t1,
+                )
+            )
             loader._position = (epoch, start, bi + 1, n)
             yield batch
     except BaseException:
@@ -98,8 +120,14 @@ def deliver_from_pool(
             while next_yield not in ready:
                 stop.check()  # close() from another thread (it also wakes pool.get)
                 try:
-                    remaining = seconds_left(pool, next_yield, batches[next_yield], t0,
-                                             loader.config, loader.worker_backend)
+                    remaining = seconds_left(
+                        pool,
+                        next_yield,
+                        batches[next_yield],
+                        t0,
+                        loader.config,
+                        loader.worker_backend,
+                    )
                     result = pool.get(remaining)
                 except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
                     broken = True
@@ -115,11 +143,7 @@ def deliver_from_pool(
                 broken = True
                 raise
             t1 = time.perf_counter()
-            loader._record(BatchEvent(
-                epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
-                result.collate_s, t1 - t0, len(ready), t1, t_asked, result.t_start,
-                result.t_sent,
-            ))
+            loader._record(_event(epoch, next_yield, result, len(ready), t_asked, t0, t1))
             next_yield += 1
             loader._position = (epoch, start, next_yield, n)
             yield result.batch
@@ -137,6 +161,17 @@ def deliver_from_pool(
             del loader
         raise
     loader._epoch_event("end", epoch, n)
+
+
+def _event(
+    epoch: int, index: int, result: BatchResult, depth: int, t_asked: float, t0: float, t1: float
+) -> BatchEvent:
+    """The record of batch ``index`` handed over at ``t1`` after waiting since ``t0``."""
+    return BatchEvent(
+        epoch, index, result.worker_id, result.num_items, result.fetch_s, result.collate_s,
+        t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent,
+    )  # fmt: skip
+
 
 def _take_finished(pool: WorkerPool, ready: dict[int, Any], in_flight: int) -> None:
     # Take what else has finished, without waiting, so queue_depth counts every built batch

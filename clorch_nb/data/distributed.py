@@ -22,17 +22,25 @@ in :mod:`clorch_nb.data.state`.
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from clorch_nb import dist
 from clorch_nb._checks import check_bool, check_int
-from clorch_nb.data.state import even_layout, layout_count, sampler_restore, sampler_snapshot
+from clorch_nb.data.shard_plan import (
+    ShardMode,
+    ShardPlan,
+    arrange_order,
+    base_order,
+    check_mode,
+    check_seed,
+    shard_plan,
+)
+from clorch_nb.data.state import layout_count, sampler_restore, sampler_snapshot
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -45,128 +53,6 @@ __all__ = [
     "set_epoch",
     "shard_plan",
 ]
-
-ShardMode = Literal["even", "disjoint"]
-
-
-# torch.Generator.manual_seed accepts exactly this range (it fails with "Overflow when unpacking
-# long long" outside it); seed + epoch must stay inside.
-_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1
-
-
-def _check_seed(seed: Any, epoch: int = 0) -> int:
-    seed = check_int("seed", seed)
-    if not _SEED_MIN <= seed + epoch <= _SEED_MAX:
-        raise ConfigError(
-            f"seed={seed} with epoch={epoch} gives seed + epoch = {seed + epoch}, outside the "
-            f"range a torch.Generator accepts ({_SEED_MIN}..{_SEED_MAX}); use a smaller seed"
-        )
-    return seed
-
-
-def _base_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Tensor:
-    if not shuffle:
-        return torch.arange(size, dtype=torch.int64)
-    g = torch.Generator()
-    g.manual_seed(seed + epoch)  # exactly torch's DistributedSampler.__iter__
-    return torch.randperm(size, generator=g)
-
-
-def _arranged(
-    order: torch.Tensor, num_replicas: int, drop_last: bool, mode: ShardMode
-) -> torch.Tensor:
-    """The order after padding (even, no drop_last) or truncation (even, drop_last)."""
-    size = order.numel()
-    if mode == "disjoint":
-        return order
-    _, total = even_layout(size, num_replicas, drop_last)
-    if total <= size:
-        return order[:total]
-    pad = total - size
-    reps = math.ceil(pad / size)
-    return torch.cat([order, order.repeat(reps)[:pad]])
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """Every rank's indices for one epoch, with padding and dropped items marked.
-
-    Attributes:
-        size (int): dataset size ``N``.
-        num_replicas (int): ranks ``R``.
-        epoch (int): the epoch the plan is for.
-        order (list[int]): the epoch's base order (shuffled or ``0..N-1``), length ``N``.
-        rank_indices (list[list[int]]): ``rank_indices[r]`` is what rank ``r`` iterates.
-        is_padding (list[list[bool]]): parallel to ``rank_indices``; True where the index is a
-            padding repeat of an item some rank already has this epoch.
-        dropped (list[int]): items no rank gets this epoch (``drop_last=True``).
-    """
-
-    size: int
-    num_replicas: int
-    epoch: int
-    order: list[int]
-    rank_indices: list[list[int]]
-    is_padding: list[list[bool]]
-    dropped: list[int]
-
-    @property
-    def disjoint(self) -> bool:
-        """True when no index appears twice across ranks once padding is excluded."""
-        real = [
-            i
-            for row, pads in zip(self.rank_indices, self.is_padding, strict=True)
-            for i, pad in zip(row, pads, strict=True)
-            if not pad
-        ]
-        return len(real) == len(set(real))
-
-    @property
-    def covers(self) -> bool:
-        """True when every index of ``0..N-1`` is on some rank."""
-        seen = {i for row in self.rank_indices for i in row}
-        return len(seen) == self.size and seen == set(range(self.size))
-
-
-def shard_plan(
-    size: int,
-    num_replicas: int,
-    *,
-    seed: int = 0,
-    epoch: int = 0,
-    shuffle: bool = True,
-    drop_last: bool = False,
-    shard_mode: ShardMode = "even",
-) -> ShardPlan:
-    """All ranks' shards for one epoch, as :class:`DistributedSampler` computes them.
-
-    Args: as :func:`distributed_sampler`, plus ``epoch``.
-
-    Returns:
-        ShardPlan: per-rank indices, padding marks and dropped items.
-
-    Raises:
-        ConfigError: a bad size, num_replicas, seed, epoch or shard_mode.
-
-    Example:
-        >>> p = shard_plan(10, 3, shuffle=False)
-        >>> p.rank_indices, p.is_padding[1]
-        ([[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]], [False, False, False, True])
-    """
-    check_int("size", size, minimum=0)
-    check_int("num_replicas", num_replicas, minimum=1)
-    check_int("epoch", epoch)
-    _check_seed(seed, epoch)
-    _check_mode(shard_mode)
-    order = _base_order(size, seed=seed, epoch=epoch, shuffle=shuffle)
-    arranged = _arranged(order, num_replicas, drop_last, shard_mode).tolist()
-    rows, pads = [], []
-    for r in range(num_replicas):
-        positions = range(r, len(arranged), num_replicas)
-        rows.append([arranged[p] for p in positions])
-        pads.append([p >= size for p in positions])
-    dropped = order[len(arranged):].tolist() if len(arranged) < size else []
-    return ShardPlan(size, num_replicas, epoch, order.tolist(), rows, pads, dropped)
 
 
 @dataclass(frozen=True)
@@ -212,10 +98,10 @@ class SamplerSettings:
                 f"rank={self.rank} is outside 0..{self.num_replicas - 1} for "
                 f"num_replicas={self.num_replicas}; pass the global rank (RANK, not LOCAL_RANK)"
             )
-        _check_seed(self.seed)
+        check_seed(self.seed)
         check_bool("shuffle", self.shuffle)
         check_bool("drop_last", self.drop_last)
-        _check_mode(self.shard_mode)
+        check_mode(self.shard_mode)
         if self.drop_last and self.shard_mode == "disjoint":
             raise ConfigError(
                 "drop_last=True contradicts shard_mode='disjoint' (which keeps every item exactly "
@@ -225,16 +111,13 @@ class SamplerSettings:
     def plan(self, epoch: int = 0) -> ShardPlan:
         """Every rank's shard at ``epoch`` (:func:`shard_plan` with these settings)."""
         return shard_plan(
-            self.size, self.num_replicas, seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-            drop_last=self.drop_last, shard_mode=self.shard_mode,
-        )
-
-
-def _check_mode(shard_mode: Any) -> None:
-    if shard_mode not in ("even", "disjoint"):
-        raise ConfigError(
-            f"shard_mode={shard_mode!r} must be 'even' (torch's: equal counts, padding repeats) "
-            "or 'disjoint' (every item exactly once, uneven counts; for evaluation)"
+            self.size,
+            self.num_replicas,
+            seed=self.seed,
+            epoch=epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            shard_mode=self.shard_mode,
         )
 
 
@@ -278,7 +161,7 @@ class DistributedSampler:
             ConfigError: ``epoch`` is not an int >= 0, or ``seed + epoch`` leaves the range of a
                 ``torch.Generator`` seed.
         """
-        _check_seed(self.seed, check_int("epoch", epoch, minimum=0))
+        check_seed(self.seed, check_int("epoch", epoch, minimum=0))
         self.epoch = epoch
         if self._resumed is not None and self._resumed[0] != epoch:  # torch's shards again
             self._resumed = None
@@ -300,9 +183,9 @@ class DistributedSampler:
 
     def index_tensor(self) -> torch.Tensor:
         """This rank's indices for the current epoch: int64, shape ``(len(self),)``."""
-        order = _base_order(self.size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
+        order = base_order(self.size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
         start, skip = self._layout()
-        arranged = _arranged(order[start:], self.num_replicas, self.drop_last, self.shard_mode)
+        arranged = arrange_order(order[start:], self.num_replicas, self.drop_last, self.shard_mode)
         return arranged[self.rank :: self.num_replicas][skip:]
 
     def sample_indices(self) -> list[int]:
@@ -318,7 +201,12 @@ class DistributedSampler:
     def settings(self) -> SamplerSettings:
         """This sampler's settings as one frozen value."""
         return SamplerSettings(
-            self.size, self.num_replicas, self.rank, self.seed, self.shuffle, self.drop_last,
+            self.size,
+            self.num_replicas,
+            self.rank,
+            self.seed,
+            self.shuffle,
+            self.drop_last,
             self.shard_mode,
         )
 
@@ -344,8 +232,9 @@ class DistributedSampler:
     def __len__(self) -> int:
         start, skip = self._layout()
         n = self.size - start
-        return max(0, layout_count(n, self.num_replicas, self.rank, self.drop_last,
-                                   self.shard_mode) - skip)
+        return max(
+            0, layout_count(n, self.num_replicas, self.rank, self.drop_last, self.shard_mode) - skip
+        )
 
     def __repr__(self) -> str:
         return (

@@ -130,21 +130,29 @@ class DatasetWatch:
                 names it, the old and new value, and the ways to make the change reach them.
         """
         now = _snapshot(self.owner)
-        changed = [n for n in sorted(set(now) | set(self._before))
-                   if now.get(n, (None,))[0] != self._before.get(n, (None,))[0]]
+        changed = [
+            n
+            for n in sorted(set(now) | set(self._before))
+            if now.get(n, (None,))[0] != self._before.get(n, (None,))[0]
+        ]
         if not changed:
             return "same"
         if self.shared_tensors:
-            in_place = [n for n in changed if n in now and n in self._before
-                        and now[n][0][:2] == self._before[n][0][:2]]
+            in_place = [
+                n
+                for n in changed
+                if n in now and n in self._before and now[n][0][:2] == self._before[n][0][:2]
+            ]
             self._before = now
             return "same" if len(in_place) == len(changed) else "restart"
         name = changed[0]
         old_token, old = self._before.get(name, ((None,), "<unset>"))
         new_token, new = now.get(name, ((None,), "<deleted>"))
-        how = "was changed in place" if (
-            new_token[0] == "tensor" and new_token[:2] == old_token[:2]
-        ) else f"changed from {old} to {new}"
+        how = (
+            "was changed in place"
+            if (new_token[0] == "tensor" and new_token[:2] == old_token[:2])
+            else f"changed from {old} to {new}"
+        )
         raise WorkerStateError(
             f"dataset attribute {name!r} {how} in this process since the last epoch, but the "
             f"process workers rebuilt the dataset from its process_spec and would go on using "
@@ -186,8 +194,11 @@ class EpochHooks:
 
     def __init__(self, dataset: Any, worker_backend: str, *, shared_tensors: bool) -> None:
         self.dataset, self.worker_backend = dataset, worker_backend
-        self.watch = DatasetWatch(dataset, shared_tensors=shared_tensors) if (
-            worker_backend == "process") else None
+        self.watch = (
+            DatasetWatch(dataset, shared_tensors=shared_tensors)
+            if (worker_backend == "process")
+            else None
+        )
 
     def before_epoch(self, epoch: int) -> Literal["same", "restart"]:
         """Run the hooks for ``epoch``; ``"restart"`` asks the loader for fresh process workers.

@@ -35,7 +35,12 @@ from clorch_nb.data.workers.base import build_batch
 from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 
 __all__ = [
-    "CLOSE_WAIT_S", "EpochIterator", "StopRequest", "peek_batch", "release_frames", "rng_untouched",
+    "CLOSE_WAIT_S",
+    "EpochIterator",
+    "StopRequest",
+    "peek_batch",
+    "release_frames",
+    "rng_untouched",
 ]
 
 #: how long a cross-thread close() waits for the consumer's next() to end before freeing the
@@ -102,8 +107,13 @@ class EpochIterator:
 
     __slots__ = ("__weakref__", "_gen", "_lock", "_stale", "_stop", "delivered", "epoch", "plan")
 
-    def __init__(self, gen: Iterator[Any], stop: StopRequest, epoch: int = 0,
-                 plan: Sequence[torch.Tensor] = ()) -> None:
+    def __init__(
+        self,
+        gen: Iterator[Any],
+        stop: StopRequest,
+        epoch: int = 0,
+        plan: Sequence[torch.Tensor] = (),
+    ) -> None:
         self._gen: Any = gen  # a generator (gi_running, close)
         self._stop = stop
         self._lock = threading.RLock()
@@ -253,8 +263,11 @@ def peek_batch(loader: Any, plan: Sequence[torch.Tensor] | None, batch_index: in
         )
     with rng_untouched(loader.generator):
         batch, _, _ = build_batch(
-            loader.dataset, loader.config.collate_fn, plan[batch_index],
-            use_get_batch=loader._use_get_batch, batch_index=batch_index,
+            loader.dataset,
+            loader.config.collate_fn,
+            plan[batch_index],
+            use_get_batch=loader._use_get_batch,
+            batch_index=batch_index,
             worker="the main thread (peek)",
         )
     return batch

@@ -147,8 +147,9 @@ class DataLoader(_state.Resumable):
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
         see :func:`~clorch_nb.data.epoch_iter.peek_batch` (Raises, Example)."""
         it = self._active() if self._active is not None else None
-        return peek_batch(self, None if it is None or it.delivered >= len(it) else it.plan,
-                          batch_index)
+        return peek_batch(
+            self, None if it is None or it.delivered >= len(it) else it.plan, batch_index
+        )
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
@@ -194,8 +195,9 @@ class DataLoader(_state.Resumable):
         return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
 
     def _plan(self, note: bool = True) -> Any:
-        return epoch_plan(self.dataset.get_size(), self.config, self.sampler, self.generator,
-                          note=note)
+        return epoch_plan(
+            self.dataset.get_size(), self.config, self.sampler, self.generator, note=note
+        )
 
     # -- build + deliver (clorch_nb.data.deliver) -------------------------------------------
 
@@ -210,9 +212,16 @@ class DataLoader(_state.Resumable):
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], epoch: int, n: int) -> None:
         if self.events:
-            self.events.emit(EpochEvent(
-                kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
-            ))
+            self.events.emit(
+                EpochEvent(
+                    kind,
+                    epoch,
+                    n,
+                    self.worker_backend,
+                    self.config.num_workers,
+                    time.perf_counter(),
+                )
+            )
 
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
@@ -313,10 +322,19 @@ def dataloader(
     if seed is not None and generator is not None:
         raise ConfigError("pass seed= or generator=, not both")
     config = loader_config(
-        shuffle=shuffle, sampler=sampler, batch_sampler=batch_sampler, torch_options=torch_options,
-        batch_size=batch_size, drop_last=drop_last, num_workers=num_workers,
-        prefetch_factor=prefetch_factor, collate_fn=collate_fn, worker_backend=worker_backend,
-        timeout_ms=timeout_ms, start_timeout_ms=start_timeout_ms, seed=seed,
+        shuffle=shuffle,
+        sampler=sampler,
+        batch_sampler=batch_sampler,
+        torch_options=torch_options,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        num_workers=num_workers,
+        prefetch_factor=prefetch_factor,
+        collate_fn=collate_fn,
+        worker_backend=worker_backend,
+        timeout_ms=timeout_ms,
+        start_timeout_ms=start_timeout_ms,
+        seed=seed,
     )
     if batch_sampler is not None or sampler is not None:
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
@@ -324,7 +342,10 @@ def dataloader(
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     spec = get_process_spec(ds)
     return DataLoader(
-        ds, config, sampler=sampler if batch_sampler is None else batch_sampler,
-        seed=_state.resolve_seed(seed, generator, config.shuffle), process_spec=spec,
+        ds,
+        config,
+        sampler=sampler if batch_sampler is None else batch_sampler,
+        seed=_state.resolve_seed(seed, generator, config.shuffle),
+        process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
     )

@@ -22,8 +22,12 @@ __all__ = ["BatchListPlan", "EpochPlan", "check_sampler_size", "epoch_order", "e
 
 
 def epoch_plan(
-    size: int, config: LoaderConfig, sampler: Any, generator: torch.Generator | None,
-    *, note: bool = True,
+    size: int,
+    config: LoaderConfig,
+    sampler: Any,
+    generator: torch.Generator | None,
+    *,
+    note: bool = True,
 ) -> Sequence[torch.Tensor]:
     """An epoch's batches, each an int64 tensor of dataset indices.
 
@@ -99,8 +103,12 @@ def _declared_size(sampler: Any) -> int | None:
 
 
 def epoch_order(
-    size: int, config: LoaderConfig, sampler: Any, generator: torch.Generator | None,
-    *, note: bool = True,
+    size: int,
+    config: LoaderConfig,
+    sampler: Any,
+    generator: torch.Generator | None,
+    *,
+    note: bool = True,
 ) -> torch.Tensor:
     """An epoch's dataset indices in order, shape ``(n,)`` int64.
 
@@ -145,8 +153,10 @@ def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
 
 
 def _is_index(x: Any) -> bool:
-    return isinstance(x, int) or (isinstance(x, torch.Tensor | np.ndarray) and x.ndim == 0) or (
-        isinstance(x, np.integer)
+    return (
+        isinstance(x, int)
+        or (isinstance(x, torch.Tensor | np.ndarray) and x.ndim == 0)
+        or (isinstance(x, np.integer))
     )
 
 
@@ -161,8 +171,10 @@ def _check_range(size: int, name: str, order: torch.Tensor) -> None:
 
 def _batch_list_plan(size: int, batch_sampler: Any) -> BatchListPlan:
     check_sampler_size(size, batch_sampler)
-    batches = [list(b) if not isinstance(b, torch.Tensor) else b.tolist() for b in
-               _batches_of(batch_sampler)]
+    batches = [
+        list(b) if not isinstance(b, torch.Tensor) else b.tolist()
+        for b in _batches_of(batch_sampler)
+    ]
     sizes = [len(b) for b in batches]
     order = torch.as_tensor([i for b in batches for i in b], dtype=torch.int64)
     if len(batches) != len(batch_sampler):

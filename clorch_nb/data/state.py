@@ -123,8 +123,13 @@ class LoaderState:
             if getattr(self, key) != getattr(here, key):
                 raise refuse("loader", key, getattr(self, key), getattr(here, key), fix)
         if seed_fixed and self.seed != here.seed:
-            raise refuse("loader", "seed", self.seed, here.seed,
-                         "pass the same seed=, or build the loader without seed= to adopt it")
+            raise refuse(
+                "loader",
+                "seed",
+                self.seed,
+                here.seed,
+                "pass the same seed=, or build the loader without seed= to adopt it",
+            )
         if (self.sampler is None) != (here.sampler is None):
             raise refuse("loader", "sampler", _kind(self.sampler), _kind(here.sampler), fix)
 
@@ -164,8 +169,9 @@ def layout_count(remaining: int, num_replicas: int, rank: int, drop_last: bool, 
     return even_layout(remaining, num_replicas, drop_last)[0]
 
 
-def consumed_prefix(size: int, start: int, num_replicas: int, done: int, drop_last: bool,
-                    mode: str) -> int:
+def consumed_prefix(
+    size: int, start: int, num_replicas: int, done: int, drop_last: bool, mode: str
+) -> int:
     """How many positions of an epoch's base order are consumed when ranks dealt the positions
     ``start..`` round robin (``num_replicas`` of them) have each consumed ``done`` indices.
 
@@ -180,8 +186,10 @@ def consumed_prefix(size: int, start: int, num_replicas: int, done: int, drop_la
         10
     """
     remaining = size - start
-    real = remaining if mode == "disjoint" or not drop_last else (
-        layout_count(remaining, num_replicas, 0, drop_last, mode) * num_replicas
+    real = (
+        remaining
+        if mode == "disjoint" or not drop_last
+        else (layout_count(remaining, num_replicas, 0, drop_last, mode) * num_replicas)
     )
     return start + min(done * num_replicas, min(real, remaining))
 
@@ -249,9 +257,15 @@ def snapshot(loader: Any) -> dict[str, Any]:
     if done >= n and loader._epoch is not None:  # delivered to the end: the next epoch
         epoch, done = epoch + 1, 0
     return LoaderState(
-        epoch=epoch, batches_done=done, seed=loader.seed, size=loader.dataset.get_size(),
-        batch_size=loader.config.batch_size, drop_last=loader.config.drop_last,
-        shuffle=loader.config.shuffle, num_batches=max(n, done), sampler=sampler_state,
+        epoch=epoch,
+        batches_done=done,
+        seed=loader.seed,
+        size=loader.dataset.get_size(),
+        batch_size=loader.config.batch_size,
+        drop_last=loader.config.drop_last,
+        shuffle=loader.config.shuffle,
+        num_batches=max(n, done),
+        sampler=sampler_state,
     ).to_dict()
 
 
@@ -289,8 +303,9 @@ def next_epoch(loader: Any) -> tuple[int, int, int]:
     if saved is None:
         return (0 if loader._epoch is None else loader._epoch + 1), 0, 0
     own_perm = loader.config.shuffle and loader.sampler is None
-    loader.generator = fast_forward(saved.seed, saved.epoch,
-                                    loader.dataset.get_size() if own_perm else None)
+    loader.generator = fast_forward(
+        saved.seed, saved.epoch, loader.dataset.get_size() if own_perm else None
+    )
     if isinstance(loader.sampler, DistributedSampler):
         skip = loader.sampler._layout()[1]  # the sampler yields only the rest of its shard
         return saved.epoch, -(-skip // loader.config.batch_size), skip
@@ -320,9 +335,14 @@ def sampler_snapshot(sampler: Any, num_consumed: int) -> dict[str, Any]:
 
     start, skip = sampler._layout()
     return {
-        "size": sampler.size, "seed": sampler.seed, "shuffle": sampler.shuffle,
-        "drop_last": sampler.drop_last, "shard_mode": sampler.shard_mode,
-        "epoch": sampler.epoch, "num_replicas": sampler.num_replicas, "start": start,
+        "size": sampler.size,
+        "seed": sampler.seed,
+        "shuffle": sampler.shuffle,
+        "drop_last": sampler.drop_last,
+        "shard_mode": sampler.shard_mode,
+        "epoch": sampler.epoch,
+        "num_replicas": sampler.num_replicas,
+        "start": start,
         "done": skip + check_int("num_consumed", num_consumed, minimum=0),
     }
 
@@ -343,21 +363,31 @@ def sampler_restore(sampler: Any, state: Any) -> tuple[int, int, int]:
     """
     if not isinstance(state, dict):
         raise ConfigError(f"state={state!r:.60} must be a dict from sampler.state_dict()")
-    check_same("DistributedSampler", state, {
-        "size": sampler.size, "seed": sampler.seed, "shuffle": sampler.shuffle,
-        "drop_last": sampler.drop_last, "shard_mode": sampler.shard_mode,
-    }, "build the sampler with the same dataset and settings as the one that saved it")
+    check_same(
+        "DistributedSampler",
+        state,
+        {
+            "size": sampler.size,
+            "seed": sampler.seed,
+            "shuffle": sampler.shuffle,
+            "drop_last": sampler.drop_last,
+            "shard_mode": sampler.shard_mode,
+        },
+        "build the sampler with the same dataset and settings as the one that saved it",
+    )
     try:
-        epoch, start, done, old_w = (int(state[k]) for k in
-                                     ("epoch", "start", "done", "num_replicas"))
+        epoch, start, done, old_w = (
+            int(state[k]) for k in ("epoch", "start", "done", "num_replicas")
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"sampler state {state!r:.120} is incomplete: {exc!r}") from None
     if not (0 <= start <= sampler.size and done >= 0 and old_w >= 1 and epoch >= 0):
         raise ConfigError(f"sampler state {state!r:.120} is out of range; was it edited?")
     sampler.set_epoch(epoch)
     if old_w != sampler.num_replicas:  # elastic: deal the rest of the epoch anew
-        start = consumed_prefix(sampler.size, start, old_w, done, sampler.drop_last,
-                                sampler.shard_mode)
+        start = consumed_prefix(
+            sampler.size, start, old_w, done, sampler.drop_last, sampler.shard_mode
+        )
         done = 0
     return epoch, start, done
 

@@ -137,8 +137,9 @@ def check_thread_safe(dataset: Any, *, has_process_spec: bool, requested: str) -
         return
     spec = (
         "worker_backend='process' (this dataset has a process_spec: each worker builds its "
-        "own dataset and opens its own handle)" if has_process_spec else
-        "a process_spec so each process worker builds its own dataset, with its own handle "
+        "own dataset and opens its own handle)"
+        if has_process_spec
+        else "a process_spec so each process worker builds its own dataset, with its own handle "
         "(worker_backend='auto' then picks processes)"
     )
     raise ConfigError(

@@ -27,7 +27,11 @@ __all__ = ["seconds_left"]
 
 
 def seconds_left(
-    pool: Any, batch_index: int, indices: torch.Tensor, t0: float, config: LoaderConfig,
+    pool: Any,
+    batch_index: int,
+    indices: torch.Tensor,
+    t0: float,
+    config: LoaderConfig,
     backend: str,
 ) -> float | None:
     """Seconds the loader may still wait for ``batch_index`` (None: no limit applies).
@@ -67,8 +71,9 @@ def seconds_left(
     raise _batch_error(pool.worker_of(batch_index), batch_index, indices, config, backend)
 
 
-def _start_error(worker: int | None, elapsed: float, config: LoaderConfig,
-                 backend: str) -> WorkerTimeoutError:
+def _start_error(
+    worker: int | None, elapsed: float, config: LoaderConfig, backend: str
+) -> WorkerTimeoutError:
     return WorkerTimeoutError(
         f"{backend} worker {worker} was still starting after {elapsed:.1f} s "
         f"(start_timeout_ms={config.start_timeout_ms:g}): starting its interpreter, building the "
@@ -77,8 +82,9 @@ def _start_error(worker: int | None, elapsed: float, config: LoaderConfig,
     )
 
 
-def _batch_error(worker: int | None, batch_index: int, idx: torch.Tensor, config: LoaderConfig,
-                 backend: str) -> WorkerTimeoutError:
+def _batch_error(
+    worker: int | None, batch_index: int, idx: torch.Tensor, config: LoaderConfig, backend: str
+) -> WorkerTimeoutError:
     who = f"{backend} worker {worker}" if worker is not None else "no worker (queued)"
     shown = idx[:8].tolist()
     return WorkerTimeoutError(

@@ -16,8 +16,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["WorkerInfo", "batch_seed", "get_worker_info", "seed_worker", "seeded_globals",
-           "worker_seed"]
+__all__ = [
+    "WorkerInfo",
+    "batch_seed",
+    "get_worker_info",
+    "seed_worker",
+    "seeded_globals",
+    "worker_seed",
+]
 
 _local = threading.local()
 _process_info: WorkerInfo | None = None
@@ -147,4 +153,3 @@ def get_worker_info() -> WorkerInfo | None:
     """
     info: WorkerInfo | None = getattr(_local, "info", None)
     return info if info is not None else _process_info
-

@@ -16,11 +16,16 @@ __all__ = ["exercise_1", "exercise_2"]
 def _exercise_1(state: Any) -> str:
     require(isinstance(state, dict), f"got {type(state).__name__}; pass loader.state_dict()")
     require(state.get("format") == "clorch_nb.loader/1", "pass what loader.state_dict() returns")
-    require(state.get("batch_size") == 128 and state.get("seed") == 0,
-            "build the loader as in section 1: batch_size=128, seed=0")
+    require(
+        state.get("batch_size") == 128 and state.get("seed") == 0,
+        "build the loader as in section 1: batch_size=128, seed=0",
+    )
     where = (state.get("epoch"), state.get("batches_done"))
-    require(where == (1, 0), f"the state names epoch {where[0]}, batch {where[1]}: save it right "
-            "after the loop over epoch 0 has taken its last batch")
+    require(
+        where == (1, 0),
+        f"the state names epoch {where[0]}, batch {where[1]}: save it right "
+        "after the loop over epoch 0 has taken its last batch",
+    )
     return "a finished epoch resumes at the start of the next one: epoch 1, batch 0."
 
 
@@ -46,9 +51,11 @@ def _exercise_2(rest: Any) -> str:
         s: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=rank, seed=0)
         s.set_epoch(1)
         consumed += list(s)[: 10 * 32]
-    require(len(rest) == n - len(consumed),
-            f"the new rank read {len(rest)} items; {n - len(consumed)} were left of epoch 1 "
-            "after 2 ranks x 10 batches of 32")
+    require(
+        len(rest) == n - len(consumed),
+        f"the new rank read {len(rest)} items; {n - len(consumed)} were left of epoch 1 "
+        "after 2 ranks x 10 batches of 32",
+    )
     require(not set(rest) & set(consumed), "it re-read items the old ranks had already trained on")
     require(sorted(rest + consumed) == list(range(n)), "some digit of epoch 1 was never read")
     return f"{len(rest)} items, and with the {len(consumed)} before the stop every digit once."

@@ -60,8 +60,14 @@ def sample_timeline() -> Timeline:
     events: list[tuple[Any, ...]] = [tuple(EpochEvent("start", 0, 6, "thread", 2, 0.0))]
     t = 0.0
     # (worker, build seconds, loop body seconds after it): batch 3 is slow to build
-    plan = [(0, 0.02, 0.01), (1, 0.03, 0.01), (0, 0.02, 0.01), (1, 0.09, 0.01),
-            (0, 0.02, 0.01), (1, 0.02, 0.01)]
+    plan = [
+        (0, 0.02, 0.01),
+        (1, 0.03, 0.01),
+        (0, 0.02, 0.01),
+        (1, 0.09, 0.01),
+        (0, 0.02, 0.01),
+        (1, 0.02, 0.01),
+    ]
     free = {0: 0.0, 1: 0.0}
     for i, (w, build, body) in enumerate(plan):
         start = free[w]
@@ -69,8 +75,9 @@ def sample_timeline() -> Timeline:
         free[w] = done
         asked = t
         got = max(asked, done)
-        events.append(tuple(BatchEvent(0, i, w, 8, build, 0.0, got - asked, 0, got, asked,
-                                       start, done)))
+        events.append(
+            tuple(BatchEvent(0, i, w, 8, build, 0.0, got - asked, 0, got, asked, start, done))
+        )
         t = got + body
     events.append(tuple(EpochEvent("end", 0, 6, "thread", 2, t)))
     return Timeline(events)

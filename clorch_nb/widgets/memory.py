@@ -118,7 +118,8 @@ def _workers(me: Any) -> list[Any]:
     # forkserver children are workers; the forkserver and the resource tracker are not
     kids = me.children(recursive=True)
     helpers = {
-        c.pid for c in kids
+        c.pid
+        for c in kids
         if "resource_tracker" in _cmd(c) or ("forkserver" in _cmd(c) and c.ppid() == me.pid)
     }
     return [c for c in kids if c.pid not in helpers]

@@ -11,24 +11,28 @@ from typing import Any
 import ipywidgets as W
 import numpy as np
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
-from clorch_nb._text import plural, positions_text, ranges
+from clorch_nb._text import ranges
 from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
-from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, text_color_on
-from clorch_nb.widgets.shapes import CollateFailure, ShapeReport, _tree, batch_shapes, format_bytes
+from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets.shapes import ShapeReport, _tree, batch_shapes, format_bytes
+from clorch_nb.widgets.shapes_failure import (
+    ERROR,
+    MARGIN,
+    MIN_WIDTH,
+    draw_failure,
+    failure_only,
+    panel_height,
+    title,
+)
 
 __all__ = ["BatchShapesView", "draw_shapes"]
 
-_ERROR = "#D00000"
-_MATCH = "#0072B2"
-_ODD = (_ERROR, "#E69F00", "#CC79A7", "#D55E00")  # the odd ones out: reds and oranges
 _SIDE_FONT = 8.5  # the selected batch's tree, monospace
 _BARS_W, _BARS_H = 5.2, 2.9  # the bar chart's axes, inches
-_LEFT, _GAP, _MARGIN = 0.85, 0.5, 0.15  # y-axis labels; bars to tree; figure edge
-_MIN_W = 10.0
+_LEFT, _GAP = 0.85, 0.5  # inches: y-axis labels; bars to tree (MARGIN: figure edge)
 
 
 def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
@@ -43,16 +47,16 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     """
     failure = report.failure
     if failure is not None and not report.batches:
-        return _failure_only(failure)
+        return failure_only(failure)
     side = _side_text(report, selected)
     side_w, side_h = text_size(side, _SIDE_FONT, family="monospace")
-    width = max(_MIN_W, _LEFT + _BARS_W + _GAP + side_w + _MARGIN)
+    width = max(MIN_WIDTH, _LEFT + _BARS_W + _GAP + side_w + MARGIN)
     names = _field_names(report)
     legend_rows, legend_cols = _legend_grid(names, report.ragged)
     flags, alarm = _flags_text(report)
-    flags = wrap_to(flags, width - 2 * _MARGIN, 9)
+    flags = wrap_to(flags, width - 2 * MARGIN, 9)
     flags_h = text_size(flags, 9)[1]
-    panel_h = _panel_height(failure, width) if failure is not None else 0.0
+    panel_h = panel_height(failure, width) if failure is not None else 0.0
     head = 0.5 + 0.25 * legend_rows + 0.1  # title, legend rows above the bars
     below = 0.62 + flags_h  # tick labels and x label, then the flags
     bars_h = max(_BARS_H, side_h - 0.25 * legend_rows)
@@ -62,14 +66,14 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     tops = _draw_bars(ax, report, names)
     _draw_marks(ax, report, tops, selected)
     _draw_legend(ax, names, report.ragged, legend_cols)
-    _title(fig, "Batch shapes: bytes per field in each batch")
+    title(fig, "Batch shapes: bytes per field in each batch")
     fig.text(
-        _MARGIN / width,
+        MARGIN / width,
         (panel_h + flags_h + 0.05) / height,
         flags,
         fontsize=9,
         va="top",
-        color=_ERROR if alarm else "#333333",
+        color=ERROR if alarm else "#333333",
     )
     fig.text(
         (_LEFT + _BARS_W + _GAP) / width,
@@ -80,19 +84,8 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
         va="top",
     )
     if failure is not None:
-        _draw_failure(fig, failure, (_MARGIN, 0.08), (width - 2 * _MARGIN, panel_h - 0.16))
+        draw_failure(fig, failure, (MARGIN, 0.08), (width - 2 * MARGIN, panel_h - 0.16))
     return fig
-
-
-def _title(fig: Figure, text: str) -> None:
-    fig.text(
-        _MARGIN / fig.get_figwidth(),
-        1 - 0.1 / fig.get_figheight(),
-        text,
-        fontsize=12,
-        fontweight="bold",
-        va="top",
-    )
 
 
 def _field_names(report: ShapeReport) -> list[str]:
@@ -157,7 +150,7 @@ def _field_bytes(b: Any, name: str) -> int:
 
 
 def _draw_marks(ax: Any, report: ShapeReport, tops: np.ndarray, selected: int | None) -> None:
-    """"partial" over partial bars, a box round the selected one, the failed batch's slot."""
+    """ "partial" over partial bars, a box round the selected one, the failed batch's slot."""
     for i in report.partial_batches:
         ax.annotate(
             "partial",
@@ -174,7 +167,7 @@ def _draw_marks(ax: Any, report: ShapeReport, tops: np.ndarray, selected: int | 
             [selected], [tops[selected]], fill=False, edgecolor="black", linewidth=2.0, width=0.9
         )
     if report.failure is not None:  # no bar: nothing was built; a marker at its slot
-        ax.axvline(n, color=_ERROR, linewidth=2, linestyle=":")
+        ax.axvline(n, color=ERROR, linewidth=2, linestyle=":")
         ax.text(
             n,
             0.5,
@@ -182,10 +175,10 @@ def _draw_marks(ax: Any, report: ShapeReport, tops: np.ndarray, selected: int | 
             transform=ax.get_xaxis_transform(),
             ha="center",
             va="center",
-            color=_ERROR,
+            color=ERROR,
             fontsize=10,
             fontweight="bold",
-            bbox={"facecolor": "white", "edgecolor": _ERROR, "boxstyle": "round,pad=0.3"},
+            bbox={"facecolor": "white", "edgecolor": ERROR, "boxstyle": "round,pad=0.3"},
         )
 
 
@@ -213,139 +206,6 @@ def _flags_text(report: ShapeReport) -> tuple[str, bool]:
     if not flags:
         return "Flags: none (every batch full, no ragged field)", False
     return "Flags: " + "; ".join(flags), bool(report.ragged or report.failure)
-
-
-# -- the collate error panel -------------------------------------------------------------------
-
-_PANEL_LINE = 0.28  # inches per text line in the panel
-_MAX_CELLS = 64
-_MAX_GROUPS = 4
-
-
-def _failure_only(failure: CollateFailure) -> Figure:
-    """No batch was built: a title and the error panel."""
-    width = _MIN_W
-    panel_h = _panel_height(failure, width)
-    fig = new_figure(width, panel_h + 0.55)
-    _title(
-        fig,
-        f"Batch shapes: batch {failure.batch_index} could not be collated (no batch was built)",
-    )
-    _draw_failure(fig, failure, (0.3, 0.08), (width - 0.6, panel_h - 0.1))
-    return fig
-
-
-def _failure_title(f: CollateFailure) -> str:
-    return f"\u2717 batch {f.batch_index}: CollateError at {f.where}"
-
-
-def _panel_message(f: CollateFailure, width: float) -> str:
-    """The message, wrapped to the panel (shown only when the error has no structured fields)."""
-    return wrap_to(f.message, width - 0.6, 9, family="monospace")
-
-
-def _panel_height(f: CollateFailure, width: float) -> float:
-    if not f.found:
-        message_h = text_size(_panel_message(f, width), 9, family="monospace")[1]
-        return _PANEL_LINE * 1.4 + message_h + 0.3
-    return _PANEL_LINE * (4.2 + 0.75 * min(len(f.found), _MAX_GROUPS + 1)) + 0.2
-
-
-def _draw_failure(
-    fig: Figure, f: CollateFailure, xy_in: tuple[float, float], wh_in: tuple[float, float]
-) -> None:
-    """The error panel at ``xy_in`` (inches from the bottom left) of size ``wh_in``: the key
-    path, then one cell per item of the failed batch coloured by what it holds at that key,
-    then the groups spelled out; for an error without structured fields, its message."""
-    ax = fig.add_axes(rect_in(fig, *xy_in, *wh_in))
-    ax.set_axis_off()
-    ax.add_patch(
-        Rectangle(
-            (0, 0), 1, 1, transform=ax.transAxes, facecolor="#FFF3F3", edgecolor=_ERROR,
-            linewidth=1.5,
-        )
-    )
-    line = _PANEL_LINE / wh_in[1]  # one text line, in axes fraction
-    ax.text(
-        0.015, 1 - 0.6 * line, _failure_title(f), transform=ax.transAxes, fontsize=11.5,
-        fontweight="bold", color=_ERROR, va="center",
-    )
-    if not f.found:
-        ax.text(
-            0.015, 1 - 1.3 * line, _panel_message(f, wh_in[0]), transform=ax.transAxes,
-            fontsize=9, va="top", family="monospace",
-        )
-        return
-    colors = _group_colors(f)
-    n_items = f.num_items or max(p for _, pos in f.found for p in pos) + 1
-    ax.text(
-        0.015, 1 - 1.7 * line, f"the {n_items} items of batch {f.batch_index}, by position:",
-        transform=ax.transAxes, fontsize=9.5, va="center", color="#333333",
-    )
-    _item_cells(ax, f, colors, n_items, top=1 - 3.3 * line, height=1.1 * line)
-    _group_lines(ax, f, colors, top=1 - 4.2 * line, step=0.75 * line)
-
-
-def _group_colors(f: CollateFailure) -> list[str]:
-    """One colour per group of ``f.found``: blue for the items that match, reds for the odd."""
-    odd = set(f.positions)
-    colors, k = [], 0
-    for _, pos in f.found:
-        if any(q in odd for q in pos):
-            colors.append(_ODD[k % len(_ODD)])
-            k += 1
-        else:
-            colors.append(_MATCH)
-    return colors
-
-
-def _item_cells(
-    ax: Any, f: CollateFailure, colors: list[str], n_items: int, *, top: float, height: float
-) -> None:
-    """A row of cells, one per item (at most 64), coloured by group, numbered when they fit."""
-    color_of = {p: c for (_, pos), c in zip(f.found, colors, strict=True) for p in pos}
-    shown = min(n_items, _MAX_CELLS)
-    cell_w = min(0.05, 0.97 / max(shown, 1))
-    for p in range(shown):
-        color = color_of.get(p, "#DDDDDD")
-        ax.add_patch(
-            Rectangle(
-                (0.015 + p * cell_w, top), cell_w * 0.92, height, transform=ax.transAxes,
-                facecolor=color, edgecolor="white",
-            )
-        )
-        if shown <= 40:
-            ax.text(
-                0.015 + (p + 0.46) * cell_w, top + height / 2, str(p), transform=ax.transAxes,
-                ha="center", va="center", fontsize=8.5, color=text_color_on(color),
-            )
-    if shown < n_items:
-        ax.text(
-            0.015 + shown * cell_w, top + height / 2, f" ... {n_items - shown} more",
-            transform=ax.transAxes, va="center", fontsize=8.5,
-        )
-
-
-def _group_lines(
-    ax: Any, f: CollateFailure, colors: list[str], *, top: float, step: float
-) -> None:
-    """A line per group (at most 4, then a count): its colour, what the items hold, where."""
-    odd = set(f.positions)
-    y = top
-    for (what, pos), color in list(zip(f.found, colors, strict=True))[:_MAX_GROUPS]:
-        mark = "  <- mismatch" if any(q in odd for q in pos) else ""
-        ax.text(0.015, y, "\u25a0", transform=ax.transAxes, color=color, fontsize=11, va="center")
-        ax.text(
-            0.04, y, f"{what}: {positions_text(pos)}{mark}", transform=ax.transAxes,
-            fontsize=9.5, va="center", family="monospace", color=_ERROR if mark else "#222222",
-        )
-        y -= step
-    if len(f.found) > _MAX_GROUPS:
-        rest = f.found[_MAX_GROUPS:]
-        more = plural(len(rest), "more group")
-        items = plural(sum(len(pos) for _, pos in rest), "item")
-        ax.text(0.04, y, f"... {more} ({items})", transform=ax.transAxes, fontsize=9.5,
-                va="center", family="monospace", color="#222222")
 
 
 def _side_text(report: ShapeReport, selected: int | None) -> str:
@@ -430,7 +290,6 @@ class BatchShapesView(View):
                 ""
                 if f is None
                 else (
-                    f"<div style='color:{_ERROR};font-weight:bold'>"
-                    f"{html.escape(f.describe())}</div>"
+                    f"<div style='color:{ERROR};font-weight:bold'>{html.escape(f.describe())}</div>"
                 )
             )

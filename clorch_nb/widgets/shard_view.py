@@ -23,6 +23,7 @@ from clorch_nb.widgets.shards import records_table, settings_table
 
 __all__ = ["ShardView", "draw_epochs", "draw_shards"]
 
+
 class ShardView(View):
     """Which dataset indices each rank reads, epoch by epoch (``DistributedSampler``'s shards).
 
@@ -64,7 +65,11 @@ class ShardView(View):
         set_epoch: bool = True,
     ) -> None:
         settings = SamplerSettings(
-            size, num_replicas, seed=seed, shuffle=shuffle, drop_last=drop_last,
+            size,
+            num_replicas,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
             shard_mode=shard_mode,
         )
         self.table = settings_table(settings, epochs=epochs, set_epoch=set_epoch)

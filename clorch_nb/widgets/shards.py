@@ -22,7 +22,12 @@ from clorch_nb.data import SamplerSettings, ShardPlan
 from clorch_nb.errors import ConfigError
 
 __all__ = [
-    "EpochShards", "IndexStrip", "ShardTable", "records_table", "settings_table", "shard_table"
+    "EpochShards",
+    "IndexStrip",
+    "ShardTable",
+    "records_table",
+    "settings_table",
+    "shard_table",
 ]
 
 Source = Literal["settings", "records"]
@@ -365,9 +370,7 @@ def settings_table(
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ConfigError(f"epochs={epochs!r} must be an int >= 1 (how many epochs to show)")
-    shown = tuple(
-        _epoch_from_plan(settings.plan(e if set_epoch else 0), e) for e in range(epochs)
-    )
+    shown = tuple(_epoch_from_plan(settings.plan(e if set_epoch else 0), e) for e in range(epochs))
     return ShardTable(settings.size, settings.num_replicas, shown, settings, set_epoch)
 
 
@@ -435,6 +438,3 @@ def records_table(records: Sequence[Sequence[Sequence[int]]], size: int) -> Shar
         )
     epochs = tuple(_epoch_from_records(e, rows, size) for e, rows in enumerate(records))
     return ShardTable(size, nrep.pop(), epochs)
-
-
-

@@ -411,8 +411,11 @@ class ThroughputStats:
         snap = self.snapshot(now)
         busy = sum(w.busy_s for w in snap.workers) / max(snap.num_workers, 1)
         return verdict(
-            self.breakdown, worker_backend=snap.worker_backend, num_workers=snap.num_workers,
-            busy_share=min(1.0, busy / snap.elapsed_s) if snap.elapsed_s else 0.0, now=now,
+            self.breakdown,
+            worker_backend=snap.worker_backend,
+            num_workers=snap.num_workers,
+            busy_share=min(1.0, busy / snap.elapsed_s) if snap.elapsed_s else 0.0,
+            now=now,
         )
 
     def snapshot(self, now: float | None = None) -> ThroughputSnapshot:

@@ -83,8 +83,15 @@ class ThroughputChart:
         self.capacity: int | None = None
         self.cap_line = a2.axhline(0, color="grey", linestyle="--", linewidth=1, visible=False)
         self.cap_text = a2.text(
-            1.0, 0, "", transform=a2.get_yaxis_transform(), ha="right", va="bottom",
-            color="grey", fontsize=9, visible=False,
+            1.0,
+            0,
+            "",
+            transform=a2.get_yaxis_transform(),
+            ha="right",
+            va="bottom",
+            color="grey",
+            fontsize=9,
+            visible=False,
         )
         self.empty = a0.text(
             0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center", color="grey", fontsize=10
@@ -115,8 +122,15 @@ class ThroughputChart:
         self.last_blit_s: float | None = None  # seconds the last blitted frame took
 
     def _dynamic(self) -> list[Any]:
-        return [self.total, *self.workers.values(), self.wait, self.queue, self.empty,
-                self.cap_line, self.cap_text]
+        return [
+            self.total,
+            *self.workers.values(),
+            self.wait,
+            self.queue,
+            self.empty,
+            self.cap_line,
+            self.cap_text,
+        ]
 
     def _set_data(
         self, stats: ThroughputStats, snap: ThroughputSnapshot, extra: list[Any] | None = None

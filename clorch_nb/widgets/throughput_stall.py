@@ -41,7 +41,9 @@ class StallWatch:
             return
         stop = self._stall_stop = threading.Event()
         self.stall_thread = threading.Thread(
-            target=self._stall_loop, args=(stop,), name="clorch_nb monitor stall watch",
+            target=self._stall_loop,
+            args=(stop,),
+            name="clorch_nb monitor stall watch",
             daemon=True,
         )
         self.stall_thread.start()
@@ -86,4 +88,3 @@ class StallWatch:
         if self._stall_stop is not None:
             self._stall_stop.set()
             self._stall_stop = None
-

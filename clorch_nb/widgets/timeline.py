@@ -136,8 +136,7 @@ class Timeline:
                 if s.lane == lane:
                     totals[s.kind] = totals.get(s.kind, 0.0) + (s.t1 - s.t0)
             busy = ", ".join(
-                f"{k} {v / span_s:.0%}" if span_s > 0 else f"{k} 0%"
-                for k, v in totals.items()
+                f"{k} {v / span_s:.0%}" if span_s > 0 else f"{k} 0%" for k, v in totals.items()
             )
             lines.append(f"  {lane}: {busy}")
         by_batch: dict[tuple[int, int], dict[str, Span]] = {}
@@ -165,22 +164,45 @@ class Timeline:
         pid = os.getpid()
         tids = {lane: i for i, lane in enumerate(self.lanes)}
         out: list[dict[str, Any]] = [
-            {"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-             "args": {"name": "clorch_nb loader"}},
+            {
+                "ph": "M",
+                "name": "process_name",
+                "pid": pid,
+                "tid": 0,
+                "args": {"name": "clorch_nb loader"},
+            },
         ]
         for lane, tid in tids.items():
-            out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                        "args": {"name": lane}})
-            out.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                        "args": {"sort_index": tid}})
+            out.append(
+                {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": lane}}
+            )
+            out.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pid,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
         for s in self.spans:
-            out.append({
-                "ph": "X", "cat": "clorch_nb", "name": f"{s.kind} batch {s.batch_index}",
-                "pid": pid, "tid": tids[s.lane],
-                "ts": round(s.t0 * 1e6 - base_us, 3), "dur": round((s.t1 - s.t0) * 1e6, 3),
-                "args": {"epoch": s.epoch, "batch": s.batch_index, "items": s.num_items,
-                         "kind": s.kind},
-            })
+            out.append(
+                {
+                    "ph": "X",
+                    "cat": "clorch_nb",
+                    "name": f"{s.kind} batch {s.batch_index}",
+                    "pid": pid,
+                    "tid": tids[s.lane],
+                    "ts": round(s.t0 * 1e6 - base_us, 3),
+                    "dur": round((s.t1 - s.t0) * 1e6, 3),
+                    "args": {
+                        "epoch": s.epoch,
+                        "batch": s.batch_index,
+                        "items": s.num_items,
+                        "kind": s.kind,
+                    },
+                }
+            )
         return out
 
     def export_trace(self, path: str | os.PathLike[str], *, align_with: str | None = None) -> str:
@@ -206,8 +228,11 @@ class Timeline:
             offset_s = time.time() - time.perf_counter()
             base_us = base_ns / 1000.0 - offset_s * 1e6
             meta = {"clock": "unix minus baseTimeNanoseconds", "baseTimeNanoseconds": base_ns}
-        doc = {"traceEvents": self.trace_events(base_us=base_us), "displayTimeUnit": "ms",
-               "otherData": {"source": "clorch_nb", **meta}}
+        doc = {
+            "traceEvents": self.trace_events(base_us=base_us),
+            "displayTimeUnit": "ms",
+            "otherData": {"source": "clorch_nb", **meta},
+        }
         with open(path, "w") as f:
             json.dump(doc, f)
         return os.fspath(path)

@@ -52,7 +52,7 @@ class TimelineView(View):
         if last is not None:
             batch_pos = [i for i, e in enumerate(evs) if not isinstance(e[0], str)]
             if len(batch_pos) > last:
-                evs = evs[batch_pos[-last]:]
+                evs = evs[batch_pos[-last] :]
         self.timeline = Timeline(evs)
 
     def _build_widget(self) -> Any:
@@ -83,8 +83,13 @@ class TimelineView(View):
                     if s.kind == kind and s.lane == lane
                 ]
                 if bars:
-                    ax.broken_barh(bars, (ypos[lane] - 0.35, 0.7), facecolors=COLORS[kind],
-                                   edgecolor="white", linewidth=0.5)
+                    ax.broken_barh(
+                        bars,
+                        (ypos[lane] - 0.35, 0.7),
+                        facecolors=COLORS[kind],
+                        edgecolor="white",
+                        linewidth=0.5,
+                    )
         ax.set_yticks(list(ypos.values()), list(ypos))
         ax.set_ylim(-0.6, len(lanes) - 0.4)
         ax.set_xlim(0, max(1e-3, 1000 * (tl.t_max - t0)))
@@ -92,16 +97,26 @@ class TimelineView(View):
         ax.spines[["top", "right"]].set_visible(False)
         ax.tick_params(labelsize=10)
         kinds = [k for k in KINDS if any(s.kind == k for s in tl.spans)]
-        fig.text(0.01, 0.97, f"Timeline of the last {tl.batches()} batches "
-                 f"({tl.worker_backend}, num_workers={tl.num_workers})",
-                 fontsize=12, fontweight="bold", va="top")
+        fig.text(
+            0.01,
+            0.97,
+            f"Timeline of the last {tl.batches()} batches "
+            f"({tl.worker_backend}, num_workers={tl.num_workers})",
+            fontsize=12,
+            fontweight="bold",
+            va="top",
+        )
         if kinds:
             from matplotlib.patches import Patch
 
             fig.legend(
                 handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds],
-                loc="upper left", bbox_to_anchor=(0.12, 1 - 0.3 / fig.get_figheight()),
-                ncol=len(kinds), fontsize=9, frameon=False, handlelength=1.0,
+                loc="upper left",
+                bbox_to_anchor=(0.12, 1 - 0.3 / fig.get_figheight()),
+                ncol=len(kinds),
+                fontsize=9,
+                frameon=False,
+                handlelength=1.0,
                 columnspacing=1.2,
             )
         if not tl.spans:

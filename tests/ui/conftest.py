@@ -197,7 +197,9 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
     )
     cmd = [
-        sys.executable, "-m", "jupyterlab",
+        sys.executable,
+        "-m",
+        "jupyterlab",
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
@@ -538,7 +540,12 @@ class Lab:
         shutil.copy2(f, TMP_SHOTS / f.name)
 
     def screenshot(
-        self, name: str, locator: Any = None, *, full: bool = False, key: bool = True,
+        self,
+        name: str,
+        locator: Any = None,
+        *,
+        full: bool = False,
+        key: bool = True,
         settle_ms: int = 300,
     ) -> Path:
         """Save ``<test>-<name>.png`` under tests/ui/screenshots/ (and /tmp/ui_shots/ if ``key``).

@@ -65,7 +65,8 @@ def test_notebook_runs_all_in_jupyterlab(lab, notebook: Path, record_property) -
         errors = lab.errors()
         assert not errors, f"{notebook.name}: uncaught errors after Run All:\n" + "\n".join(errors)
         not_run = [
-            c["index"] for c in done["state"]["cells"]
+            c["index"]
+            for c in done["state"]["cells"]
             if c["type"] == "code" and c["source"].strip() and c["executionCount"] is None
         ]
         assert not not_run, f"{notebook.name}: code cells that never ran: {not_run}"

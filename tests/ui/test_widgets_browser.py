@@ -146,8 +146,11 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     # Issue 12: the verdict line and the worker timeline, live.
     diagnose = _cell(lab, "diagnose")
     _assert_widget_with_image(diagnose, "timeline")
-    verdict = re.search(r"ui-test: verdict (data-bound|compute-bound|balanced|overhead-bound) \| "
-                        r"\1: ", diagnose["text"])
+    verdict = re.search(
+        r"ui-test: verdict (data-bound|compute-bound|balanced|overhead-bound) \| "
+        r"\1: ",
+        diagnose["text"],
+    )
     assert verdict, diagnose["text"][:800]
     for words in ("Timeline of the last", "main loop: wait", "worker 0: build", "worker 1: build"):
         assert words in diagnose["text"], f"timeline: {words!r} missing: {diagnose['text'][:800]}"
@@ -164,8 +167,10 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     deadline = time.monotonic() + 20
     while True:
         after = _cell(lab, "shards")
-        if after["images"] and after["images"][0]["src"] != before["images"][0]["src"] and (
-            after["images"][0]["complete"]
+        if (
+            after["images"]
+            and after["images"][0]["src"] != before["images"][0]["src"]
+            and (after["images"][0]["complete"])
         ):
             break
         assert time.monotonic() < deadline, "shard view: the epoch slider did not redraw it"

@@ -222,8 +222,14 @@ def _libc_mm() -> Any:
     if _libc is None:
         lib = ctypes.CDLL(None, use_errno=True)
         lib.mmap.restype = ctypes.c_void_p
-        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_int, ctypes.c_long]
+        lib.mmap.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_size_t,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_int,
+            ctypes.c_long,
+        ]
         lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
         _libc = lib
     return _libc
@@ -281,8 +287,11 @@ class ParentArena:
                 for d in reversed(shape):
                     strides.append(acc)
                     acc *= d
-                out.append(torch.empty(0, dtype=dtype).set_(
-                    storage, offset // itemsize, shape, strides[::-1]))
+                out.append(
+                    torch.empty(0, dtype=dtype).set_(
+                        storage, offset // itemsize, shape, strides[::-1]
+                    )
+                )
         return out
 
     def discard(self, sid: int) -> None:

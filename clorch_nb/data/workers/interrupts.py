@@ -21,8 +21,14 @@ from clorch_nb._signals import deferred_sigint
 __all__ = ["deferred_sigint", "start_process"]
 
 #: what a dead or dying forkserver looks like to a client starting a process
-_SERVER_GONE = (ConnectionRefusedError, FileNotFoundError, ChildProcessError, BrokenPipeError,
-                ConnectionResetError, EOFError)
+_SERVER_GONE = (
+    ConnectionRefusedError,
+    FileNotFoundError,
+    ChildProcessError,
+    BrokenPipeError,
+    ConnectionResetError,
+    EOFError,
+)
 
 
 def _reset_forkserver() -> None:
@@ -72,4 +78,3 @@ def start_process(make: Any, method: str) -> Any:
                 raise
             _reset_forkserver()
     raise AssertionError("unreachable")  # pragma: no cover
-

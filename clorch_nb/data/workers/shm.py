@@ -38,9 +38,16 @@ import torch
 from clorch_nb.data.workers.arena import ParentArena, WorkerArena
 from clorch_nb.errors import SharedMemoryError
 
-__all__ = ["INLINE_MAX_BYTES", "SHM_DIR", "EncodedBatch", "decode_batch", "discard",
-           "discard_batch", "encode_batch",
-           "sweep"]
+__all__ = [
+    "INLINE_MAX_BYTES",
+    "SHM_DIR",
+    "EncodedBatch",
+    "decode_batch",
+    "discard",
+    "discard_batch",
+    "encode_batch",
+    "sweep",
+]
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 PREFIX = "clorch_nb"
@@ -76,8 +83,10 @@ class EncodedBatch:
     def __reduce__(self) -> tuple[Any, ...]:
         # Rebuilt by the constructor: the dataclass __getstate__/__setstate__ pair of a frozen
         # slots class cost ~12 µs of the parent's per-batch floor.
-        return (EncodedBatch, (self.struct, self.metas, self.nbytes, self.segment, self.payload,
-                               self.slot))
+        return (
+            EncodedBatch,
+            (self.struct, self.metas, self.nbytes, self.segment, self.payload, self.slot),
+        )
 
 
 class _Packer(pickle.Pickler):
@@ -88,8 +97,12 @@ class _Packer(pickle.Pickler):
 
     def persistent_id(self, obj: Any) -> Any:
         # Only plain dense CPU tensors; subclasses, sparse, quantized ones pickle normally.
-        if type(obj) is torch.Tensor and obj.layout == torch.strided and obj.device.type == "cpu" \
-                and not obj.is_quantized:
+        if (
+            type(obj) is torch.Tensor
+            and obj.layout == torch.strided
+            and obj.device.type == "cpu"
+            and not obj.is_quantized
+        ):
             self.tensors.append(obj)
             return ("t", len(self.tensors) - 1)
         return None
