@@ -230,6 +230,8 @@ class ProcessPool:
                 self._spawn(wid)  # all at once, so they start in parallel
             else:
                 w.outstanding.clear()
+                w.unstarted.clear()
+                w.carried = w.started is not None
                 w.began, w.started = time.perf_counter(), None
                 self._send(w, ("epoch", epoch, base_seed))
 
@@ -244,7 +246,8 @@ class ProcessPool:
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices.to(torch.int64).contiguous()
-        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes(), w.arena.take_freed())
+        raw = idx.numpy().tobytes()
+        msg = ("task", task.epoch, task.batch_index, raw, w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
             try:
@@ -256,6 +259,8 @@ class ProcessPool:
         else:
             self._send(w, msg)
         w.outstanding[task.batch_index] = idx[:8].tolist()
+        if w.started is None:
+            w.unstarted[task.batch_index] = raw
 
     def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         try:
@@ -346,13 +351,31 @@ class ProcessPool:
             raise exc
         elif kind == "ready" and keep and msg[1] == self._epoch:
             w.started = time.perf_counter()
+            w.unstarted.clear()
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
         held = dict(w.outstanding) if self._epoch is not None else {}
+        # Died before this epoch's "ready", having started an earlier one: it was killed while
+        # idle between epochs (the OOM killer), which start_epoch's is_alive() cannot see in
+        # time (a forkserver child's exit is known only when the server reports it). It built
+        # nothing of this epoch: replace it and resend its tasks. A replacement that dies too
+        # is reported as usual.
+        idle_death = w.carried and w.started is None and self._epoch is not None
+        tasks = dict(w.unstarted)
         status = self._reap(w, kill=False)
-        if held:
+        if idle_death and len(tasks) == len(held):
+            self._resend(w.worker_id, tasks, held)
+        elif held:
             raise death_error(w, status, held)
+
+    def _resend(self, worker_id: int, tasks: dict[int, bytes], held: dict[int, list[int]]) -> None:
+        """Start a replacement for worker ``worker_id`` and send it ``tasks`` (in order)."""
+        w = self._spawn(worker_id)
+        for bi, raw in tasks.items():
+            w.outstanding[bi] = held[bi]
+            w.unstarted[bi] = raw
+            self._send(w, ("task", self._epoch, bi, raw, []))
 
     def worker_of(self, batch_index: int) -> int | None:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
@@ -419,6 +442,7 @@ class ProcessPool:
             for w in self._workers:
                 if w is not None:
                     w.outstanding.clear()
+                    w.unstarted.clear()
 
     def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
