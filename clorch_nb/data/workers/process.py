@@ -96,6 +96,9 @@ class ProcessPool:
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
         self._polls = PollSet()
+        self._waiting_for: list[WorkerHandle] = []  # the cache of _waitables()
+        self._by_obj: dict[Any, WorkerHandle] = {}
+        self._waitable_list: list[Any] = []
         self._starter: threading.Thread | None = None  # see prestart()
         self._start_error: BaseException | None = None
         # wake(): another thread makes a get() blocked in wait() return None at once
@@ -245,8 +248,11 @@ class ProcessPool:
         """
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
-        idx = task.indices.to(torch.int64).contiguous()
-        raw = idx.numpy().tobytes()
+        idx = task.indices
+        if idx.dtype is not torch.int64:
+            idx = idx.to(torch.int64)
+        arr = idx.numpy()  # tobytes() copies (C order): never a view of the order tensor
+        raw = arr.tobytes()
         msg = ("task", task.epoch, task.batch_index, raw, w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
@@ -258,7 +264,7 @@ class ProcessPool:
                 self._send(w, msg)
         else:
             self._send(w, msg)
-        w.outstanding[task.batch_index] = idx[:8].tolist()
+        w.outstanding[task.batch_index] = arr[:8].tolist()
         if w.started is None:
             w.unstarted[task.batch_index] = raw
 
@@ -280,17 +286,13 @@ class ProcessPool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._pending:
             live = [w for w in self._workers if w is not None]
-            busy = [w for w in live if w.outstanding]
-            if not busy:
+            if not any(w.outstanding for w in live):
                 raise WorkerError(  # an internal invariant, reported rather than hung on
                     "no batch is in flight in the process pool; the loader and pool disagree"
                 )
-            by_obj: dict[Any, WorkerHandle] = {}
-            for w in live:
-                by_obj[w.results] = w
-                by_obj[w.proc.sentinel] = w
+            by_obj, waitables = self._waitables(live)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = self._polls.wait([*by_obj, self._wake_r], remaining)
+            ready = self._polls.wait(waitables, remaining)
             if not ready:
                 return None
             if self._wake_r in ready:
@@ -318,6 +320,18 @@ class ProcessPool:
             for w in dict.fromkeys(dead):
                 self._on_death(w)
         return self._pending.popleft()
+
+    def _waitables(self, live: list[WorkerHandle]) -> tuple[dict[Any, WorkerHandle], list[Any]]:
+        """What :meth:`get` waits on for the workers ``live`` (result pipes, sentinels, the
+        wake pipe), rebuilt only when a worker was replaced."""
+        if self._waiting_for != live:  # handles compare by identity
+            by_obj: dict[Any, WorkerHandle] = {}
+            for w in live:
+                by_obj[w.results] = w
+                by_obj[w.proc.sentinel] = w
+            self._waiting_for, self._by_obj = live, by_obj
+            self._waitable_list = [*by_obj, self._wake_r]
+        return self._by_obj, self._waitable_list
 
     def _handle(self, w: WorkerHandle, raw: bytes, *, keep: bool) -> None:
         """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
