@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
@@ -34,17 +34,13 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
+from clorch_nb.data.deliver import deliver_from_pool, deliver_inline
 from clorch_nb.data.epoch_hooks import EpochHooks
 from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, peek_batch, release_frames
 from clorch_nb.data.plan import check_sampler_size, epoch_plan
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.timeouts import seconds_left
-from clorch_nb.data.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.workers.base import (
-    BatchCancelled,
-    BatchTask,
     WorkerPool,
-    build_batch,
     close_pool,
 )
 from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
@@ -52,10 +48,6 @@ from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 
 __all__ = ["DataLoader", "dataloader"]
-
-
-#: the ``worker_id`` recorded for batches built on the consuming thread (``num_workers=0``)
-INLINE_WORKER_ID = -1
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -144,9 +136,9 @@ class DataLoader(_state.Resumable):
         stop = StopRequest()
         self._position = (epoch, start, start, len(batches))
         if self.worker_backend == "inline":
-            gen = self._run_inline(epoch, batches, start, base_seed, stop)
+            gen = deliver_inline(self, epoch, batches, start, base_seed, stop)
         else:
-            gen = self._run_pool(epoch, batches, start, base_seed, stop)
+            gen = deliver_from_pool(self, epoch, batches, start, base_seed, stop)
         it = EpochIterator(gen, stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
@@ -205,7 +197,7 @@ class DataLoader(_state.Resumable):
         return epoch_plan(self.dataset.get_size(), self.config, self.sampler, self.generator,
                           note=note)
 
-    # -- build + deliver --------------------------------------------------------------------
+    # -- build + deliver (clorch_nb.data.deliver) -------------------------------------------
 
     def _record(self, ev: BatchEvent) -> None:
         st = self.stats
@@ -222,44 +214,6 @@ class DataLoader(_state.Resumable):
                 kind, epoch, n, self.worker_backend, self.config.num_workers, time.perf_counter()
             ))
 
-    def _run_inline(self, epoch: int, batches: Any, start: int, base: int,
-                    stop: StopRequest) -> Iterator[Any]:
-        n = len(batches)
-        self._epoch_event("start", epoch, n)
-
-        def should_stop() -> bool:  # close() from another thread: stop between two items
-            return stop.requested
-
-        try:
-            for bi, idx in enumerate(_state.iter_from(batches, start), start):
-                t0 = time.perf_counter()
-                try:  # with the global RNGs a process worker would see (TensorDataset draws none)
-                    with seeded_globals(batch_seed(base, bi), enabled=self._draws):
-                        batch, fetch_s, collate_s = build_batch(
-                            self.dataset, self.config.collate_fn, idx,
-                            use_get_batch=self._use_get_batch, batch_index=bi,
-                            worker="the main thread (num_workers=0)", should_stop=should_stop,
-                        )
-                except BatchCancelled:
-                    stop.check()
-                    raise
-                t1 = time.perf_counter()
-                self._record(BatchEvent(  # idx.shape[0]: Tensor.__len__ is a slow Python call
-                    epoch, bi, INLINE_WORKER_ID, idx.shape[0], fetch_s, collate_s, t1 - t0, 0, t1,
-                    t0, t0, t1,
-                ))
-                self._position = (epoch, start, bi + 1, n)
-                yield batch
-        except BaseException:
-            try:
-                self._epoch_event("stopped", epoch, n)
-            finally:
-                # The error's traceback keeps this frame: it must not keep the loader alive
-                # (a notebook keeps the last error in sys.last_value).
-                del self
-            raise
-        self._epoch_event("end", epoch, n)
-
     def _ensure_pool(self) -> WorkerPool:
         if self._pool is None:
             # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
@@ -269,80 +223,6 @@ class DataLoader(_state.Resumable):
                 self._pool = pool
                 self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
-
-    def _run_pool(self, epoch: int, batches: Any, start: int, base_seed: int,
-                  stop: StopRequest) -> Iterator[Any]:
-        n = len(batches)
-        pool = self._ensure_pool()
-        stop.wake = pool.wake
-        max_in_flight = self.config.max_in_flight
-        ready: dict[int, Any] = {}
-        next_submit = next_yield = start
-        broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
-        started = False
-        try:
-            stop.check()
-            pool.start_epoch(epoch, base_seed)
-            self._epoch_event("start", epoch, n)
-            started = True
-            while next_yield < n:
-                t_asked = time.perf_counter()
-                while next_submit < n and next_submit - next_yield < max_in_flight:
-                    pool.submit(BatchTask(epoch, next_submit, batches[next_submit]))
-                    next_submit += 1
-                t0 = time.perf_counter()
-                while next_yield not in ready:
-                    stop.check()  # close() from another thread (it also wakes pool.get)
-                    try:
-                        remaining = seconds_left(pool, next_yield, batches[next_yield], t0,
-                                                 self.config, self.worker_backend)
-                        result = pool.get(remaining)
-                    except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
-                        broken = True
-                        raise
-                    if result is not None:
-                        ready[result.batch_index] = result
-                result = ready.pop(next_yield)
-                if result.error is not None:
-                    raise result.error
-                try:
-                    self._take_finished(pool, ready, next_submit - next_yield - 1)
-                except Exception:
-                    broken = True
-                    raise
-                t1 = time.perf_counter()
-                self._record(BatchEvent(
-                    epoch, next_yield, result.worker_id, result.num_items, result.fetch_s,
-                    result.collate_s, t1 - t0, len(ready), t1, t_asked, result.t_start,
-                    result.t_sent,
-                ))
-                next_yield += 1
-                self._position = (epoch, start, next_yield, n)
-                yield result.batch
-        except BaseException:
-            try:
-                ready.clear()
-                result = None
-                pool.stop_epoch(discard_workers=broken)
-                if started:
-                    self._epoch_event("stopped", epoch, n)
-            finally:
-                # The error's traceback keeps this frame: it must not keep the loader (and so,
-                # through its finalizer, its workers) alive; a notebook keeps the last error in
-                # sys.last_value.
-                del self
-            raise
-        self._epoch_event("end", epoch, n)
-
-    @staticmethod
-    def _take_finished(pool: WorkerPool, ready: dict[int, Any], in_flight: int) -> None:
-        # Take what else has finished, without waiting, so queue_depth counts every built batch
-        # (not only those that arrived while we waited) and workers' result pipes do not fill.
-        while in_flight > len(ready):
-            extra = pool.get(0.0)
-            if extra is None:
-                return
-            ready[extra.batch_index] = extra
 
     def _stop_active(self, superseded_by: int | None = None) -> None:
         it = self._active() if self._active is not None else None
