@@ -96,7 +96,7 @@ class ProcessPool:
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
         self._polls = PollSet()
-        self._waiting_for: list[WorkerHandle] = []  # the cache of _waitables()
+        self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
         self._by_obj: dict[Any, WorkerHandle] = {}
         self._waitable_list: list[Any] = []
         self._starter: threading.Thread | None = None  # see prestart()
@@ -322,15 +322,11 @@ class ProcessPool:
         return self._pending.popleft()
 
     def _waitables(self, live: list[WorkerHandle]) -> tuple[dict[Any, WorkerHandle], list[Any]]:
-        """What :meth:`get` waits on for the workers ``live`` (result pipes, sentinels, the
-        wake pipe), rebuilt only when a worker was replaced."""
-        if self._waiting_for != live:  # handles compare by identity
-            by_obj: dict[Any, WorkerHandle] = {}
-            for w in live:
-                by_obj[w.results] = w
-                by_obj[w.proc.sentinel] = w
-            self._waiting_for, self._by_obj = live, by_obj
-            self._waitable_list = [*by_obj, self._wake_r]
+        """What :meth:`get` waits on (result pipes, sentinels, the wake pipe), rebuilt only
+        when a worker was replaced (handles compare by identity)."""
+        if self._waiting_for != live:
+            self._by_obj = {o: w for w in live for o in (w.results, w.proc.sentinel)}
+            self._waiting_for, self._waitable_list = live, [*self._by_obj, self._wake_r]
         return self._by_obj, self._waitable_list
 
     def _handle(self, w: WorkerHandle, raw: bytes, *, keep: bool) -> None:
@@ -370,11 +366,9 @@ class ProcessPool:
 
     def _on_death(self, w: WorkerHandle) -> None:
         held = dict(w.outstanding) if self._epoch is not None else {}
-        # Died before this epoch's "ready", having started an earlier one: it was killed while
-        # idle between epochs (the OOM killer), which start_epoch's is_alive() cannot see in
-        # time (a forkserver child's exit is known only when the server reports it). It built
-        # nothing of this epoch: replace it and resend its tasks. A replacement that dies too
-        # is reported as usual.
+        # Died before this epoch's "ready" but after an earlier one's: killed idle between
+        # epochs (OOM), unseen by start_epoch (a forkserver reports exits late). It built nothing
+        # of this epoch: replace it, resend its tasks. A replacement's death is reported.
         idle_death = w.carried and w.started is None and self._epoch is not None
         tasks = dict(w.unstarted)
         status = self._reap(w, kill=False)
