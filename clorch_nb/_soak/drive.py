@@ -8,6 +8,7 @@ from typing import Any
 
 from clorch_nb import data
 from clorch_nb._soak.episode import Episode, Outcome, close_later, make_loader, targets
+from clorch_nb.errors import StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent
 
 __all__ = ["drive"]
@@ -93,8 +94,8 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
     elif c == "reiterate":
         it = _epoch(dl, out, stop_after=max(ep.k, 1))
         _epoch(dl, out)
-        if out.errors[0] is None and next(it, None) is not None:
-            out.notes.append("an iterator replaced by a new iter() still yielded a batch")
+        if out.errors[0] is None:
+            _check_superseded(it, finished=it.delivered >= len(it), notes=out.notes)
     elif c == "close_mid":
         it = _epoch(dl, out, stop_after=max(ep.k, 1))
         dl.close()
@@ -123,6 +124,20 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
         _epoch(dl, out)  # the loader (and the forkserver) still work afterwards
     else:  # pragma: no cover - CONSUMERS lists them all
         raise ValueError(f"consumer={c!r}")
+
+
+def _check_superseded(it: Any, *, finished: bool, notes: list[str]) -> None:
+    """An iterator whose epoch a new ``iter()`` stopped must say so (``StaleIteratorError``,
+    B21): never yield again, never end as if its epoch were complete."""
+    try:
+        next(it)
+    except StaleIteratorError:
+        return
+    except StopIteration:
+        if not finished:
+            notes.append("an iterator replaced by a new iter() ended silently mid-epoch")
+        return
+    notes.append("an iterator replaced by a new iter() still yielded a batch")
 
 
 def _sigint_epoch(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
