@@ -288,3 +288,23 @@ class BigBatches:
 
     def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"data": torch.empty(len(indices), self.width), "target": indices.clone()}
+
+
+class SlowSetEpoch:
+    """Items like :func:`numbers` (width 2); from the second epoch on, ``set_epoch`` sleeps
+    ``seconds`` in a worker (not in the loader's own copy): a window in which every worker has
+    been sent the next epoch but has not begun it."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.n, self.seconds = n, seconds
+        self.process_spec = _spec("SlowSetEpoch", n, seconds)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch >= 1 and data.get_worker_info() is not None:
+            time.sleep(self.seconds)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.full((2,), float(i)), "target": torch.tensor(i)}

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
 from pathlib import Path
@@ -390,6 +391,26 @@ def test_worker_killed_between_epochs_is_replaced() -> None:
             time.sleep(0.01)
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
         assert victim not in dl._pool.pids()
+
+
+@pytest.mark.timeout(120)
+def test_worker_killed_before_it_began_the_epoch_is_replaced() -> None:
+    """A worker killed after the next epoch was sent but before it began it (here: during its
+    ``set_epoch``) built nothing of that epoch: it is replaced and its batches are resent, so
+    the epoch is whole. The same holds when its death is still unseen (a forkserver reports an
+    exit late) as ``start_epoch`` checks it: the race behind a flaky
+    ``test_worker_killed_between_epochs_is_replaced``."""
+    ds = fixtures.SlowSetEpoch(10, 3.0)
+    with proc_loader(ds, batch_size=2, shuffle=False) as dl:
+        assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+        victim = dl._pool.pids()[1]
+        killer = threading.Timer(0.5, os.kill, (victim, signal.SIGKILL))
+        killer.start()
+        try:
+            assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+        finally:
+            killer.cancel()
+        assert victim not in dl._pool.pids() and len(dl._pool.pids()) == 2
 
 
 @pytest.mark.timeout(120)

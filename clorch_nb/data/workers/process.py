@@ -96,6 +96,9 @@ class ProcessPool:
         self._pending: collections.deque[BatchResult] = collections.deque()
         self._closed = False
         self._polls = PollSet()
+        self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
+        self._by_obj: dict[Any, WorkerHandle] = {}
+        self._waitable_list: list[Any] = []
         self._starter: threading.Thread | None = None  # see prestart()
         self._start_error: BaseException | None = None
         # wake(): another thread makes a get() blocked in wait() return None at once
@@ -230,6 +233,8 @@ class ProcessPool:
                 self._spawn(wid)  # all at once, so they start in parallel
             else:
                 w.outstanding.clear()
+                w.unstarted.clear()
+                w.carried = w.started is not None
                 w.began, w.started = time.perf_counter(), None
                 self._send(w, ("epoch", epoch, base_seed))
 
@@ -243,8 +248,12 @@ class ProcessPool:
         """
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
-        idx = task.indices.to(torch.int64).contiguous()
-        msg = ("task", task.epoch, task.batch_index, idx.numpy().tobytes(), w.arena.take_freed())
+        idx = task.indices
+        if idx.dtype is not torch.int64:
+            idx = idx.to(torch.int64)
+        arr = idx.numpy()  # tobytes() copies (C order): never a view of the order tensor
+        raw = arr.tobytes()
+        msg = ("task", task.epoch, task.batch_index, raw, w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
             try:
@@ -255,7 +264,9 @@ class ProcessPool:
                 self._send(w, msg)
         else:
             self._send(w, msg)
-        w.outstanding[task.batch_index] = idx[:8].tolist()
+        w.outstanding[task.batch_index] = arr[:8].tolist()
+        if w.started is None:
+            w.unstarted[task.batch_index] = raw
 
     def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         try:
@@ -275,17 +286,13 @@ class ProcessPool:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._pending:
             live = [w for w in self._workers if w is not None]
-            busy = [w for w in live if w.outstanding]
-            if not busy:
+            if not any(w.outstanding for w in live):
                 raise WorkerError(  # an internal invariant, reported rather than hung on
                     "no batch is in flight in the process pool; the loader and pool disagree"
                 )
-            by_obj: dict[Any, WorkerHandle] = {}
-            for w in live:
-                by_obj[w.results] = w
-                by_obj[w.proc.sentinel] = w
+            by_obj, waitables = self._waitables(live)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = self._polls.wait([*by_obj, self._wake_r], remaining)
+            ready = self._polls.wait(waitables, remaining)
             if not ready:
                 return None
             if self._wake_r in ready:
@@ -313,6 +320,14 @@ class ProcessPool:
             for w in dict.fromkeys(dead):
                 self._on_death(w)
         return self._pending.popleft()
+
+    def _waitables(self, live: list[WorkerHandle]) -> tuple[dict[Any, WorkerHandle], list[Any]]:
+        """What :meth:`get` waits on (result pipes, sentinels, the wake pipe), rebuilt only
+        when a worker was replaced (handles compare by identity)."""
+        if self._waiting_for != live:
+            self._by_obj = {o: w for w in live for o in (w.results, w.proc.sentinel)}
+            self._waiting_for, self._waitable_list = live, [*self._by_obj, self._wake_r]
+        return self._by_obj, self._waitable_list
 
     def _handle(self, w: WorkerHandle, raw: bytes, *, keep: bool) -> None:
         """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
@@ -346,13 +361,29 @@ class ProcessPool:
             raise exc
         elif kind == "ready" and keep and msg[1] == self._epoch:
             w.started = time.perf_counter()
+            w.unstarted.clear()
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
         held = dict(w.outstanding) if self._epoch is not None else {}
+        # Died before this epoch's "ready" but after an earlier one's: killed idle between
+        # epochs (OOM), unseen by start_epoch (a forkserver reports exits late). It built nothing
+        # of this epoch: replace it, resend its tasks. A replacement's death is reported.
+        idle_death = w.carried and w.started is None and self._epoch is not None
+        tasks = dict(w.unstarted)
         status = self._reap(w, kill=False)
-        if held:
+        if idle_death and len(tasks) == len(held):
+            self._resend(w.worker_id, tasks, held)
+        elif held:
             raise death_error(w, status, held)
+
+    def _resend(self, worker_id: int, tasks: dict[int, bytes], held: dict[int, list[int]]) -> None:
+        """Start a replacement for worker ``worker_id`` and send it ``tasks`` (in order)."""
+        w = self._spawn(worker_id)
+        for bi, raw in tasks.items():
+            w.outstanding[bi] = held[bi]
+            w.unstarted[bi] = raw
+            self._send(w, ("task", self._epoch, bi, raw, []))
 
     def worker_of(self, batch_index: int) -> int | None:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
@@ -419,6 +450,7 @@ class ProcessPool:
             for w in self._workers:
                 if w is not None:
                     w.outstanding.clear()
+                    w.unstarted.clear()
 
     def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF

@@ -55,6 +55,11 @@ class WorkerHandle:
     # this epoch's start-up (interpreter, dataset, set_epoch): began, and done (None: going on)
     began: float = field(default_factory=time.perf_counter)
     started: float | None = None
+    # it finished an earlier epoch's start-up: dying before this epoch's "ready" means it died
+    # idle between epochs (killed, OOM), not in a start-up of its own, so it is replaced
+    carried: bool = False
+    # the index bytes of the tasks sent while it still starts (resent to a replacement)
+    unstarted: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
