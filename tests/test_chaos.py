@@ -97,6 +97,9 @@ def test_ctrl_c_during_worker_start_keeps_the_forkserver(monkeypatch: pytest.Mon
         return original(sock, fds)
 
     monkeypatch.setattr(reduction, "sendfds", sendfds_under_ctrl_c)
+    # Workers start on this (the main) thread, where a Ctrl-C can land mid-start: as when a
+    # dead worker is replaced. (A loader's background start runs in a thread no signal reaches.)
+    monkeypatch.setattr(ProcessPool, "prestart", lambda self: None)
     dl = data.dataloader(
         fixtures.numbers(8), batch_size=2, num_workers=3, worker_backend="process", shuffle=False
     )

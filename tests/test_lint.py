@@ -1,4 +1,5 @@
-"""The code stays ruff- and mypy-clean (STYLE.md), checked by the suite rather than by memory."""
+"""The code stays ruff-clean, ruff-formatted and mypy-clean (STYLE.md), checked by the suite
+rather than by memory."""
 
 from __future__ import annotations
 
@@ -16,9 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
     "command",
     [
         ["ruff", "check", "clorch_nb", "tests", "benchmarks", "examples", "scripts"],
+        ["ruff", "format", "--check", "clorch_nb", "tests", "benchmarks", "examples", "scripts"],
         ["mypy"],
     ],
-    ids=["ruff", "mypy"],
+    ids=["ruff", "ruff-format", "mypy"],
 )
 def test_clean(command: list[str]) -> None:
     out = subprocess.run(

@@ -53,8 +53,9 @@ def _gone(pid: int) -> bool:
 # -- B12: a worker that dies --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("mode", "status"), [("kill", r"signal SIGKILL \(exit code -9\)"),
-                                              ("exit", "exit code 3")])
+@pytest.mark.parametrize(
+    ("mode", "status"), [("kill", r"signal SIGKILL \(exit code -9\)"), ("exit", "exit code 3")]
+)
 def test_dead_worker_raises_naming_worker_status_and_batch(mode: str, status: str) -> None:
     """B12 kill: SIGKILL (or os._exit) in get_item at index 3 -> WorkerError (a RuntimeError)
     naming worker 1, its signal or exit code and batch 3, within a few seconds; no process left.
@@ -64,8 +65,10 @@ def test_dead_worker_raises_naming_worker_status_and_batch(mode: str, status: st
     dl = proc_loader(fixtures.faulty(8, mode, 3), batch_size=1, shuffle=False)
     got: list[int] = []
     t0 = time.monotonic()
-    expected = (rf"process worker 1 \(pid \d+\) died with {status} "
-                r"while building batch 3 \(dataset indices \[3\]\)")
+    expected = (
+        rf"process worker 1 \(pid \d+\) died with {status} "
+        r"while building batch 3 \(dataset indices \[3\]\)"
+    )
     with pytest.raises(RuntimeError, match=expected) as ei:
         for b in dl:
             got.append(idx(b)[0])
@@ -80,10 +83,13 @@ def test_dead_worker_raises_naming_worker_status_and_batch(mode: str, status: st
 def test_dataset_that_fails_to_build_in_the_worker() -> None:
     """A factory that raises inside the worker: its exception (type kept) reaches the caller,
     naming the worker and the factory."""
-    ds = data.dataset(size=4, get_item=lambda i: i,
-                      process_spec={"factory": "tests.fixtures:broken_factory"})
-    with proc_loader(ds, batch_size=2) as dl, pytest.raises(FileNotFoundError,
-                                                            match="/nonexistent") as ei:
+    ds = data.dataset(
+        size=4, get_item=lambda i: i, process_spec={"factory": "tests.fixtures:broken_factory"}
+    )
+    with (
+        proc_loader(ds, batch_size=2) as dl,
+        pytest.raises(FileNotFoundError, match="/nonexistent") as ei,
+    ):
         list(dl)
     notes = "\n".join(ei.value.__notes__)
     assert "while building the dataset in process worker" in notes
@@ -100,8 +106,9 @@ def test_rng_distinct_per_worker_and_epoch_and_reproducible() -> None:
     seed."""
 
     def run() -> list[dict[str, list[int]]]:
-        with proc_loader(fixtures.random_items(8), batch_size=1, shuffle=False, num_workers=4,
-                         seed=123) as dl:
+        with proc_loader(
+            fixtures.random_items(8), batch_size=1, shuffle=False, num_workers=4, seed=123
+        ) as dl:
             epochs = []
             for _ in range(2):
                 bs = list(dl)
@@ -133,16 +140,25 @@ def test_b17_unpicklable_dataset_and_collate_fail_in_parent() -> None:
     B17: lambdas with worker_backend='process' fail at dataloader(), before any worker starts,
     naming get_item / collate_fn and the ways out; 'auto' falls back to threads."""
     before = psutil.Process().children(recursive=True)
-    d = data.dataset(size=lambda: 6, get_item=lambda i: {"data": torch.tensor([float(i)]),
-                                                         "target": torch.tensor(i)})
+    d = data.dataset(
+        size=lambda: 6,
+        get_item=lambda i: {"data": torch.tensor([float(i)]), "target": torch.tensor(i)},
+    )
     with pytest.raises(ConfigError, match="get_item") as ei:
         data.dataloader(d, batch_size=2, shuffle=False, num_workers=2, worker_backend="process")
     assert "process_spec" in str(ei.value) and "worker_backend='thread'" in str(ei.value)
     with pytest.raises(ConfigError, match="collate_fn"):
-        data.dataloader(fixtures.make6(), batch_size=2, shuffle=False, num_workers=2,
-                        worker_backend="process", collate_fn=lambda b: b)
-    with data.dataloader(d, batch_size=2, shuffle=False, num_workers=2,
-                         worker_backend="auto") as dl:
+        data.dataloader(
+            fixtures.make6(),
+            batch_size=2,
+            shuffle=False,
+            num_workers=2,
+            worker_backend="process",
+            collate_fn=lambda b: b,
+        )
+    with data.dataloader(
+        d, batch_size=2, shuffle=False, num_workers=2, worker_backend="auto"
+    ) as dl:
         assert dl.worker_backend == "thread"
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
     assert psutil.Process().children(recursive=True) == before
@@ -155,8 +171,9 @@ def test_b17_valid_spec_and_bad_factory() -> None:
     with proc_loader(fixtures.make6(), batch_size=2, shuffle=False) as dl:
         assert dl.worker_backend == "process"
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
-    bad = data.dataset(size=6, get_item=lambda i: i,
-                       process_spec={"factory": "nope.mod:make", "args": []})
+    bad = data.dataset(
+        size=6, get_item=lambda i: i, process_spec={"factory": "nope.mod:make", "args": []}
+    )
     with pytest.raises(ImportError, match="nope.mod:make"):
         proc_loader(bad, batch_size=2)
 
@@ -233,10 +250,12 @@ def test_b19_holding_4000_batches_under_256_fds(width: int) -> None:
 def test_full_dev_shm_is_a_clear_error() -> None:
     """A full /dev/shm (ENOSPC when reserving a segment) -> SharedMemoryError naming /dev/shm and
     suggesting worker_backend='thread' or num_workers=0, not a bus error."""
-    ds = data.dataset(size=8, get_item=lambda i: i,
-                      process_spec={"factory": "tests.fixtures:shm_full", "args": [8, 20_000]})
-    with proc_loader(ds, batch_size=2, shuffle=False) as dl, \
-            pytest.raises(SharedMemoryError) as ei:
+    ds = data.dataset(
+        size=8,
+        get_item=lambda i: i,
+        process_spec={"factory": "tests.fixtures:shm_full", "args": [8, 20_000]},
+    )
+    with proc_loader(ds, batch_size=2, shuffle=False) as dl, pytest.raises(SharedMemoryError) as ei:
         list(dl)
     msg = str(ei.value)
     assert f"{shm.SHM_DIR} is full" in msg
@@ -285,8 +304,12 @@ def test_b20_tensor_dataset_is_shared_not_copied() -> None:
 @pytest.mark.timeout(120)
 def test_spawn_start_method() -> None:
     """The pool works with spawn too (the fallback where there is no forkserver)."""
-    pool = ProcessPool(ProcessSpec("tests.fixtures:numbers", [10, 3]),
-                       data.LoaderConfig(num_workers=2), use_get_batch=True, start_method="spawn")
+    pool = ProcessPool(
+        ProcessSpec("tests.fixtures:numbers", [10, 3]),
+        data.LoaderConfig(num_workers=2),
+        use_get_batch=True,
+        start_method="spawn",
+    )
     try:
         pool.start_epoch(0, 5)
         for bi in range(3):
@@ -348,9 +371,15 @@ def test_ctrl_c_exit_and_parent_death_in_a_real_process(mode: str, tmp_path: Pat
     script = tmp_path / "run_loader.py"
     script.write_text(_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, str(script), mode], cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, str(script), mode],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
@@ -422,9 +451,12 @@ def test_torch_tensor_dataset_runs_in_process_workers_through_shared_memory() ->
     X = torch.arange(40.0).reshape(20, 2)  # noqa: N806
     y = torch.arange(20)
     ds = TorchTensorDataset(X, y)
-    with data.dataloader(ds, batch_size=6, shuffle=False) as inline, data.dataloader(
-        ds, batch_size=6, shuffle=False, num_workers=2, worker_backend="process"
-    ) as procs:
+    with (
+        data.dataloader(ds, batch_size=6, shuffle=False) as inline,
+        data.dataloader(
+            ds, batch_size=6, shuffle=False, num_workers=2, worker_backend="process"
+        ) as procs,
+    ):
         got, want = list(procs), list(inline)
         assert procs.worker_backend == "process"
     assert len(got) == len(want) == 4

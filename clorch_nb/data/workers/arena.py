@@ -59,7 +59,7 @@ def _nbytes(t: torch.Tensor) -> int:
 class _Slot:
     __slots__ = ("base", "map", "name", "size", "view")
 
-    def __init__(self, name: str, size: int, mm: mmap.mmap) -> None:
+    def __init__(self, name: str, size: int, mm: memoryview) -> None:
         self.name, self.size, self.map = name, size, mm
         self.view = torch.frombuffer(mm, dtype=torch.uint8)  # the whole slot, as bytes
         self.base = self.view.data_ptr()
@@ -118,7 +118,7 @@ class WorkerArena:
             off = 0
             while off < size:
                 off += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), size - off)], off)
-            mm = mmap.mmap(fd, size, mmap.MAP_SHARED | _POPULATE)
+            mm = _mapped_buffer(fd, size, path, flags=_POPULATE)  # keeps no fd (mmap.mmap does)
         except OSError as exc:
             os.unlink(path)
             if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
@@ -235,19 +235,36 @@ def _libc_mm() -> Any:
     return _libc
 
 
-def _map_file(path: str, size: int) -> int:
-    """Map ``size`` bytes of ``path`` shared, read-write; the fd is closed before returning
-    (``mmap.mmap`` would keep a duplicate fd per mapping: one per held batch)."""
-    lib = _libc_mm()
-    fd = os.open(path, os.O_RDWR)
-    try:
-        addr = lib.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
-    finally:
-        os.close(fd)
+def _map_fd(fd: int, size: int, path: str, flags: int = 0) -> int:
+    """Map ``size`` bytes of open file ``fd`` shared, read-write; returns the address. The
+    mapping keeps no file descriptor: ``mmap.mmap`` would keep a duplicate fd per mapping (one
+    per held batch, one per worker slot), and thousands of held batches would hit the fd limit."""
+    addr = _libc_mm().mmap(
+        None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | flags, fd, 0
+    )
     if addr is None or addr == ctypes.c_void_p(-1).value:
         err = ctypes.get_errno()
         raise OSError(err, f"mmap of {path}: {os.strerror(err)}")
     return int(addr)
+
+
+def _map_file(path: str, size: int) -> int:
+    """Map ``size`` bytes of ``path`` shared, read-write; the fd is closed before returning."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return _map_fd(fd, size, path)
+    finally:
+        os.close(fd)
+
+
+def _mapped_buffer(fd: int, size: int, path: str, flags: int = 0) -> memoryview:
+    """A writable buffer over a fresh mapping of ``fd``, unmapped when the buffer (and every
+    tensor made over it) is gone."""
+    addr = _map_fd(fd, size, path, flags)
+    mv = memoryview((ctypes.c_ubyte * size).from_address(addr))
+    fin = weakref.finalize(mv, _libc_mm().munmap, addr, size)
+    fin.atexit = False  # never unmap under a tensor still alive at exit; the OS frees it
+    return mv
 
 
 def _unmap_and_free(addr: int, size: int, freed: collections.deque[int], sid: int) -> None:

@@ -17,8 +17,16 @@ import torch
 
 from clorch_nb._signals import deferred_sigint
 
-__all__ = ["BatchCancelled", "BatchResult", "BatchTask", "WorkerPool", "add_note", "build_batch",
-           "close_pool", "note_index"]
+__all__ = [
+    "BatchCancelled",
+    "BatchResult",
+    "BatchTask",
+    "WorkerPool",
+    "add_note",
+    "build_batch",
+    "close_pool",
+    "note_index",
+]
 
 
 class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, not an error
@@ -85,8 +93,10 @@ def note_index(exc: BaseException, index: int, batch_index: int, worker: str) ->
 def _not_the_end(what: str, index: int | None, batch_index: int, worker: str) -> RuntimeError:
     """A StopIteration from dataset code, as an error: let through, a ``for`` loop (or a
     generator) would take it for the end of the data and end the epoch early, silently."""
-    where = f"dataset index {index} (batch {batch_index})" if index is not None else (
-        f"batch {batch_index}"
+    where = (
+        f"dataset index {index} (batch {batch_index})"
+        if index is not None
+        else (f"batch {batch_index}")
     )
     return RuntimeError(
         f"{what} raised StopIteration while loading {where} in {worker}. It is an error in "
@@ -127,7 +137,7 @@ def build_batch(
             add_note(
                 exc,
                 f"[clorch_nb] in get_batch for batch {batch_index} in {worker} "
-                f"(dataset indices {indices[:8].tolist()}{'...' if len(indices) > 8 else ''})"
+                f"(dataset indices {indices[:8].tolist()}{'...' if len(indices) > 8 else ''})",
             )
             raise
         return batch, time.perf_counter() - t0, 0.0

@@ -208,6 +208,23 @@ def _read(tasks: Connection, state: _State, parent_pid: int) -> None:
         state.inbox.put(msg)
 
 
+def _begin_epoch(
+    dataset: Any, cfg: WorkerConfig, epoch: int, base_seed: int, where: str
+) -> Exception | None:
+    """Seed this worker for ``epoch``, set its ``get_worker_info()`` and call the dataset's
+    ``set_epoch``; returns that call's error (reported with each of the epoch's batches)."""
+    seed = worker_seed(base_seed, cfg.worker_id)
+    seed_worker(seed)
+    set_worker_info(
+        WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset, epoch), process=True
+    )
+    try:
+        call_set_epoch(dataset, epoch, where)
+    except Exception as exc:  # noqa: BLE001 - reported with each of the epoch's batches
+        return exc
+    return None
+
+
 def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Connection) -> None:
     """Entry point of a process worker (the ``target`` of its ``multiprocessing.Process``).
 
@@ -222,8 +239,9 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     torch.set_num_threads(1)  # num_workers processes x all cores each would oversubscribe
     _tune_malloc()
     state = _State()
-    threading.Thread(target=_read, args=(tasks, state, cfg.parent_pid), daemon=True,
-                     name="clorch_nb-task-reader").start()
+    threading.Thread(
+        target=_read, args=(tasks, state, cfg.parent_pid), daemon=True, name="clorch_nb-task-reader"
+    ).start()
     where = f"process worker {cfg.worker_id} (pid {os.getpid()})"
     try:
         collate_fn = pickle.loads(cfg.collate_blob)
@@ -233,8 +251,11 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
         return
     use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
-    arena = WorkerArena(f"{shm.PREFIX}-{cfg.parent_pid}-{os.getpid()}", cfg.arena_keep,
-                        lambda nbytes, exc: shm.shm_full_error(nbytes, where, exc))
+    arena = WorkerArena(
+        f"{shm.PREFIX}-{cfg.parent_pid}-{os.getpid()}",
+        cfg.arena_keep,
+        lambda nbytes, exc: shm.shm_full_error(nbytes, where, exc),
+    )
     collate.stack_out = arena.alloc  # default_collate stacks large batches into the arena
     epoch: int | None = None  # the current epoch token
     base_seed = 0
@@ -256,35 +277,50 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             # the batch's RNG seed follows its position, not this worker (same for any count)
             seed = batch_seed(base_seed, batch_index)
             seed_worker(seed)
-            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
-                                       epoch, batch_index), process=True)
+            set_worker_info(
+                WorkerInfo(
+                    cfg.worker_id, cfg.num_workers, seed, "process", dataset, epoch, batch_index
+                ),
+                process=True,
+            )
             arena.begin()
             try:
-                reply = _build(dataset, collate_fn, task_epoch, batch_index, raw, use_get_batch,
-                               cfg, where, state, arena)
+                reply = _build(
+                    dataset,
+                    collate_fn,
+                    task_epoch,
+                    batch_index,
+                    raw,
+                    use_get_batch,
+                    cfg,
+                    where,
+                    state,
+                    arena,
+                )
             finally:
                 arena.finish()
             if reply is not None:
                 results.send_bytes(reply)
         elif kind == "epoch":
             _, epoch, base_seed = msg
-            seed = worker_seed(base_seed, cfg.worker_id)
-            seed_worker(seed)
-            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, seed, "process", dataset,
-                                       epoch), process=True)
-            epoch_error = None
-            try:
-                call_set_epoch(dataset, epoch, where)
-            except Exception as exc:  # noqa: BLE001 - reported with each of the epoch's batches
-                epoch_error = exc
+            epoch_error = _begin_epoch(dataset, cfg, epoch, base_seed, where)
             results.send_bytes(pickle.dumps(("ready", epoch), _HIGHEST))
         elif kind == "cancel":
             results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
 
 
-def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: bytes,
-           use_get_batch: bool,
-           cfg: WorkerConfig, where: str, state: _State, arena: WorkerArena) -> bytes | None:
+def _build(
+    dataset: Any,
+    collate_fn: Any,
+    epoch: int,
+    batch_index: int,
+    raw: bytes,
+    use_get_batch: bool,
+    cfg: WorkerConfig,
+    where: str,
+    state: _State,
+    arena: WorkerArena,
+) -> bytes | None:
     """One task -> the pickled reply (None if the epoch was cancelled meanwhile)."""
     indices: Any
     if not use_get_batch:
@@ -297,7 +333,11 @@ def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: byt
     n = len(raw) // 8
     try:
         batch, fetch_s, collate_s = build_batch(
-            dataset, collate_fn, indices, use_get_batch=use_get_batch, batch_index=batch_index,
+            dataset,
+            collate_fn,
+            indices,
+            use_get_batch=use_get_batch,
+            batch_index=batch_index,
             worker=where,
             should_stop=lambda: epoch <= state.cancelled,
         )
@@ -310,8 +350,18 @@ def _build(dataset: Any, collate_fn: Any, epoch: int, batch_index: int, raw: byt
         del batch
         t_sent = time.perf_counter()
         return pickle.dumps(
-            ("ok", epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
-             t_sent), _HIGHEST,
+            (
+                "ok",
+                epoch,
+                batch_index,
+                n,
+                fetch_s,
+                collate_s,
+                enc,
+                t_built - fetch_s - collate_s,
+                t_sent,
+            ),
+            _HIGHEST,
         )
     except BatchCancelled:
         return None

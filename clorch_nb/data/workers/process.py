@@ -36,6 +36,7 @@ from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig
 from clorch_nb.data.workers.polling import PollSet
+from clorch_nb.data.workers.prestart import BackgroundStart
 from clorch_nb.data.workers.process_handle import (
     StartMethod,
     WorkerHandle,
@@ -54,7 +55,7 @@ _HIGHEST = pickle.HIGHEST_PROTOCOL
 CANCEL_GRACE_S = 1.0
 
 
-class ProcessPool:
+class ProcessPool(BackgroundStart):
     """Process workers implementing :class:`~clorch_nb.data.workers.base.WorkerPool`.
 
     Workers start in the background when the loader is made (:meth:`prestart`), or else at the
@@ -99,52 +100,27 @@ class ProcessPool:
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
         self._by_obj: dict[Any, WorkerHandle] = {}
         self._waitable_list: list[Any] = []
-        self._starter: threading.Thread | None = None  # see prestart()
+        self._starter: threading.Thread | None = None  # see BackgroundStart.prestart()
         self._start_error: BaseException | None = None
         # wake(): another thread makes a get() blocked in wait() return None at once
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    def prestart(self) -> None:
-        """Start every worker now, in a background thread, and return at once.
-
-        The loader calls this when it is made, so the ~1 s of a first start (the forkserver
-        importing torch, each worker rebuilding the dataset) overlaps whatever the caller does
-        next (in a notebook: the next cell). :meth:`start_epoch` and :meth:`close` wait for the
-        thread; an error it met is raised by :meth:`start_epoch`.
-        """
-        if self._starter is not None or self._closed:
-            return
-        self._starter = threading.Thread(target=self._start_all, daemon=True,
-                                         name="clorch_nb-worker-start")
-        self._starter.start()
-
-    def _start_all(self) -> None:
-        try:
-            for wid in range(self.num_workers):
-                if self._closed:
-                    return
-                if self._workers[wid] is None:
-                    self._spawn(wid)
-        except BaseException as exc:  # noqa: BLE001 - raised by start_epoch on the caller's thread
-            self._start_error = exc
-
-    def _join_starter(self) -> None:
-        if self._starter is not None:
-            self._starter.join()
-            self._starter = None
-        if self._start_error is not None:
-            exc, self._start_error = self._start_error, None
-            raise exc
-
     def _spawn(self, worker_id: int) -> WorkerHandle:
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
-        cfg = WorkerConfig(worker_id, self.num_workers, self._collate_blob, self._use_get_batch,
-                           os.getpid(), self._arena_keep)
-        w = start_worker(self._ctx, cfg, self.source,
-                         record=lambda w: self._workers.__setitem__(worker_id, w))
+        cfg = WorkerConfig(
+            worker_id,
+            self.num_workers,
+            self._collate_blob,
+            self._use_get_batch,
+            os.getpid(),
+            self._arena_keep,
+        )
+        w = start_worker(
+            self._ctx, cfg, self.source, record=lambda w: self._workers.__setitem__(worker_id, w)
+        )
         if self._epoch is not None:
             self._send(w, ("epoch", self._epoch, self._base_seed))
         return w

@@ -67,8 +67,6 @@ class WorkerHandle:
         return f"process worker {self.worker_id} (pid {self.pid})"
 
 
-
-
 def start_worker(
     ctx: Any, cfg: WorkerConfig, source: Any, *, record: Callable[[WorkerHandle], None]
 ) -> WorkerHandle:
@@ -84,8 +82,10 @@ def start_worker(
 
         def make() -> Any:
             return ctx.Process(
-                target=worker_main, args=(cfg, source, task_r, result_w),
-                name=f"clorch_nb-worker-{cfg.worker_id}", daemon=True,
+                target=worker_main,
+                args=(cfg, source, task_r, result_w),
+                name=f"clorch_nb-worker-{cfg.worker_id}",
+                daemon=True,
             )
 
         try:

@@ -57,7 +57,9 @@ class ThreadPool:
 
     def _spawn(self, worker_id: int) -> None:
         t = threading.Thread(
-            target=self._run, args=(worker_id,), name=f"{self._name}-worker-{worker_id}",
+            target=self._run,
+            args=(worker_id,),
+            name=f"{self._name}-worker-{worker_id}",
             daemon=True,
         )
         self._threads[worker_id] = t  # recorded before it starts: close() reaches it, whatever
@@ -72,10 +74,18 @@ class ThreadPool:
             if task.epoch != self._epoch:
                 continue  # an abandoned epoch's task
             # the batch's own seed and generators (get_worker_info()), whichever thread builds it
-            set_worker_info(WorkerInfo(
-                worker_id, self.num_workers, batch_seed(self._base_seed, task.batch_index),
-                "thread", self.dataset, task.epoch, task.batch_index,
-            ), process=False)
+            set_worker_info(
+                WorkerInfo(
+                    worker_id,
+                    self.num_workers,
+                    batch_seed(self._base_seed, task.batch_index),
+                    "thread",
+                    self.dataset,
+                    task.epoch,
+                    task.batch_index,
+                ),
+                process=False,
+            )
             snap = self.rng_watch.before()
             me = threading.current_thread()
             if self._threads[worker_id] is me:
@@ -83,14 +93,26 @@ class ThreadPool:
                 self._assigned[task.batch_index] = worker_id
             try:
                 batch, fetch_s, collate_s = build_batch(
-                    self.dataset, self.collate_fn, task.indices, use_get_batch=self.use_get_batch,
-                    batch_index=task.batch_index, worker=f"thread worker {worker_id}",
+                    self.dataset,
+                    self.collate_fn,
+                    task.indices,
+                    use_get_batch=self.use_get_batch,
+                    batch_index=task.batch_index,
+                    worker=f"thread worker {worker_id}",
                     should_stop=partial(self._abandoned, task.epoch),
                 )
                 t_sent = time.perf_counter()
                 result: BatchResult | None = BatchResult(
-                    task.epoch, task.batch_index, worker_id, batch, len(task.indices), fetch_s,
-                    collate_s, None, t_sent - fetch_s - collate_s, t_sent,
+                    task.epoch,
+                    task.batch_index,
+                    worker_id,
+                    batch,
+                    len(task.indices),
+                    fetch_s,
+                    collate_s,
+                    None,
+                    t_sent - fetch_s - collate_s,
+                    t_sent,
                 )
                 self.rng_watch.after(snap)
             except BatchCancelled:
