@@ -7,8 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_env.sh test
+# no news feed or update check: the tutorials work offline, and the news prompt covers outputs
 args=(--notebook-dir=notebooks --ServerApp.ip=127.0.0.1
-      --LabApp.default_url=/lab/tree/00_index.ipynb)
+      --LabApp.default_url=/lab/tree/00_index.ipynb
+      --LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate)
 if [ -z "${DISPLAY:-}" ] && [ "$(uname)" = Linux ]; then
   args+=(--no-browser)   # headless: print the URL instead of trying to open a browser
 fi

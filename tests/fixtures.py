@@ -308,3 +308,21 @@ class SlowSetEpoch:
 
     def get_item(self, i: int) -> dict[str, torch.Tensor]:
         return {"data": torch.full((2,), float(i)), "target": torch.tensor(i)}
+
+
+class TorchSquares(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A plain torch map-style dataset (``__len__``/``__getitem__``), as a torch user writes it."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.tensor([float(i * i)]), "target": torch.tensor(i)}
+
+
+def torch_squares(n: int) -> Any:
+    """A process_spec factory that returns a torch Dataset (not one of ours)."""
+    return TorchSquares(n)

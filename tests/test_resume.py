@@ -390,3 +390,19 @@ def test_a_resumed_epoch_can_be_stopped_and_resumed_again(worlds: tuple[int, int
     counts = np.bincount(np.array(seen), minlength=n)
     assert counts.min() >= 1, "an item of the epoch was never read"
     assert len(seen) - n <= sum(w - 1 for w in worlds), "more repeats than padding"
+
+
+def test_load_state_dict_makes_an_open_iterator_raise_not_end_early() -> None:
+    """An iterator still open when load_state_dict() moves the loader raises
+    StaleIteratorError on its next next(), naming load_state_dict; it never just ends."""
+    from clorch_nb.errors import StaleIteratorError
+
+    ds = data.tensor_dataset(torch.arange(20.0).unsqueeze(1), torch.arange(20))
+    saver = data.dataloader(ds, batch_size=2, seed=3)
+    it = iter(saver)
+    next(it)
+    state = saver.state_dict()
+    next(it)
+    saver.load_state_dict(state)
+    with pytest.raises(StaleIteratorError, match="load_state_dict"):
+        next(it)

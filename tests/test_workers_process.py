@@ -463,3 +463,18 @@ def test_torch_tensor_dataset_runs_in_process_workers_through_shared_memory() ->
     for a, b in zip(got, want, strict=True):
         assert isinstance(a, tuple) and torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert X.is_shared()
+
+
+@pytest.mark.timeout(120)
+def test_a_factory_may_return_a_torch_dataset() -> None:
+    """A process_spec factory returning a plain torch map-style Dataset is adapted in the worker
+    as in the main process (it used to fail with "'TorchSquares' object has no attribute
+    'get_item'", blamed on a dataset index)."""
+    local = fixtures.TorchSquares(6)
+    ds = data.dataset(
+        size=6, get_item=local.__getitem__, process_spec=fixtures._spec("torch_squares", 6)
+    )
+    with data.dataloader(
+        ds, batch_size=2, shuffle=False, num_workers=2, worker_backend="process"
+    ) as dl:
+        assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]

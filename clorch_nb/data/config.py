@@ -25,7 +25,16 @@ WorkerBackend = Literal["inline", "thread", "process"]
 #: what ``dataloader(worker_backend=...)`` accepts: a worker backend, or "auto" to let it choose
 WorkerBackendChoice = Literal["auto", "thread", "process"]
 
-UNSET: Any = object()  # "not passed": a default that depends on other options
+
+class _Unset:
+    """The default of an option whose value depends on other options (``batch_size``: 32 unless
+    a ``batch_sampler`` is given; ``shuffle``: True unless a sampler is given)."""
+
+    def __repr__(self) -> str:
+        return "<depends on the other options>"
+
+
+UNSET: Any = _Unset()
 
 
 @dataclass(frozen=True, slots=True)

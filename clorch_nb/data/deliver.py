@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from clorch_nb.data import state as _state
@@ -46,20 +47,24 @@ def deliver_inline(
     def should_stop() -> bool:  # close() from another thread: stop between two items
         return stop.requested
 
+    build = partial(
+        build_batch,
+        loader.dataset,
+        loader.config.collate_fn,
+        use_get_batch=loader._use_get_batch,
+        worker="the main thread (num_workers=0)",
+        should_stop=should_stop,
+    )
+    draws = loader._draws  # TensorDataset draws no random numbers: no seeding (~2 us a batch)
     try:
         for bi, idx in enumerate(_state.iter_from(batches, start), start):
             t0 = time.perf_counter()
-            try:  # with the global RNGs a process worker would see (TensorDataset draws none)
-                with seeded_globals(batch_seed(base, bi), enabled=loader._draws):
-                    batch, fetch_s, collate_s = build_batch(
-                        loader.dataset,
-                        loader.config.collate_fn,
-                        idx,
-                        use_get_batch=loader._use_get_batch,
-                        batch_index=bi,
-                        worker="the main thread (num_workers=0)",
-                        should_stop=should_stop,
-                    )
+            try:
+                if draws:  # with the global RNGs a process worker would give this batch
+                    with seeded_globals(batch_seed(base, bi)):
+                        batch, fetch_s, collate_s = build(idx, batch_index=bi)
+                else:
+                    batch, fetch_s, collate_s = build(idx, batch_index=bi)
             except BatchCancelled:
                 stop.check()
                 raise

@@ -137,14 +137,15 @@ class EpochIterator:
             self.delivered += 1
             return batch
 
-    def supersede(self, new_epoch: int | None) -> None:
-        """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (then ``next()``
-        raises); with None, only :meth:`close` it."""
+    def supersede(self, new_epoch: int | None, why: str | None = None) -> None:
+        """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (or ``why``, e.g. a
+        ``load_state_dict``; then ``next()`` raises); with None, only :meth:`close` it."""
         if new_epoch is not None and self.delivered < len(self.plan):
+            why = why or f"iter(loader) was called again and started epoch {new_epoch}"
             self._stale = (
                 f"this iterator's epoch {self.epoch} was stopped after {self.delivered} of "
-                f"{len(self.plan)} batches: iter(loader) was called again and started epoch "
-                f"{new_epoch}. A loader runs one epoch at a time (zip(loader, loader), or a "
+                f"{len(self.plan)} batches: {why}. A loader runs one epoch at a time "
+                "(zip(loader, loader), or a "
                 "next(iter(loader)) peek while a loop is running, starts a new one). To look at "
                 "a batch without disturbing the running epoch use loader.peek(); for two "
                 "passes at once make two loaders"

@@ -233,11 +233,11 @@ class DataLoader(_state.Resumable):
                 self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
 
-    def _stop_active(self, superseded_by: int | None = None) -> None:
+    def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
         it = self._active() if self._active is not None else None
         self._active = None
         if it is not None:
-            it.supersede(superseded_by)  # None: just stop it (close())
+            it.supersede(superseded_by, why)  # None: just stop it (close())
 
 
 def dataloader(

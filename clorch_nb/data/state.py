@@ -284,12 +284,11 @@ def restore(loader: Any, state: Any) -> None:
     saved.check_matches(here, seed_fixed=loader.config.seed is not None)
     if isinstance(loader.sampler, DistributedSampler) and saved.sampler is not None:
         loader.sampler.load_state_dict(saved.sampler)
+    # an open iterator says so on its next next() (StaleIteratorError), never ends early
+    why = f"load_state_dict() moved the loader to epoch {saved.epoch}, batch {saved.batches_done}"
+    loader._stop_active(superseded_by=saved.epoch, why=why)
     if loader._epoch is not None and saved.epoch <= loader._epoch:
-        # Back to an epoch this loader's workers already saw: worker pools drop the tasks of
-        # an epoch they were told to cancel, so fresh workers take over.
-        loader.close()
-    else:
-        loader._stop_active()
+        loader.close()  # back to an epoch its workers saw (they drop cancelled epochs' tasks)
     loader.seed = saved.seed
     loader._resume = saved
 

@@ -70,8 +70,12 @@ class TimelineView(View):
         """Rows of bars: the main loop on top, then each worker."""
         tl = self.timeline
         lanes = tl.lanes
-        fig = new_figure(9.0, 0.9 + 0.45 * len(lanes))
-        ax = fig.add_axes((0.13, 0.32 if len(lanes) < 3 else 0.22, 0.85, 0.5))
+        # laid out in inches: title and legend above the lanes, the axis label below, so the
+        # legend never covers a lane whatever their number
+        top_in, bottom_in, lanes_in = 0.75, 0.55, 0.45 * len(lanes)
+        height = top_in + lanes_in + bottom_in
+        fig = new_figure(9.0, height)
+        ax = fig.add_axes((0.13, bottom_in / height, 0.85, lanes_in / height))
         t0 = tl.t_min
         min_w = 0.002 * 1000 * (tl.t_max - t0)  # a short span stays visible (>= 0.2 % wide)
         ypos = {lane: len(lanes) - 1 - i for i, lane in enumerate(lanes)}
@@ -112,7 +116,7 @@ class TimelineView(View):
             fig.legend(
                 handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds],
                 loc="upper left",
-                bbox_to_anchor=(0.12, 1 - 0.3 / fig.get_figheight()),
+                bbox_to_anchor=(0.12, 1 - 0.3 / height),
                 ncol=len(kinds),
                 fontsize=9,
                 frameon=False,

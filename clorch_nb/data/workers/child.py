@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from clorch_nb.data import collate
+from clorch_nb.data.dataset import as_dataset
 from clorch_nb.data.epoch_hooks import call_set_epoch
 from clorch_nb.data.worker_info import (
     WorkerInfo,
@@ -245,7 +246,8 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     where = f"process worker {cfg.worker_id} (pid {os.getpid()})"
     try:
         collate_fn = pickle.loads(cfg.collate_blob)
-        dataset = source.build()
+        # a factory may return a torch map-style dataset: adapted as the main process does
+        dataset = as_dataset(source.build(), argument="the process_spec factory's result")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         exc.add_note(f"[clorch_nb] while building the dataset in {where} from {source!r:.200}")
         results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
