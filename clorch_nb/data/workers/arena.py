@@ -291,25 +291,9 @@ class ParentArena:
         # One storage over the memoryview; the tensors are set_() onto it (not views of a base
         # tensor, whose ``_base`` would keep the storage alive after cleanup_data empties them).
         storage = torch.frombuffer(mv, dtype=torch.uint8).untyped_storage()
-        out = []
-        for dtype, shape, offset in metas:
-            numel = 1
-            for s in shape:
-                numel *= s
-            if numel == 0:
-                out.append(torch.empty(shape, dtype=dtype))
-            else:
-                itemsize = torch.empty((), dtype=dtype).element_size()
-                strides, acc = [], 1
-                for d in reversed(shape):
-                    strides.append(acc)
-                    acc *= d
-                out.append(
-                    torch.empty(0, dtype=dtype).set_(
-                        storage, offset // itemsize, shape, strides[::-1]
-                    )
-                )
-        return out
+        from clorch_nb.data.workers.shm import _views  # shm imports this module
+
+        return _views(storage, metas)
 
     def discard(self, sid: int) -> None:
         """A batch nobody will read (stale epoch): its slot is free at once."""
