@@ -202,7 +202,8 @@ def dataset(
 
 
 class TensorDataset(TorchInterop):
-    """Items ``{"data": X[i], "target": y[i]}`` over two tensors; built by :func:`tensor_dataset`.
+    """Built by :func:`tensor_dataset` (torch's ``TensorDataset(X, y)`` call is not accepted):
+    items ``{"data": X[i], "target": y[i]}`` over two tensors.
 
     ``get_batch`` indexes each tensor once per batch (``index_select``) instead of item by item.
     """

@@ -135,7 +135,8 @@ class SamplerSettings:
 
 
 class DistributedSampler:
-    """This rank's indices, epoch by epoch; built by :func:`distributed_sampler`.
+    """Built by :func:`distributed_sampler` (torch's ``DistributedSampler(dataset, ...)`` call is
+    not accepted): this rank's indices, epoch by epoch, and its own resumable state.
 
     Iterating it (or :meth:`sample_indices`) gives the same indices as
     ``torch.utils.data.DistributedSampler`` with the same settings; it can be passed as

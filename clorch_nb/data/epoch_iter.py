@@ -193,7 +193,12 @@ def release_frames(tb: TracebackType | None, owner: object) -> None:
         >>> import sys; sys.getrefcount(o)  # the doctest's name, and getrefcount's argument
         2
     """
-    codes = {f.__code__ for f in vars(type(owner)).values() if hasattr(f, "__code__")}
+    codes = {
+        f.__code__
+        for cls in type(owner).__mro__  # methods of its base classes too
+        for f in vars(cls).values()
+        if hasattr(f, "__code__")
+    }
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code in codes:

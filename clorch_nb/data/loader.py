@@ -55,7 +55,7 @@ from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "dataloader"]
+__all__ = ["DataLoader", "LoaderEngine", "dataloader"]
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -65,8 +65,9 @@ def _short(text: str, limit: int = 80) -> str:
     return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
 
 
-class DataLoader:
-    """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
+class LoaderEngine:
+    """The loader itself, built from a validated :class:`LoaderConfig`: what
+    :class:`DataLoader` (the public front, made by :func:`dataloader`) does.
 
     ``iter(loader)`` starts an epoch and stops one still open (:mod:`.epoch_iter`; :meth:`peek`
     looks without starting one); ``len()`` is the batches an epoch yields. Worker pools persist
@@ -264,7 +265,7 @@ class DataLoader:
         self._stop_active()
         self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> LoaderEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -332,6 +333,17 @@ class DataLoader:
         self._active = None
         if it is not None:
             it.supersede(superseded_by, why)  # None: just stop it (close())
+
+
+class DataLoader(LoaderEngine):
+    """Built by :func:`dataloader` (see it for the arguments; torch's ``DataLoader(dataset,
+    ...)`` call is not accepted yet): a re-iterable loader over a dataset, torch's name.
+
+    A thin front over :class:`LoaderEngine`, which is built from the dataset and one validated
+    :class:`~clorch_nb.data.config.LoaderConfig`; everything it does (``iter()``, ``len()``,
+    :meth:`~LoaderEngine.peek`, :meth:`~LoaderEngine.state_dict`, :meth:`~LoaderEngine.close`,
+    :meth:`~LoaderEngine.subscribe`) is the engine's. Example: :func:`dataloader`.
+    """
 
 
 def dataloader(
