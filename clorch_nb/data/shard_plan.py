@@ -188,7 +188,16 @@ def shard_plan(
 ) -> ShardPlan:
     """All ranks' shards for one epoch, as :class:`DistributedSampler` computes them.
 
-    Args: as :func:`distributed_sampler`, plus ``epoch``.
+    Args:
+        size (int): dataset size ``N`` >= 0.
+        num_replicas (int): ranks ``R`` >= 1.
+        seed (int): base seed of the shuffle (the order's generator is seeded with
+            ``seed + epoch``, as torch's); ``seed + epoch`` must fit a ``torch.Generator``.
+        epoch (int): the epoch the plan is for.
+        shuffle (bool): permute before sharding.
+        drop_last (bool): even mode only: cut the tail instead of padding.
+        shard_mode ("even" | "disjoint"): torch's equal shards (padding repeats), or every item
+            exactly once with counts differing by at most one.
 
     Returns:
         ShardPlan: per-rank indices, padding marks and dropped items.

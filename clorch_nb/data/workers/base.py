@@ -15,8 +15,6 @@ from typing import Any, Protocol
 
 import torch
 
-from clorch_nb._signals import deferred_sigint
-
 __all__ = [
     "BatchCancelled",
     "BatchResult",
@@ -24,7 +22,6 @@ __all__ = [
     "WorkerPool",
     "add_note",
     "build_batch",
-    "close_pool",
     "note_index",
 ]
 
@@ -227,11 +224,3 @@ class WorkerPool(Protocol):
         """Stop every worker and free every resource; idempotent, and a second call finishes
         what an interrupted one began."""
         ...
-
-
-def close_pool(pool: WorkerPool) -> None:
-    """``pool.close()`` with Ctrl-C held back: what a dropped loader's finalizer runs (at garbage
-    collection, at any instant), where an interrupt would be printed and lost with the pool
-    half-closed and no second call to finish it."""
-    with deferred_sigint():
-        pool.close()
