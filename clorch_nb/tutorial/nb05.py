@@ -6,13 +6,14 @@ import collections
 from typing import Any
 
 from clorch_nb import data
-from clorch_nb.tutorial._check import Check, checker, require
+from clorch_nb.tutorial._check import Check, as_int, checker, require
 
 __all__ = ["exercise_1", "exercise_2"]
 
 
 @checker("Exercise 1", "your two numbers")
 def _exercise_1(n_repeats: Any, rank: Any) -> str:
+    n_repeats, rank = as_int(n_repeats, "n_repeats"), as_int(rank, "rank")
     plan = data.shard_plan(1437, 2, seed=0, epoch=0)
     pads = [(r, i) for r, row in enumerate(plan.is_padding) for i, x in enumerate(row) if x]
     require(
@@ -28,7 +29,7 @@ def _exercise_1(n_repeats: Any, rank: Any) -> str:
     )
     return (
         f"{len(pads)} padding repeat per epoch, at the end of rank {want_rank}'s shard "
-        f"(position {pos}): both ranks read 719 items."
+        f"(position {pos}): both ranks read {len(plan.is_padding[0])} items."
     )
 
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import torch
 from torch.utils.data import DistributedSampler
 
+from clorch_nb import data
 from clorch_nb.examples import digits_tensors
 from clorch_nb.tutorial._check import Check, checker, require
 
@@ -14,6 +17,8 @@ __all__ = ["exercise_1", "exercise_2"]
 
 @checker("Exercise 1", "the state saved after the last batch of epoch 0")
 def _exercise_1(state: Any) -> str:
+    if isinstance(state, str | bytes):  # saved as JSON text: the same state
+        state = json.loads(state)
     require(isinstance(state, dict), f"got {type(state).__name__}; pass loader.state_dict()")
     require(state.get("format") == "clorch_nb.loader/1", "pass what loader.state_dict() returns")
     require(
@@ -26,7 +31,16 @@ def _exercise_1(state: Any) -> str:
         f"the state names epoch {where[0]}, batch {where[1]}: save it right "
         "after the loop over epoch 0 has taken its last batch",
     )
-    return "a finished epoch resumes at the start of the next one: epoch 1, batch 0."
+    X, y = digits_tensors()  # noqa: N806
+    fresh = data.dataloader(data.tensor_dataset(X, y), batch_size=128, seed=0)
+    try:
+        fresh.load_state_dict(state)  # refuses a state of another configuration, naming it
+    except ValueError as e:
+        require(False, f"a fresh loader refuses it ({e}); pass loader.state_dict() itself")
+    return (
+        "a finished epoch resumes at the start of the next one: epoch 1, batch 0 (and a "
+        "fresh digits loader with batch_size=128, seed=0 accepts the state)."
+    )
 
 
 def exercise_1(state: Any) -> Check:
@@ -43,7 +57,7 @@ def exercise_1(state: Any) -> Check:
 
 @checker("Exercise 2", "the list of dataset indices the single new rank reads")
 def _exercise_2(rest: Any) -> str:
-    rest = [int(i) for i in rest]
+    rest = [int(i) for i in (rest.flatten().tolist() if isinstance(rest, torch.Tensor) else rest)]
     n = len(digits_tensors()[1])
     consumed = []
     for rank in range(2):  # the oracle: torch's own shards, first 10 batches of 32 each
@@ -51,14 +65,26 @@ def _exercise_2(rest: Any) -> str:
         s: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=rank, seed=0)
         s.set_epoch(1)
         consumed += list(s)[: 10 * 32]
+    # torch's epoch-1 order; the 2 ranks took its positions 0..639 (rank r: r, r + 2, ...),
+    # one rank reads the rest of it in order
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0 + 1)).tolist()
+    want = order[len(consumed) :]
     require(
-        len(rest) == n - len(consumed),
-        f"the new rank read {len(rest)} items; {n - len(consumed)} were left of epoch 1 "
-        "after 2 ranks x 10 batches of 32",
+        len(rest) == len(want),
+        f"the new rank read {len(rest)} items; {len(want)} were left of epoch 1 "
+        "after 2 ranks x 10 batches of 32 (stop after 10 batches, load the state, set_epoch(1))",
     )
     require(not set(rest) & set(consumed), "it re-read items the old ranks had already trained on")
     require(sorted(rest + consumed) == list(range(n)), "some digit of epoch 1 was never read")
-    return f"{len(rest)} items, and with the {len(consumed)} before the stop every digit once."
+    require(
+        rest == want,
+        "the right items, in another order: give them in the order the new rank's loader "
+        "yields them (the rest of epoch 1's shuffled order), not sorted",
+    )
+    return (
+        f"{len(rest)} items, in the order of the rest of epoch 1, and with the "
+        f"{len(consumed)} before the stop every digit once."
+    )
 
 
 def exercise_2(rest: Any) -> Check:
