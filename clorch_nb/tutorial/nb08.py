@@ -29,7 +29,7 @@ def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
         require(
             len(mine) == len(want),
             f"batch_size={batch_size}: {len(mine)} batches, the "
-            f"loader makes {len(want)}; keep the short last batch (partition-all does)",
+            f"loader makes {len(want)}; keep the short last batch (chunks(batch_size, indices) does)",
         )
         require(
             same_batches(mine, want),
