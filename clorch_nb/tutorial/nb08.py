@@ -21,6 +21,7 @@ def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
     sampler = data.distributed_sampler(ds, num_replicas=3, rank=2, seed=5)
     data.set_epoch(sampler, 1)
     indices = data.sample_indices(sampler)
+    counts = []
     for batch_size in (32, 100):
         made = hand_batches(ds, indices, batch_size)
         require(made is not None, "hand_batches returned None: return the list of batches")
@@ -36,9 +37,10 @@ def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
             f"batch_size={batch_size}: the batches differ from "
             "the loader's; collate each chunk of indices with data.default_collate, in order",
         )
+        counts.append(len(want))
     return (
-        "the same batches as data.dataloader(ds, batch_size=b, sampler=indices) for b = 32 "
-        f"and 100 (the last {len(want)} of them, the short one kept), rank 2 of 3, epoch 1."
+        "the same batches as data.dataloader(ds, batch_size=b, sampler=indices), short last "
+        f"batch included: {counts[0]} with b = 32, {counts[1]} with b = 100 (rank 2 of 3, epoch 1)."
     )
 
 
