@@ -23,7 +23,20 @@ from torch import nn
 
 from clorch_nb import data
 from clorch_nb.examples import augmented_digits, digits_dataset, digits_tensors
-from clorch_nb.tutorial import Check, nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10
+from clorch_nb.tutorial import (
+    Check,
+    nb01,
+    nb02,
+    nb03,
+    nb04,
+    nb05,
+    nb06,
+    nb07,
+    nb08,
+    nb09,
+    nb10,
+    nb11,
+)
 
 X, Y = digits_tensors(flat=False)
 XF = X.flatten(1)
@@ -338,6 +351,9 @@ def test_nb04_process_loader_is_checked_then_closed() -> None:
     hints(nb04.exercise_1(data.dataloader(ds, batch_size=64, seed=1, num_workers=2)), "128")
 
 
+# -- 05 ---------------------------------------------------------------------------------------
+
+
 def _slow_dataset() -> Any:
     def slow_item(i: int) -> dict[str, torch.Tensor]:
         if i == 40:
@@ -348,7 +364,7 @@ def _slow_dataset() -> Any:
 
 
 @pytest.mark.timeout(120)
-def test_nb04_timeout() -> None:
+def test_nb05_timeout() -> None:
     slow = _slow_dataset()
 
     def loader(**kw: Any) -> Any:
@@ -357,20 +373,20 @@ def test_nb04_timeout() -> None:
         )
         return data.dataloader(slow, **{**opts, **kw})
 
-    passes(nb04.exercise_2(loader(timeout_ms=5_000)))
-    passes(nb04.exercise_2(loader(timeout_ms=2_500.0, num_workers=2)))
-    hints(nb04.exercise_2(loader(timeout_ms=None)), "waits forever")
-    hints(nb04.exercise_2(loader(timeout_ms=300)), "still times out")
+    passes(nb05.exercise_1(loader(timeout_ms=5_000)))
+    passes(nb05.exercise_1(loader(timeout_ms=2_500.0, num_workers=2)))
+    hints(nb05.exercise_1(loader(timeout_ms=None)), "waits forever")
+    hints(nb05.exercise_1(loader(timeout_ms=300)), "still times out")
     hints(  # inline: timeout_ms bounds nothing, yet the epoch completes
-        nb04.exercise_2(data.dataloader(slow, batch_size=32, shuffle=False, timeout_ms=5_000)),
+        nb05.exercise_1(data.dataloader(slow, batch_size=32, shuffle=False, timeout_ms=5_000)),
         "num_workers=0",
         "nothing to bound",
     )
-    hints(nb04.exercise_2(loader(timeout_ms=3_600_000)), "60 minutes")
-    hints(nb04.exercise_2(loader(timeout_ms=5_000, shuffle=True)), "shuffle=False")
+    hints(nb05.exercise_1(loader(timeout_ms=3_600_000)), "60 minutes")
+    hints(nb05.exercise_1(loader(timeout_ms=5_000, shuffle=True)), "shuffle=False")
     fast = data.dataset(size=96, get_item=lambda i: {"data": X[i], "target": Y[i]})
     hints(
-        nb04.exercise_2(
+        nb05.exercise_1(
             data.dataloader(
                 fast, batch_size=32, shuffle=False, num_workers=1, worker_backend="thread",
                 timeout_ms=5_000,
@@ -380,39 +396,39 @@ def test_nb04_timeout() -> None:
     )  # fmt: skip
 
 
-# -- 05 ---------------------------------------------------------------------------------------
+# -- 06 ---------------------------------------------------------------------------------------
 
 
 def test_nb05_padding() -> None:
-    passes(nb05.exercise_1(1, 1))
-    passes(nb05.exercise_1(np.int64(1), torch.tensor(1)))
-    assert "719 items" in nb05.exercise_1(1, 1).message
-    hints(nb05.exercise_1(0, 1), "ceil(N / R) * R")
-    hints(nb05.exercise_1(1, 0), "position 1437")
-    hints(nb05.exercise_1(2, 1), "ceil(N / R) * R")
-    hints(nb05.exercise_1(True, 1), "not a number")
+    passes(nb06.exercise_1(1, 1))
+    passes(nb06.exercise_1(np.int64(1), torch.tensor(1)))
+    assert "719 items" in nb06.exercise_1(1, 1).message
+    hints(nb06.exercise_1(0, 1), "ceil(N / R) * R")
+    hints(nb06.exercise_1(1, 0), "position 1437")
+    hints(nb06.exercise_1(2, 1), "ceil(N / R) * R")
+    hints(nb06.exercise_1(True, 1), "not a number")
 
 
 def test_nb05_disjoint_eval() -> None:
     def make(**kw: Any) -> list[Any]:
         return [data.distributed_sampler(360, num_replicas=7, rank=r, **kw) for r in range(7)]
 
-    passes(nb05.exercise_2(make(shuffle=False, shard_mode="disjoint")))
+    passes(nb06.exercise_2(make(shuffle=False, shard_mode="disjoint")))
     test_ds = data.tensor_dataset(X[:360], Y[:360])
     passes(  # over the dataset object, as a tuple
-        nb05.exercise_2(
+        nb06.exercise_2(
             tuple(
                 data.distributed_sampler(test_ds, 7, r, shuffle=False, shard_mode="disjoint")
                 for r in range(7)
             )
         )
     )
-    hints(nb05.exercise_2(make(shuffle=False)), "counted twice", "shard_mode='disjoint'")
-    hints(nb05.exercise_2(make(shard_mode="disjoint")), "shuffle=False")
-    hints(nb05.exercise_2(make(shuffle=False, shard_mode="disjoint")[:3]), "one per rank")
-    hints(nb05.exercise_2(make(shuffle=False, drop_last=True)), "not all 360")
+    hints(nb06.exercise_2(make(shuffle=False)), "counted twice", "shard_mode='disjoint'")
+    hints(nb06.exercise_2(make(shard_mode="disjoint")), "shuffle=False")
+    hints(nb06.exercise_2(make(shuffle=False, shard_mode="disjoint")[:3]), "one per rank")
+    hints(nb06.exercise_2(make(shuffle=False, drop_last=True)), "not all 360")
     hints(
-        nb05.exercise_2(
+        nb06.exercise_2(
             [data.distributed_sampler(1797, 7, r, shuffle=False, shard_mode="disjoint")
              for r in range(7)]
         ),
@@ -420,7 +436,7 @@ def test_nb05_disjoint_eval() -> None:
     )  # fmt: skip
 
 
-# -- 06 ---------------------------------------------------------------------------------------
+# -- 07 ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -441,16 +457,16 @@ def test_nb06_per_class(trained: tuple[nn.Module, Any]) -> None:
     pred = model(test_ds.data).argmax(1)
     t = test_ds.target
     right = [float((pred[t == c] == c).float().mean()) for c in range(10)]
-    passes(nb06.exercise_1(right, model, test_ds))
-    passes(nb06.exercise_1(torch.tensor(right), model, test_ds))
-    passes(nb06.exercise_1({c: np.float32(v) for c, v in enumerate(right)}, model, test_ds))
+    passes(nb07.exercise_1(right, model, test_ds))
+    passes(nb07.exercise_1(torch.tensor(right), model, test_ds))
+    passes(nb07.exercise_1({c: np.float32(v) for c, v in enumerate(right)}, model, test_ds))
     overall = [float((pred == t).float().mean())] * 10
-    hints(nb06.exercise_1(overall, model, test_ds), "divided by their count")
+    hints(nb07.exercise_1(overall, model, test_ds), "divided by their count")
     precision = [float((t[pred == c] == c).float().mean()) for c in range(10)]
     assert precision != right
-    hints(nb06.exercise_1(precision, model, test_ds), "*predicted*", "*labelled*")
-    hints(nb06.exercise_1([100 * v for v in right], model, test_ds), "not percentages")
-    hints(nb06.exercise_1(right[:9], model, test_ds), "one accuracy per class")
+    hints(nb07.exercise_1(precision, model, test_ds), "*predicted*", "*labelled*")
+    hints(nb07.exercise_1([100 * v for v in right], model, test_ds), "not percentages")
+    hints(nb07.exercise_1(right[:9], model, test_ds), "one accuracy per class")
     assert model.training  # the check put the model back in the mode it found it in
 
 
@@ -465,22 +481,22 @@ class Linear64(nn.Module):
 
 def test_nb06_linear(trained: tuple[nn.Module, Any]) -> None:
     model, test_ds = trained
-    passes(nb06.exercise_2(model, test_ds))
+    passes(nb07.exercise_2(model, test_ds))
     other = Linear64()
     other.fc.load_state_dict(model[1].state_dict())
-    passes(nb06.exercise_2(other, test_ds))
+    passes(nb07.exercise_2(other, test_ds))
     torch.manual_seed(0)
     hints(
-        nb06.exercise_2(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), test_ds), "train it first"
+        nb07.exercise_2(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), test_ds), "train it first"
     )
     cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(144, 10))
-    hints(nb06.exercise_2(cnn, test_ds), "still has convolutions")
+    hints(nb07.exercise_2(cnn, test_ds), "still has convolutions")
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-    hints(nb06.exercise_2(mlp, test_ds), "[Linear, Linear]", "exactly one")
-    hints(nb06.exercise_2(model, data.tensor_dataset(X[360:], Y[360:])), "360 digits")
+    hints(nb07.exercise_2(mlp, test_ds), "[Linear, Linear]", "exactly one")
+    hints(nb07.exercise_2(model, data.tensor_dataset(X[360:], Y[360:])), "360 digits")
 
 
-# -- 07 ---------------------------------------------------------------------------------------
+# -- 08 ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(60)
@@ -496,8 +512,8 @@ def test_nb07_leaves_nothing_running() -> None:
         finally:
             ld.close()
 
-    passes(nb07.exercise_1(right))
-    passes(nb07.exercise_1(right_try_finally))
+    passes(nb08.exercise_1(right))
+    passes(nb08.exercise_1(right_try_finally))
 
     leaky_loaders: list[Any] = []
 
@@ -517,33 +533,33 @@ def test_nb07_leaves_nothing_running() -> None:
         with data.dataloader(dataset, batch_size=64) as ld:
             return len(next(iter(ld))["target"])
 
-    hints(nb07.exercise_1(leaky), "worker threads still running")
+    hints(nb08.exercise_1(leaky), "worker threads still running")
     for ld in leaky_loaders:
         ld.close()
-    hints(nb07.exercise_1(closes_only_on_success), "raises an error", "try/finally")
+    hints(nb08.exercise_1(closes_only_on_success), "raises an error", "try/finally")
     for ld in leaky_loaders:
         ld.close()
-    hints(nb07.exercise_1(lambda dataset: 64), "never read the dataset")  # the answer copied
-    hints(nb07.exercise_1(inline), "num_workers=2")
-    hints(nb07.exercise_1(right(data.tensor_dataset(*digits_tensors()))), "the function itself")
+    hints(nb08.exercise_1(lambda dataset: 64), "never read the dataset")  # the answer copied
+    hints(nb08.exercise_1(inline), "num_workers=2")
+    hints(nb08.exercise_1(right(data.tensor_dataset(*digits_tensors()))), "the function itself")
 
 
 def test_nb07_released() -> None:
     ds = data.tensor_dataset(*digits_tensors())
     kept = list(data.dataloader(ds, batch_size=256, seed=0))
     label_sum = sum(int(b["target"].sum()) for b in kept)
-    hints(nb07.exercise_2(kept, label_sum), "still hold")
+    hints(nb08.exercise_2(kept, label_sum), "still hold")
     for b in kept:
         data.cleanup_data(b)
-    passes(nb07.exercise_2(kept, label_sum))
-    passes(nb07.exercise_2(tuple(kept), np.int64(label_sum)))
-    hints(nb07.exercise_2(kept, 0), "before cleaning")
-    hints(nb07.exercise_2(kept[-1:], label_sum), "keep every batch")  # only the last batch
-    hints(nb07.exercise_2([kept[0]] * 8, label_sum), "1 different ones")
-    hints(nb07.exercise_2([], label_sum), "holds 0 batches")
+    passes(nb08.exercise_2(kept, label_sum))
+    passes(nb08.exercise_2(tuple(kept), np.int64(label_sum)))
+    hints(nb08.exercise_2(kept, 0), "before cleaning")
+    hints(nb08.exercise_2(kept[-1:], label_sum), "keep every batch")  # only the last batch
+    hints(nb08.exercise_2([kept[0]] * 8, label_sum), "1 different ones")
+    hints(nb08.exercise_2([], label_sum), "holds 0 batches")
 
 
-# -- 08 ---------------------------------------------------------------------------------------
+# -- 09 ---------------------------------------------------------------------------------------
 
 
 def test_nb08_hand_batches() -> None:
@@ -560,36 +576,36 @@ def test_nb08_hand_batches() -> None:
     def drops_last(ds: Any, indices: list[int], batch_size: int) -> list[Any]:
         return right(ds, indices, batch_size)[:-1]
 
-    passes(nb08.exercise_1(right))
-    passes(nb08.exercise_1(right_generator))
-    hints(nb08.exercise_1(drops_last), "keep the short last batch")
-    hints(nb08.exercise_1(lambda ds, idx, b: right(ds, sorted(idx), b)), "in order")
-    hints(nb08.exercise_1(lambda ds, idx, b: right(ds, idx, 32)), "batch_size=100")
-    hints(nb08.exercise_1(lambda ds, idx, b: None), "returned None")
+    passes(nb09.exercise_1(right))
+    passes(nb09.exercise_1(right_generator))
+    hints(nb09.exercise_1(drops_last), "keep the short last batch")
+    hints(nb09.exercise_1(lambda ds, idx, b: right(ds, sorted(idx), b)), "in order")
+    hints(nb09.exercise_1(lambda ds, idx, b: right(ds, idx, 32)), "batch_size=100")
+    hints(nb09.exercise_1(lambda ds, idx, b: None), "returned None")
 
 
 def test_nb08_record_items() -> None:
-    passes(nb08.exercise_2(data.dataset(size=len(X), get_item=lambda i: (X[i], Y[i]))))
+    passes(nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: (X[i], Y[i]))))
     passes(
-        nb08.exercise_2(
+        nb09.exercise_2(
             data.dataset(size=len(X), get_item=lambda i: {"data": X[i], "target": Y[i]})
         )
     )
-    passes(nb08.exercise_2(data.tensor_dataset(X, Y)))
+    passes(nb09.exercise_2(data.tensor_dataset(X, Y)))
     hints(
-        nb08.exercise_2(data.dataset(size=len(X), get_item=lambda i: [X[i], Y[i]])),
+        nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: [X[i], Y[i]])),
         "a list is a value",
         "a tuple (image, label) or a dict",
     )
     hints(
-        nb08.exercise_2(data.dataset(size=len(X), get_item=lambda i: (X[i], int(Y[i])))),
+        nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: (X[i], int(Y[i])))),
         "label a tensor",
     )
     hints(
-        nb08.exercise_2(data.dataset(size=len(X), get_item=lambda i: (torch.zeros(1, 8, 8), Y[i]))),
+        nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: (torch.zeros(1, 8, 8), Y[i]))),
         "other pixels",
     )
-    hints(nb08.exercise_2(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))), "all 1797")
+    hints(nb09.exercise_2(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))), "all 1797")
 
 
 def _noisy(kind: str) -> Any:
@@ -619,20 +635,20 @@ def _noisy(kind: str) -> Any:
 def test_nb08_reproducible_fresh_augmentation() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the checker itself shows no warning
-        passes(nb08.exercise_3(_noisy("batch")))
-        passes(nb08.exercise_3(_noisy("batch, tuples")))
+        passes(nb09.exercise_3(_noisy("batch")))
+        passes(nb09.exercise_3(_noisy("batch, tuples")))
         hints(
-            nb08.exercise_3(_noisy("global")),
+            nb09.exercise_3(_noisy("global")),
             "thread workers gave other batches",
             "torch_generator",
         )
-    hints(nb08.exercise_3(_noisy("item")), "the same noise as epoch 0")
-    hints(nb08.exercise_3(_noisy("clean")), "unaugmented")
-    hints(nb08.exercise_3(_noisy("no fallback")), "None on the main thread")
-    hints(nb08.exercise_3(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))), "all 1797")
+    hints(nb09.exercise_3(_noisy("item")), "the same noise as epoch 0")
+    hints(nb09.exercise_3(_noisy("clean")), "unaugmented")
+    hints(nb09.exercise_3(_noisy("no fallback")), "None on the main thread")
+    hints(nb09.exercise_3(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))), "all 1797")
 
 
-# -- 09 ---------------------------------------------------------------------------------------
+# -- 10 ---------------------------------------------------------------------------------------
 
 
 def _digits_with_index() -> Any:
@@ -647,16 +663,16 @@ def test_nb09_state_after_an_epoch() -> None:
     loader = data.dataloader(digits, batch_size=128, seed=0)
     for _ in loader:
         pass
-    passes(nb09.exercise_1(loader.state_dict()))
-    passes(nb09.exercise_1(json.dumps(loader.state_dict())))  # saved as JSON text
+    passes(nb10.exercise_1(loader.state_dict()))
+    passes(nb10.exercise_1(json.dumps(loader.state_dict())))  # saved as JSON text
     early = data.dataloader(digits, batch_size=128, seed=0)
     it = iter(early)
     for _ in range(14):  # stops before the last batch
         next(it)
-    hints(nb09.exercise_1(early.state_dict()), "epoch 0, batch 14")
-    hints(nb09.exercise_1(data.dataloader(digits, batch_size=128, seed=0).state_dict()), "epoch 0")
+    hints(nb10.exercise_1(early.state_dict()), "epoch 0, batch 14")
+    hints(nb10.exercise_1(data.dataloader(digits, batch_size=128, seed=0).state_dict()), "epoch 0")
     hints(  # hand-typed from the notebook's output, incomplete
-        nb09.exercise_1(
+        nb10.exercise_1(
             {"format": "clorch_nb.loader/1", "epoch": 1, "batches_done": 0, "batch_size": 128,
              "seed": 0}
         ),
@@ -665,7 +681,7 @@ def test_nb09_state_after_an_epoch() -> None:
     other = data.dataloader(digits, batch_size=64, seed=0)
     for _ in other:
         pass
-    hints(nb09.exercise_1(other.state_dict()), "batch_size=128")
+    hints(nb10.exercise_1(other.state_dict()), "batch_size=128")
 
 
 def _rest(stop_after: int, *, set_epoch: bool = True, load: bool = True) -> list[int]:
@@ -696,36 +712,36 @@ def _rest(stop_after: int, *, set_epoch: bool = True, load: bool = True) -> list
 
 def test_nb09_elastic_rest() -> None:
     rest = _rest(10)
-    passes(nb09.exercise_2(rest))
-    passes(nb09.exercise_2(torch.tensor(rest)))
-    hints(nb09.exercise_2(sorted(rest)), "in another order", "not sorted")
-    hints(nb09.exercise_2(_rest(6)), "1157 were left")  # the 6 batches of section 4
-    hints(nb09.exercise_2(_rest(10, load=False)), "were left")
-    hints(nb09.exercise_2(rest[:-32]), "were left")
+    passes(nb10.exercise_2(rest))
+    passes(nb10.exercise_2(torch.tensor(rest)))
+    hints(nb10.exercise_2(sorted(rest)), "in another order", "not sorted")
+    hints(nb10.exercise_2(_rest(6)), "1157 were left")  # the 6 batches of section 4
+    hints(nb10.exercise_2(_rest(10, load=False)), "were left")
+    hints(nb10.exercise_2(rest[:-32]), "were left")
 
 
-# -- 10 ---------------------------------------------------------------------------------------
+# -- 11 ---------------------------------------------------------------------------------------
 
 
 def test_nb10_vectorised_jitter() -> None:
-    passes(nb10.exercise_1(lambda x: (x + (torch.rand_like(x) - 0.5) * 0.05).clamp(0.0, 1.0)))
+    passes(nb11.exercise_1(lambda x: (x + (torch.rand_like(x) - 0.5) * 0.05).clamp(0.0, 1.0)))
     passes(
-        nb10.exercise_1(
+        nb11.exercise_1(
             lambda x: torch.clamp(x + torch.empty_like(x).uniform_(-0.025, 0.025), 0, 1)
         )
     )
-    hints(nb10.exercise_1(lambda x: x), "only 0% of the pixels changed")
-    hints(nb10.exercise_1(lambda x: x + (torch.rand_like(x) - 0.5) * 0.05), "clamp them")
-    hints(nb10.exercise_1(lambda x: (x + torch.rand_like(x) * 0.025).clamp(0, 1)), "centred on 0")
+    hints(nb11.exercise_1(lambda x: x), "only 0% of the pixels changed")
+    hints(nb11.exercise_1(lambda x: x + (torch.rand_like(x) - 0.5) * 0.05), "clamp them")
+    hints(nb11.exercise_1(lambda x: (x + torch.rand_like(x) * 0.025).clamp(0, 1)), "centred on 0")
     hints(
-        nb10.exercise_1(
+        nb11.exercise_1(
             lambda x: (x + (torch.randn_like(x) * 0.008).clamp(-0.025, 0.0249)).clamp(0, 1)
         ),
         "not randn",
     )
-    hints(nb10.exercise_1(lambda x: (x + (torch.rand_like(x) - 0.5) * 0.02).clamp(0, 1)), "span")
+    hints(nb11.exercise_1(lambda x: (x + (torch.rand_like(x) - 0.5) * 0.02).clamp(0, 1)), "span")
     fixed = (torch.rand(1, 1, 8, 8, generator=torch.Generator().manual_seed(1)) - 0.5) * 0.05
-    hints(nb10.exercise_1(lambda x: (x + fixed).clamp(0, 1)), "same noise")
+    hints(nb11.exercise_1(lambda x: (x + fixed).clamp(0, 1)), "same noise")
 
     def per_pixel_loop(x: torch.Tensor) -> torch.Tensor:
         moved = [
@@ -733,15 +749,15 @@ def test_nb10_vectorised_jitter() -> None:
         ]
         return torch.tensor(moved).reshape(x.shape)
 
-    hints(nb10.exercise_1(per_pixel_loop), "a Python loop over pixels")
+    hints(nb11.exercise_1(per_pixel_loop), "a Python loop over pixels")
 
 
 def test_nb10_longest_wait() -> None:
-    passes(nb10.exercise_2(3))
-    passes(nb10.exercise_2(np.int64(3)))
-    passes(nb10.exercise_2(torch.tensor(3)))
-    assert "worker 1 was still building it" in nb10.exercise_2(3).message
-    hints(nb10.exercise_2(5), "look at the 'wait' spans")  # the last batch
-    hints(nb10.exercise_2(0), "look at the 'wait' spans")
-    hints(nb10.exercise_2("3"), "not a number")
-    hints(nb10.exercise_2(3.5), "not a whole number")
+    passes(nb11.exercise_2(3))
+    passes(nb11.exercise_2(np.int64(3)))
+    passes(nb11.exercise_2(torch.tensor(3)))
+    assert "worker 1 was still building it" in nb11.exercise_2(3).message
+    hints(nb11.exercise_2(5), "look at the 'wait' spans")  # the last batch
+    hints(nb11.exercise_2(0), "look at the 'wait' spans")
+    hints(nb11.exercise_2("3"), "not a number")
+    hints(nb11.exercise_2(3.5), "not a whole number")

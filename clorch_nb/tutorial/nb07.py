@@ -1,157 +1,130 @@
-"""Checkers for ``notebooks/07_resource_cleanup.ipynb``."""
+"""Checkers for ``notebooks/07_training_digits.ipynb``."""
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
 from clorch_nb import data
-from clorch_nb.examples import digits_tensors
-from clorch_nb.tutorial._check import Check, as_int, checker, require
+from clorch_nb.tutorial._check import Check, checker, require
 
 __all__ = ["exercise_1", "exercise_2"]
 
 
-def _worker_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("clorch_nb"))
+@torch.no_grad()
+def _predict(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    try:
+        return model(images).argmax(1)
+    finally:
+        model.train(was_training)
 
 
-class _Probe:
-    """The digits, recording which workers build its items; with ``fail``, every item raises."""
-
-    def __init__(self, *, fail: bool = False) -> None:
-        self.X, self.y = digits_tensors()
-        self.fail = fail
-        self.seen: set[tuple[str, int, int]] = set()  # (backend, worker_id, num_workers)
-        self.lock = threading.Lock()
-
-    def get_size(self) -> int:
-        return len(self.y)
-
-    def get_item(self, i: int) -> dict[str, torch.Tensor]:
-        info = data.get_worker_info()
-        with self.lock:
-            self.seen.add(
-                ("main", -1, 0)
-                if info is None
-                else (info.worker_backend, info.worker_id, info.num_workers)
-            )
-        if self.fail:
-            raise ValueError(f"item {i} is broken (the check's test of an error exit)")
-        return {"data": self.X[i], "target": self.y[i]}
+def _values(per_class: Any) -> list[float]:
+    """Ten numbers from a list, tuple, tensor, numpy array, or a dict {class: value}."""
+    if isinstance(per_class, dict):
+        require(
+            sorted(per_class) == list(range(10)),
+            f"the dict has keys {sorted(per_class)}; use the classes 0..9 as keys",
+        )
+        per_class = [per_class[c] for c in range(10)]
+    if isinstance(per_class, torch.Tensor):
+        per_class = per_class.flatten().tolist()
+    return [float(v) for v in per_class]
 
 
-def _left_running(before: set[str]) -> str | None:
-    threads = sorted(set(_worker_threads()) - before)
-    if threads:
-        return f"worker threads still running: {threads}"
-    procs = multiprocessing.active_children()
-    return f"{len(procs)} worker processes still running" if procs else None
-
-
-@checker("Exercise 1", "your function")
-def _exercise_1(first_batch_size: Callable[[Any], Any]) -> str:
-    require(callable(first_batch_size), "pass the function itself (no parentheses)")
-    before = set(_worker_threads())
-    probe = _Probe()
-    n = first_batch_size(probe)
-    left = _left_running(before)
+@checker("Exercise 1", "a list of 10 accuracies, one per digit class")
+def _exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> str:
+    values = _values(per_class)
+    require(len(values) == 10, f"got {len(values)} values; give one accuracy per class 0..9")
     require(
-        not left,
-        f"{left} after it returned; close the loader (a with block closes it however the "
-        "function ends)",
+        max(values) <= 1.0 + 1e-9,
+        f"the largest value is {max(values):g}: give shares between 0 and 1, not percentages "
+        "or counts (correct ones divided by the number of test digits of that class)",
     )
-    backends = {(b, k) for b, _, k in probe.seen}
-    require(
-        probe.seen,
-        "it never read the dataset it was given: build the loader over its argument, "
-        "data.dataloader(dataset, ...)",
-    )
-    require(
-        backends == {("thread", 2)},
-        f"its items were built by {sorted(backends)} (backend, num_workers); use "
-        "num_workers=2, worker_backend='thread'",
-    )
-    require(
-        n is not None and not isinstance(n, bool) and n == 64,
-        f"it returned {n!r}; return the number of items in the first batch, len(batch['target'])",
-    )
-    failing = _Probe(fail=True)
-    with contextlib.suppress(Exception):  # the error exit is the point: only what is left counts
-        first_batch_size(failing)
-    left = _left_running(before)
-    require(
-        not left,
-        f"when reading the batch raises an error, {left}; a with block (or try/finally) "
-        "closes the loader on every exit, errors included",
-    )
+    pred, target = _predict(model, test_ds.data), test_ds.target
+    want = [float((pred[target == c] == c).float().mean()) for c in range(10)]
+    precision = [float((target[pred == c] == c).float().mean()) for c in range(10)]
+    for c, (got, exp) in enumerate(zip(values, want, strict=True)):
+        mixed_up = abs(got - precision[c]) < 1e-6
+        require(
+            abs(got - exp) < 1e-6,
+            f"class {c}: you have {got:.4f}, the model gets {exp:.4f} "
+            + (
+                "(you divided by the digits the model *predicted* as "
+                f"{c}; divide by the test digits *labelled* {c})"
+                if mixed_up
+                else f"(correct predictions among the test digits labelled {c}, "
+                "divided by their count)"
+            ),
+        )
+    worst = min(range(10), key=lambda c: want[c])
     return (
-        "64 items from 2 thread workers, and no worker left running once it returned, "
-        "nor when reading the batch raised an error."
+        f"per-class accuracy right for all 10 classes; the hardest class for this model is "
+        f"{worst} ({want[worst]:.1%})."
     )
 
 
-def exercise_1(first_batch_size: Callable[[Any], Any]) -> Check:
-    """Check ``first_batch_size(dataset)``: it builds a loader over ``dataset`` with
-    ``batch_size=64`` and 2 thread workers, reads the first batch and returns its size, and leaves
-    no worker thread or process behind, both when it returns and when the batch raises an error.
+def exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> Check:
+    """Check per-class test accuracy: ``per_class[c]`` is the share of test digits labelled
+    ``c`` that ``model`` classifies as ``c`` (recomputed from ``model`` and ``test_ds``).
 
     Example:
-        >>> exercise_1(lambda dataset: 64)
-        ✗ Exercise 1, not yet: it never read the dataset it was given: build the loader ...
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+        >>> exercise_1([1.0] * 9, model, ds)
+        ✗ Exercise 1, not yet: got 9 values; give one accuracy per class 0..9
     """
-    return _exercise_1(first_batch_size)
+    return _exercise_1(per_class, model, test_ds)
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in _tensors(v)]
-    if isinstance(x, list | tuple):
-        return [t for v in x for t in _tensors(v)]
-    return []
-
-
-@checker("Exercise 2", "your list of batches and the label sum")
-def _exercise_2(kept: Any, label_sum: Any) -> str:
-    want = int(digits_tensors()[1].sum())
-    label_sum = as_int(label_sum, "label_sum")
+@checker("Exercise 2", "your trained linear model")
+def _exercise_2(model: nn.Module, test_ds: Any) -> str:
+    require(isinstance(model, nn.Module), f"got a {type(model).__name__}; pass the trained model")
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     require(
-        label_sum == want,
-        f"label_sum={label_sum!r}; add up batch['target'] over the "
-        "epoch, before cleaning the batches up",
+        not convs,
+        "the model still has convolutions; use nn.Sequential(nn.Flatten(), nn.Linear(64, 10))",
     )
-    kept = list(kept)
-    n_batches = -(-len(digits_tensors()[1]) // 256)
+    layers = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
+    linear_64_10 = (
+        len(layers) == 1
+        and isinstance(layers[0], nn.Linear)
+        and (layers[0].in_features, layers[0].out_features) == (64, 10)
+    )
+    names = ", ".join(type(m).__name__ for m in layers) or "none"
     require(
-        len(kept) == n_batches and len({id(b) for b in kept}) == n_batches,
-        f"the list holds {len(kept)} batches ({len({id(b) for b in kept})} different ones); "
-        f"keep every batch of the epoch: {n_batches} with batch_size=256",
+        linear_64_10,
+        f"its layers with weights are [{names}]; a linear model has exactly one, "
+        "nn.Linear(64, 10) after nn.Flatten() (a hidden layer makes it a different model)",
     )
     require(
-        all(isinstance(b, dict) and {"data", "target"} <= set(b) for b in kept),
-        "keep the batches as the loader gave them (dicts with 'data' and 'target')",
+        data.get_size(test_ds) == 360,
+        f"test_ds has {data.get_size(test_ds)} digits; pass the notebook's test_ds (360 digits)",
     )
-    held = sum(t.untyped_storage().nbytes() for b in kept for t in _tensors(b))
+    pred = _predict(model, test_ds.data)
+    acc = float((pred == test_ds.target).float().mean())
     require(
-        held == 0,
-        f"the batches still hold {held} bytes; call data.cleanup_data(batch) on each of them",
+        acc >= 0.85,
+        f"test accuracy {acc:.1%}: train it first (an untrained model gets about "
+        "10%); use the same train_epoch loop for 8 epochs",
     )
-    return f"label sum {want}, and the {len(kept)} kept batches hold 0 bytes."
+    return f"one Linear(64, 10) layer, trained: it reaches {acc:.1%} on the 360 test digits."
 
 
-def exercise_2(kept: Any, label_sum: Any) -> Check:
-    """Check that every batch in ``kept`` was released with ``data.cleanup_data`` after its
-    labels were summed (``label_sum`` must be the digits' label total, 8070).
+def exercise_2(model: nn.Module, test_ds: Any) -> Check:
+    """Check a trained linear model (no convolutions) on the test digits: at least 85% accuracy.
 
     Example:
-        >>> exercise_2([{"target": torch.arange(3)}], 8070)
-        ✗ Exercise 2, not yet: the list holds 1 batches (1 different ones); keep every batch ...
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
+        >>> exercise_2(torch.nn.Conv2d(1, 10, 8), ds)
+        ✗ Exercise 2, not yet: the model still has convolutions; ...
     """
-    return _exercise_2(kept, label_sum)
+    return _exercise_2(model, test_ds)

@@ -1,168 +1,157 @@
-"""Checkers for ``notebooks/08_from_notebook_to_script.ipynb``."""
+"""Checkers for ``notebooks/08_resource_cleanup.ipynb``."""
 
 from __future__ import annotations
 
-import warnings
+import contextlib
+import multiprocessing
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from clorch_nb import data
-from clorch_nb.examples import digits_dataset, digits_tensors
-from clorch_nb.tutorial._check import Check, checker, require, same_batches
+from clorch_nb.examples import digits_tensors
+from clorch_nb.tutorial._check import Check, as_int, checker, require
 
-__all__ = ["exercise_1", "exercise_2", "exercise_3"]
-
-
-@checker("Exercise 1", "your function (dataset, indices, batch_size) -> list of batches")
-def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
-    ds = digits_dataset()
-    sampler = data.distributed_sampler(ds, num_replicas=3, rank=2, seed=5)
-    data.set_epoch(sampler, 1)
-    indices = data.sample_indices(sampler)
-    counts = []
-    for batch_size in (32, 100):
-        made = hand_batches(ds, indices, batch_size)
-        require(made is not None, "hand_batches returned None: return the list of batches")
-        mine = list(made)
-        want = list(data.dataloader(ds, batch_size=batch_size, sampler=indices))
-        require(
-            len(mine) == len(want),
-            f"batch_size={batch_size}: {len(mine)} batches, the "
-            f"loader makes {len(want)}; keep the short last batch (chunks(batch_size, indices) does)",
-        )
-        require(
-            same_batches(mine, want),
-            f"batch_size={batch_size}: the batches differ from "
-            "the loader's; collate each chunk of indices with data.default_collate, in order",
-        )
-        counts.append(len(want))
-    return (
-        "the same batches as data.dataloader(ds, batch_size=b, sampler=indices), short last "
-        f"batch included: {counts[0]} with b = 32, {counts[1]} with b = 100 (rank 2 of 3, epoch 1)."
-    )
+__all__ = ["exercise_1", "exercise_2"]
 
 
-def exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> Check:
-    """Check a hand-written batching function against ``data.dataloader`` with the same indices
-    as its sampler (rank 2 of 3, epoch 1, batch sizes 32 and 100).
-
-    Example:
-        >>> exercise_1(lambda ds, idx, b: [data.default_collate([ds.get_item(i) for i in idx])])
-        ✗ Exercise 1, not yet: batch_size=32: 1 batches, the loader makes 19; ...
-    """
-    return _exercise_1(hand_batches)
+def _worker_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("clorch_nb"))
 
 
-@checker("Exercise 2", "your fixed dataset")
-def _exercise_2(ds: Any) -> str:
-    X, y = digits_tensors(flat=False)  # noqa: N806
-    require(
-        data.get_size(ds) == len(y),
-        f"it has {data.get_size(ds)} items; keep all {len(y)} digits, only change the items",
-    )
-    picks = [0, 1, 2, len(y) - 1]
-    batch = data.default_collate([data.get_item(ds, i) for i in picks])
-    require(
-        isinstance(batch, tuple | dict),
-        f"the batch is a {type(batch).__name__} of {len(batch)} (one entry per item): a list "
-        "is a value, gathered as it is; return a record from get_item: a tuple (image, label) "
-        "or a dict {'data': image, 'target': label}",
-    )
-    fields = list(batch.values()) if isinstance(batch, dict) else list(batch)
-    names = list(batch) if isinstance(batch, dict) else ["batch[0]", "batch[1]"]
-    require(len(fields) == 2, f"the batch has {len(fields)} fields; return (image, label)")
-    image, label = fields
-    require(
-        isinstance(image, torch.Tensor) and tuple(image.shape) == (4, 1, 8, 8),
-        f"{names[0]} should stack 4 images to (4, 1, 8, 8), got {getattr(image, 'shape', image)}",
-    )
-    require(
-        torch.equal(image, X[picks]),
-        f"{names[0]} holds other pixels than the digits: item i should carry the image X[i]",
-    )
-    require(
-        isinstance(label, torch.Tensor) and label.tolist() == y[picks].tolist(),
-        f"{names[1]} should be the 4 labels y[i] as one tensor: make the label a tensor too",
-    )
-    kind = "dict" if isinstance(batch, dict) else "tuple"
-    return (
-        f"a {kind} item collates field by field: images (4, 1, 8, 8) and labels (4,), "
-        "for all 1797 digits."
-    )
+class _Probe:
+    """The digits, recording which workers build its items; with ``fail``, every item raises."""
 
+    def __init__(self, *, fail: bool = False) -> None:
+        self.X, self.y = digits_tensors()
+        self.fail = fail
+        self.seen: set[tuple[str, int, int]] = set()  # (backend, worker_id, num_workers)
+        self.lock = threading.Lock()
 
-def exercise_2(ds: Any) -> Check:
-    """Check a digits dataset (all 1,797) whose items are records, ``(image, label)`` tuples or
-    dicts of two fields, so that ``default_collate`` stacks each field.
+    def get_size(self) -> int:
+        return len(self.y)
 
-    Example:
-        >>> X, y = digits_tensors(flat=False)
-        >>> exercise_2(data.dataset(size=len(X), get_item=lambda i: [X[i], y[i]]))
-        ✗ Exercise 2, not yet: the batch is a list of 4 (one entry per item): a list is a ...
-    """
-    return _exercise_2(ds)
-
-
-def _pixels(loader: Any) -> list[torch.Tensor]:
-    return [(b["data"] if isinstance(b, dict) else b[0]).flatten(1) for b in loader]
-
-
-@checker("Exercise 3", "your augmented dataset")
-def _exercise_3(ds: Any) -> str:
-    X, _ = digits_tensors(flat=False)  # noqa: N806
-    require(
-        data.get_size(ds) == len(X),
-        f"it has {data.get_size(ds)} items; augment all {len(X)} digits",
-    )
-    # no shuffle: both epochs hold the same items in the same order, so only the noise differs
-    opts: dict[str, Any] = {"batch_size": 64, "shuffle": False, "seed": 0}
-    inline = data.dataloader(ds, **opts)
-    threads = data.dataloader(ds, **opts, num_workers=2, worker_backend="thread")
-    with threads, warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the check reads the outcome, not the warning
-        try:
-            a0, a1 = _pixels(inline), _pixels(inline)
-        except AttributeError as e:
-            require(
-                "NoneType" not in str(e),
-                f"with num_workers=0 your get_item raised AttributeError: {e}. "
-                "data.get_worker_info() is None on the main thread: use generator=None there "
-                "(the loader seeds the global generator per batch)",
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        info = data.get_worker_info()
+        with self.lock:
+            self.seen.add(
+                ("main", -1, 0)
+                if info is None
+                else (info.worker_backend, info.worker_id, info.num_workers)
             )
-            raise
-        b0, b1 = _pixels(threads), _pixels(threads)
-    # clean digits are multiples of 1/16 (the 17 grey levels of the source): noise is not
-    changed = float((a0[0] * 16 - (a0[0] * 16).round()).abs().max()) > 1e-3
-    require(changed, "the images look unaugmented; add the noise")
+        if self.fail:
+            raise ValueError(f"item {i} is broken (the check's test of an error exit)")
+        return {"data": self.X[i], "target": self.y[i]}
+
+
+def _left_running(before: set[str]) -> str | None:
+    threads = sorted(set(_worker_threads()) - before)
+    if threads:
+        return f"worker threads still running: {threads}"
+    procs = multiprocessing.active_children()
+    return f"{len(procs)} worker processes still running" if procs else None
+
+
+@checker("Exercise 1", "your function")
+def _exercise_1(first_batch_size: Callable[[Any], Any]) -> str:
+    require(callable(first_batch_size), "pass the function itself (no parentheses)")
+    before = set(_worker_threads())
+    probe = _Probe()
+    n = first_batch_size(probe)
+    left = _left_running(before)
     require(
-        same_batches(a0, b0) and same_batches(a1, b1),
-        "2 thread workers gave other batches than num_workers=0: threads share the global "
-        "generator and nothing seeds it for them; draw from the batch's own generator, "
-        "data.get_worker_info().torch_generator() (None on the main thread: use "
-        "generator=None there)",
+        not left,
+        f"{left} after it returned; close the loader (a with block closes it however the "
+        "function ends)",
+    )
+    backends = {(b, k) for b, _, k in probe.seen}
+    require(
+        probe.seen,
+        "it never read the dataset it was given: build the loader over its argument, "
+        "data.dataloader(dataset, ...)",
     )
     require(
-        not torch.equal(a0[0], a1[0]),
-        "epoch 1 got the same noise as epoch 0 (a generator seeded from the index gives "
-        "every epoch the same augmentation); draw from the batch's generator, which the "
-        "loader seeds from (seed, epoch, position)",
+        backends == {("thread", 2)},
+        f"its items were built by {sorted(backends)} (backend, num_workers); use "
+        "num_workers=2, worker_backend='thread'",
+    )
+    require(
+        n is not None and not isinstance(n, bool) and n == 64,
+        f"it returned {n!r}; return the number of items in the first batch, len(batch['target'])",
+    )
+    failing = _Probe(fail=True)
+    with contextlib.suppress(Exception):  # the error exit is the point: only what is left counts
+        first_batch_size(failing)
+    left = _left_running(before)
+    require(
+        not left,
+        f"when reading the batch raises an error, {left}; a with block (or try/finally) "
+        "closes the loader on every exit, errors included",
     )
     return (
-        "the same augmented batches with num_workers=0 and 2 thread workers, in both epochs, "
-        "and fresh noise in epoch 1."
+        "64 items from 2 thread workers, and no worker left running once it returned, "
+        "nor when reading the batch raised an error."
     )
 
 
-def exercise_3(ds: Any) -> Check:
-    """Check an augmented digits dataset whose noise is reproducible in thread workers and new
-    every epoch: the check builds a ``num_workers=0`` loader and a 2-thread loader (both
-    ``batch_size=64, shuffle=False, seed=0``), reads two epochs of each, and compares.
+def exercise_1(first_batch_size: Callable[[Any], Any]) -> Check:
+    """Check ``first_batch_size(dataset)``: it builds a loader over ``dataset`` with
+    ``batch_size=64`` and 2 thread workers, reads the first batch and returns its size, and leaves
+    no worker thread or process behind, both when it returns and when the batch raises an error.
 
     Example:
-        >>> X, y = digits_tensors(flat=False)
-        >>> exercise_3(data.dataset(size=len(X), get_item=lambda i: {"data": X[i], "target": y[i]}))
-        ✗ Exercise 3, not yet: the images look unaugmented; add the noise
+        >>> exercise_1(lambda dataset: 64)
+        ✗ Exercise 1, not yet: it never read the dataset it was given: build the loader ...
     """
-    return _exercise_3(ds)
+    return _exercise_1(first_batch_size)
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    if isinstance(x, list | tuple):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+@checker("Exercise 2", "your list of batches and the label sum")
+def _exercise_2(kept: Any, label_sum: Any) -> str:
+    want = int(digits_tensors()[1].sum())
+    label_sum = as_int(label_sum, "label_sum")
+    require(
+        label_sum == want,
+        f"label_sum={label_sum!r}; add up batch['target'] over the "
+        "epoch, before cleaning the batches up",
+    )
+    kept = list(kept)
+    n_batches = -(-len(digits_tensors()[1]) // 256)
+    require(
+        len(kept) == n_batches and len({id(b) for b in kept}) == n_batches,
+        f"the list holds {len(kept)} batches ({len({id(b) for b in kept})} different ones); "
+        f"keep every batch of the epoch: {n_batches} with batch_size=256",
+    )
+    require(
+        all(isinstance(b, dict) and {"data", "target"} <= set(b) for b in kept),
+        "keep the batches as the loader gave them (dicts with 'data' and 'target')",
+    )
+    held = sum(t.untyped_storage().nbytes() for b in kept for t in _tensors(b))
+    require(
+        held == 0,
+        f"the batches still hold {held} bytes; call data.cleanup_data(batch) on each of them",
+    )
+    return f"label sum {want}, and the {len(kept)} kept batches hold 0 bytes."
+
+
+def exercise_2(kept: Any, label_sum: Any) -> Check:
+    """Check that every batch in ``kept`` was released with ``data.cleanup_data`` after its
+    labels were summed (``label_sum`` must be the digits' label total, 8070).
+
+    Example:
+        >>> exercise_2([{"target": torch.arange(3)}], 8070)
+        ✗ Exercise 2, not yet: the list holds 1 batches (1 different ones); keep every batch ...
+    """
+    return _exercise_2(kept, label_sum)
