@@ -36,6 +36,7 @@ from clorch_nb.tutorial import (
     nb09,
     nb10,
     nb11,
+    nb12,
 )
 
 X, Y = digits_tensors(flat=False)
@@ -761,3 +762,71 @@ def test_nb10_longest_wait() -> None:
     hints(nb11.exercise_2(0), "look at the 'wait' spans")
     hints(nb11.exercise_2("3"), "not a number")
     hints(nb11.exercise_2(3.5), "not a whole number")
+
+
+# -- 12 ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_files(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A small annotations.csv and folder of JPEG files, as notebook 12 writes them."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("own_files")
+    (root / "images").mkdir()
+    rows = []
+    for i in range(130):
+        name = f"images/{i:04d}.jpg"
+        pixels = (X[i, 0].numpy() * 255).round().astype(np.uint8)
+        Image.fromarray(pixels).resize((16, 16)).save(root / name, quality=90)
+        rows.append(f"{name},{int(Y[i])},{'val' if i % 3 else 'train'}")
+    csv_path = root / "annotations.csv"
+    csv_path.write_text("file,label,split\n" + "\n".join(rows) + "\n")
+    return csv_path
+
+
+def _files_dataset(
+    csv_path: Any, split: str, *, augment: bool = False, as_tuple: bool = False
+) -> Any:
+    import csv
+
+    from PIL import Image
+
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == split]
+    root = csv_path.parent
+
+    def get_item(i: int) -> Any:
+        with Image.open(root / rows[i]["file"]) as im:
+            image = torch.from_numpy(np.asarray(im.convert("L"), dtype=np.float32) / 255.0)[None]
+        if augment:
+            info = data.get_worker_info()
+            g = None if info is None else info.torch_generator()
+            image = (image * (0.6 + 0.8 * torch.rand((), generator=g))).clamp(0, 1)
+        label = torch.tensor(int(rows[i]["label"]))
+        return (
+            (image, label)
+            if as_tuple
+            else {"image": image, "label": label, "file": rows[i]["file"]}
+        )
+
+    return data.dataset(size=len(rows), get_item=get_item)
+
+
+@pytest.mark.timeout(120)
+def test_nb12_validation_loader(own_files: Any) -> None:
+    def loader(split: str = "val", **kw: Any) -> Any:
+        augment, as_tuple = kw.pop("augment", False), kw.pop("as_tuple", False)
+        opts: dict[str, Any] = dict(
+            batch_size=50, shuffle=False, num_workers=2, worker_backend="thread"
+        )
+        ds = _files_dataset(own_files, split, augment=augment, as_tuple=as_tuple)
+        return data.dataloader(ds, **{**opts, **kw})
+
+    passes(nb12.exercise_1(loader(), own_files))
+    passes(nb12.exercise_1(loader(as_tuple=True), str(own_files)))  # (image, label) pairs, a str
+    hints(nb12.exercise_1(loader(split="train"), own_files), "the val split has 86 rows")
+    hints(nb12.exercise_1(loader(augment=True), own_files), "must not be augmented")
+    hints(nb12.exercise_1(loader(shuffle=True, seed=0), own_files), "shuffle=False")
+    hints(nb12.exercise_1(loader(num_workers=0, worker_backend="auto"), own_files), "'thread'")
+    hints(nb12.exercise_1(loader(batch_size=64), own_files), "batch_size=50")
