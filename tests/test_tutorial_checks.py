@@ -37,6 +37,7 @@ from clorch_nb.tutorial import (
     nb10,
     nb11,
     nb12,
+    nb13,
 )
 
 X, Y = digits_tensors(flat=False)
@@ -830,3 +831,61 @@ def test_nb12_validation_loader(own_files: Any) -> None:
     hints(nb12.exercise_1(loader(shuffle=True, seed=0), own_files), "shuffle=False")
     hints(nb12.exercise_1(loader(num_workers=0, worker_backend="auto"), own_files), "'thread'")
     hints(nb12.exercise_1(loader(batch_size=64), own_files), "batch_size=50")
+
+
+# -- 13 ---------------------------------------------------------------------------------------
+
+
+def _buckets(
+    lengths: list[int], batch_size: int, epoch: int, seed: int = 0, *, pools: int = 20
+) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(len(lengths), generator=g)
+    lens = torch.as_tensor(lengths)
+    batches: list[list[int]] = []
+    for start in range(0, len(order), batch_size * pools):
+        chunk = order[start : start + batch_size * pools]
+        chunk = chunk[torch.argsort(lens[chunk], stable=True)]
+        batches += [b.tolist() for b in chunk.split(batch_size)]
+    return [batches[k] for k in torch.randperm(len(batches), generator=g).tolist()]
+
+
+def _buckets_numpy(lengths: list[int], batch_size: int, epoch: int, seed: int = 0) -> Any:
+    rng = np.random.default_rng([seed, epoch])  # another generator, numpy index arrays
+    order = np.argsort(np.asarray(lengths) + rng.random(len(lengths)), kind="stable")
+    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def test_nb13_bucket_batches() -> None:
+    passes(nb13.exercise_1(_buckets))
+    passes(nb13.exercise_1(_buckets_numpy))
+
+    def sorted_only(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        return [order[k : k + b] for k in range(0, len(order), b)]
+
+    def shuffled_only(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed + epoch))
+        return [c.tolist() for c in order.split(b)]
+
+    def ignores_epoch(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return _buckets(lengths, b, 0, seed)
+
+    def ignores_seed(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return _buckets(lengths, b, epoch, 0)
+
+    def unseeded(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return _buckets(lengths, b, epoch, int(torch.randint(0, 10**6, ())))
+
+    def drops_short(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return [x for x in _buckets(lengths, b, epoch, seed) if len(x) == b]
+
+    hints(nb13.exercise_1(sorted_only), "length order", "shuffle the order of the batches")
+    hints(nb13.exercise_1(shuffled_only), "padding", "sort by length")
+    hints(nb13.exercise_1(ignores_epoch), "seed + epoch")
+    hints(nb13.exercise_1(ignores_seed), "use the seed")
+    hints(nb13.exercise_1(unseeded), "same arguments gave different batches")
+    hints(nb13.exercise_1(drops_short), "every index exactly once")
+    hints(nb13.exercise_1(lambda lengths, b, epoch, seed=0: None), "returned None")
