@@ -66,7 +66,8 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
 
     Returns:
         Any: the same structure (a namedtuple keeps its type; a mapping that cannot be rebuilt
-        from a dict becomes a dict).
+        from a dict becomes a dict); a container in which ``fn`` changed nothing is returned
+        as it is (the same object).
 
     Example:
         >>> from collections import namedtuple
@@ -80,15 +81,19 @@ def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
         return fn(batch)
     if isinstance(batch, Mapping):
         items = {k: map_tensors(v, fn) for k, v in batch.items()}
+        if all(items[k] is v for k, v in batch.items()):
+            return batch
         try:
             return type(batch)(items)  # type: ignore[call-arg]
         except TypeError:
             return items
-    if isinstance(batch, tuple):
+    if isinstance(batch, list | tuple):
         mapped = [map_tensors(v, fn) for v in batch]
+        if all(m is v for m, v in zip(mapped, batch, strict=True)):
+            return batch
+        if isinstance(batch, list):
+            return mapped
         return type(batch)(*mapped) if hasattr(batch, "_fields") else type(batch)(mapped)
-    if isinstance(batch, list):
-        return [map_tensors(v, fn) for v in batch]
     return batch
 
 
@@ -247,11 +252,12 @@ class RegisteredArena(ParentArena):
     def buffer(self, sid: int, name: str, nbytes: int) -> memoryview:
         """The first ``nbytes`` of slot ``sid`` over its one registered mapping; the slot is
         queued as free when the returned buffer (and every tensor over it) is freed."""
-        m = self._maps.by_sid.get(sid) or self._map(sid, name)
-        m.live += 1
         maps = self._maps
+        m = maps.by_sid.get(sid) or self._map(sid, name)
+        m.live += 1
         maps.order.remove(sid)
         maps.order.append(sid)
+        maps.trim()  # a slot the worker dropped goes once more than ``keep`` are idle
         size = min(m.size, -(-nbytes // _PAGE) * _PAGE)
         mv = memoryview((ctypes.c_ubyte * size).from_address(m.addr))
         fin = weakref.finalize(mv, maps.batch_freed, sid, self.freed)
@@ -270,7 +276,6 @@ class RegisteredArena(ParentArena):
             self.report.registered_bytes += size
         m = self._maps.by_sid[sid] = _SlotMap(addr, size, registered=not err)
         self._maps.order.append(sid)
-        self._maps.trim()
         return m
 
     def close(self) -> None:
