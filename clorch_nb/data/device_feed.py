@@ -97,11 +97,14 @@ def resolve_device(device: Any, cuda: CudaSeam) -> torch.device | None:
 class _Flight:
     """One batch between issue and retire."""
 
-    __slots__ = ("dev", "done", "epoch", "host", "index", "nbytes", "needed", "start", "t_issued")
+    __slots__ = (
+        "copies", "dev", "done", "epoch", "host", "index", "nbytes", "needed", "start", "t_issued"
+    )  # fmt: skip
 
     def __init__(self, epoch: int, index: int, host: Any) -> None:
         self.epoch, self.index, self.host = epoch, index, host  # host: a batch or a Future
         self.dev: Any = None
+        self.copies: list[torch.Tensor] = []  # the device tensors made by this batch's copy
         self.start: Any = None
         self.done: Any = None
         self.needed: Any = None
@@ -207,20 +210,20 @@ class DeviceFeed:
             self._anchor = (anchor, time.perf_counter())
         f.t_issued = time.perf_counter()
         f.start, f.done = cuda.new_event(), cuda.new_event()
-        nbytes = 0
+        copies: list[torch.Tensor] = []
 
         def copy(t: torch.Tensor) -> torch.Tensor:
-            nonlocal nbytes
             if t.device.type != "cpu":
                 return t
-            nbytes += t.numel() * t.element_size()
-            return cuda.copy_to(t, self.device, non_blocking=cuda.is_pinned(t))
+            copies.append(cuda.copy_to(t, self.device, non_blocking=cuda.is_pinned(t)))
+            return copies[-1]
 
         with cuda.use_stream(self._side):
             f.start.record(self._side)
             f.dev = map_tensors(f.host, copy)
             f.done.record(self._side)
-        f.nbytes = nbytes
+        f.copies = copies
+        f.nbytes = sum(t.numel() * t.element_size() for t in copies)
         self.copies += 1
 
     # -- 2. hand over -----------------------------------------------------------------------
@@ -233,15 +236,9 @@ class DeviceFeed:
         f.needed = cuda.new_event()
         f.needed.record(consumer)  # when the loop's stream gets here: for the copy-wait lane
         consumer.wait_event(f.done)  # on the device; the host goes on
-        dev = f.dev
-
-        def mark(t: torch.Tensor) -> torch.Tensor:
-            if t.device.type == "cuda":
-                cuda.record_stream(t, consumer)
-            return t
-
-        map_tensors(dev, mark)
-        f.dev = None
+        for t in f.copies:  # allocated on the side stream, used on the consumer's
+            cuda.record_stream(t, consumer)
+        dev, f.dev, f.copies = f.dev, None, []
         self._retiring.append(f)
         return dev
 
