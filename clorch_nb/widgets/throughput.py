@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
 from clorch_nb.widgets.diagnose import Breakdown, Verdict, verdict
 
 __all__ = ["HistoryPoint", "ThroughputSnapshot", "ThroughputStats", "WorkerRate", "worker_name"]
@@ -198,8 +198,13 @@ class ThroughputStats:
         self._recent: dict[int, list[tuple[float, int, int]]] = {}
 
     def add(self, event: Any) -> None:
-        """Take one loader event (:class:`BatchEvent` or :class:`EpochEvent`)."""
-        if event.__class__ is EpochEvent:
+        """Take one loader event (:class:`BatchEvent`, :class:`EpochEvent` or
+        :class:`CopyEvent`)."""
+        if event.__class__ is CopyEvent:  # the device's side: the verdict and the timeline
+            fields = tuple(event)
+            self.breakdown.copy(fields)
+            self.recent.append(fields)
+        elif event.__class__ is EpochEvent:
             # its fields as a plain tuple of numbers and strings: untracked by the GC (kept
             # event objects would be promoted to the oldest generation and make full
             # collections more frequent: that costs more than all of this)

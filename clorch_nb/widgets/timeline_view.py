@@ -17,12 +17,19 @@ from clorch_nb.widgets.timeline import KINDS, Timeline
 
 __all__ = ["TimelineView"]
 
-COLORS = {"build": "#0072B2", "send": "#56B4E9", "wait": "#D55E00", "body": "#009E73"}
+COLORS = {
+    "build": "#0072B2",
+    "send": "#56B4E9",
+    "wait": "#D55E00",
+    "body": "#009E73",
+    "copy": "#CC79A7",
+}
 LABELS = {
     "build": "building (get_item + collate)",
     "send": "sending to the main process",
     "wait": "loop waiting for data",
     "body": "loop body (your step)",
+    "copy": "host-to-device copy",
 }
 
 
