@@ -225,3 +225,44 @@ def test_copy_events_carry_the_batch_and_device_times() -> None:
         assert isinstance(e, CopyEvent)
         assert e.t_start_s < e.t_end_s  # one fake millisecond per recorded event
         assert e.t_end_s - e.t_start_s == pytest.approx(0.001)
+
+
+def _failing(n_ok: int, error: Exception) -> Iterator[dict[str, Any]]:
+    yield from _batches(n_ok)
+    raise error
+
+
+def test_a_source_error_comes_after_the_batches_before_it() -> None:
+    got = []
+    with pytest.raises(ValueError, match="item 5 is broken"):
+        for b in DeviceFeed(CUDA, FakeCuda(), prefetch_to_device=2).iterate(
+            _failing(3, ValueError("item 5 is broken"))
+        ):
+            got.append(b["id"])
+    assert got == [0, 1, 2]
+
+
+def test_a_stop_is_raised_at_once() -> None:
+    from clorch_nb.errors import LoaderClosedError
+
+    it = DeviceFeed(CUDA, FakeCuda(), prefetch_to_device=2).iterate(
+        _failing(3, LoaderClosedError("closed"))
+    )
+    assert next(it)["id"] == 0  # batches 0..2 taken, 0 handed over
+    with pytest.raises(LoaderClosedError):
+        next(it)  # the loader was closed: batches 1 and 2 are not handed out
+
+
+def test_closing_the_feed_closes_its_source() -> None:
+    closed = []
+
+    def source() -> Iterator[dict[str, Any]]:
+        try:
+            yield from _batches(10)
+        finally:
+            closed.append(True)
+
+    it = DeviceFeed(CUDA, FakeCuda()).iterate(source())
+    next(it)
+    it.close()
+    assert closed == [True]

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["CudaSeam", "FakeCuda", "TorchCuda", "default_cuda"]
+__all__ = ["CudaSeam", "FakeCuda", "TorchCuda", "default_cuda", "use_cuda"]
 
 #: ``cudaHostRegisterPortable``: the registration is seen by every CUDA context (any device)
 HOST_REGISTER_PORTABLE = 1
@@ -304,14 +304,35 @@ class FakeCuda(CudaSeam):
         self.log.append(("record_stream", stream.name, t.numel() * t.element_size()))
 
 
-_DEFAULT = TorchCuda()
+_current: CudaSeam = TorchCuda()
 
 
 def default_cuda() -> CudaSeam:
-    """The seam the loader uses unless a test hands it another: :class:`TorchCuda`.
+    """The seam a loader takes when it is made: :class:`TorchCuda`, unless inside
+    :func:`use_cuda`.
 
     Example:
         >>> default_cuda().name
         'torch.cuda'
     """
-    return _DEFAULT
+    return _current
+
+
+@contextlib.contextmanager
+def use_cuda(seam: CudaSeam) -> Iterator[CudaSeam]:
+    """Loaders made inside this block use ``seam`` (e.g. a :class:`FakeCuda`, so the loader's
+    pinning and device paths run on a machine without a GPU); each keeps it for its life.
+
+    Example:
+        >>> with use_cuda(FakeCuda()) as fake:
+        ...     default_cuda() is fake
+        True
+        >>> default_cuda().name
+        'torch.cuda'
+    """
+    global _current
+    before, _current = _current, seam
+    try:
+        yield seam
+    finally:
+        _current = before

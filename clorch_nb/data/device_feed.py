@@ -33,7 +33,7 @@ import torch
 
 from clorch_nb.data.cuda_seam import CudaSeam
 from clorch_nb.data.pinning import PinStage, map_tensors
-from clorch_nb.errors import ConfigError
+from clorch_nb.errors import ConfigError, LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import CopyEvent
 
 __all__ = ["DeviceFeed", "resolve_device"]
@@ -161,18 +161,43 @@ class DeviceFeed:
 
     def iterate(self, source: Iterable[Any], *, epoch: int = 0, start: int = 0) -> Iterator[Any]:
         """The batches of ``source`` on the device, in order; batch ``k`` of it is recorded as
-        batch ``start + k`` of ``epoch``. Closing the generator waits for copies in flight."""
+        batch ``start + k`` of ``epoch``.
+
+        An error from ``source`` (a worker's, a dataset's) is raised where the loop reaches it:
+        after the batches taken before it are handed over, as without the feed; a stop
+        (``close()``, a newer epoch) is raised at once. Closing the generator waits for the
+        copies in flight and closes ``source``."""
+        it = iter(source)
+        error: Exception | None = None
         try:
-            for k, host in enumerate(source):
-                self._pending.append(_Flight(epoch, start + k, self._pin_async(host)))
+            k = start
+            while True:
+                try:
+                    host = next(it)
+                except StopIteration:
+                    break
+                except (LoaderClosedError, StaleIteratorError):
+                    raise
+                except Exception as exc:  # noqa: BLE001 - re-raised after the batches before it
+                    error = exc
+                    break
+                self._pending.append(_Flight(epoch, k, self._pin_async(host)))
+                k += 1
+                del host
                 self._issue_ready()
                 if len(self._pending) > self.prefetch_to_device:
                     yield self._hand_over(self._pending.popleft())
                 self._retire(wait=False)
             while self._pending:
                 yield self._hand_over(self._pending.popleft())
+            if error is not None:
+                raise error
         finally:
+            error = None  # the traceback must not keep this frame (and the loader) alive
             self._drain()
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
 
     def close(self) -> None:
         """Wait for copies in flight, drop what was not handed over, stop the pin thread."""
