@@ -138,20 +138,24 @@ class Breakdown:
             parts["items"] += build * (1.0 - share)
         self._prev = t
 
-    def copy(self, ev: tuple[Any, ...]) -> None:
-        """Take one :class:`~clorch_nb.instrumentation.CopyEvent` (or its fields as a tuple).
+    def copy(self, ev: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Take one :class:`~clorch_nb.instrumentation.CopyEvent` (or its fields as a tuple);
+        returns its fields as a plain tuple (what the monitor keeps for the timeline).
 
         Example:
             >>> from clorch_nb.instrumentation import CopyEvent
             >>> b = Breakdown()
-            >>> b.copy(tuple(CopyEvent("copy", 0, 3, 1000, 0.0, 1.0, 1.5, 1.2)))
+            >>> b.copy(CopyEvent("copy", 0, 3, 1000, 0.0, 1.0, 1.5, 1.2))
+            ('copy', 0, 3, 1000, 0.0, 1.0, 1.5, 1.2)
             >>> b.copies, b.copy_s, round(b.copy_wait_s, 3)
             (1, 0.5, 0.3)
         """
+        ev = tuple(ev)
         self.copies += 1
         self.copy_bytes += ev[C_BYTES]
         self.copy_s += max(0.0, ev[C_END] - ev[C_START])
         self.copy_wait_s += max(0.0, ev[C_END] - ev[C_NEEDED])
+        return ev
 
     def feed(self, events: Iterable[Any]) -> None:
         """:meth:`batch`, :meth:`epoch` or :meth:`copy` for each event, by its type."""
