@@ -35,6 +35,7 @@ from clorch_nb.data.config import (
 )
 from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
 from clorch_nb.data.deliver import deliver_from_pool, deliver_inline
+from clorch_nb.data.delivery import Delivery
 from clorch_nb.data.epoch_hooks import EpochHooks
 from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, peek_batch, release_frames
 from clorch_nb.data.plan import check_sampler_size, epoch_plan
@@ -99,6 +100,8 @@ class DataLoader(_state.Resumable):
         self._pool_finalizer: weakref.finalize | None = None
         self._active: weakref.ref[EpochIterator] | None = None
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
+        # pin_memory= and device= (refused here, before any worker starts, if unusable)
+        self._delivery = Delivery(config, worker_backend, self.events)
         if worker_backend == "process":
             # Workers start now, in the background: a loader made in one notebook cell and
             # iterated in the next has them ready (nothing leaks if it is never iterated).
@@ -139,6 +142,9 @@ class DataLoader(_state.Resumable):
             gen = deliver_inline(self, epoch, batches, start, base_seed, stop)
         else:
             gen = deliver_from_pool(self, epoch, batches, start, base_seed, stop)
+        for stage in self._delivery.stages:
+            gen = map(stage, gen)  # TEMPORARY until the Epoch's stage seam lands
+        gen = self._delivery.wrap(gen, epoch=epoch, start=start)
         it = EpochIterator(gen, stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
@@ -172,6 +178,24 @@ class DataLoader(_state.Resumable):
                 self._pool_finalizer.detach()
         self._pool = None
         self._pool_finalizer = None
+        self._delivery.close()
+
+    def describe(self) -> str:
+        """Where batches are built and how they reach the loop: the worker backend, the
+        ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb.data import tensor_dataset
+            >>> ds = tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+            >>> loader = dataloader(ds, device="cpu")
+            >>> print(loader.describe())
+            inline (num_workers=0); pin_memory: off; device: cpu (no copy)
+        """
+        return (
+            f"{self.worker_backend} (num_workers={self.config.num_workers}); "
+            f"{self._delivery.describe()}"
+        )
 
     def __enter__(self) -> DataLoader:
         return self
@@ -228,7 +252,13 @@ class DataLoader(_state.Resumable):
             # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
             # once, and an unrecorded pool could never be closed.
             with deferred_sigint():
-                pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
+                pool = make_pool(
+                    self.worker_backend,
+                    self.dataset,
+                    self.process_spec,
+                    self.config,
+                    parent_arena=self._delivery.parent_arena(),
+                )
                 self._pool = pool
                 self._pool_finalizer = weakref.finalize(self, close_pool, pool)
         return self._pool
@@ -256,13 +286,17 @@ def dataloader(
     generator: torch.Generator | None = None,
     batch_sampler: Any = None,
     start_timeout_ms: float | None = None,
+    pin_memory: bool = False,
+    device: str | torch.device | None = None,
+    prefetch_to_device: int = 2,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
 
-    ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; no
-    ``pin_memory``; workers persist across epochs (the dataset's ``set_epoch`` reaches each);
-    one epoch at a time; a dataset with ``get_batch`` is fetched a batch at a time.
+    ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; workers
+    persist across epochs (the dataset's ``set_epoch`` reaches each); one epoch at a time; a
+    dataset with ``get_batch`` is fetched a batch at a time; ``pin_memory=True`` plus
+    ``device="cuda"`` replaces ``batch.to("cuda", non_blocking=True)``.
 
     Args:
         dataset (Dataset | torch map-style dataset): what to load; items of any structure.
@@ -298,6 +332,15 @@ def dataloader(
             with batch_size, shuffle, sampler or drop_last, as in torch.
         start_timeout_ms (float | None): the longest a process worker may take to start an
             epoch (factory, ``set_epoch``), in ms; None: no limit.
+        pin_memory (bool): hand batches over in page-locked memory (torch's option): process
+            workers write into registered shared-memory slots (no extra copy), other backends
+            copy into a reused pinned ring; without a GPU it warns once and does nothing.
+            :meth:`DataLoader.describe` names the path (:mod:`~clorch_nb.data.pinning`).
+        device (str | torch.device | None): ``"cuda"``/``"cuda:k"``: the loop receives the
+            batch's tensors on that device, copied on a side stream ahead of it
+            (:mod:`~clorch_nb.data.device_feed`; other fields stay on the host); ``"cpu"``
+            changes nothing; ``"cuda"`` without a GPU is a ``ConfigError``.
+        prefetch_to_device (int): with a CUDA ``device``, batches copied ahead, >= 0.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -335,6 +378,9 @@ def dataloader(
         timeout_ms=timeout_ms,
         start_timeout_ms=start_timeout_ms,
         seed=seed,
+        pin_memory=pin_memory,
+        device=device,
+        prefetch_to_device=prefetch_to_device,
     )
     if batch_sampler is not None or sampler is not None:
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)

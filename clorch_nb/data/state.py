@@ -247,6 +247,7 @@ def snapshot(loader: Any) -> dict[str, Any]:
     if loader._resume is not None:  # loaded, not yet iterated: the same position again
         return loader._resume.to_dict()  # type: ignore[no-any-return]
     epoch, start, done, n = loader._position
+    done -= loader._delivery.ahead  # TEMPORARY: copied ahead to the device, not yet handed over
     if loader._epoch is None:  # never iterated: the start of epoch 0
         n = len(loader)
     sampler = loader.sampler

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import pickle
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.thread_safety import check_thread_safe
+from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import ConfigError
@@ -97,13 +99,19 @@ def choose_worker_backend(
 
 
 def make_pool(
-    backend: WorkerBackend, dataset: Any, spec: ProcessSpec | None, config: LoaderConfig
+    backend: WorkerBackend,
+    dataset: Any,
+    spec: ProcessSpec | None,
+    config: LoaderConfig,
+    *,
+    parent_arena: Callable[[], ParentArena] | None = None,
 ) -> WorkerPool:
     """The worker pool for ``backend`` ("thread" or "process"; "inline" has none).
 
     A process pool rebuilds the dataset from its ``process_spec``; without one (only tensor
     datasets get that far, see :func:`choose_worker_backend`) the tensors move to shared memory
-    once and every worker maps them.
+    once and every worker maps them. ``parent_arena`` makes the parent's side of each process
+    worker's arena (``pin_memory``'s registered slots; default :class:`ParentArena`).
     """
     if backend == "thread":
         from clorch_nb.data.workers.thread import ThreadPool
@@ -113,5 +121,10 @@ def make_pool(
         from clorch_nb.data.workers.process import ProcessPool
 
         source = spec or SharedTensors.from_dataset(dataset)
-        return ProcessPool(source, config, use_get_batch=config.collate_fn is default_collate)
+        return ProcessPool(
+            source,
+            config,
+            use_get_batch=config.collate_fn is default_collate,
+            parent_arena=parent_arena or ParentArena,
+        )
     raise ValueError(f"no worker pool for backend {backend!r}")  # internal: inline has none
