@@ -95,8 +95,8 @@ def h2d(sizes: list[int], repeats: int) -> list[dict[str, Any]]:
                 for name, get in sources.items():
 
                     def copy(get: Callable[[], torch.Tensor] = get, load: bool = load) -> None:
-                        if load:  # queue ~50 ms of matmuls on the default stream first
-                            for _ in range(8):
+                        if load:  # matmuls queued on the default stream, longer than the copy
+                            for _ in range(24):
                                 torch.mm(w, w)
                         src = get()
                         with torch.cuda.stream(side):
