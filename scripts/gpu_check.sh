@@ -36,7 +36,7 @@ step() {  # step NAME COMMAND...: run, log, note the exit status in the summary
   echo "- $name: exit $rc, $((SECONDS - t0)) s (log: $name.log)" >> "$OUT/summary.md"
   [ $rc -eq 0 ] || status=1
 }
-PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts="" -rs -v --timeout 300)
+PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts="" -rs -v)  # the ini sets timeout = 300
 step cuda_tests "${PYTEST[@]}" -m cuda -k "not corruption" tests/test_cuda_*.py --junitxml "$OUT/cuda_tests.xml"
 step corruption "${PYTEST[@]}" -m cuda -k corruption tests/test_cuda_*.py --junitxml "$OUT/corruption.xml"
 step benchmark timeout 420 "$PY" -m benchmarks.gpu_feed --out "$OUT"
