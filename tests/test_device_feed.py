@@ -204,9 +204,11 @@ def test_registered_arena_batches_are_checked_on_the_loop_thread_not_copied() ->
 def test_closing_early_waits_for_copies_in_flight() -> None:
     cuda = FakeCuda()
     cuda.pending = True
-    it = DeviceFeed(CUDA, cuda, prefetch_to_device=2).iterate(_batches(10))
+    feed = DeviceFeed(CUDA, cuda, prefetch_to_device=2)
+    it = feed.iterate(_batches(10))
     next(it)
     it.close()
+    assert feed.ahead == 2  # taken, dropped, never handed over: a resume delivers them again
     assert cuda.pending is False  # synchronize() was called on the copies in flight
     assert [c[0] for c in cuda.log].count("synchronize") >= 2
 

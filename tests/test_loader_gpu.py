@@ -128,3 +128,15 @@ def test_resume_delivers_again_what_was_copied_ahead(backend: dict[str, Any]) ->
         rest = list(fresh)
     for g, w in zip(first + rest, want, strict=True):
         assert_same(g, w)
+
+
+def test_a_stopped_epoch_saves_only_what_the_loop_got(backend: dict[str, Any]) -> None:
+    ds = fixtures.numbers(40, 3)
+    with use_cuda(FakeCuda()):
+        dl = _loader(backend, ds, device="cuda", prefetch_to_device=3, seed=0)
+    with dl:
+        it = iter(dl)
+        for _ in range(2):
+            next(it)
+        it.close()  # the feed had taken batches 2..4 ahead
+        assert dl.state_dict()["batches_done"] == 2

@@ -124,8 +124,8 @@ class DeviceFeed:
         on_copy (Callable[[CopyEvent], None] | None): gets each finished copy's times.
 
     Attributes:
-        ahead (int): batches taken from the source but not yet handed to the loop (what a
-            resume must deliver again).
+        ahead (int): batches taken from the source and never handed to the loop (copied ahead,
+            or dropped when the epoch stopped early): what a resume must deliver again.
 
     Example:
         >>> from clorch_nb.data.cuda_seam import FakeCuda
@@ -153,11 +153,12 @@ class DeviceFeed:
         self._pending: collections.deque[_Flight] = collections.deque()
         self._retiring: collections.deque[_Flight] = collections.deque()
         self.copies = 0
+        self._taken = self._handed = 0
 
     @property
     def ahead(self) -> int:
-        """Batches issued but not handed over yet."""
-        return len(self._pending)
+        """Batches taken from the source and not handed over (kept after the epoch stops)."""
+        return self._taken - self._handed
 
     def iterate(self, source: Iterable[Any], *, epoch: int = 0, start: int = 0) -> Iterator[Any]:
         """The batches of ``source`` on the device, in order; batch ``k`` of it is recorded as
@@ -182,6 +183,7 @@ class DeviceFeed:
                     error = exc
                     break
                 self._pending.append(_Flight(epoch, k, self._pin_async(host)))
+                self._taken += 1
                 k += 1
                 del host
                 self._issue_ready()
@@ -256,6 +258,7 @@ class DeviceFeed:
     def _hand_over(self, f: _Flight) -> Any:
         if f.dev is None:
             self._issue(f)
+        self._handed += 1
         cuda = self.cuda
         consumer = cuda.current_stream(self.device)
         f.needed = cuda.new_event()
