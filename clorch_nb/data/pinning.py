@@ -37,8 +37,7 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb.data.cuda_seam import CudaSeam
-from clorch_nb.data.workers.arena import ALIGN, ParentArena, map_file, unmap
-from clorch_nb.data.workers.shm import SHM_DIR
+from clorch_nb.data.workers.arena import ALIGN, SHM_DIR, ParentArena, map_file, unmap
 
 __all__ = [
     "PinPath",
