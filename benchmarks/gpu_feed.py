@@ -141,8 +141,13 @@ def _loaders(n: int, bs: int, nw: int, gpu: bool, shape: list[int]) -> dict[str,
         timeout_ms=120_000,
         **ours_kw,
     )
-    theirs = torch_loader(
-        "torch", datasets.ImageItemsTorch(n, shape), batch_size=bs, num_workers=nw, pin_memory=gpu
+    theirs = torch_loader(  # persistent workers: both sides measured in steady state
+        "torch",
+        datasets.ImageItemsTorch(n, shape),
+        batch_size=bs,
+        num_workers=nw,
+        pin_memory=gpu,
+        persistent_workers=nw > 0,
     )
     return {"clorch_nb": ours, "torch": theirs}
 

@@ -9,7 +9,8 @@
 #      DataLoader (gpu_feed.json + gpu_feed.md);
 #   3. summary.md: what ran, what passed, where the figures are.
 # Usage: scripts/gpu_check.sh OUTDIR   (PYTHON=... to choose the interpreter; default .venv's,
-# else python3; it needs a CUDA build of torch and this repository importable).
+# else python3; it needs a CUDA build of torch and this repository importable; QUICK=1 runs the
+# benchmark on tiny sizes, a dry run of the script on any machine).
 set -uo pipefail
 OUT="${1:?usage: scripts/gpu_check.sh OUTDIR}"
 cd "$(dirname "$0")/.."
@@ -39,7 +40,7 @@ step() {  # step NAME COMMAND...: run, log, note the exit status in the summary
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts="" -rs -v)  # the ini sets timeout = 300
 step cuda_tests "${PYTEST[@]}" -m cuda -k "not corruption" tests/test_cuda_*.py --junitxml "$OUT/cuda_tests.xml"
 step corruption "${PYTEST[@]}" -m cuda -k corruption tests/test_cuda_*.py --junitxml "$OUT/corruption.xml"
-step benchmark timeout 420 "$PY" -m benchmarks.gpu_feed --out "$OUT"
+step benchmark timeout 420 "$PY" -m benchmarks.gpu_feed --out "$OUT" ${QUICK:+--quick}
 echo "- figures: gpu_feed.md, gpu_feed.json" >> "$OUT/summary.md"
 cat "$OUT/summary.md"
 [ -f "$OUT/gpu_feed.md" ] && cat "$OUT/gpu_feed.md"
