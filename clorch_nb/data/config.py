@@ -59,6 +59,13 @@ class LoaderConfig:
         sampler_yields ("indices" | "batches"): what the loader's sampler yields: dataset indices
             (``sampler=``, cut into batches of ``batch_size``) or whole batches, lists of
             indices (``batch_sampler=``).
+        pin_memory (bool): batches reach the loop in page-locked memory (torch's option; how:
+            :mod:`~clorch_nb.data.pinning`).
+        device (str | torch.device | None): copy each batch's tensors there (``"cuda"``,
+            ``"cuda:1"``; ``"cpu"`` changes nothing); None keeps them where they were built.
+            Checked against the machine by :func:`~clorch_nb.data.device_feed.resolve_device`.
+        prefetch_to_device (int): with a CUDA ``device``, batches copied ahead of the one the
+            loop holds, >= 0 (default 2).
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -81,6 +88,9 @@ class LoaderConfig:
     seed: int | None = None
     start_timeout_ms: float | None = None
     sampler_yields: Literal["indices", "batches"] = "indices"
+    pin_memory: bool = False
+    device: str | torch.device | None = None
+    prefetch_to_device: int = 2
 
     def __post_init__(self) -> None:
         if self.sampler_yields not in ("indices", "batches"):
@@ -118,6 +128,18 @@ class LoaderConfig:
         check_ms("start_timeout_ms", self.start_timeout_ms)
         if self.seed is not None:
             check_int("seed", self.seed)
+        check_bool("pin_memory", self.pin_memory)
+        if self.device is not None and not isinstance(self.device, str | torch.device):
+            raise ConfigError(
+                f"device={self.device!r} must be a str or torch.device, e.g. 'cuda' or 'cuda:1' "
+                "(or None to keep batches where they are built)"
+            )
+        check_int(
+            "prefetch_to_device",
+            self.prefetch_to_device,
+            minimum=0,
+            fix="it is how many batches are copied to the device ahead of the loop (default 2)",
+        )
 
     @property
     def max_in_flight(self) -> int:
@@ -273,8 +295,8 @@ _TORCH_ONLY = {
     "timeout": "use timeout_ms= (milliseconds; torch's timeout is in seconds)",
     "persistent_workers": "drop it: workers always persist for the loader's life (close() or "
     "a with block ends them)",
-    "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
-    "pin_memory_device": "drop it (deprecated in torch too)",
+    "pin_memory_device": "use device= (e.g. device='cuda:1'): batches are pinned with "
+    "pin_memory=True and copied there ahead of the loop",
     "worker_init_fn": "drop it: the global RNGs are seeded per batch from (seed, epoch, batch "
     "position), the same for any num_workers; dataset code can read data.get_worker_info() "
     "(worker_id, num_workers, seed, epoch), and a dataset's set_epoch(epoch) runs in every "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
+from clorch_nb.data.delivery import Delivery
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.data.epoch import Epoch, EpochPosition, Stage
 from clorch_nb.data.epoch_hooks import EpochHooks
@@ -105,12 +107,21 @@ class LoaderEngine:
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
-        self._workers = PoolSlot(self, worker_backend, dataset, process_spec, config)
+        # pin_memory= and device= (refused here, before any worker starts, if unusable)
+        self._delivery = Delivery(config, worker_backend, self.events)
+        self._workers = PoolSlot(
+            self,
+            worker_backend,
+            dataset,
+            process_spec,
+            config,
+            parent_arena=self._delivery.parent_arena(),
+        )
         self._active: weakref.ref[EpochIterator] | None = None
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
-        # Delivery stages (pinning memory, copying to a device) applied to each batch as it is
-        # received, in plan order: the place a later stage plugs in (data/epoch.py).
-        self._stages: tuple[Stage, ...] = ()
+        # Delivery stages applied to each batch as it is received, in plan order (data/epoch.py):
+        # pinning, when batches stay on the host (data/delivery.py)
+        self._stages: tuple[Stage, ...] = self._delivery.stages
         self._workers.prestart()  # process workers start now, in the background
 
     # read-only views of the config, under torch's names
@@ -157,7 +168,9 @@ class LoaderEngine:
         )
         self._run = run
         stop = StopRequest()
-        it = EpochIterator(run.batches(stop), stop, epoch, batches)
+        # with a CUDA device=, the device feed copies batches ahead of the loop (data/delivery.py)
+        gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
+        it = EpochIterator(gen, stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
 
@@ -231,7 +244,9 @@ class LoaderEngine:
         ``iter()``). Read-only."""
         if self._run is None:
             return EpochPosition(0, 0, 0, len(self) if self._epoch is None else 0)
-        return self._run.position
+        pos = self._run.position
+        ahead = self._delivery.ahead  # copied to the device ahead, not yet handed over
+        return replace(pos, delivered=pos.delivered - ahead) if ahead else pos
 
     @property
     def worker_pool(self) -> WorkerPool | None:
@@ -264,6 +279,23 @@ class LoaderEngine:
         """
         self._stop_active()
         self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
+        self._delivery.close()  # copies in flight, the pin thread
+
+    def describe(self) -> str:
+        """Where batches are built and how they reach the loop: the worker backend, the
+        ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb.data import tensor_dataset
+            >>> ds = tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+            >>> print(dataloader(ds, device="cpu").describe())
+            inline (num_workers=0); pin_memory: off; device: cpu (no copy)
+        """
+        return (
+            f"{self.worker_backend} (num_workers={self.config.num_workers}); "
+            f"{self._delivery.describe()}"
+        )
 
     def __enter__(self) -> LoaderEngine:
         return self
@@ -362,13 +394,17 @@ def dataloader(
     generator: torch.Generator | None = None,
     batch_sampler: Any = None,
     start_timeout_ms: float | None = None,
+    pin_memory: bool = False,
+    device: str | torch.device | None = None,
+    prefetch_to_device: int = 2,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
 
-    ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; no
-    ``pin_memory``; workers persist across epochs (the dataset's ``set_epoch`` reaches each);
-    one epoch at a time; a dataset with ``get_batch`` is fetched a batch at a time.
+    ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; workers
+    persist across epochs (the dataset's ``set_epoch`` reaches each); one epoch at a time; a
+    dataset with ``get_batch`` is fetched a batch at a time; ``pin_memory=True`` plus
+    ``device="cuda"`` replaces ``batch.to("cuda", non_blocking=True)``.
 
     Args:
         dataset (Dataset | torch map-style dataset): what to load; items of any structure.
@@ -404,6 +440,15 @@ def dataloader(
             with batch_size, shuffle, sampler or drop_last, as in torch.
         start_timeout_ms (float | None): the longest a process worker may take to start an
             epoch (factory, ``set_epoch``), in ms; None: no limit.
+        pin_memory (bool): hand batches over in page-locked memory (torch's option): process
+            workers write into registered shared-memory slots (no extra copy), other backends
+            copy into a reused pinned ring; without a GPU it warns once and does nothing.
+            :meth:`DataLoader.describe` names the path (:mod:`~clorch_nb.data.pinning`).
+        device (str | torch.device | None): ``"cuda"``/``"cuda:k"``: the loop receives the
+            batch's tensors on that device, copied on a side stream ahead of it
+            (:mod:`~clorch_nb.data.device_feed`; other fields stay on the host); ``"cpu"``
+            changes nothing; ``"cuda"`` without a GPU is a ``ConfigError``.
+        prefetch_to_device (int): with a CUDA ``device``, batches copied ahead, >= 0.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -441,6 +486,9 @@ def dataloader(
         timeout_ms=timeout_ms,
         start_timeout_ms=start_timeout_ms,
         seed=seed,
+        pin_memory=pin_memory,
+        device=device,
+        prefetch_to_device=prefetch_to_device,
     )
     if batch_sampler is not None or sampler is not None:
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
