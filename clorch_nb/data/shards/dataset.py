@@ -1,0 +1,414 @@
+"""``shard_dataset``: files of items (WebDataset tars, JSONL, Parquet) on disk or in a bucket,
+seen by the loader as one map-style dataset of ``get_size()`` items, read sequentially.
+
+1. **build** (once, in this process): expand the sources, pick each shard's format, count every
+   shard (or reuse the cached index): :func:`shard_dataset`.
+2. **plan** (every epoch): the sampler from :func:`~clorch_nb.data.distributed_sampler` plans
+   work items over the counts (:mod:`.work_plan`), so batch ``b`` of a rank is cut from worker
+   ``b % W``'s own contiguous stretch of shards.
+3. **read** (in the workers): :meth:`ShardDataset.get_batch` maps global indices to (shard, item)
+   and reads what it lacks with one ranged read per gap inside a block, keeping the raw items it
+   read but has not yet handed out in a small cache (``cache_items``, popped on use). A worker
+   therefore reads each block of its stretch once, front to back, whatever the shuffle inside
+   the block; memory holds the blocks in flight, never a shard.
+
+Process workers rebuild the dataset from :attr:`ShardDataset.process_spec` (plain data: paths,
+formats, the counted index, storage options, the transform's import path); no user
+``process_spec`` is needed when ``transform`` (and a callable ``format``) is an importable
+module-level function.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from clorch_nb._checks import check_int
+from clorch_nb.data.collate import default_collate
+from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.shards.formats import CallableFormat, Scan, ShardFormat, format_for
+from clorch_nb.data.shards.index import OnChange, ShardIndex, build_index
+from clorch_nb.data.shards.sources import expand_sources
+from clorch_nb.data.shards.storage import Storage
+from clorch_nb.data.shards.work_plan import Run, WorkPlan, WorkSettings, plan_epoch
+from clorch_nb.data.workers.base import add_note
+from clorch_nb.errors import ConfigError, ShardError
+
+__all__ = ["ShardDataset", "rebuild_shard_dataset", "shard_dataset"]
+
+
+def import_path(fn: Any) -> str | None:
+    """``"module:qualname"`` of a module-level function a worker process can import, else None.
+
+    Example:
+        >>> import json; import_path(json.loads), import_path(lambda x: x)
+        ('json:loads', None)
+    """
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname:
+        return None
+    return f"{module}:{qualname}"
+
+
+def _resolve(path: str | None) -> Any:
+    return None if path is None else ProcessSpec(path).resolve_factory()
+
+
+class ShardDataset:
+    """Items stored in shard files; built by :func:`shard_dataset` (see the module docstring).
+
+    Attributes:
+        paths (tuple[str, ...]): the shards, in source order.
+        counts (tuple[int, ...]): items per shard.
+        block_items (int): the largest block a worker permutes and keeps in memory.
+    """
+
+    def __init__(
+        self,
+        index: ShardIndex,
+        formats: Sequence[ShardFormat],
+        storage: Storage,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+        block_items: int = 256,
+        cache_items: int | None = None,
+        spec_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.paths = index.paths
+        self.counts = index.counts
+        self.block_items = check_int("block_items", block_items, minimum=1)
+        self.cache_items = check_int(
+            "cache_items", cache_items if cache_items is not None else 8 * block_items, minimum=1
+        )
+        self.transform = transform
+        self.storage = storage
+        self._index = index
+        self._scans: list[Scan | None] = list(index.scans)
+        self._formats = list(formats)
+        self._offsets = np.concatenate([[0], np.cumsum(index.counts, dtype=np.int64)])
+        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self._spec_kwargs = spec_kwargs
+        self.last_shard: str | None = None  # the shard this copy read last (throughput view)
+
+    # -- the dataset protocol -------------------------------------------------------------------
+
+    def get_size(self) -> int:
+        """Items in all shards."""
+        return int(self._offsets[-1])
+
+    def __len__(self) -> int:
+        return self.get_size()
+
+    def locate(self, idx: int) -> tuple[int, int]:
+        """``(shard position, item offset in it)`` of global index ``idx``.
+
+        Raises:
+            IndexError: ``idx`` outside ``[0, get_size())``.
+        """
+        if not 0 <= idx < self.get_size():
+            raise IndexError(f"index {idx} is out of range for {self.get_size()} shard items")
+        s = int(np.searchsorted(self._offsets, idx, side="right") - 1)
+        return s, int(idx - self._offsets[s])
+
+    def get_item(self, idx: int) -> Any:
+        """Item ``idx``: its block is read (and kept) on a miss, so neighbours are cheap."""
+        return self.get_items([idx], whole_block=True)[0]
+
+    def get_batch(self, indices: torch.Tensor | Sequence[int]) -> Any:
+        """``default_collate`` of :meth:`get_items` (the loader's one-call batch path)."""
+        return default_collate(self.get_items(indices))
+
+    def get_items(
+        self, indices: torch.Tensor | Sequence[int], *, whole_block: bool = False
+    ) -> list:
+        """The items at global ``indices``, decoded and transformed, in that order.
+
+        Reads only what the cache lacks: per block, the gaps between cached items inside the
+        span of the items asked for (``whole_block``: the whole block, for item-by-item access).
+
+        Raises:
+            IndexError: an index outside the dataset.
+            ShardError: a shard is unreadable or corrupt (names the shard and item offset).
+        """
+        keys = [self.locate(int(i)) for i in (np.asarray(indices, dtype=np.int64).tolist())]
+        raws = self._take(keys, whole_block)
+        return [self._decode(s, i, raws[(s, i)]) for s, i in keys]
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _take(self, keys: list[tuple[int, int]], whole_block: bool) -> dict[tuple[int, int], Any]:
+        got: dict[tuple[int, int], Any] = {}
+        with self._lock:
+            for k in keys:
+                if k not in got and k in self._cache:
+                    got[k] = self._cache.pop(k)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for s, i in keys:
+            if (s, i) not in got:
+                groups.setdefault((s, i // self.block_items), []).append(i)
+        for (s, block), items in groups.items():
+            if whole_block:
+                lo = block * self.block_items
+                hi = min(self.counts[s], lo + self.block_items) - 1
+            else:
+                lo, hi = min(items), max(items)
+            read = self._read_span(s, lo, hi)
+            for i in set(items):
+                got[(s, i)] = read.pop(i)
+            self._keep(s, read)
+        return got
+
+    def _read_span(self, shard: int, lo: int, hi: int) -> dict[int, Any]:
+        """Items ``lo..hi`` of a shard not already cached, one ranged read per gap."""
+        with self._lock:
+            cached = {i for i in range(lo, hi + 1) if (shard, i) in self._cache}
+        out: dict[int, Any] = {}
+        i = lo
+        while i <= hi:
+            if i in cached:
+                i += 1
+                continue
+            j = i
+            while j + 1 <= hi and j + 1 not in cached:
+                j += 1
+            for k, raw in enumerate(self._read(shard, i, j + 1)):
+                out[i + k] = raw
+            i = j + 1
+        return out
+
+    def _read(self, shard: int, first: int, stop: int) -> list[Any]:
+        path = self.paths[shard]
+        self.last_shard = path
+        raws = self._formats[shard].read(self.storage, path, self._scan(shard), first, stop)
+        if len(raws) != stop - first:
+            raise ShardError(
+                f"shard {path!r} gave {len(raws)} items for items {first}..{stop - 1}; it changed "
+                "since it was counted",
+                shard=path,
+                offset=first + len(raws),
+            )
+        return raws
+
+    def _scan(self, shard: int) -> Scan:
+        """The shard's scan; with a counts-only index, made now (once per copy) and checked."""
+        scan = self._scans[shard]
+        needs_positions = not isinstance(self._formats[shard], CallableFormat)
+        if scan is None or (needs_positions and scan.offsets is None and scan.row_groups is None):
+            path = self.paths[shard]
+            scan = self._formats[shard].scan(self.storage, path)
+            if scan.count != self.counts[shard]:
+                raise ShardError(
+                    f"shard {path!r} holds {scan.count} items but the index says "
+                    f"{self.counts[shard]}; rebuild the index (index=None counts afresh)",
+                    shard=path,
+                )
+            self._scans[shard] = scan
+        return scan
+
+    def _keep(self, shard: int, read: dict[int, Any]) -> None:
+        with self._lock:
+            for i, raw in read.items():
+                self._cache[(shard, i)] = raw
+            while len(self._cache) > self.cache_items:
+                self._cache.popitem(last=False)  # the oldest: a block abandoned mid-way
+
+    def _decode(self, shard: int, offset: int, raw: Any) -> Any:
+        path = self.paths[shard]
+        item = self._formats[shard].decode(raw, path, offset)
+        if self.transform is None:
+            return item
+        try:
+            return self.transform(item)
+        except Exception as exc:
+            key = item.get("__key__") if isinstance(item, dict) else None
+            add_note(
+                exc,
+                f"[clorch_nb] in transform for shard {path!r}, item {offset}"
+                + (f" (key {key!r})" if key is not None else ""),
+            )
+            raise
+
+    # -- plans and rebuilding -------------------------------------------------------------------
+
+    def plan(self, settings: WorkSettings, stream: Sequence[Run] | None = None) -> WorkPlan:
+        """Every rank's work items for an epoch over these shards (:func:`.plan_epoch`)."""
+        return plan_epoch(self.counts, replace_block(settings, self.block_items), stream)
+
+    @property
+    def index(self) -> ShardIndex:
+        """The counted index (pass ``index=ds.index.to_dict()`` to skip counting elsewhere)."""
+        return self._index
+
+    @property
+    def process_spec(self) -> ProcessSpec | None:
+        """How a process worker rebuilds this dataset; None when ``transform`` or a callable
+        format cannot be imported by name (a lambda, a notebook function)."""
+        if self._spec_kwargs is None:
+            return None
+        return ProcessSpec(
+            "clorch_nb.data.shards.dataset:rebuild_shard_dataset", [], self._spec_kwargs
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardDataset({len(self.paths)} shards, {self.get_size()} items, "
+            f"formats={sorted({f.name for f in self._formats})}, first={self.paths[0]!r})"
+        )
+
+
+def replace_block(settings: WorkSettings, block_items: int) -> WorkSettings:
+    """``settings`` with this dataset's ``block_items``."""
+    return replace(settings, block_items=block_items)
+
+
+def rebuild_shard_dataset(**kwargs: Any) -> ShardDataset:
+    """The process-worker factory of :attr:`ShardDataset.process_spec`: the same dataset from
+    plain data, without counting (the parent's index is reused as it is)."""
+    paths = kwargs["paths"]
+    formats = [
+        format_for(_resolve(f[1:]) if f.startswith("@") else f, p)
+        for f, p in zip(kwargs["formats"], paths, strict=True)
+    ]
+    storage = Storage(**kwargs["storage"])
+    index = build_index(
+        paths, formats, storage, index=kwargs["index"], progress=False, verify=False
+    )
+    return ShardDataset(
+        index,
+        formats,
+        storage,
+        transform=_resolve(kwargs["transform"]),
+        block_items=kwargs["block_items"],
+        cache_items=kwargs["cache_items"],
+        spec_kwargs=kwargs,
+    )
+
+
+def shard_dataset(
+    sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    *,
+    format: Any = "auto",
+    transform: Callable[[Any], Any] | None = None,
+    storage_options: dict[str, Any] | None = None,
+    index: Any = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    on_change: OnChange = "recount",
+    block_items: int = 256,
+    cache_items: int | None = None,
+    timeout_s: float = 60.0,
+    retries: int = 3,
+    progress: bool = True,
+) -> ShardDataset:
+    """A dataset over shard files, counted once, planned exactly over ranks and workers.
+
+    Args:
+        sources (str | PathLike | Sequence): paths or URLs (``s3://``, ``http(s)://``,
+            ``memory://``, ``file://``), a glob, or a brace pattern
+            (``"data/train-{00000..00031}.tar"``); see :func:`.sources.expand_sources`.
+        format ("auto" | "webdataset" | "jsonl" | "parquet" | Callable): ``"auto"`` picks by
+            extension (``.tar``, ``.jsonl``/``.ndjson``, ``.parquet``); a callable turns an open
+            binary stream into an iterable of items (it cannot seek: see
+            :class:`.formats.CallableFormat`).
+        transform (Callable | None): applied to each item in the worker (decode, augment).
+        storage_options (dict | None): fsspec options for URLs (plain data).
+        index (str | PathLike | dict | None): a ready index (see :mod:`.index`); None counts
+            the shards (in parallel, with a progress bar) or reuses the cached counts.
+        cache_dir (str | PathLike | None): where the index is cached (default
+            ``~/.cache/clorch_nb/shards``).
+        on_change ("recount" | "error"): a shard changed since it was counted.
+        block_items (int): items per shuffle block (the unit a worker permutes in memory).
+        cache_items (int | None): raw items a dataset copy keeps read-but-unused (default
+            ``8 * block_items``); memory is bounded by it, not by the shards.
+        timeout_s (float), retries (int): per-attempt bound and retries of a network read.
+        progress (bool): show a progress bar while counting.
+
+    Returns:
+        ShardDataset: ``get_size()`` is the total item count.
+
+    Raises:
+        ConfigError: bad sources (empty, duplicates, a glob matching nothing), an unknown
+            format, a bad option.
+        ShardError: a missing, unreadable, truncated or corrupt shard (named, with the offset).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> for k in range(2):
+        ...     _ = (d / f"part-{k}.jsonl").write_text("".join(f'{{"x": {k * 3 + i}}}\\n'
+        ...                                                    for i in range(3)))
+        >>> ds = shard_dataset(str(d / "part-{0..1}.jsonl"), cache_dir=d, progress=False)
+        >>> ds.get_size(), ds.get_item(4)
+        (6, {'x': 4})
+    """
+    opts = dict(storage_options or {})
+    storage = Storage(opts, timeout_s=timeout_s, retries=retries)
+    paths = expand_sources(sources, storage_options=opts)
+    formats = [format_for(format, p) for p in paths]
+    counted = build_index(
+        paths,
+        formats,
+        storage,
+        index=index,
+        cache_dir=cache_dir,
+        on_change=on_change,
+        progress=progress,
+    )
+    return ShardDataset(
+        counted,
+        formats,
+        storage,
+        transform=transform,
+        block_items=block_items,
+        cache_items=cache_items,
+        spec_kwargs=_spec_kwargs(
+            counted, format, formats, storage, transform, block_items, cache_items
+        ),
+    )
+
+
+def _spec_kwargs(
+    counted: ShardIndex,
+    fmt: Any,
+    formats: Sequence[ShardFormat],
+    storage: Storage,
+    transform: Any,
+    block_items: int,
+    cache_items: int | None,
+) -> dict[str, Any] | None:
+    """Plain data a process worker rebuilds the dataset from, or None if some part is not."""
+    names = [f.name for f in formats]
+    if callable(fmt):
+        where = import_path(fmt)
+        if where is None:
+            return None
+        names = ["@" + where] * len(formats)
+    t = import_path(transform) if transform is not None else None
+    if transform is not None and t is None:
+        return None
+    kwargs = {
+        "paths": list(counted.paths),
+        "formats": names,
+        "storage": {
+            "storage_options": storage.storage_options,
+            "timeout_s": storage.timeout_s,
+            "retries": storage.retries,
+            "backoff_s": storage.backoff_s,
+        },
+        "index": counted.to_dict(),
+        "transform": t,
+        "block_items": block_items,
+        "cache_items": cache_items,
+    }
+    try:
+        ProcessSpec("clorch_nb.data.shards.dataset:rebuild_shard_dataset", [], kwargs)
+    except ConfigError:
+        return None  # storage_options holding objects: thread workers only
+    return kwargs
