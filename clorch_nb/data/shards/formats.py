@@ -101,11 +101,14 @@ class TarFormat:
                         last_key = key
                     end = member.end_offset
             except TarError as exc:
+                # a file of the item being read, or the first file of the next one
+                same = exc.name is not None and group_key(exc.name) == last_key
+                at = len(starts) - 1 if same else len(starts)
                 raise ShardError(
-                    f"shard {path!r} is not a valid tar at item {len(starts)}: {exc}. The file "
-                    "is truncated or corrupt; rewrite it",
+                    f"shard {path!r} is not a valid tar at item {at}: {exc}. The file is "
+                    "truncated or corrupt; rewrite it",
                     shard=path,
-                    offset=len(starts),
+                    offset=at,
                 ) from exc
         return Scan(len(starts), np.asarray([*starts, end], dtype=np.int64))
 
@@ -119,7 +122,7 @@ class TarFormat:
         """The item dict of one group's bytes."""
         item: dict[str, Any] = {"__url__": path}
         try:
-            for member in read_members(io.BytesIO(raw), with_data=True):
+            for member in read_members(io.BytesIO(raw), with_data=True, require_end=False):
                 key = group_key(member.name)
                 if not key:
                     continue

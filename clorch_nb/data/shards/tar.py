@@ -21,7 +21,12 @@ _KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")
 
 
 class TarError(Exception):
-    """The bytes are not a well-formed tar (bad checksum, cut short)."""
+    """The bytes are not a well-formed tar (bad checksum, cut short); ``name`` is the member
+    being read when its header was readable, else None."""
+
+    def __init__(self, message: str, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -76,8 +81,11 @@ def _pax_path(data: bytes) -> str | None:
     return None
 
 
-def read_members(f: IO[bytes], *, with_data: bool) -> Iterator[TarMember]:
+def read_members(
+    f: IO[bytes], *, with_data: bool, require_end: bool = True
+) -> Iterator[TarMember]:
     """The regular files of a tar stream, in order; data is read only with ``with_data``.
+    ``require_end=False`` reads a slice of a tar (some of its members, no end marker).
 
     Raises:
         TarError: a bad header checksum, or a member cut short by the end of the stream.
@@ -96,8 +104,14 @@ def read_members(f: IO[bytes], *, with_data: bool) -> Iterator[TarMember]:
     start, long_name = None, None
     while True:
         header = f.read(_BLOCK)
-        if len(header) == 0 or header == b"\0" * _BLOCK:
-            return  # the end-of-archive marker, or a clean end without one
+        if header == b"\0" * _BLOCK:
+            return  # the end-of-archive marker
+        if len(header) == 0:
+            if not require_end:
+                return
+            # every tar writer (tarfile, GNU tar, WebDataset's TarWriter) ends with zero blocks;
+            # a stream ending at a member boundary without them was cut there
+            raise TarError(f"stream ends at byte {pos} without the end-of-archive marker")
         if len(header) < _BLOCK:
             raise TarError(f"stream ends inside a header at byte {pos}")
         _checked(header, pos)
@@ -106,9 +120,10 @@ def read_members(f: IO[bytes], *, with_data: bool) -> Iterator[TarMember]:
         kind = header[156:157]
         data_end = pos + _BLOCK + size
         padded_end = pos + _BLOCK + -(-size // _BLOCK) * _BLOCK
-        if data_end > total:
+        if data_end > total or padded_end > total:
             raise TarError(
-                f"member at byte {pos} needs {size} bytes of data; the stream ends first"
+                f"member at byte {pos} needs {size} bytes of data; the stream ends first",
+                long_name or _name(header),
             )
         want = with_data or kind in (b"x", b"L")
         data = f.read(size) if want else None
