@@ -73,7 +73,9 @@ def test_worker_w_reads_batches_w_plus_k_times_w_from_its_own_stretch(counts, s)
         for w in range(W):  # a worker's work items: contiguous ranges of a shard, or blocks
             for run in rp.workers[w]:
                 assert len(run) > 0
-                assert run.first // s.block_items == (run.stop - 1) // s.block_items or not run.keyed
+                assert (
+                    run.first // s.block_items == (run.stop - 1) // s.block_items or not run.keyed
+                )
 
 
 @settings(max_examples=100, deadline=None)

@@ -187,7 +187,9 @@ class ShardDataset:
     def _read(self, shard: int, first: int, stop: int) -> list[Any]:
         path = self.paths[shard]
         self.last_shard = path
-        raws = self._formats[shard].read(self.storage, path, self._scan(shard), first, stop)
+        scan = self._scan(shard)
+        fmt = self._formats[shard]
+        raws = self.storage.retry(path, lambda: fmt.read(self.storage, path, scan, first, stop))
         if len(raws) != stop - first:
             raise ShardError(
                 f"shard {path!r} gave {len(raws)} items for items {first}..{stop - 1}; it changed "
@@ -203,7 +205,8 @@ class ShardDataset:
         needs_positions = not isinstance(self._formats[shard], CallableFormat)
         if scan is None or (needs_positions and scan.offsets is None and scan.row_groups is None):
             path = self.paths[shard]
-            scan = self._formats[shard].scan(self.storage, path)
+            fmt = self._formats[shard]
+            scan = self.storage.retry(path, lambda: fmt.scan(self.storage, path))
             if scan.count != self.counts[shard]:
                 raise ShardError(
                     f"shard {path!r} holds {scan.count} items but the index says "

@@ -263,7 +263,7 @@ def _count(
     done: Callable[[], None] = bar.update if bar is not None else lambda: None
 
     def scan(i: int) -> tuple[int, Scan]:
-        result = formats[i].scan(storage, paths[i])
+        result = storage.retry(paths[i], lambda: formats[i].scan(storage, paths[i]))
         done()
         return i, result
 

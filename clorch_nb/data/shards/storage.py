@@ -43,6 +43,9 @@ def is_transient(exc: BaseException) -> bool:
     """
     if isinstance(exc, _PERMANENT):
         return False
+    status = getattr(exc, "status", None)  # an HTTP status: 4xx is the request's fault
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+        return False
     if isinstance(exc, TimeoutError | ConnectionError):
         return True
     module = type(exc).__module__ or ""
@@ -99,9 +102,9 @@ class Storage:
             ShardError: the shard is missing or unreadable (names it).
         """
         if not is_url(path):
-            st = self._retry(path, lambda: os.stat(os.path.expanduser(path)))
+            st = self.retry(path, lambda: os.stat(os.path.expanduser(path)))
             return {"size": int(st.st_size), "mtime": float(st.st_mtime), "etag": None}
-        info = self._retry(path, lambda: self._fs(path).info(path))
+        info = self.retry(path, lambda: self._fs(path).info(path))
         etag = info.get("ETag") or info.get("etag")
         mtime = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
         if mtime is not None and not isinstance(mtime, int | float):
@@ -117,9 +120,9 @@ class Storage:
         if end <= start:
             return b""
         if is_url(path):
-            data = self._retry(path, lambda: self._fs(path).cat_file(path, start=start, end=end))
+            data = self.retry(path, lambda: self._fs(path).cat_file(path, start=start, end=end))
         else:
-            data = self._retry(path, lambda: _read_local(path, start, end))
+            data = self.retry(path, lambda: _read_local(path, start, end))
         if len(data) != end - start:
             raise ShardError(
                 f"shard {path!r} ended after {start + len(data)} bytes while reading bytes "
@@ -135,8 +138,8 @@ class Storage:
             ShardError: missing or unreadable (names the shard).
         """
         if not is_url(path):
-            return self._retry(path, lambda: open(os.path.expanduser(path), "rb"))
-        return self._retry(path, lambda: self._fs(path).open(path, "rb", block_size=1 << 22))
+            return self.retry(path, lambda: open(os.path.expanduser(path), "rb"))
+        return self.retry(path, lambda: self._fs(path).open(path, "rb", block_size=1 << 22))
 
     # -- the machinery --------------------------------------------------------------------------
 
@@ -164,7 +167,13 @@ class Storage:
             opts["client_kwargs"] = {"timeout": aiohttp.ClientTimeout(total=self.timeout_s)}
         return opts
 
-    def _retry(self, path: str, attempt: Callable[[], T]) -> T:
+    def retry(self, path: str, attempt: Callable[[], T]) -> T:
+        """``attempt()``, retried on a transient error with backoff (see the module docstring).
+
+        Raises:
+            ShardError: a permanent error at once, or a transient one past ``retries``; both
+                name ``path``.
+        """
         for n in range(self.retries + 1):
             try:
                 return attempt()

@@ -81,9 +81,7 @@ def _pax_path(data: bytes) -> str | None:
     return None
 
 
-def read_members(
-    f: IO[bytes], *, with_data: bool, require_end: bool = True
-) -> Iterator[TarMember]:
+def read_members(f: IO[bytes], *, with_data: bool, require_end: bool = True) -> Iterator[TarMember]:
     """The regular files of a tar stream, in order; data is read only with ``with_data``.
     ``require_end=False`` reads a slice of a tar (some of its members, no end marker).
 
