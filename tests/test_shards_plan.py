@@ -44,15 +44,15 @@ def _everything(plan, ranks):
 @given(counts=counts_st, s=settings_st)
 def test_every_item_once_and_the_same_batches_on_every_rank(counts, s) -> None:
     plan = plan_epoch(counts, s)
-    n, R, B = sum(counts), s.num_replicas, s.batch_size
-    per_rank = n // R if s.drop_last else math.ceil(n / R)  # torch's DistributedSampler counts
-    nb = per_rank // B if s.drop_last_batch else math.ceil(per_rank / B)
-    assert [rp.num_batches for rp in plan.ranks] == [nb] * R
-    for r in range(R):
+    n, ranks, bs = sum(counts), s.num_replicas, s.batch_size
+    per_rank = n // ranks if s.drop_last else math.ceil(n / ranks)  # torch's DistributedSampler
+    nb = per_rank // bs if s.drop_last_batch else math.ceil(per_rank / bs)
+    assert [rp.num_batches for rp in plan.ranks] == [nb] * ranks
+    for r in range(ranks):
         sizes = [len(b) for b in plan.batches(r)]
-        assert sizes[:-1] == [B] * (nb - 1) and (not sizes or 0 < sizes[-1] <= B)
-    seen = _everything(plan, R)
-    assert sum(seen.values()) == R * (nb * B if s.drop_last_batch else per_rank)
+        assert sizes[:-1] == [bs] * (nb - 1) and (not sizes or 0 < sizes[-1] <= bs)
+    seen = _everything(plan, ranks)
+    assert sum(seen.values()) == ranks * (nb * bs if s.drop_last_batch else per_rank)
     if s.drop_last:
         assert set(seen.values()) <= {1}  # no padding: nothing twice
     if not s.drop_last and not s.drop_last_batch:
@@ -63,14 +63,14 @@ def test_every_item_once_and_the_same_batches_on_every_rank(counts, s) -> None:
 @given(counts=counts_st, s=settings_st)
 def test_worker_w_reads_batches_w_plus_k_times_w_from_its_own_stretch(counts, s) -> None:
     plan = plan_epoch(counts, s)
-    W = s.lanes
+    lanes = s.lanes
     for r, rp in enumerate(plan.ranks):
         batches = plan.batches(r)
-        for w in range(W):
-            mine = [b for i, b in enumerate(batches) if i % W == w]
+        for w in range(lanes):
+            mine = [b for i, b in enumerate(batches) if i % lanes == w]
             got = np.concatenate(mine) if mine else np.zeros(0, np.int64)
             assert got.tolist() == plan.worker_items(r, w).tolist()
-        for w in range(W):  # a worker's work items: contiguous ranges of a shard, or blocks
+        for w in range(lanes):  # a worker's work items: contiguous ranges of a shard, or blocks
             for run in rp.workers[w]:
                 assert len(run) > 0
                 assert (
@@ -83,7 +83,7 @@ def test_worker_w_reads_batches_w_plus_k_times_w_from_its_own_stretch(counts, s)
 def test_the_shuffle_moves_items_only_inside_their_block(counts, s) -> None:
     plan = plan_epoch(counts, s)
     off = plan.offsets
-    for r, rp in enumerate(plan.ranks):
+    for rp in plan.ranks:
         for w in range(s.lanes):
             for run in rp.workers[w]:
                 items = run.items(s.seed, s.epoch)
