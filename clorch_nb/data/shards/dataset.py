@@ -35,6 +35,7 @@ from clorch_nb.data.collate import default_collate
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.shards.formats import CallableFormat, Scan, ShardFormat, format_for
 from clorch_nb.data.shards.index import OnChange, ShardIndex, build_index
+from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.shards.sources import expand_sources
 from clorch_nb.data.shards.storage import Storage
 from clorch_nb.data.shards.work_plan import Run, WorkPlan, WorkSettings, plan_epoch
@@ -244,6 +245,19 @@ class ShardDataset:
     def plan(self, settings: WorkSettings, stream: Sequence[Run] | None = None) -> WorkPlan:
         """Every rank's work items for an epoch over these shards (:func:`.plan_epoch`)."""
         return plan_epoch(self.counts, replace_block(settings, self.block_items), stream)
+
+    def distributed_sampler(
+        self, *, num_replicas: int, rank: int, seed: int, shuffle: bool, drop_last: bool
+    ) -> ShardSampler:
+        """The sampler :func:`~clorch_nb.data.distributed_sampler` makes for this dataset."""
+        return ShardSampler(
+            self,
+            num_replicas=num_replicas,
+            rank=rank,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
 
     @property
     def index(self) -> ShardIndex:

@@ -131,6 +131,8 @@ class WorkSettings:
         drop_last_batch (bool): the loader's ``drop_last``: a rank's partial last batch is
             dropped.
         block_items (int): the largest block permuted in memory (``shuffle=True``).
+        first_batch (int): the loader's position of this plan's batch 0 (a resumed epoch goes
+            on numbering its batches, and the loader deals batch ``b`` to worker ``b % W``).
     """
 
     num_replicas: int = 1
@@ -142,6 +144,7 @@ class WorkSettings:
     drop_last: bool = False
     drop_last_batch: bool = False
     block_items: int = 256
+    first_batch: int = 0
 
     def __post_init__(self) -> None:
         check_int("num_replicas", self.num_replicas, minimum=1)
@@ -150,6 +153,7 @@ class WorkSettings:
         check_int("seed", self.seed)
         check_int("epoch", self.epoch, minimum=0)
         check_int("block_items", self.block_items, minimum=1)
+        check_int("first_batch", self.first_batch, minimum=0)
         for name in ("shuffle", "drop_last", "drop_last_batch"):
             check_bool(name, getattr(self, name))
 
@@ -157,6 +161,14 @@ class WorkSettings:
     def lanes(self) -> int:
         """Readers per rank: ``num_workers``, or 1 for ``num_workers=0``."""
         return max(1, self.num_workers)
+
+    def lane(self, batch: int) -> int:
+        """The worker that builds this plan's batch ``batch``."""
+        return (self.first_batch + batch) % self.lanes
+
+    def lane_batches(self, worker: int, num_batches: int) -> int:
+        """How many of this plan's first ``num_batches`` batches worker ``worker`` builds."""
+        return len(range((worker - self.first_batch) % self.lanes, num_batches, self.lanes))
 
 
 @dataclass(frozen=True)
@@ -207,15 +219,31 @@ class WorkPlan:
         parts = [off[r.shard] + r.items(s.seed, s.epoch) for r in self.ranks[rank].workers[worker]]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
+    def worker_padding(self, rank: int, worker: int) -> np.ndarray:
+        """Parallel to :meth:`worker_items`: True where the item is a padding repeat."""
+        runs = self.ranks[rank].workers[worker]
+        parts = [np.full(len(r), r.padding) for r in runs]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+    def padding(self, rank: int) -> np.ndarray:
+        """Parallel to :meth:`order`: True where the index is a padding repeat."""
+        s, rp = self.settings, self.ranks[rank]
+        flags = [self.worker_padding(rank, w) for w in range(s.lanes)]
+        parts = [
+            flags[s.lane(b)][(b // s.lanes) * s.batch_size :][: s.batch_size]
+            for b in range(rp.num_batches)
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
     def batches(self, rank: int) -> list[np.ndarray]:
         """Rank ``rank``'s batches in the loader's order: batch ``b`` is the ``b // W``-th batch
-        of worker ``b % W``'s items."""
+        of worker ``(first_batch + b) % W``'s items."""
         s, rp = self.settings, self.ranks[rank]
         per_worker = [self.worker_items(rank, w) for w in range(s.lanes)]
         out = []
         for b in range(rp.num_batches):
             j = b // s.lanes
-            out.append(per_worker[b % s.lanes][j * s.batch_size : (j + 1) * s.batch_size])
+            out.append(per_worker[s.lane(b)][j * s.batch_size : (j + 1) * s.batch_size])
         return out
 
     def order(self, rank: int) -> np.ndarray:
@@ -288,11 +316,11 @@ def _deal_workers(rank: int, runs: list[Run], s: WorkSettings) -> RankPlan:
     W = s.lanes  # noqa: N806 - the world's name for it
     if nb == 0:
         return RankPlan(rank, 0, tuple(() for _ in range(W)), tuple(range(W)))
-    last = (nb - 1) % W
+    last = s.lane(nb - 1)
     order = tuple((last + 1 + i) % W for i in range(W))
     workers: list[tuple[Run, ...]] = [()] * W
     for w in order:
-        size = min(len(range(w, nb, W)) * s.batch_size, sum(len(r) for r in runs))
+        size = min(s.lane_batches(w, nb) * s.batch_size, sum(len(r) for r in runs))
         mine, runs = _take(runs, size)
         workers[w] = _blocks(mine, s)
     return RankPlan(rank, nb, tuple(workers), order)
@@ -389,7 +417,7 @@ def remaining_stream(plan: WorkPlan, consumed_batches: int) -> list[Run]:
     out: list[Run] = []
     for rp in plan.ranks:
         for w in rp.stretch_order:
-            done = len(range(w, consumed_batches, s.lanes)) * s.batch_size
+            done = s.lane_batches(w, consumed_batches) * s.batch_size
             _, rest = _take(rp.workers[w], done)
             out.extend(_unread(r) for r in rest if not r.padding)
     return _coalesce(out)
