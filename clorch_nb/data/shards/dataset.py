@@ -45,6 +45,10 @@ from clorch_nb.errors import ConfigError, ShardError
 __all__ = ["ShardDataset", "rebuild_shard_dataset", "shard_dataset"]
 
 
+#: in the cache, an item already handed out: a read spanning it skips it (it is not kept twice)
+_SERVED: Any = object()
+
+
 def import_path(fn: Any) -> str | None:
     """``"module:qualname"`` of a module-level function a worker process can import, else None.
 
@@ -95,9 +99,10 @@ class ShardDataset:
         self._formats = list(formats)
         self._offsets = np.concatenate([[0], np.cumsum(index.counts, dtype=np.int64)])
         self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the cache
+        self._stripes = [threading.Lock() for _ in range(64)]  # one reader per block at a time
         self._spec_kwargs = spec_kwargs
-        self.last_shard: str | None = None  # the shard this copy read last (throughput view)
+        self._last_shard: str | None = None
 
     # -- the dataset protocol -------------------------------------------------------------------
 
@@ -147,30 +152,50 @@ class ShardDataset:
 
     def _take(self, keys: list[tuple[int, int]], whole_block: bool) -> dict[tuple[int, int], Any]:
         got: dict[tuple[int, int], Any] = {}
-        with self._lock:
-            for k in keys:
-                if k not in got and k in self._cache:
-                    got[k] = self._cache.pop(k)
         groups: dict[tuple[int, int], list[int]] = {}
         for s, i in keys:
-            if (s, i) not in got:
-                groups.setdefault((s, i // self.block_items), []).append(i)
+            groups.setdefault((s, i // self.block_items), []).append(i)
         for (s, block), items in groups.items():
-            if whole_block:
-                lo = block * self.block_items
-                hi = min(self.counts[s], lo + self.block_items) - 1
-            else:
-                lo, hi = min(items), max(items)
-            read = self._read_span(s, lo, hi)
-            for i in set(items):
-                got[(s, i)] = read.pop(i)
-            self._keep(s, read)
+            # one reader per block at a time: a thread building the next batch of the same
+            # block waits for this read and then finds its items in the cache (no double read)
+            with self._stripes[hash((s, block)) % len(self._stripes)]:
+                self._take_block(s, block, items, whole_block, got)
         return got
 
-    def _read_span(self, shard: int, lo: int, hi: int) -> dict[int, Any]:
-        """Items ``lo..hi`` of a shard not already cached, one ranged read per gap."""
+    def _take_block(
+        self,
+        s: int,
+        block: int,
+        items: list[int],
+        whole_block: bool,
+        got: dict[tuple[int, int], Any],
+    ) -> None:
         with self._lock:
-            cached = {i for i in range(lo, hi + 1) if (shard, i) in self._cache}
+            missing = []
+            for i in items:
+                raw = self._cache.get((s, i), _SERVED)
+                if raw is not _SERVED:
+                    got[(s, i)] = raw
+                    self._cache[(s, i)] = _SERVED  # handed out: a later span skips it
+                elif (s, i) not in got:
+                    missing.append(i)
+        if not missing:
+            return
+        if whole_block:
+            lo = block * self.block_items
+            hi = min(self.counts[s], lo + self.block_items) - 1
+        else:
+            lo, hi = min(missing), max(missing)
+        read = self._read_span(s, lo, hi, set(missing))
+        for i in set(missing):
+            got[(s, i)] = read.pop(i)
+        self._keep(s, read, served=set(missing))
+
+    def _read_span(self, shard: int, lo: int, hi: int, need: set[int]) -> dict[int, Any]:
+        """Items ``lo..hi`` of a shard, one ranged read per gap, skipping those cached or
+        already handed out (unless in ``need``: a padding repeat is read again)."""
+        with self._lock:
+            cached = {i for i in range(lo, hi + 1) if (shard, i) in self._cache and i not in need}
         out: dict[int, Any] = {}
         i = lo
         while i <= hi:
@@ -187,7 +212,7 @@ class ShardDataset:
 
     def _read(self, shard: int, first: int, stop: int) -> list[Any]:
         path = self.paths[shard]
-        self.last_shard = path
+        self._last_shard = path
         scan = self._scan(shard)
         fmt = self._formats[shard]
         raws = self.storage.retry(path, lambda: fmt.read(self.storage, path, scan, first, stop))
@@ -217,8 +242,10 @@ class ShardDataset:
             self._scans[shard] = scan
         return scan
 
-    def _keep(self, shard: int, read: dict[int, Any]) -> None:
+    def _keep(self, shard: int, read: dict[int, Any], *, served: set[int]) -> None:
         with self._lock:
+            for i in served:
+                self._cache[(shard, i)] = _SERVED
             for i, raw in read.items():
                 self._cache[(shard, i)] = raw
             while len(self._cache) > self.cache_items:
@@ -239,6 +266,17 @@ class ShardDataset:
                 + (f" (key {key!r})" if key is not None else ""),
             )
             raise
+
+    @property
+    def last_shard(self) -> str | None:
+        """The shard this copy read from last (None before its first read)."""
+        return self._last_shard
+
+    @property
+    def cached_items(self) -> int:
+        """Raw items read but not yet handed out (at most ``cache_items``)."""
+        with self._lock:
+            return sum(1 for raw in self._cache.values() if raw is not _SERVED)
 
     # -- plans and rebuilding -------------------------------------------------------------------
 
