@@ -196,7 +196,7 @@ def _rows_at(ctx: Context, ds: Any, paths: list[str], workers: int, kinds: list[
     makers = _makers(ds, paths, workers, kinds)
     loaders = {name: make() for name, make in makers.items()}
     try:
-        speed = ctx.measure(TITLE, {k: lambda k=k: _items_per_s(v) for k, v in loaders.items()},
+        speed = ctx.measure(TITLE, {k: lambda v=v: _items_per_s(v) for k, v in loaders.items()},
                             unit="items/s")  # fmt: skip
     finally:
         for loader in loaders.values():
