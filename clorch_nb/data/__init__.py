@@ -1,7 +1,8 @@
 """``clorch_nb.data``: the Python edition of ``clorch.data``.
 
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
-the loader (:func:`dataloader`), distributed sharding (:func:`distributed_sampler`,
+shard files on disk or in a bucket (:func:`shard_dataset`), the loader (:func:`dataloader`),
+distributed sharding (:func:`distributed_sampler`,
 :func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
 :func:`pad_collate`) and :func:`cleanup_data`.
 
@@ -39,6 +40,8 @@ from clorch_nb.data.distributed import (
 )
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.shards import ShardDataset, shard_dataset
+from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [
@@ -49,7 +52,9 @@ __all__ = [
     "LoaderConfig",
     "ProcessSpec",
     "SamplerSettings",
+    "ShardDataset",
     "ShardPlan",
+    "ShardSampler",
     "TensorDataset",
     "WorkerInfo",
     "as_dataset",
@@ -66,6 +71,7 @@ __all__ = [
     "pad_collate",
     "sample_indices",
     "set_epoch",
+    "shard_dataset",
     "shard_plan",
     "tensor_dataset",
 ]
