@@ -32,7 +32,7 @@ def _color(rank: int, worker: int, workers: int) -> tuple[float, float, float]:
 def _bars(ax: Any, table: ShardFiles) -> None:
     workers = max(1, table.num_workers)
     for sp in table.spans:
-        y, h = (len(table.names) - 1 - sp.shard, 0.7)
+        y, h = float(len(table.names) - 1 - sp.shard), 0.7
         if sp.padding:
             y, h = y - 0.45, 0.2  # under the shard's bar: the same items, read again
         ax.broken_barh(

@@ -8,10 +8,12 @@ One concept per module, in reading order:
 * :mod:`.tar` and :mod:`.formats`: how bytes become items (scan, ranged read, decode);
 * :mod:`.index`: counted shards, cached by identity;
 * :mod:`.work_plan`: the pure plan of an epoch (work items -> ranks -> workers, resume);
-* :mod:`.dataset`: :func:`shard_dataset`, the dataset the loader reads.
+* :mod:`.dataset` and :mod:`.build`: the dataset the loader reads, and :func:`shard_dataset`;
+* :mod:`.sampler`: its :class:`~clorch_nb.data.DistributedSampler`.
 """
 
-from clorch_nb.data.shards.dataset import ShardDataset, shard_dataset
+from clorch_nb.data.shards.build import shard_dataset
+from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.data.shards.index import ShardIndex
 from clorch_nb.data.shards.work_plan import Run, WorkPlan, WorkSettings, plan_epoch
 

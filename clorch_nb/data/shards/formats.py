@@ -66,11 +66,17 @@ class ShardFormat(Protocol):
 
     name: str
 
-    def scan(self, storage: Storage, path: str) -> Scan: ...
+    def scan(self, storage: Storage, path: str) -> Scan:
+        """Count the shard's items and record where each starts (once, when counting)."""
+        ...
 
-    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]: ...
+    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
+        """The raw items ``[first, stop)`` (bytes of a tar group or a line, a Parquet row)."""
+        ...
 
-    def decode(self, raw: Any, path: str, offset: int) -> Any: ...
+    def decode(self, raw: Any, path: str, offset: int) -> Any:
+        """One raw item as the item the user sees (before ``transform``)."""
+        ...
 
 
 def _split(blob: bytes, offsets: np.ndarray, first: int, stop: int) -> list[bytes]:

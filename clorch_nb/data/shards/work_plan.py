@@ -367,9 +367,9 @@ def plan_epoch(
     else:
         runs, dropped = _take(runs, n_r * R)
     ranks = []
-    for r in range(R):
+    for rank in range(R):
         mine, runs = _take(runs, n_r)
-        ranks.append(_deal_workers(r, mine, s))
+        ranks.append(_deal_workers(rank, mine, s))
     given = tuple(stream) if stream is not None else None
     plan = WorkPlan(counts, s, given, tuple(ranks), tuple(dropped))
     check_equal_batches(plan)
