@@ -194,3 +194,38 @@ def test_an_epoch_reads_every_byte_of_every_item_once(tmp_path, backend, monkeyp
         covered = sum(b - a for a, b in spans)
         assert covered == (offsets[-1] - offsets[0] if ds.counts[s] else 0)  # nothing twice
         assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_memory_is_bounded_by_the_blocks_in_flight_not_the_shards(tmp_path) -> None:
+    """160 MiB of shards through 2 thread workers: the process grows by less than the cache
+    bound (``cache_items`` raw items) plus the batches in flight, far below the data size."""
+    import gc
+
+    import psutil
+
+    from tests.shard_fixtures import write_tar
+
+    payload = bytes(8192)
+    paths = []
+    for s in range(20):
+        items = [{"__key__": f"{s:02d}-{i:04d}", "bin": payload} for i in range(1000)]
+        paths.append(str(write_tar(tmp_path / f"big-{s:02d}.tar", items)))
+    ds = shard_dataset(paths, transform=len, cache_dir=tmp_path, progress=False)
+    sampler = data.distributed_sampler(ds, num_replicas=1, rank=0, seed=0)
+    me = psutil.Process()
+    with data.dataloader(ds, batch_size=64, sampler=sampler, num_workers=2,
+                         worker_backend="thread") as loader:  # fmt: skip
+        it = iter(loader)
+        n = len(next(it))
+        gc.collect()
+        start = me.memory_info().rss
+        peak = start
+        for batch in it:
+            n += len(batch)
+            peak = max(peak, me.memory_info().rss)
+    assert n == 20_000
+    bound = ds.cache_items * (8192 + 1024) + 2 * 2 * 64 * 9 * 1024  # cache + batches in flight
+    assert peak - start < bound + 16 * 2**20, (peak - start) / 2**20  # + allocator slack
+    assert bound < 160 * 2**20 / 4  # the bound is a fraction of the data
