@@ -76,3 +76,31 @@ def lines_format(stream: Any) -> Any:
     for line in stream:
         if line.strip():
             yield line.decode().strip()
+
+
+def ranks_check_worker(rank: int, port: int, folder: str, counts_by_rank: list[list[int]]) -> None:
+    """One rank of a 2-rank gloo job whose ranks may disagree on the shards: it writes what its
+    first ``next()`` gave (``ok`` or the error) to ``folder/result-{rank}.txt``."""
+    import torch.distributed as dist
+
+    from clorch_nb import data
+    from clorch_nb.data.shards import shard_dataset
+
+    world = len(counts_by_rank)
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
+    )
+    try:
+        mine = Path(folder) / f"rank{rank}"
+        mine.mkdir()
+        tars = numbered_tars(mine, counts_by_rank[rank])
+        ds = shard_dataset([str(t) for t in tars], cache_dir=mine, progress=False)
+        s = data.distributed_sampler(ds, num_replicas=world, rank=rank, seed=0)
+        try:
+            next(iter(data.dataloader(ds, batch_size=2, sampler=s)))
+            result = "ok"
+        except ValueError as exc:
+            result = str(exc)
+        (Path(folder) / f"result-{rank}.txt").write_text(result)
+    finally:
+        dist.destroy_process_group()

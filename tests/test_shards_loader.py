@@ -229,3 +229,25 @@ def test_memory_is_bounded_by_the_blocks_in_flight_not_the_shards(tmp_path) -> N
     bound = ds.cache_items * (8192 + 1024) + 2 * 2 * 64 * 9 * 1024  # cache + batches in flight
     assert peak - start < bound + 16 * 2**20, (peak - start) / 2**20  # + allocator slack
     assert bound < 160 * 2**20 / 4  # the bound is a fraction of the data
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_ranks_that_disagree_are_named_before_the_first_batch(tmp_path) -> None:
+    """A real 2-rank gloo job where rank 1 was given one shard less: both ranks stop at their
+    first ``next()`` with an error naming rank 1, instead of hanging at the epoch's end."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    from tests.shard_fixtures import ranks_check_worker
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    counts = [[6, 6, 6], [6, 6]]
+    mp.start_processes(ranks_check_worker, args=(port, str(tmp_path), counts), nprocs=2,
+                       start_method="spawn", join=True)  # fmt: skip
+    for r in range(2):
+        text = (tmp_path / f"result-{r}.txt").read_text()
+        assert "rank 1 would yield 3 batches this epoch but rank 0 yields 5" in text, text

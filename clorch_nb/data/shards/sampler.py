@@ -166,6 +166,15 @@ class ShardSampler(DistributedSampler):
             torch.distributed.all_gather(every, mine)
             check_equal_batches(wp, [int(t) for t in every])
 
+    def note_iteration(self, stacklevel: int = 3) -> None:
+        """A real epoch starts (not a peek): the base class's check, then :meth:`check_ranks`
+        (a collective when ``torch.distributed`` is initialised: every rank starts its epoch)."""
+        super_note = getattr(super(), "note_iteration", None) or super()._note_iteration
+        super_note(stacklevel + 1)
+        self.check_ranks()
+
+    _note_iteration = note_iteration  # the name the loader used before the Epoch refactor
+
     # -- state ----------------------------------------------------------------------------------
 
     def state_dict(self, num_consumed: int = 0) -> dict[str, Any]:
