@@ -251,3 +251,22 @@ def test_ranks_that_disagree_are_named_before_the_first_batch(tmp_path) -> None:
     for r in range(2):
         text = (tmp_path / f"result-{r}.txt").read_text()
         assert "rank 1 would yield 3 batches this epoch but rank 0 yields 5" in text, text
+
+
+def test_a_state_of_other_shards_or_settings_is_refused(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ds, other = _tars(tmp_path / "a", [5, 5]), _tars(tmp_path / "b", [5, 6])
+    state = data.distributed_sampler(ds, num_replicas=2, rank=0, seed=1).state_dict(2)
+    with pytest.raises(ConfigError, match=r"saved with shards='\w+' but this sampler has"):
+        data.distributed_sampler(other, num_replicas=2, rank=0, seed=1).load_state_dict(state)
+    with pytest.raises(ConfigError, match=r"saved with seed=1 but this sampler has seed=2"):
+        data.distributed_sampler(ds, num_replicas=2, rank=0, seed=2).load_state_dict(state)
+    with pytest.raises(ConfigError, match=r"is not a shard sampler state"):
+        data.distributed_sampler(ds, num_replicas=2, rank=0).load_state_dict({"epoch": 0})
+
+
+def test_disjoint_shards_are_refused_for_a_shard_dataset(tmp_path) -> None:
+    ds = _tars(tmp_path, [3])
+    with pytest.raises(ConfigError, match=r"shard_mode='disjoint': a shard dataset is planned"):
+        data.distributed_sampler(ds, num_replicas=2, rank=0, shard_mode="disjoint")
