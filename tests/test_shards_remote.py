@@ -163,3 +163,19 @@ def test_http_transient_errors_past_the_retries_name_the_url(http_root, tmp_path
 def test_http_missing_shard_names_the_url(http_root, tmp_path: Path) -> None:
     with pytest.raises(ShardError, match=r"shard 'http://127.0.0.1:\d+/gone.tar' cannot be read"):
         shard_dataset(f"{http_root}/gone.tar", cache_dir=tmp_path, progress=False)
+
+
+@pytest.mark.timeout(180)
+def test_s3_shards_through_process_workers_exactly_once(s3, tmp_path: Path) -> None:
+    from clorch_nb import data
+
+    ds = shard_dataset("s3://shards/shard-{00000..00002}.tar", storage_options=s3,
+                       transform=cls_of, cache_dir=tmp_path, progress=False)  # fmt: skip
+    got = []
+    for r in range(2):
+        s = data.distributed_sampler(ds, num_replicas=2, rank=r, seed=0)
+        with data.dataloader(ds, batch_size=2, sampler=s, num_workers=2,
+                             worker_backend="process", timeout_ms=60_000) as loader:  # fmt: skip
+            got.append([i for b in loader for i in b])
+    assert len(got[0]) == len(got[1]) == 3  # 5 items on 2 ranks: 3 each, one padding repeat
+    assert set(got[0]) | set(got[1]) == set(range(5))
