@@ -128,8 +128,6 @@ class ShardSampler(DistributedSampler):
         loader numbers the plan's batches after them)."""
         return 0, self._resumed_here()[1] * self.batch_size
 
-    _layout = layout  # the name the loader used before the Epoch refactor
-
     def index_tensor(self) -> torch.Tensor:
         """This rank's indices for the current epoch: int64, ``(len(self),)``."""
         return torch.from_numpy(self.work_plan().order(self.rank))
@@ -169,11 +167,8 @@ class ShardSampler(DistributedSampler):
     def note_iteration(self, stacklevel: int = 3) -> None:
         """A real epoch starts (not a peek): the base class's check, then :meth:`check_ranks`
         (a collective when ``torch.distributed`` is initialised: every rank starts its epoch)."""
-        super_note = getattr(super(), "note_iteration", None) or super()._note_iteration
-        super_note(stacklevel + 1)
+        super().note_iteration(stacklevel + 1)
         self.check_ranks()
-
-    _note_iteration = note_iteration  # the name the loader used before the Epoch refactor
 
     # -- state ----------------------------------------------------------------------------------
 
