@@ -15,6 +15,7 @@ __all__ = [
     "CollateError",
     "ConfigError",
     "LoaderClosedError",
+    "ShardError",
     "SharedMemoryError",
     "StaleIteratorError",
     "WorkerError",
@@ -97,3 +98,24 @@ class StaleIteratorError(ClorchError, RuntimeError):
 class WorkerStateError(ClorchError, RuntimeError):
     """The dataset changed in this process in a way the process workers cannot see; the
     message names the attribute and the channel that reaches them (``set_epoch``)."""
+
+
+class ShardError(ClorchError, OSError):
+    """A data shard cannot be read as counted: missing, unreadable, truncated, corrupt, or changed
+    since its items were counted. The message names the shard (path or URL) and the fix.
+
+    Attributes:
+        shard (str | None): the shard's path or URL.
+        offset (int | None): the item offset inside the shard where reading failed; None when
+            the failure is about the whole shard (missing, changed).
+
+    Example:
+        >>> e = ShardError("shard 'a.tar' is truncated at item 3", shard="a.tar", offset=3)
+        >>> e.shard, e.offset, isinstance(e, OSError)
+        ('a.tar', 3, True)
+    """
+
+    def __init__(self, message: str, *, shard: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.shard = shard  # instance attributes survive pickling out of a process worker
+        self.offset = offset

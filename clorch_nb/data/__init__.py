@@ -1,8 +1,9 @@
 """``clorch_nb.data``: the Python edition of ``clorch.data``.
 
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
-the loader (:func:`dataloader` -> :class:`DataLoader`; one ``iter()`` is an
-:class:`~clorch_nb.data.epoch.Epoch`), distributed sharding (:func:`distributed_sampler`,
+shard files on disk or in a bucket (:func:`shard_dataset`), the loader (:func:`dataloader` ->
+:class:`DataLoader`; one ``iter()`` is an :class:`~clorch_nb.data.epoch.Epoch`), distributed
+sharding (:func:`distributed_sampler`,
 :func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
 :func:`pad_collate`) and :func:`cleanup_data`.
 
@@ -43,6 +44,8 @@ from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
 from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.shards import ShardDataset, shard_dataset
+from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 from clorch_nb.data.workers.base import WorkerPool
@@ -59,8 +62,10 @@ __all__ = [
     "LoaderState",
     "ProcessSpec",
     "SamplerSettings",
+    "ShardDataset",
     "ShardMode",
     "ShardPlan",
+    "ShardSampler",
     "Stage",
     "TensorDataset",
     "WorkerBackend",
@@ -81,6 +86,7 @@ __all__ = [
     "pad_collate",
     "sample_indices",
     "set_epoch",
+    "shard_dataset",
     "shard_plan",
     "tensor_dataset",
 ]

@@ -381,6 +381,16 @@ def distributed_sampler(
     if rank is None:
         rank = dist.rank()
     settings = SamplerSettings(size, num_replicas, rank, seed, shuffle, drop_last, shard_mode)
+    plans_itself = getattr(n_or_dataset, "distributed_sampler", None)  # a shard dataset
+    if callable(plans_itself):
+        if shard_mode != "even":
+            raise ConfigError(
+                f"shard_mode={shard_mode!r}: a shard dataset is planned in equal shards per rank "
+                "(torch's padding, or drop_last=True); leave shard_mode='even'"
+            )
+        return plans_itself(  # type: ignore[no-any-return]
+            num_replicas=num_replicas, rank=rank, seed=seed, shuffle=shuffle, drop_last=drop_last
+        )
     return DistributedSampler(**asdict(settings))
 
 

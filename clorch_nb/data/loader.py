@@ -98,6 +98,10 @@ class LoaderEngine:
         self.config = config
         self.dataset = dataset
         self.sampler = sampler
+        bind = getattr(sampler, "bind_loader", None)  # a sampler that plans whole batches
+        if callable(bind) and config.batch_size is not None:  # (data.shards.ShardSampler)
+            bind(batch_size=config.batch_size, num_workers=config.num_workers,
+                 drop_last=config.drop_last)  # fmt: skip
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
         self.process_spec = process_spec
         self.worker_backend = worker_backend

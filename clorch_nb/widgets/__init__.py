@@ -27,6 +27,7 @@ from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 if TYPE_CHECKING:
     from clorch_nb.widgets.headspace import Headspace, headspace
     from clorch_nb.widgets.shapes_view import BatchShapesView
+    from clorch_nb.widgets.shard_files_view import ShardFilesView
     from clorch_nb.widgets.shard_view import ShardView
     from clorch_nb.widgets.throughput_view import ThroughputMonitor, monitor
     from clorch_nb.widgets.timeline_view import TimelineView
@@ -35,6 +36,7 @@ __all__ = [
     "BatchShapesView",
     "Headspace",
     "ShapeReport",
+    "ShardFilesView",
     "ShardTable",
     "ShardView",
     "ThroughputMonitor",
@@ -50,6 +52,7 @@ __all__ = [
 
 _VIEWS = {
     "ShardView": "clorch_nb.widgets.shard_view",
+    "ShardFilesView": "clorch_nb.widgets.shard_files_view",
     "BatchShapesView": "clorch_nb.widgets.shapes_view",
     "ThroughputMonitor": "clorch_nb.widgets.throughput_view",
     "monitor": "clorch_nb.widgets.throughput_view",

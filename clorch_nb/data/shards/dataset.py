@@ -1,0 +1,306 @@
+"""``shard_dataset``: files of items (WebDataset tars, JSONL, Parquet) on disk or in a bucket,
+seen by the loader as one map-style dataset of ``get_size()`` items, read sequentially.
+
+1. **build** (once, in this process): expand the sources, pick each shard's format, count every
+   shard (or reuse the cached index): :func:`shard_dataset`.
+2. **plan** (every epoch): the sampler from :func:`~clorch_nb.data.distributed_sampler` plans
+   work items over the counts (:mod:`.work_plan`), so batch ``b`` of a rank is cut from worker
+   ``b % W``'s own contiguous stretch of shards.
+3. **read** (in the workers): :meth:`ShardDataset.get_batch` maps global indices to (shard, item)
+   and reads what it lacks with one ranged read per gap inside a block, keeping the raw items it
+   read but has not yet handed out in a small cache (``cache_items``, popped on use). A worker
+   therefore reads each block of its stretch once, front to back, whatever the shuffle inside
+   the block; memory holds the blocks in flight, never a shard.
+
+Process workers rebuild the dataset from :attr:`ShardDataset.process_spec` (plain data: paths,
+formats, the counted index, storage options, the transform's import path); no user
+``process_spec`` is needed when ``transform`` (and a callable ``format``) is an importable
+module-level function.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from clorch_nb._checks import check_int
+from clorch_nb.data.collate import default_collate
+from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.shards.formats import CallableFormat, Scan, ShardFormat
+from clorch_nb.data.shards.index import ShardIndex
+from clorch_nb.data.shards.sampler import ShardSampler
+from clorch_nb.data.shards.storage import Storage
+from clorch_nb.data.shards.work_plan import Run, WorkPlan, WorkSettings, plan_epoch
+from clorch_nb.data.workers.base import add_note
+from clorch_nb.errors import ShardError
+
+__all__ = ["REBUILD", "ShardDataset", "replace_block"]
+
+#: the factory a process worker calls to rebuild a shard dataset (see :mod:`.build`)
+REBUILD = "clorch_nb.data.shards.build:rebuild_shard_dataset"
+
+
+#: in the cache, an item already handed out: a read spanning it skips it (it is not kept twice)
+_SERVED: Any = object()
+
+
+class ShardDataset:
+    """Items stored in shard files; built by :func:`shard_dataset` (see the module docstring).
+
+    Attributes:
+        paths (tuple[str, ...]): the shards, in source order.
+        counts (tuple[int, ...]): items per shard.
+        block_items (int): the largest block a worker permutes and keeps in memory.
+    """
+
+    def __init__(
+        self,
+        index: ShardIndex,
+        formats: Sequence[ShardFormat],
+        storage: Storage,
+        *,
+        transform: Callable[[Any], Any] | None = None,
+        block_items: int = 256,
+        cache_items: int | None = None,
+        spec_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.paths = index.paths
+        self.counts = index.counts
+        self.block_items = check_int("block_items", block_items, minimum=1)
+        self.cache_items = check_int(
+            "cache_items", cache_items if cache_items is not None else 8 * block_items, minimum=1
+        )
+        self.transform = transform
+        self.storage = storage
+        self._index = index
+        self._scans: list[Scan | None] = list(index.scans)
+        self._formats = list(formats)
+        self._offsets = np.concatenate([[0], np.cumsum(index.counts, dtype=np.int64)])
+        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self._lock = threading.Lock()  # guards the cache
+        self._stripes = [threading.Lock() for _ in range(64)]  # one reader per block at a time
+        self._spec_kwargs = spec_kwargs
+        self._last_shard: str | None = None
+
+    # -- the dataset protocol -------------------------------------------------------------------
+
+    def get_size(self) -> int:
+        """Items in all shards."""
+        return int(self._offsets[-1])
+
+    def __len__(self) -> int:
+        return self.get_size()
+
+    def locate(self, idx: int) -> tuple[int, int]:
+        """``(shard position, item offset in it)`` of global index ``idx``.
+
+        Raises:
+            IndexError: ``idx`` outside ``[0, get_size())``.
+        """
+        if not 0 <= idx < self.get_size():
+            raise IndexError(f"index {idx} is out of range for {self.get_size()} shard items")
+        s = int(np.searchsorted(self._offsets, idx, side="right") - 1)
+        return s, int(idx - self._offsets[s])
+
+    def get_item(self, idx: int) -> Any:
+        """Item ``idx``: its block is read (and kept) on a miss, so neighbours are cheap."""
+        return self.get_items([idx], whole_block=True)[0]
+
+    def get_batch(self, indices: torch.Tensor | Sequence[int]) -> Any:
+        """``default_collate`` of :meth:`get_items` (the loader's one-call batch path)."""
+        return default_collate(self.get_items(indices))
+
+    def get_items(
+        self, indices: torch.Tensor | Sequence[int], *, whole_block: bool = False
+    ) -> list:
+        """The items at global ``indices``, decoded and transformed, in that order.
+
+        Reads only what the cache lacks: per block, the gaps between cached items inside the
+        span of the items asked for (``whole_block``: the whole block, for item-by-item access).
+
+        Raises:
+            IndexError: an index outside the dataset.
+            ShardError: a shard is unreadable or corrupt (names the shard and item offset).
+        """
+        keys = [self.locate(int(i)) for i in (np.asarray(indices, dtype=np.int64).tolist())]
+        raws = self._take(keys, whole_block)
+        return [self._decode(s, i, raws[(s, i)]) for s, i in keys]
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _take(self, keys: list[tuple[int, int]], whole_block: bool) -> dict[tuple[int, int], Any]:
+        got: dict[tuple[int, int], Any] = {}
+        groups: dict[tuple[int, int], list[int]] = {}
+        for s, i in keys:
+            groups.setdefault((s, i // self.block_items), []).append(i)
+        for (s, block), items in groups.items():
+            # one reader per block at a time: a thread building the next batch of the same
+            # block waits for this read and then finds its items in the cache (no double read)
+            with self._stripes[hash((s, block)) % len(self._stripes)]:
+                self._take_block(s, block, items, whole_block, got)
+        return got
+
+    def _take_block(
+        self,
+        s: int,
+        block: int,
+        items: list[int],
+        whole_block: bool,
+        got: dict[tuple[int, int], Any],
+    ) -> None:
+        with self._lock:
+            missing = []
+            for i in items:
+                raw = self._cache.get((s, i), _SERVED)
+                if raw is not _SERVED:
+                    got[(s, i)] = raw
+                    self._cache[(s, i)] = _SERVED  # handed out: a later span skips it
+                elif (s, i) not in got:
+                    missing.append(i)
+        if not missing:
+            return
+        if whole_block:
+            lo = block * self.block_items
+            hi = min(self.counts[s], lo + self.block_items) - 1
+        else:
+            lo, hi = min(missing), max(missing)
+        read = self._read_span(s, lo, hi, set(missing))
+        for i in set(missing):
+            got[(s, i)] = read.pop(i)
+        self._keep(s, read, served=set(missing))
+
+    def _read_span(self, shard: int, lo: int, hi: int, need: set[int]) -> dict[int, Any]:
+        """Items ``lo..hi`` of a shard, one ranged read per gap, skipping those cached or
+        already handed out (unless in ``need``: a padding repeat is read again)."""
+        with self._lock:
+            cached = {i for i in range(lo, hi + 1) if (shard, i) in self._cache and i not in need}
+        out: dict[int, Any] = {}
+        i = lo
+        while i <= hi:
+            if i in cached:
+                i += 1
+                continue
+            j = i
+            while j + 1 <= hi and j + 1 not in cached:
+                j += 1
+            for k, raw in enumerate(self._read(shard, i, j + 1)):
+                out[i + k] = raw
+            i = j + 1
+        return out
+
+    def _read(self, shard: int, first: int, stop: int) -> list[Any]:
+        path = self.paths[shard]
+        self._last_shard = path
+        scan = self._scan(shard)
+        fmt = self._formats[shard]
+        raws = self.storage.retry(path, lambda: fmt.read(self.storage, path, scan, first, stop))
+        if len(raws) != stop - first:
+            raise ShardError(
+                f"shard {path!r} gave {len(raws)} items for items {first}..{stop - 1}; it changed "
+                "since it was counted",
+                shard=path,
+                offset=first + len(raws),
+            )
+        return raws
+
+    def _scan(self, shard: int) -> Scan:
+        """The shard's scan; with a counts-only index, made now (once per copy) and checked."""
+        scan = self._scans[shard]
+        needs_positions = not isinstance(self._formats[shard], CallableFormat)
+        if scan is None or (needs_positions and scan.offsets is None and scan.row_groups is None):
+            path = self.paths[shard]
+            fmt = self._formats[shard]
+            scan = self.storage.retry(path, lambda: fmt.scan(self.storage, path))
+            if scan.count != self.counts[shard]:
+                raise ShardError(
+                    f"shard {path!r} holds {scan.count} items but the index says "
+                    f"{self.counts[shard]}; rebuild the index (index=None counts afresh)",
+                    shard=path,
+                )
+            self._scans[shard] = scan
+        return scan
+
+    def _keep(self, shard: int, read: dict[int, Any], *, served: set[int]) -> None:
+        with self._lock:
+            for i in served:
+                self._cache[(shard, i)] = _SERVED
+            for i, raw in read.items():
+                self._cache[(shard, i)] = raw
+            while len(self._cache) > self.cache_items:
+                self._cache.popitem(last=False)  # the oldest: a block abandoned mid-way
+
+    def _decode(self, shard: int, offset: int, raw: Any) -> Any:
+        path = self.paths[shard]
+        item = self._formats[shard].decode(raw, path, offset)
+        if self.transform is None:
+            return item
+        try:
+            return self.transform(item)
+        except Exception as exc:
+            key = item.get("__key__") if isinstance(item, dict) else None
+            add_note(
+                exc,
+                f"[clorch_nb] in transform for shard {path!r}, item {offset}"
+                + (f" (key {key!r})" if key is not None else ""),
+            )
+            raise
+
+    @property
+    def last_shard(self) -> str | None:
+        """The shard this copy read from last (None before its first read)."""
+        return self._last_shard
+
+    @property
+    def cached_items(self) -> int:
+        """Raw items read but not yet handed out (at most ``cache_items``)."""
+        with self._lock:
+            return sum(1 for raw in self._cache.values() if raw is not _SERVED)
+
+    # -- plans and rebuilding -------------------------------------------------------------------
+
+    def plan(self, settings: WorkSettings, stream: Sequence[Run] | None = None) -> WorkPlan:
+        """Every rank's work items for an epoch over these shards (:func:`.plan_epoch`)."""
+        return plan_epoch(self.counts, replace_block(settings, self.block_items), stream)
+
+    def distributed_sampler(
+        self, *, num_replicas: int, rank: int, seed: int, shuffle: bool, drop_last: bool
+    ) -> ShardSampler:
+        """The sampler :func:`~clorch_nb.data.distributed_sampler` makes for this dataset."""
+        return ShardSampler(
+            self,
+            num_replicas=num_replicas,
+            rank=rank,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
+
+    @property
+    def index(self) -> ShardIndex:
+        """The counted index (pass ``index=ds.index.to_dict()`` to skip counting elsewhere)."""
+        return self._index
+
+    @property
+    def process_spec(self) -> ProcessSpec | None:
+        """How a process worker rebuilds this dataset; None when ``transform`` or a callable
+        format cannot be imported by name (a lambda, a notebook function)."""
+        if self._spec_kwargs is None:
+            return None
+        return ProcessSpec(REBUILD, [], self._spec_kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardDataset({len(self.paths)} shards, {self.get_size()} items, "
+            f"formats={sorted({f.name for f in self._formats})}, first={self.paths[0]!r})"
+        )
+
+
+def replace_block(settings: WorkSettings, block_items: int) -> WorkSettings:
+    """``settings`` with this dataset's ``block_items``."""
+    return replace(settings, block_items=block_items)

@@ -1,0 +1,345 @@
+"""How a shard's bytes become items: WebDataset tar, JSONL, Parquet, or a user's function.
+
+Every format does three things:
+
+1. **scan** a whole shard once (when it is counted): the number of items and where each starts,
+   so an item can later be reached without reading what comes before it. Tar and JSONL record
+   the byte offset of every item (``offsets``, ``count + 1`` of them: item ``i`` is bytes
+   ``offsets[i]:offsets[i+1]``); Parquet records its row groups' sizes; a callable format
+   records only the count (reaching item ``k`` then costs reading ``k`` items).
+2. **read** items ``[first, stop)`` as *raw* values (the bytes of a tar group or a JSON line, a
+   Parquet row): one ranged read, what a worker keeps in its block cache.
+3. **decode** one raw value into the item (``{"__key__": ..., "jpg": bytes, ...}`` for a tar,
+   the parsed object for JSONL, the row dict for Parquet), before the user's ``transform``.
+
+A corrupt or truncated shard raises :class:`~clorch_nb.errors.ShardError` naming the shard and
+the item offset where it broke; an empty shard is zero items, not an error.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from clorch_nb.data.shards.storage import Storage
+from clorch_nb.data.shards.tar import TarError, group_key, read_members
+from clorch_nb.errors import ConfigError, ShardError
+
+__all__ = [
+    "CallableFormat",
+    "FormatName",
+    "JsonlFormat",
+    "ParquetFormat",
+    "Scan",
+    "ShardFormat",
+    "TarFormat",
+    "format_for",
+]
+
+FormatName = Literal["auto", "webdataset", "jsonl", "parquet"]
+
+_EXTENSIONS = {".tar": "webdataset", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What counting one shard found.
+
+    Attributes:
+        count (int): items in the shard (0 for an empty shard).
+        offsets (np.ndarray | None): int64 ``(count + 1,)`` byte offsets (tar, JSONL).
+        row_groups (tuple[int, ...] | None): rows per row group (Parquet).
+    """
+
+    count: int
+    offsets: np.ndarray | None = None
+    row_groups: tuple[int, ...] | None = None
+
+
+class ShardFormat(Protocol):
+    """The interface every format implements (see the module docstring)."""
+
+    name: str
+
+    def scan(self, storage: Storage, path: str) -> Scan:
+        """Count the shard's items and record where each starts (once, when counting)."""
+        ...
+
+    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
+        """The raw items ``[first, stop)`` (bytes of a tar group or a line, a Parquet row)."""
+        ...
+
+    def decode(self, raw: Any, path: str, offset: int) -> Any:
+        """One raw item as the item the user sees (before ``transform``)."""
+        ...
+
+
+def _split(blob: bytes, offsets: np.ndarray, first: int, stop: int) -> list[bytes]:
+    base = int(offsets[first])
+    return [blob[int(offsets[i]) - base : int(offsets[i + 1]) - base] for i in range(first, stop)]
+
+
+class TarFormat:
+    """WebDataset tar: consecutive files with the same key (the path up to the first dot of the
+    file name) are one item ``{"__key__": key, "__url__": shard, ext: bytes, ...}``, as
+    ``webdataset.tariterators.group_by_keys`` groups them."""
+
+    name = "webdataset"
+
+    def scan(self, storage: Storage, path: str) -> Scan:
+        """Read every header (data is skipped by seeking) and record each group's start."""
+        starts: list[int] = []
+        last_key: str | None = None
+        end = 0
+        with storage.open(path) as f:
+            try:
+                for member in read_members(f, with_data=False):
+                    key = group_key(member.name)
+                    if not key:
+                        continue  # a file without an extension: WebDataset skips it too
+                    if key != last_key:
+                        starts.append(member.header_offset)
+                        last_key = key
+                    end = member.end_offset
+            except TarError as exc:
+                # a file of the item being read, or the first file of the next one
+                same = exc.name is not None and group_key(exc.name) == last_key
+                at = len(starts) - 1 if same else len(starts)
+                raise ShardError(
+                    f"shard {path!r} is not a valid tar at item {at}: {exc}. The file is "
+                    "truncated or corrupt; rewrite it",
+                    shard=path,
+                    offset=at,
+                ) from exc
+        return Scan(len(starts), np.asarray([*starts, end], dtype=np.int64))
+
+    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
+        """Raw bytes of items ``[first, stop)``: one ranged read."""
+        assert scan.offsets is not None
+        blob = storage.read_range(path, int(scan.offsets[first]), int(scan.offsets[stop]))
+        return _split(blob, scan.offsets, first, stop)
+
+    def decode(self, raw: Any, path: str, offset: int) -> Any:
+        """The item dict of one group's bytes."""
+        item: dict[str, Any] = {"__url__": path}
+        try:
+            for member in read_members(io.BytesIO(raw), with_data=True, require_end=False):
+                key = group_key(member.name)
+                if not key:
+                    continue
+                ext = member.name[len(key) + 1 :].lower()
+                item.setdefault("__key__", key)
+                if key != item["__key__"]:
+                    raise TarError(f"file {member.name!r} does not belong to key {item['__key__']}")
+                item[ext] = member.data
+        except TarError as exc:
+            raise ShardError(
+                f"shard {path!r}, item {offset}: {exc}; the shard changed or is corrupt",
+                shard=path,
+                offset=offset,
+            ) from exc
+        return item
+
+
+class JsonlFormat:
+    """JSON Lines: one item per non-blank line, parsed with ``json.loads``."""
+
+    name = "jsonl"
+
+    def scan(self, storage: Storage, path: str) -> Scan:
+        """Record every non-blank line's start; check a last line without a newline parses
+        (else the shard was cut mid-write)."""
+        offsets: list[int] = []
+        pos = 0
+        last = b""
+        with storage.open(path) as f:
+            for line in f:
+                if line.strip():
+                    offsets.append(pos)
+                    last = line
+                pos += len(line)
+        if last and not last.endswith(b"\n"):
+            try:
+                json.loads(last)
+            except ValueError as exc:
+                raise ShardError(
+                    f"shard {path!r} is truncated: its last line (item {len(offsets) - 1}) is "
+                    f"cut mid-record ({exc}); rewrite the shard",
+                    shard=path,
+                    offset=len(offsets) - 1,
+                ) from exc
+        return Scan(len(offsets), np.asarray([*offsets, pos], dtype=np.int64))
+
+    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
+        """Raw line bytes of items ``[first, stop)`` (blank lines between them dropped)."""
+        assert scan.offsets is not None
+        blob = storage.read_range(path, int(scan.offsets[first]), int(scan.offsets[stop]))
+        return [_first_line(b) for b in _split(blob, scan.offsets, first, stop)]
+
+    def decode(self, raw: Any, path: str, offset: int) -> Any:
+        """``json.loads`` of the line; a bad line names the shard and the item."""
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ShardError(
+                f"shard {path!r}, item {offset} is not valid JSON ({exc}): {bytes(raw)[:60]!r}",
+                shard=path,
+                offset=offset,
+            ) from exc
+
+
+def _first_line(chunk: bytes) -> bytes:
+    """A line's bytes without the blank lines that followed it."""
+    end = chunk.find(b"\n")
+    return chunk if end < 0 else chunk[: end + 1]
+
+
+class ParquetFormat:
+    """Parquet through pyarrow: one item per row (a dict column -> value); items are reached by
+    row group, so a read starts at most one row group before the first item it needs."""
+
+    name = "parquet"
+
+    def _file(self, storage: Storage, path: str, f: Any) -> Any:
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError(
+                f"shard {path!r} is Parquet, which needs pyarrow: pip install 'clorch-nb[remote]'"
+            ) from None
+        try:
+            return pq.ParquetFile(f)
+        except Exception as exc:
+            raise ShardError(
+                f"shard {path!r} is not a readable Parquet file ({type(exc).__name__}: {exc}); "
+                "it is truncated or corrupt",
+                shard=path,
+                offset=0,
+            ) from exc
+
+    def scan(self, storage: Storage, path: str) -> Scan:
+        """The row count of every row group, from the footer."""
+        with storage.open(path) as f:
+            meta = self._file(storage, path, f).metadata
+            groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
+        return Scan(sum(groups), row_groups=groups)
+
+    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
+        """Rows ``[first, stop)`` as dicts, from the row groups that hold them."""
+        assert scan.row_groups is not None
+        bounds = np.concatenate([[0], np.cumsum(scan.row_groups)])
+        g0 = int(np.searchsorted(bounds, first, side="right") - 1)
+        g1 = int(np.searchsorted(bounds, stop, side="left"))
+        with storage.open(path) as f:
+            pf = self._file(storage, path, f)
+            try:
+                rows = pf.read_row_groups(list(range(g0, g1))).to_pylist()
+            except Exception as exc:
+                raise ShardError(
+                    f"shard {path!r}: row groups {g0}..{g1 - 1} (items {first}..{stop - 1}) "
+                    f"cannot be read ({type(exc).__name__}: {exc})",
+                    shard=path,
+                    offset=first,
+                ) from exc
+        base = int(bounds[g0])
+        return rows[first - base : stop - base]
+
+    def decode(self, raw: Any, path: str, offset: int) -> Any:
+        """The row dict itself."""
+        return raw
+
+
+class CallableFormat:
+    """A user's function ``fn(stream) -> iterable of items`` over the open shard. It cannot seek:
+    reaching item ``k`` reads the ``k`` items before it (use tar, JSONL or Parquet for O(1)
+    seeks)."""
+
+    def __init__(self, fn: Callable[[Any], Iterable[Any]]) -> None:
+        self.fn = fn
+        self.name = getattr(fn, "__qualname__", repr(fn))
+
+    def scan(self, storage: Storage, path: str) -> Scan:
+        """Count by iterating the whole shard."""
+        with storage.open(path) as f:
+            return Scan(sum(1 for _ in self._iterate(f, path)))
+
+    def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
+        """Items ``[first, stop)``, reading (and dropping) the ``first`` before them."""
+        out: list[Any] = []
+        with storage.open(path) as f:
+            for i, item in enumerate(self._iterate(f, path)):
+                if i >= stop:
+                    break
+                if i >= first:
+                    out.append(item)
+        if len(out) != stop - first:
+            raise ShardError(
+                f"shard {path!r} gave {first + len(out)} items, fewer than the {stop} counted: "
+                "it changed since it was counted",
+                shard=path,
+                offset=first + len(out),
+            )
+        return out
+
+    def _iterate(self, f: Any, path: str) -> Iterable[Any]:
+        i = 0
+        try:
+            for i, item in enumerate(self.fn(f)):  # noqa: B007 - i names the failing item
+                yield item
+        except ShardError:
+            raise
+        except Exception as exc:
+            raise ShardError(
+                f"shard {path!r}: format function {self.name} failed near item {i} "
+                f"({type(exc).__name__}: {exc})",
+                shard=path,
+                offset=i,
+            ) from exc
+
+    def decode(self, raw: Any, path: str, offset: int) -> Any:
+        """The item as the function yielded it."""
+        return raw
+
+
+_BUILTIN: dict[str, ShardFormat] = {
+    "webdataset": TarFormat(),
+    "jsonl": JsonlFormat(),
+    "parquet": ParquetFormat(),
+}
+
+
+def format_for(fmt: Any, path: str) -> ShardFormat:
+    """The reader for one shard: a named format, the shard's extension for ``"auto"``, or a
+    callable wrapped in :class:`CallableFormat`.
+
+    Raises:
+        ConfigError: an unknown format name, or ``"auto"`` with an unknown extension (both
+            name the shard and the choices).
+
+    Example:
+        >>> format_for("auto", "s3://b/train-0001.tar").name
+        'webdataset'
+    """
+    if callable(fmt):
+        return CallableFormat(fmt)
+    if fmt == "auto":
+        lower = path.lower().split("?", 1)[0]
+        for ext, name in _EXTENSIONS.items():
+            if lower.endswith(ext):
+                return _BUILTIN[name]
+        raise ConfigError(
+            f"format='auto' cannot tell the format of shard {path!r} from its extension (known: "
+            f"{', '.join(_EXTENSIONS)}); pass format='webdataset', 'jsonl', 'parquet' or a "
+            "function stream -> items"
+        )
+    if fmt in _BUILTIN:
+        return _BUILTIN[fmt]
+    raise ConfigError(
+        f"format={fmt!r} must be 'auto', 'webdataset', 'jsonl', 'parquet' or a function "
+        "stream -> iterable of items"
+    )

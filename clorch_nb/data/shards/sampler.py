@@ -1,0 +1,266 @@
+"""``ShardSampler``: a :class:`~clorch_nb.data.DistributedSampler` for a shard dataset, made by
+``distributed_sampler(shard_ds, ...)``: the same settings and the same counts as torch's
+(padding to ``ceil(N / R)`` per rank, or ``floor`` with ``drop_last``), but the order comes from
+the work plan (:mod:`.work_plan`): each rank reads contiguous stretches of shards, each worker its
+own stretch, shuffled by shard and inside bounded blocks.
+
+The loader tells it its ``batch_size``, ``num_workers`` and ``drop_last``
+(:meth:`ShardSampler.bind_loader`), so batch ``b`` of the plan is cut from worker ``b % W``'s
+stretch; before that, it plans for one reader and batches of one (correct, less local).
+
+**State** (``state_dict`` / ``load_state_dict``): the settings, the epoch, the plan's stream
+(None for a fresh epoch: it is recomputed from the seed), the batches before it and the batches
+consumed. Loading re-plans what is left (:func:`.work_plan.remaining_stream`) for this loader's
+ranks and workers: elastic, exact, and reading at most the current block again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import torch
+
+from clorch_nb._checks import check_bool, check_int
+from clorch_nb.data.distributed import DistributedSampler
+from clorch_nb.data.shard_plan import ShardPlan
+from clorch_nb.data.shards.work_plan import (
+    Run,
+    WorkPlan,
+    WorkSettings,
+    check_equal_batches,
+    plan_epoch,
+    remaining_stream,
+)
+from clorch_nb.errors import ConfigError
+
+__all__ = ["ShardSampler"]
+
+_KIND = "clorch_nb.shards/1"
+
+
+def fingerprint(paths: tuple[str, ...], counts: tuple[int, ...]) -> str:
+    """A short digest of the shard list and counts: a state is only valid for the same."""
+    return hashlib.sha1(json.dumps([list(paths), list(counts)]).encode()).hexdigest()[:16]
+
+
+class ShardSampler(DistributedSampler):
+    """This rank's indices of a shard dataset, epoch by epoch (see the module docstring).
+
+    Args:
+        dataset (ShardDataset): the shards (their paths, counts and ``block_items``).
+        num_replicas (int), rank (int), seed (int), shuffle (bool), drop_last (bool): as
+            :func:`~clorch_nb.data.distributed_sampler`.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from clorch_nb.data.shards import shard_dataset
+        >>> d = pathlib.Path(tempfile.mkdtemp())
+        >>> _ = (d / "a.jsonl").write_text("".join(f"{i}\\n" for i in range(5)))
+        >>> ds = shard_dataset(str(d / "a.jsonl"), cache_dir=d, progress=False)
+        >>> s = ShardSampler(ds, num_replicas=2, rank=1, seed=0, shuffle=False, drop_last=False)
+        >>> s.bind_loader(batch_size=2, num_workers=0, drop_last=False); s.sample_indices()
+        [3, 4, 0]
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        *,
+        num_replicas: int,
+        rank: int,
+        seed: int,
+        shuffle: bool,
+        drop_last: bool,
+    ) -> None:
+        super().__init__(
+            dataset.get_size(),
+            num_replicas=num_replicas,
+            rank=rank,
+            seed=seed,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            shard_mode="even",
+        )
+        self.paths: tuple[str, ...] = tuple(dataset.paths)
+        self.counts: tuple[int, ...] = tuple(dataset.counts)
+        self.block_items: int = dataset.block_items
+        self.batch_size, self.num_workers, self.drop_last_batch = 1, 0, False
+        self._continue: tuple[int, tuple[Run, ...], int] | None = None  # epoch, stream, before
+        self._cached: tuple[WorkSettings, WorkPlan] | None = None
+
+    def bind_loader(self, *, batch_size: int, num_workers: int, drop_last: bool) -> None:
+        """Plan for this loader: batches of ``batch_size`` dealt to ``num_workers`` workers, the
+        partial last batch dropped with ``drop_last`` (the loader calls it when it is made)."""
+        self.batch_size = check_int("batch_size", batch_size, minimum=1)
+        self.num_workers = check_int("num_workers", num_workers, minimum=0)
+        self.drop_last_batch = check_bool("drop_last", drop_last)
+
+    # -- the plan -------------------------------------------------------------------------------
+
+    def _resumed_here(self) -> tuple[tuple[Run, ...] | None, int]:
+        c = self._continue
+        return (c[1], c[2]) if c is not None and c[0] == self.epoch else (None, 0)
+
+    def work_plan(self) -> WorkPlan:
+        """Every rank's work items for the current epoch (cached per settings)."""
+        stream, before = self._resumed_here()
+        settings = WorkSettings(
+            num_replicas=self.num_replicas,
+            num_workers=self.num_workers,
+            batch_size=self.batch_size,
+            seed=self.seed,
+            epoch=self.epoch,
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            drop_last_batch=self.drop_last_batch,
+            block_items=self.block_items,
+            first_batch=before,
+        )
+        if self._cached is None or self._cached[0] != settings or stream is not None:
+            self._cached = (settings, plan_epoch(self.counts, settings, stream))
+        return self._cached[1]
+
+    def layout(self) -> tuple[int, int]:
+        """``(0, skip)``: a resumed epoch's batches before this plan, as items to skip (the
+        loader numbers the plan's batches after them)."""
+        return 0, self._resumed_here()[1] * self.batch_size
+
+    def index_tensor(self) -> torch.Tensor:
+        """This rank's indices for the current epoch: int64, ``(len(self),)``."""
+        return torch.from_numpy(self.work_plan().order(self.rank))
+
+    def __len__(self) -> int:
+        rp = self.work_plan().ranks[self.rank]
+        n = sum(len(r) for w in rp.workers for r in w)
+        return n
+
+    def plan(self) -> ShardPlan:
+        """Every rank's indices for the current epoch, with padding marked (the shard view)."""
+        wp = self.work_plan()
+        rows = [wp.order(r).tolist() for r in range(self.num_replicas)]
+        pads = [wp.padding(r).tolist() for r in range(self.num_replicas)]
+        off = wp.offsets
+        dropped = [
+            int(off[r.shard] + i) for r in wp.dropped for i in r.items(self.seed, self.epoch)
+        ]
+        order = [i for row, p in zip(rows, pads, strict=True) for i, q in zip(row, p, strict=True)
+                 if not q]  # fmt: skip
+        return ShardPlan(self.size, self.num_replicas, self.epoch, order, rows, pads, dropped)
+
+    def check_ranks(self) -> None:
+        """With ``torch.distributed`` initialised: gather every rank's batch count and refuse
+        a mismatch (different shards or settings on some rank) before the first batch.
+
+        Raises:
+            ConfigError: naming the first rank whose count differs from rank 0's.
+        """
+        wp = self.work_plan()
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            mine = torch.tensor([wp.ranks[self.rank].num_batches])
+            every = [torch.zeros_like(mine) for _ in range(torch.distributed.get_world_size())]
+            torch.distributed.all_gather(every, mine)
+            check_equal_batches(wp, [int(t) for t in every])
+
+    def note_iteration(self, stacklevel: int = 3) -> None:
+        """A real epoch starts (not a peek): the base class's check, then :meth:`check_ranks`
+        (a collective when ``torch.distributed`` is initialised: every rank starts its epoch)."""
+        super().note_iteration(stacklevel + 1)
+        self.check_ranks()
+
+    # -- state ----------------------------------------------------------------------------------
+
+    def state_dict(self, num_consumed: int = 0) -> dict[str, Any]:
+        """The epoch's position after this rank consumed ``num_consumed`` indices of this plan.
+
+        Example: see :meth:`load_state_dict`.
+        """
+        stream, before = self._resumed_here()
+        return {
+            "kind": _KIND,
+            "shards": fingerprint(self.paths, self.counts),
+            "size": self.size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "block_items": self.block_items,
+            "epoch": self.epoch,
+            "num_replicas": self.num_replicas,
+            "num_workers": self.num_workers,
+            "batch_size": self.batch_size,
+            "drop_last_batch": self.drop_last_batch,
+            "stream": None if stream is None else [r.to_list() for r in stream],
+            "before": before,
+            "consumed": math.ceil(
+                check_int("num_consumed", num_consumed, minimum=0) / self.batch_size
+            ),  # fmt: skip
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the saved epoch: what no rank consumed yet, re-planned for this sampler's
+        ranks and (once bound) workers.
+
+        Raises:
+            ConfigError: not a shard sampler state, or one of other shards, seed, shuffle,
+                drop_last or block size (both values named).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> from clorch_nb.data.shards import shard_dataset
+            >>> d = pathlib.Path(tempfile.mkdtemp())
+            >>> _ = (d / "a.jsonl").write_text("".join(f"{i}\\n" for i in range(6)))
+            >>> ds = shard_dataset(str(d / "a.jsonl"), cache_dir=d, progress=False)
+            >>> kw = dict(seed=0, shuffle=False, drop_last=False)
+            >>> a, b = (ShardSampler(ds, num_replicas=2, rank=r, **kw) for r in range(2))
+            >>> c = ShardSampler(ds, num_replicas=1, rank=0, **kw)
+            >>> c.load_state_dict(a.state_dict(2))  # each rank consumed 2: 2 left on 1 rank
+            >>> a.sample_indices()[:2] + b.sample_indices()[:2] + c.sample_indices()
+            [0, 1, 3, 4, 2, 5]
+        """
+        if not isinstance(state, dict) or state.get("kind") != _KIND:
+            raise ConfigError(
+                f"state={state!r:.80} is not a shard sampler state (from ShardSampler.state_dict)"
+            )
+        here = self.state_dict()
+        for key in ("shards", "size", "seed", "shuffle", "drop_last", "block_items"):
+            if state.get(key) != here[key]:
+                raise ConfigError(
+                    f"cannot load this shard sampler state: it was saved with {key}="
+                    f"{state.get(key)!r} but this sampler has {key}={here[key]!r}; build it over "
+                    "the same shards with the same settings"
+                )
+        saved = WorkSettings(
+            num_replicas=state["num_replicas"],
+            num_workers=state["num_workers"],
+            batch_size=state["batch_size"],
+            seed=self.seed,
+            epoch=state["epoch"],
+            shuffle=self.shuffle,
+            drop_last=self.drop_last,
+            drop_last_batch=state["drop_last_batch"],
+            block_items=self.block_items,
+            first_batch=state["before"],
+        )
+        stream = None if state["stream"] is None else [Run.from_list(r) for r in state["stream"]]
+        old = plan_epoch(self.counts, saved, stream)
+        rest = remaining_stream(old, state["consumed"])
+        self.set_epoch(state["epoch"])
+        self._continue = (state["epoch"], tuple(rest), state["before"] + state["consumed"])
+        self._cached = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """As :meth:`DistributedSampler.set_epoch`; a resumed epoch's rest is kept only for
+        that epoch."""
+        super().set_epoch(epoch)
+        if self._continue is not None and self._continue[0] != epoch:
+            self._continue = None
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardSampler({len(self.paths)} shards, size={self.size}, "
+            f"num_replicas={self.num_replicas}, rank={self.rank}, seed={self.seed}, "
+            f"epoch={self.epoch}, shuffle={self.shuffle}, drop_last={self.drop_last}, "
+            f"batch_size={self.batch_size}, num_workers={self.num_workers})"
+        )
