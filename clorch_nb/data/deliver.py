@@ -18,6 +18,7 @@ from clorch_nb.data import state as _state
 from clorch_nb.data.epoch_iter import StopRequest
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.worker_info import batch_seed, seeded_globals
+from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import (
     BatchCancelled,
     BatchResult,
@@ -140,6 +141,8 @@ def deliver_from_pool(
                 if result is not None:
                     ready[result.batch_index] = result
             result = ready.pop(next_yield)
+            if result.warnings:  # a process worker's: through this thread's warning filters
+                forwarded_warnings.reissue(result.warnings)
             if result.error is not None:
                 raise result.error
             try:

@@ -95,6 +95,7 @@ class ProcessPool(BackgroundStart):
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
+        self._short: set[int] = set()  # workers that found /dev/shm full: freed slots go at once
         self._closed = False
         self._polls = PollSet()
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
@@ -222,6 +223,8 @@ class ProcessPool(BackgroundStart):
         Raises:
             WorkerError: that worker has died (named, with its exit status).
         """
+        if self._short:
+            self._send_freed()
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices
@@ -244,6 +247,12 @@ class ProcessPool(BackgroundStart):
         if w.started is None:
             w.unstarted[task.batch_index] = raw
 
+    def _send_freed(self) -> None:
+        """Send each short-of-``/dev/shm`` worker the slots freed since its last message."""
+        for w in self._workers:
+            if w is not None and w.worker_id in self._short and w.arena.freed:
+                self._send_quiet(w, ("free", w.arena.take_freed()))
+
     def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         try:
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
@@ -260,6 +269,8 @@ class ProcessPool(BackgroundStart):
                 ``BatchResult.error``, rebuilt (see :func:`rebuild_exception`).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self._short:
+            self._send_freed()
         while not self._pending:
             live = [w for w in self._workers if w is not None]
             if not any(w.outstanding for w in live):
@@ -310,7 +321,7 @@ class ProcessPool(BackgroundStart):
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent, warned = msg
             if not keep or epoch != self._epoch:
                 shm.discard_batch(enc, w.arena)
                 return
@@ -322,19 +333,34 @@ class ProcessPool(BackgroundStart):
             w.outstanding.pop(bi, None)
             self._pending.append(
                 BatchResult(
-                    epoch, bi, w.worker_id, batch, n, fetch_s, collate_s, None, t_start, t_sent
-                )
+                    epoch,
+                    bi,
+                    w.worker_id,
+                    batch,
+                    n,
+                    fetch_s,
+                    collate_s,
+                    None,
+                    t_start,
+                    t_sent,
+                    warned,
+                )  # fmt: skip
             )
         elif kind == "error":
-            _, epoch, bi, n, blob = msg
+            _, epoch, bi, n, blob, warned = msg
             if keep and epoch == self._epoch:
                 w.outstanding.pop(bi, None)
                 err = rebuild_exception(blob, w.where)
-                self._pending.append(BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err))
+                self._pending.append(
+                    BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err, warnings=warned)
+                )
         elif kind == "init_error" and keep:
             exc = rebuild_exception(msg[1], w.where)
             self._reap(w, kill=True)
             raise exc
+        elif kind == "short":  # its /dev/shm is full: from now on freed slots go at once
+            self._short.add(w.worker_id)
+            self._send_freed()
         elif kind == "ready" and keep and msg[1] == self._epoch:
             w.started = time.perf_counter()
             w.unstarted.clear()

@@ -1,0 +1,229 @@
+"""Never silently wrong, round three (issue 21): the cases of ``public-bug-scenarios-3.md``.
+
+Each test named ``test_bNN_...`` is case BNN with its exact expected value, under every backend
+it applies to (the ``backend`` fixture: inline, thread, process).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import BatchSampler
+
+from clorch_nb import data
+from clorch_nb.errors import CollateError, ConfigError, WorkerError
+from tests import semantics3_fixtures as f3
+from tests.fixtures import ds, idx
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def dl(dataset: Any, backend: dict[str, Any], **kw: Any) -> data.DataLoader:
+    opts = {k: v for k, v in backend.items() if k != "name"}
+    opts.update(kw)
+    return data.dataloader(dataset, **opts)
+
+
+# -- B48: items with autograd history -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make", [f3.grad_tensors, f3.GradItems], ids=["tensor_dataset", "w*i"])
+def test_b48_autograd_items_are_refused_the_same_on_every_backend(
+    backend: dict[str, Any], make: Any
+) -> None:
+    """B48: a batch with autograd history used to keep its graph inline and lose it in
+    processes. Every backend now refuses batch 0 naming the field, ``requires_grad`` and the fix."""
+    with dl(make(8), backend, batch_size=4, shuffle=False) as d, pytest.raises(
+        CollateError, match=r"batch 0 .*key 'data' requires_grad.*no_grad"
+    ) as ei:
+        next(iter(d))
+    assert ei.value.key_path == ("data",)
+
+
+# -- B50: dataclass items -------------------------------------------------------------------------
+
+
+def test_b50_default_collate_builds_the_same_dataclass_field_by_field() -> None:
+    """B50: ``c([Sample(ones(2), 0), Sample(zeros(2), 1)])`` -> a ``Sample`` with image (2, 2)
+    and label ``tensor([0, 1])``, as namedtuples get (it used to be a list of 2 Samples)."""
+    b = data.default_collate(
+        [f3.Sample(torch.ones(2), torch.tensor(0)), f3.Sample(torch.zeros(2), torch.tensor(1))]
+    )
+    assert type(b) is f3.Sample
+    assert b.image.tolist() == [[1.0, 1.0], [0.0, 0.0]]
+    assert b.label.tolist() == [0, 1]
+
+
+def test_b50_dataclasses_that_cannot_be_rebuilt_are_refused_by_name() -> None:
+    """B50's refusal: a dataclass with an ``init=False`` field cannot be collated field by
+    field; the error names the class; two different dataclasses name both."""
+
+    @dataclasses.dataclass
+    class Derived:
+        x: torch.Tensor
+        y: int = dataclasses.field(init=False, default=0)
+
+    with pytest.raises(
+        CollateError, match=r"dataclass .*Derived has fields \['y'\] with init=False"
+    ):
+        data.default_collate([Derived(torch.ones(1)), Derived(torch.ones(1))])
+
+    @dataclasses.dataclass
+    class Other:
+        image: torch.Tensor
+
+    with pytest.raises(
+        CollateError, match=r"items mix types: Other at position 1; Sample at position 0"
+    ):
+        data.default_collate([f3.Sample(torch.ones(2), torch.tensor(0)), Other(torch.ones(2))])
+
+
+def test_b50_dataclass_items_through_the_loader(backend: dict[str, Any]) -> None:
+    """B50 through a loader: batches are ``Sample`` instances on every backend."""
+    with dl(f3.DataclassItems(4), backend, batch_size=2, shuffle=False) as d:
+        out = [(type(b).__name__, b.label.tolist(), b.image[:, 0].tolist()) for b in d]
+    assert out == [("Sample", [0, 1], [0.0, 1.0]), ("Sample", [2, 3], [2.0, 3.0])]
+
+
+# -- B55: warnings in get_item meet the consumer's filters -------------------------------------------
+
+
+def test_b55_a_warning_from_get_item_reaches_the_callers_filters(backend: dict[str, Any]) -> None:
+    """B55: recorded under ``catch_warnings(record=True)``, raised under
+    ``simplefilter('error')`` and silent under ``simplefilter('ignore')``, on every backend
+    (process workers used to print it themselves)."""
+    with dl(f3.Warner(6), backend, batch_size=2, shuffle=False) as d:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            assert [idx(b) for b in d] == [[0, 1], [2, 3], [4, 5]]
+        assert [str(w.message) for w in seen if w.category is UserWarning] == [
+            "record 3 is truncated; padded with zeros"
+        ]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(UserWarning, match="record 3 is truncated"):
+                [idx(b) for b in d]
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            warnings.filterwarnings("ignore", message="record 3")
+            assert len([idx(b) for b in d]) == 3
+        assert [w for w in seen if "record 3" in str(w.message)] == []
+
+
+# -- B44: get_item that starts child processes ------------------------------------------------------
+
+
+def test_b44_pool_inside_get_item(backend: dict[str, Any]) -> None:
+    """B44: ``[[0, 1], [4, 9]]`` inline and on threads; process workers (daemonic, as torch's)
+    refuse with an error naming the cause and the fixes, not a bare AssertionError."""
+    with dl(f3.PoolInside(4), backend, batch_size=2, shuffle=False) as d:
+        if backend["name"] != "process":
+            assert [idx(b) for b in d] == [[0, 1], [4, 9]]
+            return
+        with pytest.raises(
+            WorkerError,
+            match=r"tried to start a child process.*daemonic.*worker_backend='thread' or "
+            r"num_workers=0",
+        ):
+            next(iter(d))
+
+
+@pytest.mark.parametrize("outer", ["thread", "process"])
+def test_b44_a_process_loader_inside_get_item(outer: str) -> None:
+    """B44: ``get_item`` iterating a 1-worker process loader: threads give ``[[0, 6]]`` (the
+    inner sum 6, times i); process workers refuse naming the cause and the fix."""
+    d = data.dataloader(f3.Nested(2), batch_size=2, shuffle=False, num_workers=1,
+                        worker_backend=outer)  # fmt: skip
+    with d:
+        if outer == "thread":
+            assert [idx(b) for b in d] == [[0, 6]]
+            return
+        with pytest.raises(Exception, match=r"child process.*worker_backend='thread'") as ei:
+            next(iter(d))
+        assert not isinstance(ei.value, AssertionError)
+
+
+# -- B51: set_epoch given the loader or a BatchSampler ----------------------------------------------
+
+
+def test_b51_set_epoch_reaches_the_distributed_sampler_inside() -> None:
+    """B51: ``set_epoch(loader, 1)`` and ``set_epoch(BatchSampler, 1)`` reach the distributed
+    sampler (``s.epoch == 1``); two epochs through a BatchSampler then differ."""
+    s = data.distributed_sampler(8, num_replicas=2, rank=0, seed=0)
+    data.set_epoch(data.dataloader(ds(8), batch_size=2, sampler=s), 1)
+    assert s.epoch == 1
+    s2 = data.distributed_sampler(8, num_replicas=2, rank=0, seed=0)
+    bs = BatchSampler(s2, 2, False)
+    loader = data.dataloader(ds(8), batch_sampler=bs)
+    epochs = []
+    for e in range(2):
+        data.set_epoch(bs if e == 0 else loader, e)
+        epochs.append([idx(b) for b in loader])
+    assert s2.epoch == 1
+    assert epochs == [[[4, 7], [2, 1]], [[5, 2], [7, 1]]]
+
+
+def test_b51_set_epoch_without_a_sampler_names_the_path() -> None:
+    """B51's error: nothing with ``set_epoch`` on the way; the message names the path tried."""
+    with pytest.raises(
+        ConfigError, match=r"set_epoch: DataLoader has no set_epoch.*every iter\(\) starts"
+    ):
+        data.set_epoch(data.dataloader(ds(8), batch_size=2), 1)
+    bs = BatchSampler(range(8), 2, False)
+    with pytest.raises(ConfigError, match=r"DataLoader.batch_sampler \(BatchSampler\)\.sampler"):
+        data.set_epoch(data.dataloader(ds(8), batch_sampler=bs), 1)
+
+
+# -- B53: a container's 64 MB /dev/shm ----------------------------------------------------------------
+
+_B53 = """
+import torch
+from clorch_nb import data
+from clorch_nb.errors import SharedMemoryError
+from tests.semantics3_fixtures import Images
+if __name__ == "__main__":
+    for bs in (20, 64):
+        d = data.dataloader(Images(512), batch_size=bs, shuffle=False, num_workers=2,
+                            worker_backend="process")
+        n, right = 0, True
+        try:
+            for b in d:
+                right &= bool((b["image"][:, 0, 0, 0] == b["target"].float()).all())
+                n += 1
+            print(bs, "batches", n, right)
+        except SharedMemoryError as e:
+            print(bs, "SharedMemoryError", "/dev/shm" in str(e), "--shm-size" in str(e))
+        finally:
+            d.close()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_b53_a_64mb_dev_shm_loads_what_torch_loads() -> None:
+    """B53: in a private 64 MB ``/dev/shm``, 11.5 MiB batches (``batch_size=20``) all load (26
+    batches, right values), as torch's do; 36.8 MiB batches give the ``SharedMemoryError``
+    naming ``/dev/shm`` and ``--shm-size``, never a worker death blamed on OOM."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a private 64 MB /dev/shm")
+    probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    if probe.returncode != 0:
+        pytest.skip(f"unshare -m is not allowed here: {probe.stderr.decode().strip()}")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        ["unshare", "-m", "sh", "-c",
+         f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} -c '{_B53}'"],
+        capture_output=True, text=True, timeout=150, cwd=root, check=False,
+        env={**os.environ, "PYTHONPATH": root},
+    )  # fmt: skip
+    assert out.stdout.splitlines() == ["20 batches 26 True", "64 SharedMemoryError True True"], (
+        out.stderr[-2000:]
+    )
