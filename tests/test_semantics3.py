@@ -93,7 +93,7 @@ def test_b50_dataclass_items_through_the_loader(backend: dict[str, Any]) -> None
     assert out == [("Sample", [0, 1], [0.0, 1.0]), ("Sample", [2, 3], [2.0, 3.0])]
 
 
-# -- B55: warnings in get_item meet the consumer's filters -------------------------------------------
+# -- B55: warnings in get_item meet the consumer's filters ----------------------------------------
 
 
 def test_b55_a_warning_from_get_item_reaches_the_callers_filters(backend: dict[str, Any]) -> None:
@@ -118,7 +118,7 @@ def test_b55_a_warning_from_get_item_reaches_the_callers_filters(backend: dict[s
         assert [w for w in seen if "record 3" in str(w.message)] == []
 
 
-# -- B44: get_item that starts child processes ------------------------------------------------------
+# -- B44: get_item that starts child processes ----------------------------------------------------
 
 
 def test_b44_pool_inside_get_item(backend: dict[str, Any]) -> None:
@@ -151,7 +151,7 @@ def test_b44_a_process_loader_inside_get_item(outer: str) -> None:
         assert not isinstance(ei.value, AssertionError)
 
 
-# -- B51: set_epoch given the loader or a BatchSampler ----------------------------------------------
+# -- B51: set_epoch given the loader or a BatchSampler --------------------------------------------
 
 
 def test_b51_set_epoch_reaches_the_distributed_sampler_inside() -> None:
@@ -182,7 +182,7 @@ def test_b51_set_epoch_without_a_sampler_names_the_path() -> None:
         data.set_epoch(data.dataloader(ds(8), batch_sampler=bs), 1)
 
 
-# -- B53: a container's 64 MB /dev/shm ----------------------------------------------------------------
+# -- B53: a container's 64 MB /dev/shm ------------------------------------------------------------
 
 _B53 = """
 import torch
