@@ -41,9 +41,10 @@ def test_b48_autograd_items_are_refused_the_same_on_every_backend(
 ) -> None:
     """B48: a batch with autograd history used to keep its graph inline and lose it in
     processes. Every backend now refuses batch 0 naming the field, ``requires_grad`` and the fix."""
-    with dl(make(8), backend, batch_size=4, shuffle=False) as d, pytest.raises(
-        CollateError, match=r"batch 0 .*key 'data' requires_grad.*no_grad"
-    ) as ei:
+    with (
+        dl(make(8), backend, batch_size=4, shuffle=False) as d,
+        pytest.raises(CollateError, match=r"batch 0 .*key 'data' requires_grad.*no_grad") as ei,
+    ):
         next(iter(d))
     assert ei.value.key_path == ("data",)
 
