@@ -170,3 +170,48 @@ class Images:
 
     def get_item(self, i: int) -> dict[str, torch.Tensor]:
         return {"image": torch.full((3, 224, 224), float(i)), "target": torch.tensor(i)}
+
+
+# -- held back: dataset code edited in the kernel ------------------------------------------------
+
+VERSIONED_CODE = '''
+import torch
+
+
+class Dataset:
+    VERSION = {version}
+
+    def __init__(self, n, path, name):
+        self.n = n
+        self.process_spec = {{
+            "factory": "tests.semantics3_fixtures:from_file", "args": [path, name, n]
+        }}
+
+    def get_size(self):
+        return self.n
+
+    def get_item(self, i):
+        return {{"target": torch.tensor(i), "version": torch.tensor(self.VERSION)}}
+'''
+
+
+def write_versioned(path: str, version: int) -> None:
+    """The dataset module of the code-edit test, at ``version`` (its items carry it)."""
+    with open(path, "w") as fh:
+        fh.write(VERSIONED_CODE.format(version=version))
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + version * 10**9))  # a visible edit
+
+
+def from_file(path: str, name: str, n: int) -> Any:
+    """Import (or re-import, as ``importlib.reload`` would) module ``name`` from ``path`` and
+    build its ``Dataset(n)``: how the kernel and the workers load the edited module."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod.Dataset(n, path, name)

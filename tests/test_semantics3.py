@@ -228,3 +228,42 @@ def test_b53_a_64mb_dev_shm_loads_what_torch_loads() -> None:
     assert out.stdout.splitlines() == ["20 batches 26 True", "64 SharedMemoryError True True"], (
         out.stderr[-2000:]
     )
+
+
+# -- B45: os.environ set after the first process loader ------------------------------------------
+
+
+def test_b45_environment_set_later_reaches_new_and_running_loaders(
+    backend: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B45: ``AUG_LEVEL=1``, a loader, then ``AUG_LEVEL=2``: a new loader's workers see ``'2'``
+    (a forkserver's children used to keep ``'1'``), and so does the first loader's next epoch
+    (its workers are replaced between epochs when the environment changed)."""
+    monkeypatch.setenv("AUG_LEVEL", "1")
+    first = dl(f3.EnvReader(4, "AUG_LEVEL"), backend, batch_size=2, shuffle=False)
+    with first:
+        assert [b["env"] for b in first] == [["1", "1"], ["1", "1"]]
+        monkeypatch.setenv("AUG_LEVEL", "2")
+        with dl(f3.EnvReader(4, "AUG_LEVEL"), backend, batch_size=2, shuffle=False) as second:
+            assert [b["env"] for b in second] == [["2", "2"], ["2", "2"]]
+        assert [b["env"] for b in first] == [["2", "2"], ["2", "2"]]
+
+
+# -- held back: dataset code edited while process workers run ------------------------------------
+
+
+def test_dataset_code_edited_in_the_kernel_reaches_running_process_workers(
+    tmp_path: Any,
+) -> None:
+    """Held back with B45/B46: the dataset's module is edited and reloaded in the kernel while a
+    process loader's workers hold the old one: the next epoch runs the new code (version 2), as
+    a fresh loader does."""
+    path = str(tmp_path / "clorch_edited_ds.py")
+    f3.write_versioned(path, 1)
+    d = data.dataloader(f3.from_file(path, "clorch_edited_ds", 4), batch_size=2, shuffle=False,
+                        num_workers=2, worker_backend="process")  # fmt: skip
+    with d:
+        assert [b["version"].tolist() for b in d] == [[1, 1], [1, 1]]
+        f3.write_versioned(path, 2)
+        f3.from_file(path, "clorch_edited_ds", 4)  # the kernel reloads it
+        assert [b["version"].tolist() for b in d] == [[2, 2], [2, 2]]

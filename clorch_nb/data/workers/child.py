@@ -71,6 +71,10 @@ class WorkerConfig:
         parent_pid (int): the loader's pid (names shared-memory segments).
         arena_keep (int): idle arena slots the worker keeps for reuse
             (:class:`~clorch_nb.data.workers.arena.WorkerArena`).
+        environ (tuple[tuple[str, str], ...] | None): the parent's ``os.environ`` when it
+            started this worker, applied before the dataset is built: a forkserver's children
+            would otherwise inherit the server's, frozen when the first process loader started
+            it (B45). None: leave the environment as inherited.
     """
 
     worker_id: int
@@ -79,6 +83,19 @@ class WorkerConfig:
     use_get_batch: bool
     parent_pid: int
     arena_keep: int = 4
+    environ: tuple[tuple[str, str], ...] | None = None
+
+
+def _apply_environ(environ: tuple[tuple[str, str], ...] | None) -> None:
+    """Make ``os.environ`` exactly the parent's at start (see ``WorkerConfig.environ``)."""
+    if environ is None:
+        return
+    wanted = dict(environ)
+    for key in [k for k in os.environ if k not in wanted]:
+        del os.environ[key]
+    for key, value in wanted.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +290,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     """
     # Ctrl-C in a terminal goes to the whole process group; the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _apply_environ(cfg.environ)
     torch.set_num_threads(1)  # num_workers processes x all cores each would oversubscribe
     _tune_malloc()
     state = _State()

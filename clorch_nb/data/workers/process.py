@@ -46,6 +46,7 @@ from clorch_nb.data.workers.process_handle import (
 )
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.data.workers.worker_world import WorkerWorld, code_files
 from clorch_nb.errors import WorkerError
 
 __all__ = ["ProcessPool", "SharedTensors"]
@@ -95,7 +96,12 @@ class ProcessPool(BackgroundStart):
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
-        self._short: set[int] = set()  # workers that found /dev/shm full: freed slots go at once
+        self._short: set[int] = set()
+        # what each worker took from the kernel at its start (environment, code): a worker whose
+        # world changed is replaced at the next epoch start (worker_world.py)
+        self._collate_fn = config.collate_fn
+        self._worlds: dict[int, WorkerWorld] = {}
+        self.replaced_for: list[str] = []  # why workers were replaced so (for tests and views)  # workers that found /dev/shm full: freed slots go at once
         self._closed = False
         self._polls = PollSet()
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
@@ -111,6 +117,7 @@ class ProcessPool(BackgroundStart):
     def _spawn(self, worker_id: int) -> WorkerHandle:
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        world = WorkerWorld.capture(code_files(self.source, self._collate_fn))
         cfg = WorkerConfig(
             worker_id,
             self.num_workers,
@@ -118,7 +125,9 @@ class ProcessPool(BackgroundStart):
             self._use_get_batch,
             os.getpid(),
             self._arena_keep,
+            world.environ,  # today's, not the forkserver's from its start (B45)
         )
+        self._worlds[worker_id] = world
         w = start_worker(
             self._ctx, cfg, self.source, record=lambda w: self._workers.__setitem__(worker_id, w)
         )
@@ -205,6 +214,12 @@ class ProcessPool(BackgroundStart):
         for wid, w in enumerate(self._workers):
             if w is not None and not w.proc.is_alive():  # died between epochs (killed, OOM)
                 self._reap(w, kill=True)
+                w = None
+            changed = self._worlds[wid].changes() if w is not None and wid in self._worlds else []
+            if changed:
+                # os.environ changed or the dataset's code was edited: a fresh worker sees both
+                self.replaced_for.extend(changed)
+                self._reap(w, kill=True)  # type: ignore[arg-type]
                 w = None
             if w is None:
                 self._spawn(wid)  # all at once, so they start in parallel
