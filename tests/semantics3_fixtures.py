@@ -174,7 +174,7 @@ class Images:
 
 # -- held back: dataset code edited in the kernel ------------------------------------------------
 
-VERSIONED_CODE = '''
+VERSIONED_CODE = """
 import torch
 
 
@@ -192,7 +192,7 @@ class Dataset:
 
     def get_item(self, i):
         return {{"target": torch.tensor(i), "version": torch.tensor(self.VERSION)}}
-'''
+"""
 
 
 def write_versioned(path: str, version: int) -> None:

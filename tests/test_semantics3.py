@@ -267,3 +267,53 @@ def test_dataset_code_edited_in_the_kernel_reaches_running_process_workers(
         f3.write_versioned(path, 2)
         f3.from_file(path, "clorch_edited_ds", 4)  # the kernel reloads it
         assert [b["version"].tolist() for b in d] == [[2, 2], [2, 2]]
+
+
+# -- B46: re-running a cell that shows a process loader --------------------------------------------
+
+_B46 = """
+import gc, os, psutil
+from multiprocessing import forkserver
+from IPython.core.interactiveshell import InteractiveShell
+if __name__ == "__main__":
+    sh = InteractiveShell.instance()
+    sh.run_cell("from clorch_nb import data; from tests.semantics3_fixtures import Indexed")
+    cell = ("loader = data.dataloader(Indexed(64), batch_size=8, num_workers=2, "
+            "worker_backend='process')\\nfor b in loader: pass\\nloader")
+    def workers():
+        server = forkserver._forkserver._forkserver_pid
+        return [p for p in psutil.Process().children(recursive=True) if p.ppid() == server]
+    counts = []
+    for run in range(30):
+        assert sh.run_cell(cell, store_history=True).success
+        gc.collect()
+        counts.append((len(workers()), len(os.listdir("/proc/self/fd"))))
+    print("RESULT", max(w for w, _ in counts), counts[-1][1] - counts[0][1], len(sh.user_ns["Out"]))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_b46_rerunning_a_cell_that_shows_a_loader_keeps_one_loaders_workers() -> None:
+    """B46: 30 runs of a cell ending in ``loader`` (IPython keeps all 30 in ``Out``) used to
+    leave 60 worker processes and 290 more fds. Now at most one loader's 2 workers are alive
+    after any run and the kernel's fd count does not grow: a new loader of the same dataset and
+    options retires its idle twins' workers (they restart if the old loader is iterated)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", _B46], capture_output=True, text=True, timeout=170, cwd=root,
+        env={**os.environ, "PYTHONPATH": root}, check=False,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
+    assert lines == ["RESULT 2 0 30"], out.stdout[-1500:] + out.stderr[-1500:]
+
+
+def test_b46_a_retired_loader_still_loads(backend: dict[str, Any]) -> None:
+    """B46's other side: the old loader whose workers a twin retired gives the same batches
+    again (fresh workers start), on every backend."""
+    make = lambda: dl(f3.Indexed(8), backend, batch_size=4, shuffle=False)  # noqa: E731
+    with make() as old:
+        assert [idx(b) for b in old] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        with make() as new:
+            assert [idx(b) for b in new] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+            assert [idx(b) for b in old] == [[0, 1, 2, 3], [4, 5, 6, 7]]

@@ -25,6 +25,7 @@ import os
 import pickle
 import threading
 import time
+import weakref
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -54,6 +55,30 @@ __all__ = ["ProcessPool", "SharedTensors"]
 _HIGHEST = pickle.HIGHEST_PROTOCOL
 #: how long an abandoned epoch's busy workers get to acknowledge a cancel before being killed
 CANCEL_GRACE_S = 1.0
+
+
+#: every process pool not yet closed (weakly): a new pool retires its idle twins' workers
+_live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
+
+
+def _pool_key(source: Any, config: LoaderConfig, use_get_batch: bool) -> Any:
+    """Pools with equal keys build the same batches: the same dataset source and options."""
+    if isinstance(source, ProcessSpec):
+        what: Any = ("spec", source.factory, repr(source.args), repr(source.kwargs))
+    else:  # SharedTensors: the same tensors
+        what = ("tensors", tuple(t.data_ptr() for t in source.tensors), source.layout)
+    return (what, config, use_get_batch)
+
+
+def _retire_idle_twins(pool: ProcessPool) -> None:
+    """A notebook cell that builds a loader and shows it (``loader`` as the cell's last line) is
+    kept alive by IPython's ``Out`` and ``_N`` after every re-run; its workers lived as long as
+    it did, so 30 re-runs held 60 processes (B46). A new pool of the same dataset and options
+    stops the workers of every idle twin: they restart if that loader is iterated again."""
+    for other in list(_live_pools):
+        if other is not pool and other._key == pool._key and other.idle():
+            other.retire()
+    _live_pools.add(pool)
 
 
 class ProcessPool(BackgroundStart):
@@ -101,7 +126,9 @@ class ProcessPool(BackgroundStart):
         # world changed is replaced at the next epoch start (worker_world.py)
         self._collate_fn = config.collate_fn
         self._worlds: dict[int, WorkerWorld] = {}
-        self.replaced_for: list[str] = []  # why workers were replaced so (for tests and views)  # workers that found /dev/shm full: freed slots go at once
+        self.replaced_for: list[
+            str
+        ] = []  # why workers were replaced so (for tests and views)  # workers that found /dev/shm full: freed slots go at once
         self._closed = False
         self._polls = PollSet()
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
@@ -109,8 +136,12 @@ class ProcessPool(BackgroundStart):
         self._waitable_list: list[Any] = []
         self._starter: threading.Thread | None = None  # see BackgroundStart.prestart()
         self._start_error: BaseException | None = None
-        # wake(): another thread makes a get() blocked in wait() return None at once
-        self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
+        # wake(): another thread makes a get() blocked in wait() return None at once; made by
+        # start_epoch, closed by retire() (an idle pool holds no fd); closed by GC otherwise
+        self._wake_r: Any = None
+        self._wake_w: Any = None
+        self._key = _pool_key(source, config, use_get_batch)
+        _retire_idle_twins(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -174,13 +205,14 @@ class ProcessPool(BackgroundStart):
     def wake(self) -> None:
         """Make a :meth:`get` blocked on another thread return None at once (the loader's
         cross-thread ``close()``); harmless when none is blocked."""
-        with contextlib.suppress(OSError):  # closed: nothing to wake
+        with contextlib.suppress(OSError, AttributeError):  # closed or none: nothing to wake
             self._wake_w.send_bytes(b"")
 
     def close(self) -> None:
         """Stop every worker and remove every shared-memory segment; idempotent in full: after
         an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True  # a starter thread stops after the worker it is starting
+        _live_pools.discard(self)
         with contextlib.suppress(Exception):
             self._join_starter()
         self._epoch = None
@@ -194,8 +226,35 @@ class ProcessPool(BackgroundStart):
             if w.status is None:
                 w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
-        self._wake_r.close()
-        self._wake_w.close()
+        self._close_wake_pipe()
+
+    def _close_wake_pipe(self) -> None:
+        for conn in (self._wake_r, self._wake_w):
+            if conn is not None:
+                conn.close()
+        self._wake_r = self._wake_w = None
+        self._waiting_for = []  # the cached waitables name the old pipe
+
+    def idle(self) -> bool:
+        """No epoch work in flight and no start-up under way: retiring loses nothing."""
+        starting = self._starter is not None and self._starter.is_alive()
+        busy = any(w is not None and w.outstanding for w in self._workers)
+        return not (self._closed or starting or busy or self._pending)
+
+    def retire(self) -> None:
+        """Stop the workers of an idle pool and free their pipes; unlike :meth:`close` the pool
+        stays usable: the next ``start_epoch`` starts fresh workers (B46)."""
+        live = [w for w in self._workers if w is not None]
+        for w in live:
+            if w.status is None:
+                self._send_quiet(w, ("stop",))
+        deadline = time.monotonic() + 1.0
+        for w in live:
+            if w.status is None:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._reap(w, kill=True)
+        self._short.clear()
+        self._close_wake_pipe()
 
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and the throughput view)."""
@@ -211,6 +270,9 @@ class ProcessPool(BackgroundStart):
         self._join_starter()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
+        if self._wake_r is None:
+            self._wake_r, self._wake_w = mp.Pipe(duplex=False)
+        _live_pools.add(self)
         for wid, w in enumerate(self._workers):
             if w is not None and not w.proc.is_alive():  # died between epochs (killed, OOM)
                 self._reap(w, kill=True)

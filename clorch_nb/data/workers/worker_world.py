@@ -124,7 +124,9 @@ class WorkerWorld:
         if environ != self.environ:
             now, then = dict(environ), dict(self.environ)
             keys = sorted(k for k in now.keys() | then.keys() if now.get(k) != then.get(k))
-            out.append(f"os.environ changed ({', '.join(keys[:5])}{'...' if len(keys) > 5 else ''})")
+            out.append(
+                f"os.environ changed ({', '.join(keys[:5])}{'...' if len(keys) > 5 else ''})"
+            )
         edited = [
             path for path, *was in self.files if [*WorkerWorld.capture((path,)).files[0][1:]] != was
         ]
