@@ -121,14 +121,12 @@ class ProcessPool(BackgroundStart):
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
-        self._short: set[int] = set()
+        self._short: set[int] = set()  # workers that found /dev/shm full: freed slots go at once
         # what each worker took from the kernel at its start (environment, code): a worker whose
         # world changed is replaced at the next epoch start (worker_world.py)
         self._collate_fn = config.collate_fn
         self._worlds: dict[int, WorkerWorld] = {}
-        self.replaced_for: list[
-            str
-        ] = []  # why workers were replaced so (for tests and views)  # workers that found /dev/shm full: freed slots go at once
+        self.replaced_for: list[str] = []  # why workers were replaced so (for views)
         self._closed = False
         self._polls = PollSet()
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache

@@ -12,8 +12,8 @@ worker copies at its start go stale without a word:
   the kernel while the workers keep the module they imported.
 
 The pool captures a :class:`WorkerWorld` per worker at its start and compares it with the
-kernel's (:meth:`WorkerWorld.changes`) at every epoch start (between epochs, when workers are idle): a worker whose world
-changed is replaced, so the new epoch runs the current environment and the current code, as
+kernel's (:meth:`WorkerWorld.changes`) at every epoch start (between epochs, when workers are
+idle): a worker whose world changed is replaced, so the new epoch runs the current environment and the current code, as
 torch's default loader (fresh workers every epoch) does.
 """
 
