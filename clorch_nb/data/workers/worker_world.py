@@ -13,8 +13,8 @@ worker copies at its start go stale without a word:
 
 The pool captures a :class:`WorkerWorld` per worker at its start and compares it with the
 kernel's (:meth:`WorkerWorld.changes`) at every epoch start (between epochs, when workers are
-idle): a worker whose world changed is replaced, so the new epoch runs the current environment and the current code, as
-torch's default loader (fresh workers every epoch) does.
+idle): a worker whose world changed is replaced, so the new epoch runs the current environment
+and the current code, as torch's default loader (fresh workers every epoch) does.
 """
 
 from __future__ import annotations
