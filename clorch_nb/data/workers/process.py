@@ -181,7 +181,7 @@ class ProcessPool(BackgroundStart):
                 w.proc.join()
             # Batches it sent that nobody will read, and any segment it was writing when it died.
             if drain:
-                self._drain(w)
+                self._drain(w, keep=False)
             shm.sweep(os.getpid(), w.pid)
             w.tasks.close()
             w.results.close()
@@ -191,12 +191,13 @@ class ProcessPool(BackgroundStart):
             self._workers[w.worker_id] = None
         return w.status
 
-    def _drain(self, w: WorkerHandle) -> None:
+    def _drain(self, w: WorkerHandle, *, keep: bool) -> None:
+        """Read everything ``w`` sent; ``keep``: current results are delivered, else freed."""
         while True:
             try:
                 if not w.results.poll():
                     return
-                self._handle(w, w.results.recv_bytes(), keep=False)
+                self._handle(w, w.results.recv_bytes(), keep=keep)
             except Exception:  # noqa: BLE001 - EOF, or a message cut short: the sweep frees it
                 return
 
@@ -286,6 +287,7 @@ class ProcessPool(BackgroundStart):
             else:
                 w.outstanding.clear()
                 w.unstarted.clear()
+                w.queued.clear()
                 w.carried = w.started is not None
                 w.began, w.started = time.perf_counter(), None
                 self._send(w, ("epoch", epoch, base_seed))
@@ -316,9 +318,13 @@ class ProcessPool(BackgroundStart):
                 self._reap(w, kill=True)
                 w = self._spawn(wid)
                 self._send(w, msg)
-        else:
+        elif not self._send(w, msg):
+            # It died with batches queued: those it finished are delivered, its culprit is an
+            # error result, the rest went to a replacement; this task follows them there.
+            w = self._workers[wid] or self._spawn(wid)
             self._send(w, msg)
         w.outstanding[task.batch_index] = arr[:8].tolist()
+        w.queued[task.batch_index] = raw
         if w.started is None:
             w.unstarted[task.batch_index] = raw
 
@@ -328,11 +334,14 @@ class ProcessPool(BackgroundStart):
             if w is not None and w.worker_id in self._short and w.arena.freed:
                 self._send_quiet(w, ("free", w.arena.take_freed()))
 
-    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
+    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> bool:
+        """Send ``msg`` to ``w``; False if it had died (handled as :meth:`get` would)."""
         try:
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
         except OSError:  # BrokenPipeError: it died; report it like get() would
             self._on_death(w)
+            return False
+        return True
 
     def get(self, timeout_s: float | None) -> BatchResult | None:
         """Next result of the current epoch, or None after ``timeout_s`` seconds without one.
@@ -406,6 +415,7 @@ class ProcessPool(BackgroundStart):
                 shm.discard_batch(enc, w.arena)
                 raise
             w.outstanding.pop(bi, None)
+            w.queued.pop(bi, None)
             self._pending.append(
                 BatchResult(
                     epoch,
@@ -425,6 +435,7 @@ class ProcessPool(BackgroundStart):
             _, epoch, bi, n, blob, warned = msg
             if keep and epoch == self._epoch:
                 w.outstanding.pop(bi, None)
+                w.queued.pop(bi, None)
                 err = rebuild_exception(blob, w.where)
                 self._pending.append(
                     BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err, warnings=warned)
@@ -442,17 +453,31 @@ class ProcessPool(BackgroundStart):
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
+        """``w`` died: deliver what it finished, blame the batch it was building (an error
+        result in plan order, so the batches before it still arrive), and hand the batches
+        queued behind it to a replacement."""
+        if self._epoch is not None:
+            self._drain(w, keep=True)  # results it sent before dying are good batches
         held = dict(w.outstanding) if self._epoch is not None else {}
         # Died before this epoch's "ready" but after an earlier one's: killed idle between
         # epochs (OOM), unseen by start_epoch (a forkserver reports exits late). It built nothing
         # of this epoch: replace it, resend its tasks. A replacement's death is reported.
         idle_death = w.carried and w.started is None and self._epoch is not None
         tasks = dict(w.unstarted)
+        queued = dict(w.queued)
         status = self._reap(w, kill=False)
         if idle_death and len(tasks) == len(held):
             self._resend(w.worker_id, tasks, held)
         elif held:
-            raise death_error(w, status, held)
+            culprit = min(held)
+            err = death_error(w, status, held)
+            n = len(queued.get(culprit, b"")) // 8
+            self._pending.append(
+                BatchResult(self._epoch, culprit, w.worker_id, None, n, 0.0, 0.0, err)  # type: ignore[arg-type]
+            )
+            rest = {bi: queued[bi] for bi in sorted(held) if bi != culprit and bi in queued}
+            if rest:
+                self._resend(w.worker_id, rest, held)
 
     def _resend(self, worker_id: int, tasks: dict[int, bytes], held: dict[int, list[int]]) -> None:
         """Start a replacement for worker ``worker_id`` and send it ``tasks`` (in order)."""
@@ -460,6 +485,7 @@ class ProcessPool(BackgroundStart):
         for bi, raw in tasks.items():
             w.outstanding[bi] = held[bi]
             w.unstarted[bi] = raw
+            w.queued[bi] = raw
             self._send(w, ("task", self._epoch, bi, raw, []))
 
     def worker_of(self, batch_index: int) -> int | None:
@@ -528,6 +554,7 @@ class ProcessPool(BackgroundStart):
                 if w is not None:
                     w.outstanding.clear()
                     w.unstarted.clear()
+                    w.queued.clear()
 
     def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
