@@ -321,7 +321,7 @@ def test_b46_a_retired_loader_still_loads(backend: dict[str, Any]) -> None:
             assert [idx(b) for b in old] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
-# -- a worker death blamed on the right batch ---------------------------------------------------------
+# -- a worker death blamed on the right batch ---------------------------------------------------
 
 
 @pytest.mark.timeout(60)

@@ -473,7 +473,7 @@ class ProcessPool(BackgroundStart):
             err = death_error(w, status, held)
             n = len(queued.get(culprit, b"")) // 8
             self._pending.append(
-                BatchResult(self._epoch, culprit, w.worker_id, None, n, 0.0, 0.0, err)  # type: ignore[arg-type]
+                BatchResult(self._epoch, culprit, w.worker_id, None, n, 0.0, 0.0, err)
             )
             rest = {bi: queued[bi] for bi in sorted(held) if bi != culprit and bi in queued}
             if rest:
