@@ -16,6 +16,7 @@ __all__ = [
     "ConfigError",
     "LoaderClosedError",
     "SharedMemoryError",
+    "SkipBudgetError",
     "StaleIteratorError",
     "WorkerError",
     "WorkerStateError",
@@ -97,3 +98,16 @@ class StaleIteratorError(ClorchError, RuntimeError):
 class WorkerStateError(ClorchError, RuntimeError):
     """The dataset changed in this process in a way the process workers cannot see; the
     message names the attribute and the channel that reaches them (``set_epoch``)."""
+
+
+class SkipBudgetError(ClorchError, RuntimeError):
+    """More items failed in an epoch than ``max_failures`` allows; the message names each
+    skipped dataset index and its error.
+
+    Attributes:
+        skipped (tuple): the epoch's :class:`~clorch_nb.data.skipping.Skipped` records.
+    """
+
+    def __init__(self, message: str, *, skipped: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.skipped = skipped

@@ -144,6 +144,7 @@ def deliver_from_pool(
             if result.warnings:  # a process worker's: through this thread's warning filters
                 forwarded_warnings.reissue(result.warnings)
             if result.error is not None:
+                broken = result.fatal  # a dead worker's batch: the other workers go too
                 raise result.error
             try:
                 _take_finished(pool, ready, next_submit - next_yield - 1)

@@ -70,6 +70,7 @@ class BatchResult:
     t_start: float = 0.0
     t_sent: float = 0.0
     warnings: bytes = b""  # a process worker's warnings, re-issued by the consumer
+    fatal: bool = False  # the error ends the epoch and its workers (a worker died building it)
 
 
 def add_note(exc: BaseException, note: str) -> None:

@@ -319,10 +319,7 @@ class ProcessPool(BackgroundStart):
                 w = self._spawn(wid)
                 self._send(w, msg)
         elif not self._send(w, msg):
-            # It died with batches queued: those it finished are delivered, its culprit is an
-            # error result, the rest went to a replacement; this task follows them there.
-            w = self._workers[wid] or self._spawn(wid)
-            self._send(w, msg)
+            return  # it died: its culprit is a fatal error result, which ends the epoch
         w.outstanding[task.batch_index] = arr[:8].tolist()
         w.queued[task.batch_index] = raw
         if w.started is None:
@@ -453,9 +450,8 @@ class ProcessPool(BackgroundStart):
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
-        """``w`` died: deliver what it finished, blame the batch it was building (an error
-        result in plan order, so the batches before it still arrive), and hand the batches
-        queued behind it to a replacement."""
+        """``w`` died: deliver what it finished, and blame the batch it was building with a
+        fatal error result in plan order (so the batches before it still arrive)."""
         if self._epoch is not None:
             self._drain(w, keep=True)  # results it sent before dying are good batches
         held = dict(w.outstanding) if self._epoch is not None else {}
@@ -469,15 +465,16 @@ class ProcessPool(BackgroundStart):
         if idle_death and len(tasks) == len(held):
             self._resend(w.worker_id, tasks, held)
         elif held:
-            culprit = min(held)
+            # An error result in plan order: the batches before the culprit still arrive from
+            # the other workers; the epoch ends there (fatal: the loader discards the workers).
+            epoch = self._epoch
+            assert epoch is not None  # held is empty between epochs
             err = death_error(w, status, held)
-            n = len(queued.get(culprit, b"")) // 8
-            self._pending.append(
-                BatchResult(self._epoch, culprit, w.worker_id, None, n, 0.0, 0.0, err)
-            )
-            rest = {bi: queued[bi] for bi in sorted(held) if bi != culprit and bi in queued}
-            if rest:
-                self._resend(w.worker_id, rest, held)
+            for bi in sorted(held):  # one result per task; the epoch ends at the first
+                n = len(queued.get(bi, b"")) // 8
+                self._pending.append(
+                    BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err, fatal=True)
+                )
 
     def _resend(self, worker_id: int, tasks: dict[int, bytes], held: dict[int, list[int]]) -> None:
         """Start a replacement for worker ``worker_id`` and send it ``tasks`` (in order)."""

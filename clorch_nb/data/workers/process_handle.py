@@ -112,7 +112,7 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
     ``held`` are the batches it had not answered, in the order it takes them; every batch it
     finished before dying was read first (and is delivered). A worker builds its batches one at
     a time in that order, so the first of ``held`` is the one it was building; the others had
-    not started (they go to a replacement worker).
+    not started.
     """
     bi, first = min(held.items())
     others = sorted(b for b in held if b != bi)
@@ -123,7 +123,7 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
         "before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
         "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
         "1 at start) a script that iterates a loader at import time: workers re-import "
-        "the main script, so guard it with `if __name__ == '__main__':`. Catch this error "
-        "and call next() to go on with the next batch (a fresh worker builds it), or use "
+        "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "
+        "stopped; iterate again for a new one (fresh workers start), or use "
         "worker_backend='thread' to debug in-process"
     )
