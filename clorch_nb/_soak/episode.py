@@ -18,7 +18,8 @@ __all__ = ["CONSUMERS", "Episode", "Outcome", "draw", "expected_order", "make_lo
 #: "close_thread" (another thread calls close() after delay_s), "close_callback" (a subscriber
 #: calls close() when batch k is handed over, then a full epoch), "sigint" (a real SIGINT to the
 #: main thread after delay_s, then a full epoch), "drop" (after k batches, loader dropped
-#: without close() while its last error, if any, is kept)
+#: without close() while its last error, if any, is kept), "rerun" (a notebook cell re-run 3
+#: times: 3 twin loaders, all kept alive as IPython's Out keeps them, each consumed in full)
 CONSUMERS = (
     "full",
     "hold",
@@ -29,6 +30,7 @@ CONSUMERS = (
     "close_callback",
     "sigint",
     "drop",
+    "rerun",
 )
 ORDERS = ("seq", "shuffle", "dist", "list")
 
@@ -207,6 +209,7 @@ class Outcome:
         complete (list[bool]): whether each epoch was meant to be consumed in full.
         notes (list[str]): problems the consumer itself noticed (become violations).
         kept (list[Any]): what must stay alive until the leak checks (a dropped loader's error).
+        env_fault (bool): the episode's fault is "env": each epoch sets the variable first.
     """
 
     epochs: list[list[int]] = field(default_factory=list)
@@ -214,6 +217,7 @@ class Outcome:
     complete: list[bool] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     kept: list[Any] = field(default_factory=list)
+    env_fault: bool = False
 
 
 def targets(batch: Any) -> list[int]:
