@@ -174,7 +174,7 @@ def refuse_autograd(batch: Any, batch_index: int, worker: str) -> None:
         return
     tensor: Any = batch
     for key in path:
-        tensor = tensor[key] if not dataclasses.is_dataclass(tensor) else getattr(tensor, key)
+        tensor = tensor[key] if not dataclasses.is_dataclass(tensor) else getattr(tensor, str(key))
     fn = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None
     raise CollateError(
         f"batch {batch_index} built in {worker}: {key_path_text(path)} requires_grad "

@@ -322,10 +322,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         kind = msg[0]
         if kind == "task":
             _, task_epoch, batch_index, raw, freed = msg
-            if freed:
-                arena.release(freed)
-            if not state.freed.empty():
-                arena.release(state.take_freed())
+            arena.release(freed + state.take_freed())  # cheap when both are empty
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
             if epoch_error is not None:

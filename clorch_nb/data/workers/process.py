@@ -25,7 +25,6 @@ import os
 import pickle
 import threading
 import time
-import weakref
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -33,7 +32,7 @@ import torch
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.workers import shm
+from clorch_nb.data.workers import shm, twins
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig
 from clorch_nb.data.workers.polling import PollSet
@@ -47,6 +46,7 @@ from clorch_nb.data.workers.process_handle import (
 )
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.data.workers.twins import pool_key, retire_idle_twins
 from clorch_nb.data.workers.worker_world import WorkerWorld, code_files
 from clorch_nb.errors import WorkerError
 
@@ -55,30 +55,6 @@ __all__ = ["ProcessPool", "SharedTensors"]
 _HIGHEST = pickle.HIGHEST_PROTOCOL
 #: how long an abandoned epoch's busy workers get to acknowledge a cancel before being killed
 CANCEL_GRACE_S = 1.0
-
-
-#: every process pool not yet closed (weakly): a new pool retires its idle twins' workers
-_live_pools: weakref.WeakSet[ProcessPool] = weakref.WeakSet()
-
-
-def _pool_key(source: Any, config: LoaderConfig, use_get_batch: bool) -> Any:
-    """Pools with equal keys build the same batches: the same dataset source and options."""
-    if isinstance(source, ProcessSpec):
-        what: Any = ("spec", source.factory, repr(source.args), repr(source.kwargs))
-    else:  # SharedTensors: the same tensors
-        what = ("tensors", tuple(t.data_ptr() for t in source.tensors), source.layout)
-    return (what, config, use_get_batch)
-
-
-def _retire_idle_twins(pool: ProcessPool) -> None:
-    """A notebook cell that builds a loader and shows it (``loader`` as the cell's last line) is
-    kept alive by IPython's ``Out`` and ``_N`` after every re-run; its workers lived as long as
-    it did, so 30 re-runs held 60 processes (B46). A new pool of the same dataset and options
-    stops the workers of every idle twin: they restart if that loader is iterated again."""
-    for other in list(_live_pools):
-        if other is not pool and other._key == pool._key and other.idle():
-            other.retire()
-    _live_pools.add(pool)
 
 
 class ProcessPool(BackgroundStart):
@@ -138,8 +114,8 @@ class ProcessPool(BackgroundStart):
         # start_epoch, closed by retire() (an idle pool holds no fd); closed by GC otherwise
         self._wake_r: Any = None
         self._wake_w: Any = None
-        self._key = _pool_key(source, config, use_get_batch)
-        _retire_idle_twins(self)
+        self.key = pool_key(source, config, use_get_batch)
+        retire_idle_twins(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -211,7 +187,7 @@ class ProcessPool(BackgroundStart):
         """Stop every worker and remove every shared-memory segment; idempotent in full: after
         an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True  # a starter thread stops after the worker it is starting
-        _live_pools.discard(self)
+        twins.forget(self)
         with contextlib.suppress(Exception):
             self._join_starter()
         self._epoch = None
@@ -271,7 +247,7 @@ class ProcessPool(BackgroundStart):
         self._pending.clear()
         if self._wake_r is None:
             self._wake_r, self._wake_w = mp.Pipe(duplex=False)
-        _live_pools.add(self)
+        twins.track(self)
         for wid, w in enumerate(self._workers):
             if w is not None and not w.proc.is_alive():  # died between epochs (killed, OOM)
                 self._reap(w, kill=True)
