@@ -16,6 +16,7 @@ import torch
 
 from clorch_nb._checks import check_bool, check_int, check_ms
 from clorch_nb.data.collate import default_collate
+from clorch_nb.data.skipping import check_max_failures
 from clorch_nb.errors import ConfigError
 
 __all__ = ["LoaderConfig", "WorkerBackend", "WorkerBackendChoice", "loader_config"]
@@ -59,6 +60,9 @@ class LoaderConfig:
         sampler_yields ("indices" | "batches"): what the loader's sampler yields: dataset indices
             (``sampler=``, cut into batches of ``batch_size``) or whole batches, lists of
             indices (``batch_sampler=``).
+        max_failures (int | float | None): items whose ``get_item`` may fail per epoch, skipped
+            and replaced (a count, or a fraction of the epoch's items); None: no skipping
+            (:mod:`~clorch_nb.data.skipping`).
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -81,8 +85,10 @@ class LoaderConfig:
     seed: int | None = None
     start_timeout_ms: float | None = None
     sampler_yields: Literal["indices", "batches"] = "indices"
+    max_failures: int | float | None = None
 
     def __post_init__(self) -> None:
+        check_max_failures(self.max_failures)
         if self.sampler_yields not in ("indices", "batches"):
             raise ConfigError(
                 f"sampler_yields={self.sampler_yields!r} must be 'indices' or 'batches'"

@@ -18,6 +18,8 @@ import torch
 
 from clorch_nb._signals import deferred_sigint
 from clorch_nb._text import KeyPath, key_path_text
+from clorch_nb.data.collate import default_collate
+from clorch_nb.data.skipping import Skipped, fill_failed
 from clorch_nb.errors import CollateError, WorkerError
 
 __all__ = [
@@ -71,6 +73,7 @@ class BatchResult:
     t_sent: float = 0.0
     warnings: bytes = b""  # a process worker's warnings, re-issued by the consumer
     fatal: bool = False  # the error ends the epoch and its workers (a worker died building it)
+    skipped: tuple[Skipped, ...] = ()  # items skipped under max_failures (data/skipping.py)
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -195,6 +198,7 @@ def build_batch(
     batch_index: int,
     worker: str,
     should_stop: Callable[[], bool] | None = None,
+    skipped: list[Skipped] | None = None,
 ) -> tuple[Any, float, float]:
     """Fetch and collate one batch; returns ``(batch, fetch_s, collate_s)``.
 
@@ -204,11 +208,25 @@ def build_batch(
     and gains a note naming the dataset index, the batch and ``worker``; a ``StopIteration``
     becomes a ``RuntimeError`` saying so (it must never end an epoch early).
 
+    With ``skipped`` (a list: the loader's ``max_failures`` is set), an item whose ``get_item``
+    raises an ``Exception`` is skipped instead: recorded in ``skipped`` and replaced by the next
+    item of the batch that loaded (:mod:`~clorch_nb.data.skipping`); a ``get_batch`` that raises
+    is retried item by item to find the bad ones.
+
     Raises:
         BatchCancelled: ``should_stop()`` returned True before an item (checked between items so
             an abandoned epoch stops within one ``get_item``, not one whole batch).
     """
     t0 = time.perf_counter()
+    if use_get_batch and skipped is not None:
+        try:
+            batch = dataset.get_batch(indices)
+        except Exception:  # noqa: BLE001 - find the bad items one by one (max_failures)
+            use_get_batch = False  # get_batch is only used with the default collate
+            collate_fn = default_collate
+        else:
+            refuse_autograd(batch, batch_index, worker)
+            return batch, time.perf_counter() - t0, 0.0
     if use_get_batch:
         try:
             batch = dataset.get_batch(indices)
@@ -226,6 +244,8 @@ def build_batch(
         refuse_autograd(batch, batch_index, worker)
         return batch, time.perf_counter() - t0, 0.0
     items = []
+    failed: list[int] = []
+    first_error: BaseException | None = None
     for i in indices.tolist():
         if should_stop is not None and should_stop():
             raise BatchCancelled(batch_index)
@@ -238,7 +258,15 @@ def build_batch(
                 note_index(err, i, batch_index, worker)
                 raise err from exc
             note_index(exc, i, batch_index, worker)
-            raise
+            if skipped is None or not isinstance(exc, Exception):
+                raise
+            skipped.append(Skipped.of(i, batch_index, exc))
+            failed.append(len(items))
+            first_error = first_error or exc
+            items.append(None)
+    if failed:
+        assert first_error is not None
+        items = fill_failed(items, failed, first_error, batch_index)
     t1 = time.perf_counter()
     try:
         batch = collate_fn(items)

@@ -15,8 +15,9 @@ Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
 ``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
 ``("stop",)``, ``("free", arena slots freed)`` (sent at once after a ``"short"``).
 Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
-t_start, t_sent, warnings)`` (the worker's ``perf_counter`` when it began building and when it
-sent; the batch's warnings, :mod:`~clorch_nb.data.workers.forwarded_warnings`),
+t_start, t_sent, skipped, warnings)`` (the worker's ``perf_counter`` when it began building
+and when it sent; the items skipped under ``max_failures``; the batch's warnings,
+:mod:`~clorch_nb.data.workers.forwarded_warnings`),
 ``("error", epoch, batch_index, num_items, ExceptionBlob, warnings)``, ``("ack", epoch)``,
 ``("ready", epoch)`` (this epoch's start-up, the dataset's ``set_epoch`` included, is done),
 ``("short",)`` (``/dev/shm`` is full: send freed slots without waiting for a task),
@@ -75,6 +76,8 @@ class WorkerConfig:
             started this worker, applied before the dataset is built: a forkserver's children
             would otherwise inherit the server's, frozen when the first process loader started
             it (B45). None: leave the environment as inherited.
+        skip_failures (bool): the loader's ``max_failures`` is set: items whose ``get_item``
+            raises are skipped and replaced (:mod:`~clorch_nb.data.skipping`).
     """
 
     worker_id: int
@@ -84,6 +87,7 @@ class WorkerConfig:
     parent_pid: int
     arena_keep: int = 4
     environ: tuple[tuple[str, str], ...] | None = None
+    skip_failures: bool = False
 
 
 def _apply_environ(environ: tuple[tuple[str, str], ...] | None) -> None:
@@ -413,6 +417,7 @@ def _build_and_encode(
     arena: WorkerArena,
 ) -> tuple[Any, ...] | None:
     """Build and encode one batch: the reply tuple, or None if the epoch was cancelled."""
+    skipped: list[Any] | None = [] if cfg.skip_failures else None
     try:
         batch, fetch_s, collate_s = build_batch(
             dataset,
@@ -422,6 +427,7 @@ def _build_and_encode(
             batch_index=batch_index,
             worker=where,
             should_stop=lambda: epoch <= state.cancelled,
+            skipped=skipped,
         )
         t_built = time.perf_counter()
         try:
@@ -432,7 +438,7 @@ def _build_and_encode(
         del batch
         t_sent = time.perf_counter()
         return ("ok", epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
-                t_sent)  # fmt: skip
+                t_sent, tuple(skipped or ()))  # fmt: skip
     except BatchCancelled:
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer

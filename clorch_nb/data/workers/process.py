@@ -101,6 +101,7 @@ class ProcessPool(BackgroundStart):
         # what each worker took from the kernel at its start (environment, code): a worker whose
         # world changed is replaced at the next epoch start (worker_world.py)
         self._collate_fn = config.collate_fn
+        self._skip_failures = config.max_failures is not None
         self._worlds: dict[int, WorkerWorld] = {}
         self.replaced_for: list[str] = []  # why workers were replaced so (for views)
         self._closed = False
@@ -131,6 +132,7 @@ class ProcessPool(BackgroundStart):
             os.getpid(),
             self._arena_keep,
             world.environ,  # today's, not the forkserver's from its start (B45)
+            self._skip_failures,
         )
         self._worlds[worker_id] = world
         w = start_worker(
@@ -378,7 +380,7 @@ class ProcessPool(BackgroundStart):
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent, warned = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent, skipped, warned = msg
             if not keep or epoch != self._epoch:
                 shm.discard_batch(enc, w.arena)
                 return
@@ -402,7 +404,8 @@ class ProcessPool(BackgroundStart):
                     t_start,
                     t_sent,
                     warned,
-                )  # fmt: skip
+                    skipped=skipped,
+                )
             )
         elif kind == "error":
             _, epoch, bi, n, blob, warned = msg
