@@ -16,7 +16,6 @@ from typing import Any, Protocol
 
 import torch
 
-from clorch_nb._signals import deferred_sigint
 from clorch_nb._text import KeyPath, key_path_text
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.skipping import Skipped, fill_failed
@@ -29,7 +28,6 @@ __all__ = [
     "WorkerPool",
     "add_note",
     "build_batch",
-    "close_pool",
     "note_index",
     "refuse_autograd",
 ]
@@ -280,13 +278,23 @@ def build_batch(
 
 
 class WorkerPool(Protocol):
-    """The interface the loader drives; implemented by the thread and process backends.
+    """The interface an epoch drives; implemented by the inline (``num_workers=0``), thread and
+    process backends (a new backend implements it and is chosen in ``workers/select.py``).
 
     The loader submits at most ``prefetch_factor * num_workers`` tasks ahead, takes results in
     any order and reorders them. Results of an older ``epoch`` token must be dropped by ``get``.
     """
 
     num_workers: int
+
+    def prestart(self) -> None:
+        """Start the workers now, in the background, and return at once (the loader calls it
+        when it is made); a backend whose workers start at once does nothing."""
+        ...
+
+    def pids(self) -> list[int]:
+        """Process ids of the live worker processes (``[]`` for backends without processes)."""
+        ...
 
     def start_epoch(self, epoch: int, base_seed: int) -> None:
         """Begin epoch token ``epoch``; workers reseed their RNGs from ``base_seed``, set
@@ -333,11 +341,3 @@ class WorkerPool(Protocol):
         """Stop every worker and free every resource; idempotent, and a second call finishes
         what an interrupted one began."""
         ...
-
-
-def close_pool(pool: WorkerPool) -> None:
-    """``pool.close()`` with Ctrl-C held back: what a dropped loader's finalizer runs (at garbage
-    collection, at any instant), where an interrupt would be printed and lost with the pool
-    half-closed and no second call to finish it."""
-    with deferred_sigint():
-        pool.close()
