@@ -215,3 +215,17 @@ def from_file(path: str, name: str, n: int) -> Any:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod.Dataset(n, path, name)
+
+
+# -- B56: an item that raises ------------------------------------------------------------------
+
+
+def fails_at_3(n: int) -> Any:
+    """``data.dataset(size=n)`` whose ``get_item(3)`` raises ``ValueError``."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if i == 3:
+            raise ValueError("bad item 3")
+        return {"target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("fails_at_3", n))

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import BatchSampler
 
 from clorch_nb import data
-from clorch_nb.errors import CollateError, ConfigError, WorkerError
+from clorch_nb.errors import CollateError, ConfigError, StaleIteratorError, WorkerError
 from tests import fixtures
 from tests import semantics3_fixtures as f3
 from tests.fixtures import ds, idx
@@ -345,3 +345,37 @@ def test_worker_death_delivers_finished_batches_and_blames_the_batch_it_was_buil
             for b in it:
                 got += idx(b)
     assert got == [0, 1, 2, 3, 4]
+
+
+# -- B56: a caught batch error never ends the epoch silently -------------------------------------
+
+
+def test_b56_the_epoch_goes_on_after_a_caught_batch_error(backend: dict[str, Any]) -> None:
+    """B56: a loop that catches a batch's error and calls ``next()`` again used to get
+    ``StopIteration`` (inline, threads): ``[[0, 1], 'err']``. Now, as torch 2.13:
+    ``[[0, 1], 'err', [4, 5], [6, 7], [8, 9]]`` on every backend."""
+    out: list[Any] = []
+    with dl(f3.fails_at_3(10), backend, batch_size=2, shuffle=False) as d:
+        it = iter(d)
+        while True:
+            try:
+                out.append(idx(next(it)))
+            except StopIteration:
+                break
+            except ValueError:
+                out.append("err")
+    assert out == [[0, 1], "err", [4, 5], [6, 7], [8, 9]]
+
+
+def test_b56_a_closed_loader_or_an_ended_epoch_keeps_raising(backend: dict[str, Any]) -> None:
+    """B56's other members: after ``loader.close()`` mid-epoch, and after an epoch-ending error
+    (here a stale iterator), every further ``next()`` raises; never ``StopIteration`` after
+    batches were lost."""
+    with dl(ds(6), backend, batch_size=2, shuffle=False) as d:
+        it = iter(d)
+        assert idx(next(it)) == [0, 1]
+        d.close()
+        for _ in range(2):
+            with pytest.raises(StaleIteratorError, match=r"stopped after 1 of 3 .*loader\.close"):
+                next(it)
+        assert [idx(b) for b in d] == [[0, 1], [2, 3], [4, 5]]  # the loader works again

@@ -118,8 +118,8 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
     elif c == "close_mid":
         it = _epoch(dl, out, stop_after=max(ep.k, 1))
         dl.close()
-        if out.errors[0] is None and next(it, None) is not None:
-            out.notes.append("an iterator of a closed loader still yielded a batch")
+        if out.errors[0] is None:
+            _check_superseded(it, finished=it.delivered >= len(it), notes=out.notes)
         _epoch(dl, out)
     elif c == "close_thread":
         closer = close_later(dl, ep.delay_s, out.notes)

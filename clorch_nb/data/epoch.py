@@ -24,7 +24,7 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.epoch_iter import StopRequest
+from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
 from clorch_nb.data.plan import iter_from
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
@@ -163,11 +163,23 @@ class Epoch:
                     if result is not None:
                         ready[result.batch_index] = result
                 result = ready.pop(next_yield)
+                failure: BaseException | None = result.error
                 if result.warnings:  # a process worker's: through this thread's warning filters
-                    forwarded_warnings.reissue(result.warnings)
-                if result.error is not None:
-                    broken = result.fatal  # a dead worker's batch: the other workers go too
-                    raise result.error
+                    try:
+                        forwarded_warnings.reissue(result.warnings)
+                    except Exception as exc:  # noqa: BLE001 - simplefilter('error'): as inline
+                        failure = failure or exc
+                if failure is not None:
+                    if result.fatal:  # a dead worker's batch: the epoch and its workers end
+                        broken = True
+                        raise failure
+                    # The batch is lost, not the epoch: next() raises it and the one after goes
+                    # on with the next batch, as torch's iterator does (B56).
+                    result = None
+                    next_yield += 1
+                    self._delivered = next_yield
+                    yield FailedBatch(failure)
+                    continue
                 try:
                     _take_finished(pool, ready, next_submit - next_yield - 1)
                 except Exception:

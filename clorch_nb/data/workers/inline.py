@@ -84,9 +84,9 @@ class InlinePool:
         Returns None at once after :meth:`wake` (also when it came while building: the build
         stops before its next item).
 
-        Raises:
-            Exception: whatever building the batch raised (with its notes, as
-                :func:`~clorch_nb.data.workers.base.build_batch` adds them).
+        Building errors are returned in ``BatchResult.error`` (with the notes
+        :func:`~clorch_nb.data.workers.base.build_batch` adds), as the other pools do, so the
+        epoch goes on after them; a Ctrl-C propagates.
         """
         task = self._task
         if task is None or self._wake:
@@ -103,6 +103,12 @@ class InlinePool:
         except BatchCancelled:
             self._wake = False
             return None
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the batch's error, as a worker reports it
+            self._task = None
+            return BatchResult(task.epoch, bi, INLINE_WORKER_ID, None, task.indices.shape[0],
+                               0.0, 0.0, exc)  # fmt: skip
         self._task = None
         # idx.shape[0]: Tensor.__len__ is a slow Python call
         return BatchResult(
