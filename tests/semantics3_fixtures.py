@@ -229,3 +229,23 @@ def fails_at_3(n: int) -> Any:
         return {"target": torch.tensor(i)}
 
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("fails_at_3", n))
+
+
+# -- held back with B39: augmentation from the global RNG ---------------------------------------
+
+
+class Augmented:
+    """Item ``i`` with ``noise``: one ``torch.rand`` draw, seeded per batch by the loader (from
+    the worker's generator in a worker, as threads need; the global RNG inline)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.process_spec = _spec("Augmented", n)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, Any]:
+        info = data.get_worker_info()
+        gen = info.torch_generator() if info is not None else None
+        return {"target": torch.tensor(i), "noise": round(float(torch.rand((), generator=gen)), 6)}

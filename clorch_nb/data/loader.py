@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from clorch_nb.data import sampler_rng
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -103,6 +104,7 @@ class LoaderEngine:
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
+        self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
         self._workers = PoolSlot(self, worker_backend, dataset, process_spec, config)
@@ -129,6 +131,7 @@ class LoaderEngine:
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
+        saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
         epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
         self._stop_active(superseded_by=epoch)
         if self._hooks.before_epoch(epoch) == "restart":
@@ -137,7 +140,12 @@ class LoaderEngine:
         self.stats.epochs_started += 1
         try:
             base_seed = draw_base_seed(self.generator)
+            if saved is not None:
+                sampler_rng.restore(self.sampler, saved.order_rng)
+            self._epoch_rng = self._sampler_rng()
             batches = pad_skipped(self._plan(), skip, self.config.drop_last)
+            if saved is not None and saved.order_digest is not None:
+                self._check_same_order(batches, saved.batches_done, saved.order_digest)
         except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
             release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
             del self, exc
@@ -308,12 +316,38 @@ class LoaderEngine:
         # LoaderState.from_dict refuses on load (naming the field)
         return self.config.batch_size
 
+    def _sampler_rng(self) -> dict[str, str] | None:
+        """The RNG state a torch sampler draws its next order from (None for ours)."""
+        if self.sampler is None or isinstance(self.sampler, DistributedSampler):
+            return None
+        return sampler_rng.capture(self.sampler)
+
+    def _check_same_order(self, plan: Any, done: int, digest: str) -> None:
+        """Refuse a resume whose first ``done`` batches differ from the saver's (B39)."""
+        if done and sampler_rng.order_digest(plan[:done]) != digest:
+            name = type(self.sampler).__name__
+            raise ConfigError(
+                f"cannot resume: sampler {name} gives another order in this run than in the one "
+                f"that saved the state (its first {done} batches differ), so skipping them would "
+                "repeat some items and never show others. Give the sampler an order that "
+                "depends only on its own state (torch's RandomSampler and SubsetRandomSampler "
+                "are restored automatically; a custom sampler needs a seeded generator it "
+                "exposes as .generator, or set_epoch), or use the loader's own shuffle=True "
+                "with seed=, or data.distributed_sampler"
+            )
+
     def _saved_state(self, pos: EpochPosition) -> LoaderState:
         epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
         sampler_state = None
         if isinstance(self.sampler, DistributedSampler):
             consumed = min((done - start) * self._batch_size, len(self.sampler))
             sampler_state = self.sampler.state_dict(consumed)
+        order_rng, digest = self._epoch_rng, None
+        foreign = self.sampler is not None and not isinstance(self.sampler, DistributedSampler)
+        if foreign and 0 < done < n and self._run is not None:  # ours are recomputed from seeds
+            digest = sampler_rng.order_digest(self._run.plan[:done])
+        if done >= n or self._epoch is None:
+            order_rng = self._sampler_rng()  # what the next epoch's iter() draws from now
         if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
             epoch, done = epoch + 1, 0
         return LoaderState(
@@ -326,6 +360,8 @@ class LoaderEngine:
             shuffle=self.config.shuffle,
             num_batches=max(n, done),
             sampler=sampler_state,
+            order_rng=order_rng,
+            order_digest=digest,
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
