@@ -249,3 +249,18 @@ class Augmented:
         info = data.get_worker_info()
         gen = info.torch_generator() if info is not None else None
         return {"target": torch.tensor(i), "noise": round(float(torch.rand((), generator=gen)), 6)}
+
+
+# -- max_failures: items that fail ------------------------------------------------------------
+
+
+def flaky(n: int, bad: list[int]) -> Any:
+    """``data.dataset(size=n)`` whose ``get_item`` raises ``ValueError`` at each index in
+    ``bad``; items are ``{"target": i}``."""
+
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        if i in bad:
+            raise ValueError(f"record {i} is corrupt")
+        return {"target": torch.tensor(i)}
+
+    return data.dataset(size=n, get_item=get_item, process_spec=_spec("flaky", n, bad))

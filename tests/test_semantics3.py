@@ -22,7 +22,13 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, SubsetRandomSampler
 
 from clorch_nb import data
-from clorch_nb.errors import CollateError, ConfigError, StaleIteratorError, WorkerError
+from clorch_nb.errors import (
+    CollateError,
+    ConfigError,
+    SkipBudgetError,
+    StaleIteratorError,
+    WorkerError,
+)
 from tests import fixtures
 from tests import semantics3_fixtures as f3
 from tests.fixtures import ds, idx
@@ -493,3 +499,68 @@ def test_checkpoint_at_an_epoch_boundary_gives_the_uninterrupted_epochs(
         d.load_state_dict(checkpoint["loader"])
         resumed = run(d, range(checkpoint["epoch"], 3))
     assert resumed == straight[1:]
+
+
+# -- max_failures: skip a bad item, keep the batch ------------------------------------------------
+
+
+@pytest.mark.parametrize("max_failures", [2, 0.2], ids=["count", "fraction"])
+def test_max_failures_skips_and_replaces_within_the_batch(
+    backend: dict[str, Any], max_failures: float
+) -> None:
+    """Items 3 and 6 of 10 fail; ``max_failures=2`` (or 0.2 of 10 items): each is replaced by
+    the next item of its batch that loaded, so the batches keep their shape:
+    ``[[0, 1, 2, 0], [4, 5, 7, 7], [8, 9]]``; the events name the skipped indices."""
+    with dl(f3.flaky(10, [3, 6]), backend, batch_size=4, shuffle=False,
+            max_failures=max_failures) as d:  # fmt: skip
+        events: list[Any] = []
+        d.subscribe(events.append)
+        assert [idx(b) for b in d] == [[0, 1, 2, 0], [4, 5, 7, 7], [8, 9]]
+        assert [e.skipped for e in events if hasattr(e, "skipped")] == [(3,), (6,), ()]
+
+
+def test_max_failures_budget_error_names_what_was_skipped(backend: dict[str, Any]) -> None:
+    """One more failure than ``max_failures=1`` allows: ``SkipBudgetError`` at the batch that
+    spent it, naming every skipped index, its batch and its error; the default (None) raises
+    the item's own error as before."""
+    with dl(f3.flaky(10, [3, 6]), backend, batch_size=4, shuffle=False, max_failures=1) as d:
+        it = iter(d)
+        assert idx(next(it)) == [0, 1, 2, 0]
+        with pytest.raises(
+            SkipBudgetError,
+            match=r"max_failures=1 is spent: 2 items failed this epoch \(allowed 1\): index 3 "
+            r"\(batch 0\): ValueError: record 3 is corrupt; index 6 \(batch 1\): ValueError: "
+            r"record 6 is corrupt",
+        ) as ei:
+            next(it)
+    assert [s.index for s in ei.value.skipped] == [3, 6]  # type: ignore[attr-defined]
+    with (
+        dl(f3.flaky(10, [3, 6]), backend, batch_size=4, shuffle=False) as d,
+        pytest.raises(ValueError, match="record 3 is corrupt"),
+    ):
+        list(d)
+
+
+def test_max_failures_resume_after_skips_is_exact(backend: dict[str, Any]) -> None:
+    """``shuffle=True, seed=3`` over 12 items, 1 and 9 failing: ``[[4, 4, 2, 6], [0, 7, 7, 11],
+    [10, 5, 3, 8]]`` (1 replaced by 4 in batch 0, 9 by 7 in batch 1). A state saved after batch 0
+    records the skip (``[1, 0, "ValueError: ..."]``); the resumed loader gives the same rest, and
+    counts the saved skip: with ``max_failures=1`` the second failure raises."""
+
+    def make(max_failures: int) -> data.DataLoader:
+        return dl(f3.flaky(12, [1, 9]), backend, batch_size=4, shuffle=True, seed=3,
+                  max_failures=max_failures)  # fmt: skip
+
+    with make(2) as d:
+        it = iter(d)
+        assert idx(next(it)) == [4, 4, 2, 6]
+        state = json.loads(json.dumps(d.state_dict()))
+        assert [idx(b) for b in it] == [[0, 7, 7, 11], [10, 5, 3, 8]]
+    assert state["skipped"] == [[1, 0, "ValueError: record 1 is corrupt"]]
+    with make(2) as resumed:
+        resumed.load_state_dict(state)
+        assert [idx(b) for b in resumed] == [[0, 7, 7, 11], [10, 5, 3, 8]]
+    with make(1) as resumed:
+        resumed.load_state_dict(state)
+        with pytest.raises(SkipBudgetError, match=r"2 items failed this epoch \(allowed 1\)"):
+            list(resumed)

@@ -26,6 +26,7 @@ import torch
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
 from clorch_nb.data.plan import iter_from
+from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import BatchResult, BatchTask, WorkerPool
@@ -103,6 +104,7 @@ class Epoch:
         start: int = 0,
         base_seed: int = 0,
         stages: Sequence[Stage] = (),
+        skipped: Sequence[Skipped] = (),
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
@@ -110,6 +112,17 @@ class Epoch:
         self.stages = tuple(stages)
         self._open_pool = open_pool
         self._delivered = start
+        # max_failures: what this epoch may skip, and what it skipped (a resumed state's first)
+        self.budget = (
+            None
+            if config.max_failures is None
+            else FailureBudget(config.max_failures, _items(plan, config), skipped)
+        )
+
+    @property
+    def skipped(self) -> tuple[Skipped, ...]:
+        """The items skipped so far this epoch under ``max_failures`` (``()`` without it)."""
+        return () if self.budget is None else tuple(self.budget.skipped)
 
     @property
     def position(self) -> EpochPosition:
@@ -180,6 +193,8 @@ class Epoch:
                     self._delivered = next_yield
                     yield FailedBatch(failure)
                     continue
+                if result.skipped and self.budget is not None:
+                    self.budget.add(result.skipped)  # SkipBudgetError once it is spent
                 try:
                     _take_finished(pool, ready, next_submit - next_yield - 1)
                 except Exception:
@@ -227,7 +242,16 @@ def _event(
     return BatchEvent(
         epoch, index, result.worker_id, result.num_items, result.fetch_s, result.collate_s,
         t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent,
+        tuple(s.index for s in result.skipped),
     )  # fmt: skip
+
+
+def _items(plan: Sequence[torch.Tensor], config: LoaderConfig) -> int:
+    """Items in the epoch (for a ``max_failures`` fraction), without walking the batches."""
+    order = getattr(plan, "order", None)
+    if isinstance(order, torch.Tensor):
+        return int(order.numel())
+    return len(plan) * (config.batch_size or 1)
 
 
 def _take_finished(pool: WorkerPool, ready: dict[int, BatchResult], in_flight: int) -> None:

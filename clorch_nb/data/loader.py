@@ -50,6 +50,7 @@ from clorch_nb.data.epoch_iter import (
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
+from clorch_nb.data.skipping import skipped_records
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
@@ -162,6 +163,7 @@ class LoaderEngine:
             start=start,
             base_seed=base_seed,
             stages=self._stages,
+            skipped=() if saved is None else skipped_records(saved.skipped),
         )
         self._run = run
         stop = StopRequest()
@@ -316,6 +318,13 @@ class LoaderEngine:
         # LoaderState.from_dict refuses on load (naming the field)
         return self.config.batch_size
 
+    def _skipped_now(self, done: int, n: int) -> list[list[Any]] | None:
+        """The open epoch's skipped items as plain data (None when none or between epochs)."""
+        run = self._run
+        if run is None or not 0 < done < n or not run.skipped:
+            return None
+        return [[s.index, s.batch_index, s.error] for s in run.skipped]
+
     def _sampler_rng(self) -> dict[str, str] | None:
         """The RNG state a torch sampler draws its next order from (None for ours)."""
         if self.sampler is None or isinstance(self.sampler, DistributedSampler):
@@ -362,6 +371,7 @@ class LoaderEngine:
             sampler=sampler_state,
             order_rng=order_rng,
             order_digest=digest,
+            skipped=self._skipped_now(done, n),
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
@@ -398,6 +408,7 @@ def dataloader(
     generator: torch.Generator | None = None,
     batch_sampler: Any = None,
     start_timeout_ms: float | None = None,
+    max_failures: int | float | None = None,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
@@ -440,6 +451,12 @@ def dataloader(
             with batch_size, shuffle, sampler or drop_last, as in torch.
         start_timeout_ms (float | None): the longest a process worker may take to start an
             epoch (factory, ``set_epoch``), in ms; None: no limit.
+        max_failures (int | float | None): skip an item whose ``get_item`` raises, and fill its
+            place with the next item of its batch that loaded (the batch keeps its shape), up to
+            this many items per epoch (an int) or this fraction of the epoch's items (a float
+            in (0, 1)); beyond it ``SkipBudgetError`` names every skipped index. Skipped
+            items are in the batch events and in ``state_dict()``. None (default): no skipping
+            (:mod:`~clorch_nb.data.skipping`).
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -477,6 +494,7 @@ def dataloader(
         timeout_ms=timeout_ms,
         start_timeout_ms=start_timeout_ms,
         seed=seed,
+        max_failures=max_failures,
     )
     if batch_sampler is not None or sampler is not None:
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)

@@ -28,7 +28,7 @@ from typing import Any
 
 from clorch_nb.errors import ConfigError, SkipBudgetError
 
-__all__ = ["FailureBudget", "Skipped", "check_max_failures", "fill_failed"]
+__all__ = ["FailureBudget", "Skipped", "check_max_failures", "fill_failed", "skipped_records"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,32 @@ class Skipped:
         except Exception:  # noqa: BLE001 - a hostile __str__
             text = type(exc).__name__
         return Skipped(index, batch_index, text[:200])
+
+
+def skipped_records(saved: list[list[Any]] | None) -> tuple[Skipped, ...]:
+    """:class:`Skipped` records from a loader state's ``skipped`` (``[index, batch, error]``).
+
+    Raises:
+        ConfigError: an entry that is not ``[int, int, str]`` (an edited state).
+
+    Example:
+        >>> skipped_records([[3, 1, "ValueError: bad"]])
+        (Skipped(index=3, batch_index=1, error='ValueError: bad'),)
+    """
+    out = []
+    for entry in saved or ():
+        if not (
+            isinstance(entry, list | tuple)
+            and len(entry) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in entry[:2])
+            and isinstance(entry[2], str)
+        ):
+            raise ConfigError(
+                f"loader state field skipped has entry {entry!r:.80}; expected [index, batch, "
+                "error]; was the state edited?"
+            )
+        out.append(Skipped(entry[0], entry[1], entry[2]))
+    return tuple(out)
 
 
 def check_max_failures(value: Any) -> int | float | None:
