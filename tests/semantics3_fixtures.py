@@ -264,3 +264,36 @@ def flaky(n: int, bad: list[int]) -> Any:
         return {"target": torch.tensor(i)}
 
     return data.dataset(size=n, get_item=get_item, process_spec=_spec("flaky", n, bad))
+
+
+# -- B37: a sampler without an end, a virtual-length dataset ------------------------------------
+
+
+class InfiniteSampler:
+    """mmengine/detectron2-style: ``randperm(n)`` from a seeded generator, forever; ``len()``
+    is one pass (``n``)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        gen = torch.Generator().manual_seed(0)
+        while True:
+            yield from torch.randperm(self.n, generator=gen).tolist()
+
+
+class Virtual:
+    """``n`` items generated on the fly (``n`` may be 2**31): item ``i`` is ``{"target": i}``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.process_spec = _spec("Virtual", n)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        return {"target": torch.tensor(i)}

@@ -564,3 +564,48 @@ def test_max_failures_resume_after_skips_is_exact(backend: dict[str, Any]) -> No
         resumed.load_state_dict(state)
         with pytest.raises(SkipBudgetError, match=r"2 items failed this epoch \(allowed 1\)"):
             list(resumed)
+
+
+# -- B37: an endless sampler and a 2**31-item dataset ---------------------------------------------
+
+_B37 = """
+import resource, sys, time, torch
+resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+from clorch_nb import data
+from clorch_nb.errors import ConfigError
+from tests.fixtures import ds
+from tests.semantics3_fixtures import InfiniteSampler, Virtual
+if __name__ == "__main__":
+    opts = {"inline": {}, "thread": {"num_workers": 2, "worker_backend": "thread"},
+            "process": {"num_workers": 2, "worker_backend": "process"}}[sys.argv[1]]
+    t0 = time.perf_counter()
+    with data.dataloader(ds(10), batch_size=4, sampler=InfiniteSampler(10), **opts) as d:
+        it, out = iter(d), []
+        try:
+            for _ in range(3):
+                out.append(next(it)["target"].tolist())
+        except ConfigError as e:
+            out.append("len" if "more indices than len(sampler) = 10" in str(e) else str(e))
+    print("INF", out, time.perf_counter() - t0 < 30)
+    t0 = time.perf_counter()
+    with data.dataloader(Virtual(2**31), batch_size=4, shuffle=False, **opts) as d:
+        print("VIRT", next(iter(d))["target"].tolist(), len(d), time.perf_counter() - t0 < 30)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_b37_endless_sampler_and_huge_dataset_start_at_once(backend: dict[str, Any]) -> None:
+    """B37, in a child with a 2 GiB address space: an endless sampler (``len()`` 10) gives
+    torch's first two batches ``[[4, 1, 7, 5], [3, 9, 0, 8]]`` at once, then a prompt error
+    naming ``len(sampler)`` (it used to list the sampler forever); a 2**31-item dataset gives
+    ``[0, 1, 2, 3]`` at once (it used to allocate 16 GiB)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(
+        [sys.executable, "-c", _B37, backend["name"]], capture_output=True, text=True,
+        timeout=80, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=False,
+    )  # fmt: skip
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith(("INF", "VIRT"))]
+    assert lines == [
+        "INF [[4, 1, 7, 5], [3, 9, 0, 8], 'len'] True",
+        "VIRT [0, 1, 2, 3] 536870912 True",
+    ], out.stdout[-1000:] + out.stderr[-2000:]

@@ -147,6 +147,7 @@ class Epoch:
         ready: dict[int, BatchResult] = {}
         next_submit = next_yield = self.start
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
+        plan_error: list[BaseException] = []  # the plan failed to cut batch next_submit
         started = False
         try:
             stop.check()
@@ -155,9 +156,18 @@ class Epoch:
             started = True
             while next_yield < n:
                 t_asked = time.perf_counter()
-                while next_submit < n and next_submit - next_yield < max_in_flight:
-                    pool.submit(BatchTask(epoch, next_submit, next(todo)))
+                while (
+                    next_submit < n and next_submit - next_yield < max_in_flight and not plan_error
+                ):
+                    try:
+                        indices = next(todo)
+                    except Exception as exc:  # noqa: BLE001 - a sampler's error (e.g. it never
+                        plan_error.append(exc)  # ends): raised in plan order, after the batches
+                        break  # before it are delivered
+                    pool.submit(BatchTask(epoch, next_submit, indices))
                     next_submit += 1
+                if plan_error and next_yield == next_submit:
+                    raise plan_error[0]
                 t0 = time.perf_counter()
                 while next_yield not in ready:
                     stop.check()  # close() from another thread (it also wakes pool.get)
