@@ -25,8 +25,8 @@ from clorch_nb import data
 from clorch_nb.errors import (
     CollateError,
     ConfigError,
+    LoaderClosedError,
     SkipBudgetError,
-    StaleIteratorError,
     WorkerError,
 )
 from tests import fixtures
@@ -384,7 +384,7 @@ def test_b56_a_closed_loader_or_an_ended_epoch_keeps_raising(backend: dict[str, 
         assert idx(next(it)) == [0, 1]
         d.close()
         for _ in range(2):
-            with pytest.raises(StaleIteratorError, match=r"stopped after 1 of 3 .*loader\.close"):
+            with pytest.raises(LoaderClosedError, match=r"stopped after 1 of 3 .*loader\.close"):
                 next(it)
         assert [idx(b) for b in d] == [[0, 1], [2, 3], [4, 5]]  # the loader works again
 

@@ -121,7 +121,7 @@ def _judge_error(
 ) -> list[str]:
     if isinstance(exc, KeyboardInterrupt) and ep.consumer == "sigint":
         return []
-    if isinstance(exc, LoaderClosedError) and ep.consumer == "close_thread":
+    if isinstance(exc, LoaderClosedError) and ep.consumer in ("close_thread", "close_callback"):
         return []
     if ep.fault in ("none", "slow", "env"):
         return [f"{where}: unexpected {type(exc).__name__}: {_text(exc)[:200]}"]

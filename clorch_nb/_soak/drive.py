@@ -13,7 +13,7 @@ import psutil
 from clorch_nb import data
 from clorch_nb._soak.episode import Episode, Outcome, close_later, make_loader, targets
 from clorch_nb._soak.faults import ENV_NAME
-from clorch_nb.errors import StaleIteratorError
+from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent
 
 __all__ = ["drive"]
@@ -185,7 +185,7 @@ def _check_superseded(it: Any, *, finished: bool, notes: list[str]) -> None:
     B21): never yield again, never end as if its epoch were complete."""
     try:
         next(it)
-    except StaleIteratorError:
+    except (StaleIteratorError, LoaderClosedError):  # B56: it says why, every time
         return
     except StopIteration:
         if not finished:

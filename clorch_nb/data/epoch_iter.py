@@ -45,6 +45,8 @@ __all__ = [
     "rng_untouched",
 ]
 
+_DELIVERED = "\x00delivered\x00"  # filled in when the stale iterator's error is raised
+
 #: how long a cross-thread close() waits for the consumer's next() to end before freeing the
 #: workers anyway (the consumer is then stuck in code of its own, e.g. a get_item)
 CLOSE_WAIT_S = 10.0
@@ -115,7 +117,17 @@ class EpochIterator:
         clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 3 ...
     """
 
-    __slots__ = ("__weakref__", "_gen", "_lock", "_stale", "_stop", "delivered", "epoch", "plan")
+    __slots__ = (
+        "__weakref__",
+        "_gen",
+        "_lock",
+        "_stale",
+        "_stale_type",
+        "_stop",
+        "delivered",
+        "epoch",
+        "plan",
+    )
 
     def __init__(
         self,
@@ -129,6 +141,7 @@ class EpochIterator:
         self._lock = threading.RLock()
         self.epoch, self.plan = epoch, plan
         self._stale: str | None = None
+        self._stale_type: type[Exception] = StaleIteratorError  # LoaderClosedError after close()
         self.delivered = 0
 
     def __iter__(self) -> EpochIterator:
@@ -139,8 +152,9 @@ class EpochIterator:
 
     def __next__(self) -> Any:
         with self._lock:
-            if self._stale is not None:
-                raise StaleIteratorError(self._stale)
+            if self._stale is not None:  # how far it got: counted now (close() may come
+                # while a batch is being handed over, which is then the last one)
+                raise self._stale_type(self._stale.replace(_DELIVERED, str(self.delivered)))
             if self._stop.requested:  # closed from inside the epoch (a subscriber's callback)
                 self._gen.close()
             try:
@@ -176,10 +190,12 @@ class EpochIterator:
         if (new_epoch is not None or why is not None) and self.delivered < len(self.plan):
             why = why or f"iter(loader) was called again and started epoch {new_epoch}"
             self._stale = (
-                f"this iterator's epoch {self.epoch} was stopped after {self.delivered} of "
+                f"this iterator's epoch {self.epoch} was stopped after {_DELIVERED} of "
                 f"{len(self.plan)} batches: {why}."
             )
-            if new_epoch is not None:
+            if new_epoch is None:  # loader.close(): the consumer's next() says it was closed
+                self._stale_type = LoaderClosedError
+            else:
                 self._stale += (
                     " A loader runs one epoch at a time (zip(loader, loader), or a "
                     "next(iter(loader)) peek while a loop is running, starts a new one). To look "

@@ -272,7 +272,9 @@ class LoaderEngine:
         :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
         (Ctrl-C), a second one finishes what the first began.
         """
-        self._stop_active(why="loader.close() was called")  # its next() raises, never ends
+        self._stop_active(
+            why="the loader was closed (loader.close())"
+        )  # its next() raises, never ends
         self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
 
     def __enter__(self) -> LoaderEngine:
