@@ -15,6 +15,7 @@ from clorch_nb._soak.faults import hostile_error
 from clorch_nb.data.workers import shm
 from clorch_nb.errors import (
     CollateError,
+    ConfigError,
     LoaderClosedError,
     SharedMemoryError,
     WorkerError,
@@ -99,6 +100,9 @@ def check_outcome(ep: Episode, out: Outcome) -> list[str]:
             )
         if order is None and (len(set(seen)) != len(seen) or any(not 0 <= i < ep.n for i in seen)):
             problems.append(f"{where}: shuffled epoch repeated or invented indices: {seen}")
+        if ep.order == "endless" and complete and size >= ep.batch_size and exc is None:
+            problems.append(f"{where}: an endless sampler's epoch ended without an error")
+            continue
         if exc is None:
             if complete and len(seen) != size:
                 problems.append(f"{where}: {len(seen)} indices delivered, expected {size}")
@@ -121,6 +125,11 @@ def _judge_error(
 ) -> list[str]:
     if isinstance(exc, KeyboardInterrupt) and ep.consumer == "sigint":
         return []
+    if ep.order == "endless" and isinstance(exc, ConfigError):  # B37: at its last batch
+        last = (-(-len(order or []) // ep.batch_size) - 1) * ep.batch_size
+        if "more indices than len(sampler)" in _text(exc) and len(seen) == last:
+            return []
+        return [f"{where}: endless sampler: {_text(exc)[:120]} after {len(seen)} indices"]
     if isinstance(exc, LoaderClosedError) and ep.consumer in ("close_thread", "close_callback"):
         return []
     if ep.fault in ("none", "slow", "env"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from dataclasses import dataclass, field
@@ -32,7 +33,25 @@ CONSUMERS = (
     "drop",
     "rerun",
 )
-ORDERS = ("seq", "shuffle", "dist", "list")
+ORDERS = ("seq", "shuffle", "dist", "list", "endless")
+
+
+class EndlessSampler:
+    """A sampler without an end (mmengine's ``InfiniteSampler``): seeded permutations of ``n``
+    forever; ``len()`` is one pass. An epoch must refuse it at its last batch (B37)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed = n, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        rng = random.Random(self.seed)
+        while True:
+            order = list(range(self.n))
+            rng.shuffle(order)
+            yield from order
 
 
 @dataclass(frozen=True)
@@ -152,6 +171,8 @@ def _sampler(ep: Episode) -> Any:
         return s
     if ep.order == "list":
         return list(ep.sampler_args)
+    if ep.order == "endless":
+        return EndlessSampler(ep.n, ep.seed * 1000 + ep.index)
     return None
 
 
@@ -184,7 +205,10 @@ def expected_order(ep: Episode) -> list[int] | None:
     if ep.order == "shuffle":
         return None
     sampler = _sampler(ep)
-    order = list(range(ep.n)) if sampler is None else [int(i) for i in sampler]
+    if ep.order == "endless":  # one pass: what len() says
+        order = [int(i) for i in itertools.islice(iter(sampler), ep.n)]
+    else:
+        order = list(range(ep.n)) if sampler is None else [int(i) for i in sampler]
     if ep.drop_last:
         order = order[: len(order) // ep.batch_size * ep.batch_size]
     return order
