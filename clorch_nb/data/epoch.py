@@ -169,8 +169,10 @@ class Epoch:
                 if plan_error and next_yield == next_submit:
                     raise plan_error[0]
                 t0 = time.perf_counter()
-                while next_yield not in ready:
-                    stop.check()  # close() from another thread (it also wakes pool.get)
+                result = ready.pop(next_yield, None)  # built while an earlier one was awaited
+                while result is None:
+                    if stop.requested:  # close() from another thread (it also wakes pool.get)
+                        stop.check()
                     try:
                         remaining = (
                             seconds_left(
@@ -183,9 +185,9 @@ class Epoch:
                     except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
                         broken = True
                         raise
-                    if result is not None:
-                        ready[result.batch_index] = result
-                result = ready.pop(next_yield)
+                    if result is not None and result.batch_index != next_yield:
+                        ready[result.batch_index] = result  # out of order: kept for its turn
+                        result = None
                 failure: BaseException | None = result.error
                 if result.warnings:  # a process worker's: through this thread's warning filters
                     try:
@@ -205,11 +207,12 @@ class Epoch:
                     continue
                 if result.skipped and self.budget is not None:
                     self.budget.add(result.skipped)  # SkipBudgetError once it is spent
-                try:
-                    _take_finished(pool, ready, next_submit - next_yield - 1)
-                except Exception:
-                    broken = True
-                    raise
+                if next_submit - next_yield > 1:  # others in flight: take what has finished
+                    try:
+                        _take_finished(pool, ready, next_submit - next_yield - 1)
+                    except Exception:
+                        broken = True
+                        raise
                 batch = result.batch
                 for stage in stages:
                     batch = stage(batch)
