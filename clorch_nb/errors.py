@@ -17,6 +17,7 @@ __all__ = [
     "LoaderClosedError",
     "ShardError",
     "SharedMemoryError",
+    "SkipBudgetError",
     "StaleIteratorError",
     "WorkerError",
     "WorkerStateError",
@@ -119,3 +120,16 @@ class ShardError(ClorchError, OSError):
         super().__init__(message)
         self.shard = shard  # instance attributes survive pickling out of a process worker
         self.offset = offset
+
+
+class SkipBudgetError(ClorchError, RuntimeError):
+    """More items failed in an epoch than ``max_failures`` allows; the message names each
+    skipped dataset index and its error.
+
+    Attributes:
+        skipped (tuple): the epoch's :class:`~clorch_nb.data.skipping.Skipped` records.
+    """
+
+    def __init__(self, message: str, *, skipped: tuple[object, ...] = ()) -> None:
+        super().__init__(message)
+        self.skipped = skipped

@@ -264,8 +264,8 @@ def test_close_from_another_thread_ends_the_consumers_next(backend: dict[str, An
     it = iter(dl)
     assert idx(next(it)) == [0, 1]
     dl.close()
-    with pytest.raises(StopIteration):  # closed between two batches: the epoch is over
-        next(it)
+    with pytest.raises(LoaderClosedError, match="stopped after 1 of 20"):  # B56: never a
+        next(it)  # silent StopIteration after batches were lost
 
 
 # -- what keeps a dropped loader's workers alive -------------------------------------------------
@@ -424,7 +424,8 @@ def test_sampler_error_at_iter_does_not_keep_the_workers(name: str) -> None:
 def test_close_from_a_subscriber_callback_ends_the_epoch(backend: dict[str, Any]) -> None:
     """close() called inside the epoch, from a subscriber's callback (a view's stop button
     handled on the consuming thread): the batch being handed over is the last one, the next
-    next() ends the epoch, the workers stop, and nothing hangs."""
+    next() raises LoaderClosedError (B56: never a silent end), the workers stop, and nothing
+    hangs."""
     from clorch_nb.instrumentation import BatchEvent
 
     dl = loader(fixtures.numbers(20), backend, batch_size=2, shuffle=False)
@@ -434,7 +435,10 @@ def test_close_from_a_subscriber_callback_ends_the_epoch(backend: dict[str, Any]
             dl.close()
 
     dl.subscribe(stop_at_batch_2)
-    got = [idx(b) for b in dl]
+    got: list[Any] = []
+    with pytest.raises(LoaderClosedError, match="stopped after 3 of 10"):  # B56: not silent
+        for b in dl:
+            got.append(idx(b))
     assert got == [[0, 1], [2, 3], [4, 5]]
     assert loader_threads() == [] and multiprocessing.active_children() == []
     dl.close()

@@ -296,9 +296,19 @@ def test_error_mid_epoch_emits_stopped():
     loader = data.dataloader(data.dataset(size=4, get_item=get_item), batch_size=1, shuffle=False)
     events = []
     loader.subscribe(events.append)
+    it = iter(loader)
     with pytest.raises(RuntimeError, match="bad"):
-        list(loader)
-    assert [getattr(e, "kind", "batch") for e in events] == ["start", "batch", "batch", "stopped"]
+        list(it)
+    assert [getattr(e, "kind", "batch") for e in events] == ["start", "batch", "batch"]
+    assert next(it) == [3]  # B56: the epoch goes on after a batch's error, as torch's does
+    with pytest.raises(StopIteration):
+        next(it)
+    assert [getattr(e, "kind", "batch") for e in events][3:] == ["batch", "end"]
+    it = iter(loader)
+    with pytest.raises(RuntimeError, match="bad"):
+        list(it)
+    it.close()  # given up: the epoch is stopped
+    assert [getattr(e, "kind", "batch") for e in events][-1] == "stopped"
 
 
 # -- B04 / B06 / B13 -----------------------------------------------------------------------------

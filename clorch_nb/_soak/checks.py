@@ -13,7 +13,14 @@ import psutil
 from clorch_nb._soak.episode import Episode, Outcome, epoch_size, expected_order
 from clorch_nb._soak.faults import hostile_error
 from clorch_nb.data.workers import shm
-from clorch_nb.errors import CollateError, LoaderClosedError, WorkerError, WorkerTimeoutError
+from clorch_nb.errors import (
+    CollateError,
+    ConfigError,
+    LoaderClosedError,
+    SharedMemoryError,
+    WorkerError,
+    WorkerTimeoutError,
+)
 
 __all__ = ["Baseline", "check_outcome", "leftovers"]
 
@@ -55,6 +62,9 @@ def _fault_error_ok(ep: Episode, exc: BaseException, batch: int | None) -> str |
     if ep.fault == "hang":
         ok = isinstance(exc, WorkerTimeoutError)
         return None if ok else f"expected WorkerTimeoutError, got {name}"
+    if ep.fault == "shm":
+        ok = isinstance(exc, SharedMemoryError) and "/dev/shm" in _text(exc)
+        return None if ok else f"expected SharedMemoryError naming /dev/shm, got {name}"
     if ep.fault in ("kill", "exit"):
         ok = isinstance(exc, WorkerError) and "died with" in _text(exc)
         return None if ok else f"expected WorkerError (worker died), got {name}: {_text(exc)[:120]}"
@@ -63,7 +73,7 @@ def _fault_error_ok(ep: Episode, exc: BaseException, batch: int | None) -> str |
 
 def _fault_batch(ep: Episode, order: list[int] | None) -> int | None:
     """The batch in which the item fault must surface (None: it does not, or unknown)."""
-    if ep.fault in ("none", "slow") or order is None or ep.at not in order:
+    if ep.fault in ("none", "slow", "env", "shm") or order is None or ep.at not in order:
         return None
     b = order.index(ep.at) // ep.batch_size
     if ep.fault == "malformed" and set(order[b * ep.batch_size : (b + 1) * ep.batch_size]) == {
@@ -90,6 +100,9 @@ def check_outcome(ep: Episode, out: Outcome) -> list[str]:
             )
         if order is None and (len(set(seen)) != len(seen) or any(not 0 <= i < ep.n for i in seen)):
             problems.append(f"{where}: shuffled epoch repeated or invented indices: {seen}")
+        if ep.order == "endless" and complete and size >= ep.batch_size and exc is None:
+            problems.append(f"{where}: an endless sampler's epoch ended without an error")
+            continue
         if exc is None:
             if complete and len(seen) != size:
                 problems.append(f"{where}: {len(seen)} indices delivered, expected {size}")
@@ -112,9 +125,14 @@ def _judge_error(
 ) -> list[str]:
     if isinstance(exc, KeyboardInterrupt) and ep.consumer == "sigint":
         return []
-    if isinstance(exc, LoaderClosedError) and ep.consumer == "close_thread":
+    if ep.order == "endless" and isinstance(exc, ConfigError):  # B37: at its last batch
+        last = (-(-len(order or []) // ep.batch_size) - 1) * ep.batch_size
+        if "more indices than len(sampler)" in _text(exc) and len(seen) == last:
+            return []
+        return [f"{where}: endless sampler: {_text(exc)[:120]} after {len(seen)} indices"]
+    if isinstance(exc, LoaderClosedError) and ep.consumer in ("close_thread", "close_callback"):
         return []
-    if ep.fault in ("none", "slow"):
+    if ep.fault in ("none", "slow", "env"):
         return [f"{where}: unexpected {type(exc).__name__}: {_text(exc)[:200]}"]
     wrong = _fault_error_ok(ep, exc, fault_batch)
     if wrong is not None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import os
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
 from clorch_nb import data
 from clorch_nb._soak.episode import Episode, Outcome, close_later, make_loader, targets
-from clorch_nb.errors import StaleIteratorError
+from clorch_nb._soak.faults import ENV_NAME
+from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent
 
 __all__ = ["drive"]
@@ -19,11 +24,19 @@ Armer = Callable[[float], Callable[[], None]]
 
 
 def _epoch(
-    dl: data.DataLoader, out: Outcome, *, stop_after: int | None = None, hold: bool = False
+    dl: data.DataLoader,
+    out: Outcome,
+    *,
+    stop_after: int | None = None,
+    hold: bool = False,
 ) -> Any:
     """Consume one epoch into ``out``; returns the iterator (still open if stopped early)."""
     seen: list[int] = []
     held: list[Any] = []
+    level = str(len(out.epochs))
+    fault_env = out.env_fault
+    if fault_env:  # a changed environment (B45): every batch must carry this epoch's value
+        os.environ[ENV_NAME] = level
     out.epochs.append(seen)
     out.complete.append(stop_after is None)
     out.errors.append(None)
@@ -32,6 +45,11 @@ def _epoch(
         it = iter(dl)
         for i, batch in enumerate(it):
             seen.extend(targets(batch))
+            if fault_env and {float(v) for v in batch["data"][:, 0]} != {float(level)}:
+                out.notes.append(
+                    f"epoch {level}: batch {i} carries {ENV_NAME}="
+                    f"{sorted({float(v) for v in batch['data'][:, 0]})}, the kernel set {level}"
+                )
             if hold:
                 held.append(batch)
             if stop_after is not None and i + 1 >= stop_after:
@@ -52,7 +70,7 @@ def _close_fully(dl: data.DataLoader) -> None:
 
 def drive(ep: Episode, arm: Armer) -> Outcome:
     """Run episode ``ep``; returns what its consumer saw (errors included, never raised)."""
-    out = Outcome()
+    out = Outcome(env_fault=ep.fault == "env")
     if ep.consumer == "drop":
         _drop(ep, out)
         return out
@@ -100,8 +118,8 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
     elif c == "close_mid":
         it = _epoch(dl, out, stop_after=max(ep.k, 1))
         dl.close()
-        if out.errors[0] is None and next(it, None) is not None:
-            out.notes.append("an iterator of a closed loader still yielded a batch")
+        if out.errors[0] is None:
+            _check_superseded(it, finished=it.delivered >= len(it), notes=out.notes)
         _epoch(dl, out)
     elif c == "close_thread":
         closer = close_later(dl, ep.delay_s, out.notes)
@@ -121,6 +139,8 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
         out.complete[-1] = False
         unsubscribe()
         _epoch(dl, out)
+    elif c == "rerun":
+        _rerun(ep, dl, out)
     elif c == "sigint":
         _sigint_epoch(ep, dl, out, arm)
         _epoch(dl, out)  # the loader (and the forkserver) still work afterwards
@@ -128,12 +148,44 @@ def _drive(ep: Episode, dl: data.DataLoader, out: Outcome, arm: Armer) -> None:
         raise ValueError(f"consumer={c!r}")
 
 
+def _forkserver_children() -> int:
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    count = 0
+    for p in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if p.ppid() == server and p.status() != psutil.STATUS_ZOMBIE:
+                count += 1
+    return count
+
+
+def _rerun(ep: Episode, dl: data.DataLoader, out: Outcome) -> None:
+    """A cell that builds a loader and shows it, run 3 times: every loader stays alive (as in
+    IPython's ``Out``); live process workers must stay at one loader's worth (B46)."""
+    twins = [dl]
+    try:
+        _epoch(dl, out)
+        for _ in range(2):
+            twins.append(make_loader(ep))
+            _epoch(twins[-1], out)
+            live = _forkserver_children()
+            if ep.backend == "process" and live > ep.num_workers:
+                out.notes.append(
+                    f"{len(twins)} twin loaders (a re-run cell) hold {live} worker processes; "
+                    f"one loader's worth is {ep.num_workers}"
+                )
+    finally:
+        for twin in twins[1:]:
+            _close_fully(twin)
+
+
 def _check_superseded(it: Any, *, finished: bool, notes: list[str]) -> None:
     """An iterator whose epoch a new ``iter()`` stopped must say so (``StaleIteratorError``,
     B21): never yield again, never end as if its epoch were complete."""
     try:
         next(it)
-    except StaleIteratorError:
+    except (StaleIteratorError, LoaderClosedError):  # B56: it says why, every time
         return
     except StopIteration:
         if not finished:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from dataclasses import dataclass, field
@@ -18,7 +19,8 @@ __all__ = ["CONSUMERS", "Episode", "Outcome", "draw", "expected_order", "make_lo
 #: "close_thread" (another thread calls close() after delay_s), "close_callback" (a subscriber
 #: calls close() when batch k is handed over, then a full epoch), "sigint" (a real SIGINT to the
 #: main thread after delay_s, then a full epoch), "drop" (after k batches, loader dropped
-#: without close() while its last error, if any, is kept)
+#: without close() while its last error, if any, is kept), "rerun" (a notebook cell re-run 3
+#: times: 3 twin loaders, all kept alive as IPython's Out keeps them, each consumed in full)
 CONSUMERS = (
     "full",
     "hold",
@@ -29,8 +31,27 @@ CONSUMERS = (
     "close_callback",
     "sigint",
     "drop",
+    "rerun",
 )
-ORDERS = ("seq", "shuffle", "dist", "list")
+ORDERS = ("seq", "shuffle", "dist", "list", "endless")
+
+
+class EndlessSampler:
+    """A sampler without an end (mmengine's ``InfiniteSampler``): seeded permutations of ``n``
+    forever; ``len()`` is one pass. An epoch must refuse it at its last batch (B37)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed = n, seed
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        rng = random.Random(self.seed)
+        while True:
+            order = list(range(self.n))
+            rng.shuffle(order)
+            yield from order
 
 
 @dataclass(frozen=True)
@@ -150,6 +171,8 @@ def _sampler(ep: Episode) -> Any:
         return s
     if ep.order == "list":
         return list(ep.sampler_args)
+    if ep.order == "endless":
+        return EndlessSampler(ep.n, ep.seed * 1000 + ep.index)
     return None
 
 
@@ -182,7 +205,10 @@ def expected_order(ep: Episode) -> list[int] | None:
     if ep.order == "shuffle":
         return None
     sampler = _sampler(ep)
-    order = list(range(ep.n)) if sampler is None else [int(i) for i in sampler]
+    if ep.order == "endless":  # one pass: what len() says
+        order = [int(i) for i in itertools.islice(iter(sampler), ep.n)]
+    else:
+        order = list(range(ep.n)) if sampler is None else [int(i) for i in sampler]
     if ep.drop_last:
         order = order[: len(order) // ep.batch_size * ep.batch_size]
     return order
@@ -207,6 +233,7 @@ class Outcome:
         complete (list[bool]): whether each epoch was meant to be consumed in full.
         notes (list[str]): problems the consumer itself noticed (become violations).
         kept (list[Any]): what must stay alive until the leak checks (a dropped loader's error).
+        env_fault (bool): the episode's fault is "env": each epoch sets the variable first.
     """
 
     epochs: list[list[int]] = field(default_factory=list)
@@ -214,6 +241,7 @@ class Outcome:
     complete: list[bool] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     kept: list[Any] = field(default_factory=list)
+    env_fault: bool = False
 
 
 def targets(batch: Any) -> list[int]:

@@ -7,6 +7,8 @@ soak reads back which indices a batch holds; ``width=20_000`` makes every batch 
 
 from __future__ import annotations
 
+import errno
+import multiprocessing
 import os
 import signal
 import threading
@@ -17,7 +19,7 @@ import torch
 
 from clorch_nb import data
 
-__all__ = ["ITEM_FAULTS", "SoakError", "faulty_dataset", "hostile_error"]
+__all__ = ["ENV_NAME", "ITEM_FAULTS", "SoakError", "faulty_dataset", "hostile_error"]
 
 #: item faults: (name, backends it applies to)
 ITEM_FAULTS: dict[str, tuple[str, ...]] = {
@@ -32,7 +34,14 @@ ITEM_FAULTS: dict[str, tuple[str, ...]] = {
     "hang": ("thread", "process"),
     "kill": ("process",),
     "exit": ("process",),
+    "env": ("inline", "thread", "process"),
+    "shm": ("process",),
 }
+
+#: the "env" fault's variable: the consumer sets it before each epoch, items carry its value
+ENV_NAME = "CLORCH_NB_SOAK_LEVEL"
+#: the "shm" fault's /dev/shm as one process worker sees it: at most this many arena bytes
+SHM_BUDGET_BYTES = 1 << 20
 
 
 class SoakError(Exception):
@@ -93,6 +102,21 @@ def _in_process_worker() -> bool:
     return info is not None and info.worker_backend == "process"
 
 
+def _small_dev_shm(budget: int) -> None:
+    """In this process worker, make arena reservations beyond ``budget`` bytes fail as a full
+    ``/dev/shm`` does (ENOSPC)."""
+    from clorch_nb.data.workers import arena
+
+    reserve = arena.WorkerArena._reserve
+
+    def small(self: Any, size: int) -> int:
+        if sum(s.size for s in self.slots.values()) + size > budget:
+            raise OSError(errno.ENOSPC, "No space left on device (the soak's small /dev/shm)")
+        return reserve(self, size)
+
+    arena.WorkerArena._reserve = small  # type: ignore[method-assign]
+
+
 def faulty_dataset(n: int, width: int, fault: str, at: int, seconds: float) -> Any:
     """``n`` items whose index ``at`` misbehaves as ``fault`` says (see :data:`ITEM_FAULTS`).
 
@@ -101,7 +125,10 @@ def faulty_dataset(n: int, width: int, fault: str, at: int, seconds: float) -> A
         width (int): floats per item.
         fault (str): a key of :data:`ITEM_FAULTS`; ``"slow"`` sleeps ``seconds`` on every item,
             ``"hang"`` sleeps ``seconds`` on item ``at``; ``"kill"``/``"exit"`` end the process
-            only inside a process worker (never the caller).
+            only inside a process worker (never the caller); ``"env"`` fills each item's data
+            with the value of :data:`ENV_NAME` (a changed environment, B45); ``"shm"`` gives
+            each process worker a ``/dev/shm`` of :data:`SHM_BUDGET_BYTES` (a container's small
+            one, B53).
         at (int): the faulty index.
         seconds (float): see ``fault``.
 
@@ -111,7 +138,13 @@ def faulty_dataset(n: int, width: int, fault: str, at: int, seconds: float) -> A
         1
     """
 
+    if fault == "shm" and multiprocessing.current_process().name.startswith("clorch_nb-worker"):
+        _small_dev_shm(SHM_BUDGET_BYTES)
+
     def get_item(i: int) -> dict[str, torch.Tensor]:
+        if fault == "env":
+            level = float(os.environ.get(ENV_NAME, "-1"))
+            return {"data": torch.full((width,), level), "target": torch.tensor(i)}
         if fault == "slow":
             time.sleep(seconds)
         if i == at:

@@ -11,6 +11,7 @@ mappings: collated position by position, so a torch dataset's ``(x, y)`` items g
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ def _kind(x: Any) -> str:
         return "Mapping"
     if isinstance(x, tuple):
         return "tuple"
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return "dataclass"
     return "other"
 
 
@@ -161,7 +164,33 @@ def _collate(items: Sequence[Any], path: KeyPath) -> Any:
         if hasattr(first, "_fields"):  # namedtuple keeps its type
             return type(first)(*fields)
         return tuple(fields)
+    if kind == "dataclass":
+        return _collate_dataclass(items, path)
     return list(items)
+
+
+def _collate_dataclass(items: Sequence[Any], path: KeyPath) -> Any:
+    """Dataclass items -> one instance of their class, collated field by field (as namedtuples
+    are; torch refuses them). Fields with ``init=False`` cannot be passed back: refused."""
+    cls = type(items[0])
+    odd = [i for i, x in enumerate(items) if type(x) is not cls]
+    if odd:
+        raise _type_error(items, path, ["dataclass"] * len(items))
+    fields = dataclasses.fields(cls)
+    no_init = [f.name for f in fields if not f.init]
+    if no_init:
+        raise CollateError(
+            f"cannot collate {key_path_text(path)}: dataclass {cls.__qualname__} has fields "
+            f"{no_init} with init=False, so a batch of it cannot be built field by field; "
+            "return a dict from get_item or pass a collate_fn for this class",
+            key_path=path,
+            positions=(0,),
+            found=((cls.__qualname__, tuple(range(len(items)))),),
+            num_items=len(items),
+        )
+    return cls(
+        **{f.name: _collate([getattr(x, f.name) for x in items], (*path, f.name)) for f in fields}
+    )
 
 
 def default_collate(items: Sequence[Any]) -> Any:
@@ -172,6 +201,8 @@ def default_collate(items: Sequence[Any]) -> Any:
     * tensors of shape ``S`` -> one tensor of shape ``(B, *S)`` (``torch.stack`` on dim 0);
     * mappings -> a dict with the same keys, each collated (every item needs the same keys);
     * tuples / namedtuples -> the same type, collated field by field;
+    * dataclass instances -> one instance of the same class, collated field by field (torch
+      refuses them with a ``TypeError``; a class with ``init=False`` fields is refused here);
     * anything else (int, float, str, ``numpy.ndarray``, None, list) -> a list of the ``B``
       values, unchanged: no implicit numeric conversion.
 

@@ -16,6 +16,7 @@ import torch
 
 from clorch_nb._checks import check_bool, check_int, check_ms
 from clorch_nb.data.collate import default_collate
+from clorch_nb.data.skipping import check_max_failures
 from clorch_nb.errors import ConfigError
 
 __all__ = ["LoaderConfig", "WorkerBackend", "WorkerBackendChoice", "loader_config"]
@@ -66,6 +67,9 @@ class LoaderConfig:
             Checked against the machine by :func:`~clorch_nb.data.device_feed.resolve_device`.
         prefetch_to_device (int): with a CUDA ``device``, batches copied ahead of the one the
             loop holds, >= 0 (default 2).
+        max_failures (int | float | None): items whose ``get_item`` may fail per epoch, skipped
+            and replaced (a count, or a fraction of the epoch's items); None: no skipping
+            (:mod:`~clorch_nb.data.skipping`).
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -91,8 +95,10 @@ class LoaderConfig:
     pin_memory: bool = False
     device: str | torch.device | None = None
     prefetch_to_device: int = 2
+    max_failures: int | float | None = None
 
     def __post_init__(self) -> None:
+        check_max_failures(self.max_failures)
         if self.sampler_yields not in ("indices", "batches"):
             raise ConfigError(
                 f"sampler_yields={self.sampler_yields!r} must be 'indices' or 'batches'"

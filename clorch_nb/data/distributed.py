@@ -397,17 +397,39 @@ def distributed_sampler(
 def set_epoch(sampler: Any, epoch: int) -> None:
     """``data/set-epoch!``: ``sampler.set_epoch(epoch)``, for ours and for torch's samplers.
 
+    Given a loader or a ``BatchSampler`` (anything without ``set_epoch`` that holds a
+    ``.batch_sampler`` or ``.sampler``), the call reaches the sampler inside that has one, as
+    Lightning's and Fabric's ``set_epoch`` do for ``batch_sampler.sampler``.
+
     Raises:
-        ConfigError: the sampler has no ``set_epoch``, or ``epoch`` is not an int >= 0.
+        ConfigError: nothing on the way has a ``set_epoch``; the message names the path tried.
 
     Example:
         >>> s = distributed_sampler(8, num_replicas=2, rank=0, seed=0)
         >>> set_epoch(s, 1); sample_indices(s)
         [5, 2, 7, 1]
     """
-    if not callable(getattr(sampler, "set_epoch", None)):
-        raise ConfigError(f"{type(sampler).__name__} has no set_epoch(epoch)")
-    sampler.set_epoch(epoch)
+    target, path = sampler, type(sampler).__name__
+    for _ in range(4):  # loader -> batch_sampler -> sampler -> ...: a short chain
+        if callable(getattr(target, "set_epoch", None)):
+            target.set_epoch(epoch)
+            return
+        inner = next(
+            (
+                (name, getattr(target, name))
+                for name in ("batch_sampler", "sampler")
+                if getattr(target, name, None) not in (None, target)
+            ),
+            None,
+        )
+        if inner is None:
+            break
+        target, path = inner[1], f"{path}.{inner[0]} ({type(inner[1]).__name__})"
+    raise ConfigError(
+        f"set_epoch: {path} has no set_epoch(epoch); call it on the sampler that shuffles per "
+        "epoch (e.g. a distributed_sampler or torch's DistributedSampler). A loader's own "
+        "shuffle=True needs none: every iter() starts the next epoch"
+    )
 
 
 def sample_indices(sampler: Any) -> list[int]:

@@ -24,9 +24,11 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.epoch_iter import StopRequest
+from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
 from clorch_nb.data.plan import iter_from
+from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
+from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import BatchResult, BatchTask, WorkerPool
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus, LoaderStats
 
@@ -102,6 +104,7 @@ class Epoch:
         start: int = 0,
         base_seed: int = 0,
         stages: Sequence[Stage] = (),
+        skipped: Sequence[Skipped] = (),
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
@@ -109,6 +112,17 @@ class Epoch:
         self.stages = tuple(stages)
         self._open_pool = open_pool
         self._delivered = start
+        # max_failures: what this epoch may skip, and what it skipped (a resumed state's first)
+        self.budget = (
+            None
+            if config.max_failures is None
+            else FailureBudget(config.max_failures, _items(plan, config), skipped)
+        )
+
+    @property
+    def skipped(self) -> tuple[Skipped, ...]:
+        """The items skipped so far this epoch under ``max_failures`` (``()`` without it)."""
+        return () if self.budget is None else tuple(self.budget.skipped)
 
     @property
     def position(self) -> EpochPosition:
@@ -133,6 +147,7 @@ class Epoch:
         ready: dict[int, BatchResult] = {}
         next_submit = next_yield = self.start
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
+        plan_error: list[BaseException] = []  # the plan failed to cut batch next_submit
         started = False
         try:
             stop.check()
@@ -141,9 +156,18 @@ class Epoch:
             started = True
             while next_yield < n:
                 t_asked = time.perf_counter()
-                while next_submit < n and next_submit - next_yield < max_in_flight:
-                    pool.submit(BatchTask(epoch, next_submit, next(todo)))
+                while (
+                    next_submit < n and next_submit - next_yield < max_in_flight and not plan_error
+                ):
+                    try:
+                        indices = next(todo)
+                    except Exception as exc:  # noqa: BLE001 - a sampler's error (e.g. it never
+                        plan_error.append(exc)  # ends): raised in plan order, after the batches
+                        break  # before it are delivered
+                    pool.submit(BatchTask(epoch, next_submit, indices))
                     next_submit += 1
+                if plan_error and next_yield == next_submit:
+                    raise plan_error[0]
                 t0 = time.perf_counter()
                 result = ready.pop(next_yield, None)  # built while an earlier one was awaited
                 while result is None:
@@ -164,8 +188,25 @@ class Epoch:
                     if result is not None and result.batch_index != next_yield:
                         ready[result.batch_index] = result  # out of order: kept for its turn
                         result = None
-                if result.error is not None:
-                    raise result.error
+                failure: BaseException | None = result.error
+                if result.warnings:  # a process worker's: through this thread's warning filters
+                    try:
+                        forwarded_warnings.reissue(result.warnings)
+                    except Exception as exc:  # noqa: BLE001 - simplefilter('error'): as inline
+                        failure = failure or exc
+                if failure is not None:
+                    if result.fatal:  # a dead worker's batch: the epoch and its workers end
+                        broken = True
+                        raise failure
+                    # The batch is lost, not the epoch: next() raises it and the one after goes
+                    # on with the next batch, as torch's iterator does (B56).
+                    result = None
+                    next_yield += 1
+                    self._delivered = next_yield
+                    yield FailedBatch(failure)
+                    continue
+                if result.skipped and self.budget is not None:
+                    self.budget.add(result.skipped)  # SkipBudgetError once it is spent
                 if next_submit - next_yield > 1:  # others in flight: take what has finished
                     try:
                         _take_finished(pool, ready, next_submit - next_yield - 1)
@@ -214,7 +255,16 @@ def _event(
     return BatchEvent(
         epoch, index, result.worker_id, result.num_items, result.fetch_s, result.collate_s,
         t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent,
+        tuple(s.index for s in result.skipped),
     )  # fmt: skip
+
+
+def _items(plan: Sequence[torch.Tensor], config: LoaderConfig) -> int:
+    """Items in the epoch (for a ``max_failures`` fraction), without walking the batches."""
+    order = getattr(plan, "order", None)
+    if isinstance(order, torch.Tensor):
+        return int(order.numel())
+    return len(plan) * (config.batch_size or 1)
 
 
 def _take_finished(pool: WorkerPool, ready: dict[int, BatchResult], in_flight: int) -> None:

@@ -25,6 +25,7 @@ import contextlib
 import random
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -37,15 +38,26 @@ from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 __all__ = [
     "CLOSE_WAIT_S",
     "EpochIterator",
+    "FailedBatch",
     "StopRequest",
     "peek_batch",
     "release_frames",
     "rng_untouched",
 ]
 
+_DELIVERED = "\x00delivered\x00"  # filled in when the stale iterator's error is raised
+
 #: how long a cross-thread close() waits for the consumer's next() to end before freeing the
 #: workers anyway (the consumer is then stuck in code of its own, e.g. a get_item)
 CLOSE_WAIT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class FailedBatch:
+    """What an epoch's generator yields for a batch whose building raised ``error`` while the
+    epoch goes on; :class:`EpochIterator` raises ``error`` in its place (B56)."""
+
+    error: BaseException
 
 
 class StopRequest:
@@ -105,7 +117,17 @@ class EpochIterator:
         clorch_nb.errors.StaleIteratorError: this iterator's epoch 0 was stopped after 1 of 3 ...
     """
 
-    __slots__ = ("__weakref__", "_gen", "_lock", "_stale", "_stop", "delivered", "epoch", "plan")
+    __slots__ = (
+        "__weakref__",
+        "_gen",
+        "_lock",
+        "_stale",
+        "_stale_type",
+        "_stop",
+        "delivered",
+        "epoch",
+        "plan",
+    )
 
     def __init__(
         self,
@@ -119,6 +141,7 @@ class EpochIterator:
         self._lock = threading.RLock()
         self.epoch, self.plan = epoch, plan
         self._stale: str | None = None
+        self._stale_type: type[Exception] = StaleIteratorError  # LoaderClosedError after close()
         self.delivered = 0
 
     def __iter__(self) -> EpochIterator:
@@ -129,27 +152,56 @@ class EpochIterator:
 
     def __next__(self) -> Any:
         with self._lock:
-            if self._stale is not None:
-                raise StaleIteratorError(self._stale)
+            if self._stale is not None:  # how far it got: counted now (close() may come
+                # while a batch is being handed over, which is then the last one)
+                raise self._stale_type(self._stale.replace(_DELIVERED, str(self.delivered)))
             if self._stop.requested:  # closed from inside the epoch (a subscriber's callback)
                 self._gen.close()
-            batch = next(self._gen)
+            try:
+                batch = next(self._gen)
+            except StopIteration:
+                raise
+            except BaseException as exc:
+                self._ended_by(exc)
+                raise
             self.delivered += 1
+            if type(batch) is FailedBatch:  # that batch is lost; the next next() goes on (B56)
+                raise batch.error
             return batch
+
+    def _ended_by(self, exc: BaseException) -> None:
+        """The epoch ended with ``exc`` before its last batch: every later ``next()`` says so,
+        never ``StopIteration`` (the batches after it were not delivered)."""
+        if self.delivered < len(self.plan):
+            try:
+                what = f"{type(exc).__name__}: {exc}"[:300]
+            except Exception:  # noqa: BLE001 - a hostile __str__
+                what = type(exc).__name__
+            self._stale = (
+                f"this iterator's epoch {self.epoch} ended at batch {self.delivered} of "
+                f"{len(self.plan)} with {what}; its remaining batches were not delivered. "
+                "Iterate the loader again for a new epoch (or load_state_dict() to resume)"
+            )
 
     def supersede(self, new_epoch: int | None, why: str | None = None) -> None:
         """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (or ``why``, e.g. a
-        ``load_state_dict``; then ``next()`` raises); with None, only :meth:`close` it."""
-        if new_epoch is not None and self.delivered < len(self.plan):
+        ``load_state_dict`` or ``loader.close()``; then ``next()`` raises, never a silent
+        ``StopIteration``); with neither, only :meth:`close` it."""
+        if (new_epoch is not None or why is not None) and self.delivered < len(self.plan):
             why = why or f"iter(loader) was called again and started epoch {new_epoch}"
             self._stale = (
-                f"this iterator's epoch {self.epoch} was stopped after {self.delivered} of "
-                f"{len(self.plan)} batches: {why}. A loader runs one epoch at a time "
-                "(zip(loader, loader), or a "
-                "next(iter(loader)) peek while a loop is running, starts a new one). To look at "
-                "a batch without disturbing the running epoch use loader.peek(); for two "
-                "passes at once make two loaders"
+                f"this iterator's epoch {self.epoch} was stopped after {_DELIVERED} of "
+                f"{len(self.plan)} batches: {why}."
             )
+            if new_epoch is None:  # loader.close(): the consumer's next() says it was closed
+                self._stale_type = LoaderClosedError
+            else:
+                self._stale += (
+                    " A loader runs one epoch at a time (zip(loader, loader), or a "
+                    "next(iter(loader)) peek while a loop is running, starts a new one). To look "
+                    "at a batch without disturbing the running epoch use loader.peek(); for two "
+                    "passes at once make two loaders"
+                )
         self.close()
 
     def close(self) -> None:
@@ -157,8 +209,7 @@ class EpochIterator:
         (at most :data:`CLOSE_WAIT_S` when the consumer is stuck in its own code).
 
         A consumer blocked in ``next()`` on another thread gets
-        :class:`~clorch_nb.errors.LoaderClosedError`; a later ``next()`` ends the epoch
-        (``StopIteration``).
+        :class:`~clorch_nb.errors.LoaderClosedError`, and so does every later ``next()``.
         """
         self._stop.requested = True
         wake = self._stop.wake

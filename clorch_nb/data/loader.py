@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from clorch_nb.data import sampler_rng
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -51,6 +52,7 @@ from clorch_nb.data.epoch_iter import (
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
+from clorch_nb.data.skipping import skipped_records
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
@@ -109,6 +111,7 @@ class LoaderEngine:
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
+        self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
         # pin_memory= and device= (refused here, before any worker starts, if unusable)
@@ -144,6 +147,7 @@ class LoaderEngine:
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
+        saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
         epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
         self._stop_active(superseded_by=epoch)
         if self._hooks.before_epoch(epoch) == "restart":
@@ -152,7 +156,12 @@ class LoaderEngine:
         self.stats.epochs_started += 1
         try:
             base_seed = draw_base_seed(self.generator)
+            if saved is not None:
+                sampler_rng.restore(self.sampler, saved.order_rng)
+            self._epoch_rng = self._sampler_rng()
             batches = pad_skipped(self._plan(), skip, self.config.drop_last)
+            if saved is not None and saved.order_digest is not None:
+                self._check_same_order(batches, saved.batches_done, saved.order_digest)
         except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
             release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
             del self, exc
@@ -169,6 +178,7 @@ class LoaderEngine:
             start=start,
             base_seed=base_seed,
             stages=self._stages,
+            skipped=() if saved is None else skipped_records(saved.skipped),
         )
         self._run = run
         stop = StopRequest()
@@ -281,7 +291,9 @@ class LoaderEngine:
         :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
         (Ctrl-C), a second one finishes what the first began.
         """
-        self._stop_active()
+        self._stop_active(
+            why="the loader was closed (loader.close())"
+        )  # its next() raises, never ends
         self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
         self._delivery.close()  # copies in flight, the pin thread
 
@@ -344,12 +356,45 @@ class LoaderEngine:
         # LoaderState.from_dict refuses on load (naming the field)
         return self.config.batch_size
 
+    def _skipped_now(self, done: int, n: int) -> list[list[Any]] | None:
+        """The open epoch's skipped items as plain data (None when none or between epochs)."""
+        run = self._run
+        if run is None or not 0 < done < n or not run.skipped:
+            return None
+        return [[s.index, s.batch_index, s.error] for s in run.skipped]
+
+    def _sampler_rng(self) -> dict[str, str] | None:
+        """The RNG state a torch sampler draws its next order from (None for ours)."""
+        if self.sampler is None or isinstance(self.sampler, DistributedSampler):
+            return None
+        return sampler_rng.capture(self.sampler)
+
+    def _check_same_order(self, plan: Any, done: int, digest: str) -> None:
+        """Refuse a resume whose first ``done`` batches differ from the saver's (B39)."""
+        if done and sampler_rng.order_digest(plan[:done]) != digest:
+            name = type(self.sampler).__name__
+            raise ConfigError(
+                f"cannot resume: sampler {name} gives another order in this run than in the one "
+                f"that saved the state (its first {done} batches differ), so skipping them would "
+                "repeat some items and never show others. Give the sampler an order that "
+                "depends only on its own state (torch's RandomSampler and SubsetRandomSampler "
+                "are restored automatically; a custom sampler needs a seeded generator it "
+                "exposes as .generator, or set_epoch), or use the loader's own shuffle=True "
+                "with seed=, or data.distributed_sampler"
+            )
+
     def _saved_state(self, pos: EpochPosition) -> LoaderState:
         epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
         sampler_state = None
         if isinstance(self.sampler, DistributedSampler):
             consumed = min((done - start) * self._batch_size, len(self.sampler))
             sampler_state = self.sampler.state_dict(consumed)
+        order_rng, digest = self._epoch_rng, None
+        foreign = self.sampler is not None and not isinstance(self.sampler, DistributedSampler)
+        if foreign and 0 < done < n and self._run is not None:  # ours are recomputed from seeds
+            digest = sampler_rng.order_digest(self._run.plan[:done])
+        if done >= n or self._epoch is None:
+            order_rng = self._sampler_rng()  # what the next epoch's iter() draws from now
         if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
             epoch, done = epoch + 1, 0
         return LoaderState(
@@ -362,6 +407,9 @@ class LoaderEngine:
             shuffle=self.config.shuffle,
             num_batches=max(n, done),
             sampler=sampler_state,
+            order_rng=order_rng,
+            order_digest=digest,
+            skipped=self._skipped_now(done, n),
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
@@ -401,6 +449,7 @@ def dataloader(
     pin_memory: bool = False,
     device: str | torch.device | None = None,
     prefetch_to_device: int = 2,
+    max_failures: int | float | None = None,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
@@ -453,6 +502,12 @@ def dataloader(
             (:mod:`~clorch_nb.data.device_feed`; other fields stay on the host); ``"cpu"``
             changes nothing; ``"cuda"`` without a GPU is a ``ConfigError``.
         prefetch_to_device (int): with a CUDA ``device``, batches copied ahead, >= 0.
+        max_failures (int | float | None): skip an item whose ``get_item`` raises, and fill its
+            place with the next item of its batch that loaded (the batch keeps its shape), up to
+            this many items per epoch (an int) or this fraction of the epoch's items (a float
+            in (0, 1)); beyond it ``SkipBudgetError`` names every skipped index. Skipped
+            items are in the batch events and in ``state_dict()``. None (default): no skipping
+            (:mod:`~clorch_nb.data.skipping`).
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -493,6 +548,7 @@ def dataloader(
         pin_memory=pin_memory,
         device=device,
         prefetch_to_device=prefetch_to_device,
+        max_failures=max_failures,
     )
     if batch_sampler is not None or sampler is not None:
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)

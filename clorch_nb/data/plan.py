@@ -57,8 +57,11 @@ def epoch_plan(
     """
     if config.sampler_yields == "batches":
         return _batch_list_plan(size, sampler)
-    order = epoch_order(size, config, sampler, generator, note=note)
     assert config.batch_size is not None  # LoaderConfig: only a batch sampler has none
+    if sampler is not None and not isinstance(sampler, DistributedSampler):
+        check_sampler_size(size, sampler)  # read lazily: an endless sampler must not hang (B37)
+        return SamplerPlan(size, sampler, config.batch_size, config.drop_last)
+    order = epoch_order(size, config, sampler, generator, note=note)
     return EpochPlan(order, config.batch_size, config.drop_last)
 
 
@@ -139,7 +142,7 @@ def epoch_order(
         return _sampler_order(size, sampler, note)
     if config.shuffle:
         return torch.randperm(size, generator=generator)
-    return torch.arange(size, dtype=torch.int64)
+    return _Arange(size)  # type: ignore[return-value]  # 0..N-1 without 8N bytes (B37)
 
 
 def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
@@ -300,6 +303,100 @@ class EpochPlan(Sequence[torch.Tensor]):
         step = 1024 * bs
         for start in range(first * bs, total, step):
             yield from self.order[start : min(start + step, total)].split(bs)
+
+
+class _Arange:
+    """``torch.arange(n)`` made a slice at a time: a 2**31-item dataset's order costs nothing
+    until its batches are cut (torch's ``SequentialSampler`` is lazy too)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def numel(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: slice) -> torch.Tensor:
+        start, stop, _ = i.indices(self.n)
+        return torch.arange(start, max(start, stop), dtype=torch.int64)
+
+
+class SamplerPlan(Sequence[torch.Tensor]):
+    """An epoch's batches cut from a sampler read lazily, as torch's loader reads it: the first
+    batch comes at once, even from a sampler that never ends or a very long one (B37).
+
+    ``len()`` is what ``len(sampler)`` says. The sampler is checked as it is read: every index in
+    ``[0, size)``, and exactly ``len(sampler)`` indices in all. One that yields more (e.g. an
+    ``InfiniteSampler`` whose ``len()`` is one pass) is refused when its last batch is cut,
+    before that batch is built; one that yields fewer, when it runs out.
+
+    Example:
+        >>> plan = SamplerPlan(10, [4, 1, 7, 5, 3], batch_size=2, drop_last=False)
+        >>> len(plan), [b.tolist() for b in plan]
+        (3, [[4, 1], [7, 5], [3]])
+    """
+
+    def __init__(self, size: int, sampler: Any, batch_size: int, drop_last: bool) -> None:
+        self.size, self.sampler, self.batch_size = size, sampler, batch_size
+        self.declared = len(sampler)
+        self._len = self.declared // batch_size if drop_last else -(-self.declared // batch_size)
+        self._it: Iterator[Any] | None = None
+        self._batches: list[torch.Tensor] = []
+        self._read = 0  # indices read so far
+        if self._len:  # at iter(loader), as torch does: the sampler draws its order now
+            self._cut_next()
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> torch.Tensor: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[torch.Tensor]: ...
+    def __getitem__(self, i: int | slice) -> torch.Tensor | Sequence[torch.Tensor]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._len))]
+        if not -self._len <= i < self._len:
+            raise IndexError(f"batch {i} of {self._len}")
+        i %= self._len
+        while len(self._batches) <= i:
+            self._cut_next()
+        return self._batches[i]
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return self.iter_from(0)
+
+    def iter_from(self, first: int) -> Iterator[torch.Tensor]:
+        """The batches from batch ``first`` on, read as they are asked for."""
+        for i in range(first, self._len):
+            yield self[i]
+
+    def _cut_next(self) -> None:
+        if self._it is None:
+            self._it = iter(self.sampler)
+        k = len(self._batches)
+        want = min(self.batch_size, self.declared - k * self.batch_size)
+        got = list(itertools.islice(self._it, want))
+        if got and k == 0 and not _is_index(got[0]):
+            raise ConfigError(yields_batches_message(self.sampler))
+        self._read += len(got)
+        name = type(self.sampler).__name__
+        if len(got) < want:
+            raise ConfigError(
+                f"sampler {name} yielded {self._read} indices but len(sampler) is "
+                f"{self.declared}; len(loader) would be wrong. Fix the sampler's __len__"
+            )
+        if k == self._len - 1:  # the last batch: the sampler must end here
+            rest = list(itertools.islice(self._it, self.declared - self._read + 1))
+            if len(rest) > self.declared - self._read:
+                raise ConfigError(
+                    f"sampler {name} yields more indices than len(sampler) = {self.declared} (it "
+                    "may never end, like an InfiniteSampler); the loader stops an epoch at "
+                    "len(sampler). Give it a __len__ that counts what one pass yields, or take "
+                    "batches with itertools.islice(iter(loader), n) from a sampler that ends"
+                )
+        batch = torch.as_tensor(got, dtype=torch.int64)
+        _check_range(self.size, name, batch)
+        self._batches.append(batch)
 
 
 def pad_skipped(plan: Any, skip: int, drop_last: bool) -> Any:

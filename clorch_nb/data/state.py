@@ -9,7 +9,13 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
 * ``size``, ``batch_size``, ``drop_last``, ``shuffle``, ``num_batches``: the configuration the
   position means something in, compared on load;
 * ``sampler``: the :class:`~clorch_nb.data.distributed.DistributedSampler`'s own state (its
-  epoch, the layout of that epoch and how many of this rank's indices were consumed), or None.
+  epoch, the layout of that epoch and how many of this rank's indices were consumed), or None;
+* ``order_rng``, ``order_digest``: for another sampler (torch's ``RandomSampler``...), the RNG
+  state it draws the epoch's order from and a digest of the batches delivered, so the resumed
+  order is the saver's or the resume is refused (:mod:`~clorch_nb.data.sampler_rng`); None
+  without such a sampler;
+* ``skipped``: the epoch's items skipped under ``max_failures`` (``[index, batch, error]``), or
+  None (:mod:`~clorch_nb.data.skipping`).
 
 Restoring costs no batch: the epoch's order is recomputed from the seed (``epoch`` draws, one
 permutation per earlier epoch when shuffling; nothing is fetched or collated) and delivery starts
@@ -71,6 +77,9 @@ class LoaderState:
     shuffle: bool
     num_batches: int
     sampler: dict[str, Any] | None
+    order_rng: dict[str, str] | None = None
+    order_digest: str | None = None
+    skipped: list[list[Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: ints, bools, strings and (for the sampler) a nested dict of those."""
@@ -89,13 +98,23 @@ class LoaderState:
                 "loader.state_dict() returns)"
             )
         fields: dict[str, Any] = {k: state.get(k) for k in cls.__dataclass_fields__}
-        kinds: dict[str, Any] = {"drop_last": bool, "shuffle": bool, "sampler": (dict, type(None))}
+        kinds: dict[str, Any] = {
+            "drop_last": bool,
+            "shuffle": bool,
+            "sampler": (dict, type(None)),
+            "batch_size": (int, type(None)),  # None: a batch_sampler decides each batch
+            "order_rng": (dict, type(None)),
+            "order_digest": (str, type(None)),
+            "skipped": (list, type(None)),
+        }
         for key, value in fields.items():
             want = kinds.get(key, int)
-            if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            if not isinstance(value, want) or (
+                want in (int, kinds["batch_size"]) and isinstance(value, bool)
+            ):
                 raise ConfigError(
                     f"loader state field {key}={value!r} should be of type "
-                    f"{getattr(want, '__name__', 'dict or None')}; was the state edited?"
+                    f"{_type_name(want)}; was the state edited?"
                 )
         if not 0 <= fields["batches_done"] <= fields["num_batches"] or fields["epoch"] < 0:
             raise ConfigError(
@@ -124,6 +143,11 @@ class LoaderState:
             )
         if (self.sampler is None) != (here.sampler is None):
             raise refuse("loader", "sampler", _kind(self.sampler), _kind(here.sampler), fix)
+
+
+def _type_name(want: Any) -> str:
+    kinds = want if isinstance(want, tuple) else (want,)
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
 
 
 def _kind(sampler_state: dict[str, Any] | None) -> str:

@@ -37,6 +37,8 @@ class BatchEvent(NamedTuple):
         t_start_s (float), t_sent_s (float): when its worker began building it and when it was
             ready to hand over (the worker's ``perf_counter``: CLOCK_MONOTONIC, one clock for all
             processes on Linux). 0.0 when unknown (events made by older code or by hand).
+        skipped (tuple[int, ...]): dataset indices of this batch whose ``get_item`` failed and
+            were replaced under ``max_failures``; ``()`` for none.
     """
 
     epoch: int
@@ -51,6 +53,7 @@ class BatchEvent(NamedTuple):
     t_asked_s: float = 0.0
     t_start_s: float = 0.0
     t_sent_s: float = 0.0
+    skipped: tuple[int, ...] = ()
 
 
 class EpochEvent(NamedTuple):

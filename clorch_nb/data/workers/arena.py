@@ -49,6 +49,7 @@ ALIGN = 64  # every tensor starts on a cache line (and on its dtype's alignment)
 _PAGE = mmap.PAGESIZE
 _ZEROS = bytes(1 << 20)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_FULL = (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT)  # no room in /dev/shm
 
 
 def _aligned(n: int) -> int:
@@ -76,10 +77,13 @@ class WorkerArena:
             :func:`~clorch_nb.data.workers.shm.sweep` finds leftovers of a dead worker).
         keep (int): idle slots kept mapped for reuse; more are unmapped.
         full_error (Callable[[int, OSError], Exception]): the error for a failed reservation.
+        wait_free (Callable[[], list[int]] | None): when ``/dev/shm`` is full, waits for the
+            parent to free slots and returns their ids (``[]``: none came in time).
     """
 
-    def __init__(self, prefix: str, keep: int, full_error: Any) -> None:
+    def __init__(self, prefix: str, keep: int, full_error: Any, wait_free: Any = None) -> None:
         self.prefix, self.keep, self._full_error = prefix, keep, full_error
+        self.wait_free = wait_free
         self.slots: dict[int, _Slot] = {}
         self.free: list[int] = []
         self._next_id = 0
@@ -110,7 +114,37 @@ class WorkerArena:
         self.keep = keep
 
     def _new_slot(self, nbytes: int) -> int:
-        size = -(-(nbytes + nbytes // 8) // _PAGE) * _PAGE  # room for a slightly larger batch
+        try:
+            return self._reserve(-(-(nbytes + nbytes // 8) // _PAGE) * _PAGE)  # room to grow
+        except OSError as exc:
+            if exc.errno not in _FULL:
+                raise
+        # /dev/shm is short (a container's 64 MB): give back every idle slot, ask for the exact
+        # size, and wait for the parent to free a slot (``wait_free``) while it keeps freeing,
+        # so whatever torch's per-batch files would fit still loads.
+        exact = -(-nbytes // _PAGE) * _PAGE
+        while True:
+            keep, self.keep = self.keep, 0
+            self.release([])
+            self.keep = keep
+            try:
+                return self._reserve(exact)
+            except OSError as exc:
+                if exc.errno not in _FULL:
+                    raise
+                full = exc
+            freed = self.wait_free() if self.wait_free is not None else []
+            if not freed:
+                raise self._full_error(exact, full) from None
+            self.release(freed)
+            fits = [i for i in self.free if self.slots[i].size >= nbytes]
+            if fits:
+                sid = min(fits, key=lambda i: self.slots[i].size)
+                self.free.remove(sid)
+                return sid
+
+    def _reserve(self, size: int) -> int:
+        """A new slot of ``size`` bytes (a page multiple); OSError (ENOSPC...) when no room."""
         sid, self._next_id = self._next_id, self._next_id + 1
         name = f"{self.prefix}-a{sid}"
         path = os.path.join(SHM_DIR, name)
@@ -122,11 +156,6 @@ class WorkerArena:
             while off < size:
                 off += os.pwrite(fd, _ZEROS[: min(len(_ZEROS), size - off)], off)
             mm = _mapped_buffer(fd, size, path, flags=_POPULATE)  # keeps no fd (mmap.mmap does)
-        except OSError as exc:
-            os.unlink(path)
-            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
-                raise self._full_error(size, exc) from None
-            raise
         except BaseException:
             os.unlink(path)
             raise
@@ -150,7 +179,10 @@ class WorkerArena:
         """Start a batch: have a slot ready for as many bytes as the last batch needed."""
         self.finish()
         if self.expect:
-            self._cur, self._bump = self._take(self.expect), 0
+            try:
+                self._cur, self._bump = self._take(self.expect), 0
+            except Exception:  # noqa: BLE001 - no room yet: pack() asks again, and its error
+                self._cur = None  # (SharedMemoryError) is this batch's, not the worker's death
 
     def finish(self) -> None:
         """End a batch that was not sent from the current slot (an error, a small batch)."""

@@ -8,12 +8,18 @@ worker process), so the backends differ only in *where*, never in *what*.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import torch
+
+from clorch_nb._text import KeyPath, key_path_text
+from clorch_nb.data.collate import default_collate
+from clorch_nb.data.skipping import Skipped, fill_failed
+from clorch_nb.errors import CollateError, WorkerError
 
 __all__ = [
     "BatchCancelled",
@@ -23,6 +29,7 @@ __all__ = [
     "add_note",
     "build_batch",
     "note_index",
+    "refuse_autograd",
 ]
 
 
@@ -48,7 +55,8 @@ class BatchResult:
 
     ``t_start``/``t_sent`` are the worker's ``time.perf_counter()`` when it began building the
     batch and when the batch was ready to hand over (built, and encoded for a process worker);
-    CLOCK_MONOTONIC, so comparable across processes on Linux. 0.0 when unknown.
+    CLOCK_MONOTONIC, so comparable across processes on Linux. 0.0 when unknown. ``warnings``:
+    what a process worker recorded while building it (``forwarded_warnings.encode``).
     """
 
     epoch: int
@@ -61,6 +69,9 @@ class BatchResult:
     error: BaseException | None = None
     t_start: float = 0.0
     t_sent: float = 0.0
+    warnings: bytes = b""  # a process worker's warnings, re-issued by the consumer
+    fatal: bool = False  # the error ends the epoch and its workers (a worker died building it)
+    skipped: tuple[Skipped, ...] = ()  # items skipped under max_failures (data/skipping.py)
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -102,6 +113,80 @@ def _not_the_end(what: str, index: int | None, batch_index: int, worker: str) ->
     )
 
 
+def _no_children(exc: BaseException, worker: str) -> BaseException:
+    """``exc``, or a :class:`WorkerError` saying why, if it is multiprocessing's refusal to let
+    a daemonic process (a loader's process worker) start children."""
+    if isinstance(exc, AssertionError) and "daemonic processes" in str(exc):
+        return WorkerError(
+            f"dataset code in {worker} tried to start a child process (a multiprocessing Pool, "
+            "a ProcessPoolExecutor, or a loader with process workers); loader worker processes "
+            "are daemonic and cannot have children (torch's are the same). Use "
+            "worker_backend='thread' or num_workers=0 for this loader, or do that work without "
+            "processes inside get_item (threads, or num_workers=0 for the inner loader)"
+        )
+    return exc
+
+
+def _grad_path(batch: Any, path: KeyPath = ()) -> KeyPath | None:
+    """The key path of the first tensor in ``batch`` that requires grad, or None."""
+    if isinstance(batch, torch.Tensor):
+        return path if batch.requires_grad else None
+    if isinstance(batch, Mapping):
+        children: Any = batch.items()
+    elif isinstance(batch, list | tuple):
+        children = enumerate(batch)
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        children = ((f.name, getattr(batch, f.name)) for f in dataclasses.fields(batch))
+    else:
+        return None
+    for key, value in children:
+        found = _grad_path(value, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def refuse_autograd(batch: Any, batch_index: int, worker: str) -> None:
+    """Raise if a tensor of ``batch`` carries autograd history (``requires_grad``).
+
+    A batch that crosses a process boundary loses its graph (torch's own workers crash on it,
+    pytorch/pytorch#82411), while inline and thread batches would keep it and pin the graph:
+    the backend would decide. So every backend refuses, naming the field and the fix.
+
+    Raises:
+        CollateError (a TypeError): the field that requires grad.
+
+    Example:
+        >>> refuse_autograd({"x": torch.ones(2, requires_grad=True) * 2}, 0, "here")
+        Traceback (most recent call last):
+        ...
+        clorch_nb.errors.CollateError: batch 0 built in here: key 'x' requires_grad ...
+    """
+    if type(batch) is dict:  # the usual batch: a dict of tensors, checked in ~0.3 us
+        for v in batch.values():
+            if type(v) is not torch.Tensor:
+                break
+            if v.requires_grad:
+                break
+        else:
+            return
+    path = _grad_path(batch)
+    if path is None:
+        return
+    tensor: Any = batch
+    for key in path:
+        tensor = tensor[key] if not dataclasses.is_dataclass(tensor) else getattr(tensor, str(key))
+    fn = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None
+    raise CollateError(
+        f"batch {batch_index} built in {worker}: {key_path_text(path)} requires_grad "
+        f"({'grad_fn=' + fn if fn else 'a leaf tensor'}): a loader's batches carry no autograd "
+        "history on any backend (process workers cannot send a graph; on threads it would pin "
+        "it). Build items under torch.no_grad() or return x.detach() from get_item "
+        "(tensor_dataset: pass X.detach())",
+        key_path=path,
+    )
+
+
 def build_batch(
     dataset: Any,
     collate_fn: Callable[[list[Any]], Any],
@@ -111,6 +196,7 @@ def build_batch(
     batch_index: int,
     worker: str,
     should_stop: Callable[[], bool] | None = None,
+    skipped: list[Skipped] | None = None,
 ) -> tuple[Any, float, float]:
     """Fetch and collate one batch; returns ``(batch, fetch_s, collate_s)``.
 
@@ -120,25 +206,44 @@ def build_batch(
     and gains a note naming the dataset index, the batch and ``worker``; a ``StopIteration``
     becomes a ``RuntimeError`` saying so (it must never end an epoch early).
 
+    With ``skipped`` (a list: the loader's ``max_failures`` is set), an item whose ``get_item``
+    raises an ``Exception`` is skipped instead: recorded in ``skipped`` and replaced by the next
+    item of the batch that loaded (:mod:`~clorch_nb.data.skipping`); a ``get_batch`` that raises
+    is retried item by item to find the bad ones.
+
     Raises:
         BatchCancelled: ``should_stop()`` returned True before an item (checked between items so
             an abandoned epoch stops within one ``get_item``, not one whole batch).
     """
     t0 = time.perf_counter()
+    if use_get_batch and skipped is not None:
+        try:
+            batch = dataset.get_batch(indices)
+        except Exception:  # noqa: BLE001 - find the bad items one by one (max_failures)
+            use_get_batch = False  # get_batch is only used with the default collate
+            collate_fn = default_collate
+        else:
+            refuse_autograd(batch, batch_index, worker)
+            return batch, time.perf_counter() - t0, 0.0
     if use_get_batch:
         try:
             batch = dataset.get_batch(indices)
         except StopIteration as exc:
             raise _not_the_end("get_batch", None, batch_index, worker) from exc
         except BaseException as exc:
+            if (err := _no_children(exc, worker)) is not exc:
+                raise err from exc
             add_note(
                 exc,
                 f"[clorch_nb] in get_batch for batch {batch_index} in {worker} "
                 f"(dataset indices {indices[:8].tolist()}{'...' if len(indices) > 8 else ''})",
             )
             raise
+        refuse_autograd(batch, batch_index, worker)
         return batch, time.perf_counter() - t0, 0.0
     items = []
+    failed: list[int] = []
+    first_error: BaseException | None = None
     for i in indices.tolist():
         if should_stop is not None and should_stop():
             raise BatchCancelled(batch_index)
@@ -147,8 +252,19 @@ def build_batch(
         except StopIteration as exc:
             raise _not_the_end("get_item", i, batch_index, worker) from exc
         except BaseException as exc:  # any type (even BaseException subclasses) gets its index
+            if (err := _no_children(exc, worker)) is not exc:
+                note_index(err, i, batch_index, worker)
+                raise err from exc
             note_index(exc, i, batch_index, worker)
-            raise
+            if skipped is None or not isinstance(exc, Exception):
+                raise
+            skipped.append(Skipped.of(i, batch_index, exc))
+            failed.append(len(items))
+            first_error = first_error or exc
+            items.append(None)
+    if failed:
+        assert first_error is not None
+        items = fill_failed(items, failed, first_error, batch_index)
     t1 = time.perf_counter()
     try:
         batch = collate_fn(items)
@@ -157,6 +273,7 @@ def build_batch(
     except BaseException as exc:
         add_note(exc, f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}")
         raise
+    refuse_autograd(batch, batch_index, worker)
     return batch, t1 - t0, time.perf_counter() - t1
 
 

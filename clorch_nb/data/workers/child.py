@@ -13,11 +13,14 @@ Two threads:
 
 Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
 ``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
-``("stop",)``.
+``("stop",)``, ``("free", arena slots freed)`` (sent at once after a ``"short"``).
 Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
-t_start, t_sent)`` (the worker's ``perf_counter`` when it began building and when it sent),
-``("error", epoch, batch_index, num_items, ExceptionBlob)``, ``("ack", epoch)``,
+t_start, t_sent, skipped, warnings)`` (the worker's ``perf_counter`` when it began building
+and when it sent; the items skipped under ``max_failures``; the batch's warnings,
+:mod:`~clorch_nb.data.workers.forwarded_warnings`),
+``("error", epoch, batch_index, num_items, ExceptionBlob, warnings)``, ``("ack", epoch)``,
 ``("ready", epoch)`` (this epoch's start-up, the dataset's ``set_epoch`` included, is done),
+``("short",)`` (``/dev/shm`` is full: send freed slots without waiting for a task),
 ``("init_error", ExceptionBlob)``.
 """
 
@@ -47,7 +50,7 @@ from clorch_nb.data.worker_info import (
     set_worker_info,
     worker_seed,
 )
-from clorch_nb.data.workers import shm
+from clorch_nb.data.workers import forwarded_warnings, shm
 from clorch_nb.data.workers.arena import WorkerArena
 from clorch_nb.data.workers.base import BatchCancelled, add_note, build_batch
 
@@ -69,6 +72,12 @@ class WorkerConfig:
         parent_pid (int): the loader's pid (names shared-memory segments).
         arena_keep (int): idle arena slots the worker keeps for reuse
             (:class:`~clorch_nb.data.workers.arena.WorkerArena`).
+        environ (tuple[tuple[str, str], ...] | None): the parent's ``os.environ`` when it
+            started this worker, applied before the dataset is built: a forkserver's children
+            would otherwise inherit the server's, frozen when the first process loader started
+            it (B45). None: leave the environment as inherited.
+        skip_failures (bool): the loader's ``max_failures`` is set: items whose ``get_item``
+            raises are skipped and replaced (:mod:`~clorch_nb.data.skipping`).
     """
 
     worker_id: int
@@ -77,6 +86,20 @@ class WorkerConfig:
     use_get_batch: bool
     parent_pid: int
     arena_keep: int = 4
+    environ: tuple[tuple[str, str], ...] | None = None
+    skip_failures: bool = False
+
+
+def _apply_environ(environ: tuple[tuple[str, str], ...] | None) -> None:
+    """Make ``os.environ`` exactly the parent's at start (see ``WorkerConfig.environ``)."""
+    if environ is None:
+        return
+    wanted = dict(environ)
+    for key in [k for k in os.environ if k not in wanted]:
+        del os.environ[key]
+    for key, value in wanted.items():
+        if os.environ.get(key) != value:
+            os.environ[key] = value
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +214,37 @@ class _State:
     def __init__(self) -> None:
         self.cancelled = -1  # highest epoch token the parent cancelled
         self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
+        # arena slots the parent freed in a ("free", ids) message: taken by the main thread
+        self.freed: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+
+    def take_freed(self) -> list[int]:
+        out: list[int] = []
+        while True:
+            try:
+                out += self.freed.get_nowait()
+            except queue.Empty:
+                return out
+
+
+#: how long a worker waits for the parent to free a slot when /dev/shm is full
+SHM_WAIT_S = 5.0
+
+
+def _waiter(state: _State, results: Connection) -> Any:
+    """``WorkerArena.wait_free`` for this worker: asks the parent to send freed slots at once
+    (``("short",)``), then waits up to :data:`SHM_WAIT_S` for some."""
+
+    def wait_free() -> list[int]:
+        results.send_bytes(pickle.dumps(("short",), _HIGHEST))
+        deadline = time.monotonic() + SHM_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                return state.freed.get(timeout=0.05) + state.take_freed()
+            except queue.Empty:
+                continue
+        return []
+
+    return wait_free
 
 
 def _read(tasks: Connection, state: _State, parent_pid: int) -> None:
@@ -199,6 +253,9 @@ def _read(tasks: Connection, state: _State, parent_pid: int) -> None:
             msg = pickle.loads(tasks.recv_bytes())  # type: ignore[arg-type]
         except (EOFError, OSError):
             msg = ("stop",)  # the parent closed the pipe or died
+        if msg[0] == "free":  # /dev/shm is short: the main thread may be waiting for these
+            state.freed.put(msg[1])
+            continue
         if msg[0] == "cancel":
             state.cancelled = max(state.cancelled, msg[1])
         elif msg[0] == "stop":
@@ -237,6 +294,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     """
     # Ctrl-C in a terminal goes to the whole process group; the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _apply_environ(cfg.environ)
     torch.set_num_threads(1)  # num_workers processes x all cores each would oversubscribe
     _tune_malloc()
     state = _State()
@@ -257,6 +315,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         f"{shm.PREFIX}-{cfg.parent_pid}-{os.getpid()}",
         cfg.arena_keep,
         lambda nbytes, exc: shm.shm_full_error(nbytes, where, exc),
+        _waiter(state, results),
     )
     collate.stack_out = arena.alloc  # default_collate stacks large batches into the arena
     epoch: int | None = None  # the current epoch token
@@ -267,14 +326,15 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         kind = msg[0]
         if kind == "task":
             _, task_epoch, batch_index, raw, freed = msg
-            if freed:
-                arena.release(freed)
+            arena.release(freed + state.take_freed())  # cheap when both are empty
             if task_epoch != epoch or task_epoch <= state.cancelled:
                 continue  # an abandoned epoch's task
             if epoch_error is not None:
                 n = len(raw) // 8
                 blob = ExceptionBlob.capture(epoch_error)
-                results.send_bytes(pickle.dumps(("error", epoch, batch_index, n, blob), _HIGHEST))
+                results.send_bytes(
+                    pickle.dumps(("error", epoch, batch_index, n, blob, b""), _HIGHEST)
+                )
                 continue
             # the batch's RNG seed follows its position, not this worker (same for any count)
             seed = batch_seed(base_seed, batch_index)
@@ -333,6 +393,31 @@ def _build(
     else:
         indices = torch.empty(0, dtype=torch.int64)
     n = len(raw) // 8
+    with forwarded_warnings.recording() as caught:  # replayed under the consumer's filters
+        reply = _build_and_encode(
+            dataset, collate_fn, epoch, batch_index, indices, n, use_get_batch, cfg, where, state,
+            arena,
+        )  # fmt: skip
+    if reply is None:
+        return None
+    return pickle.dumps((*reply, forwarded_warnings.encode(caught)), _HIGHEST)
+
+
+def _build_and_encode(
+    dataset: Any,
+    collate_fn: Any,
+    epoch: int,
+    batch_index: int,
+    indices: Any,
+    n: int,
+    use_get_batch: bool,
+    cfg: WorkerConfig,
+    where: str,
+    state: _State,
+    arena: WorkerArena,
+) -> tuple[Any, ...] | None:
+    """Build and encode one batch: the reply tuple, or None if the epoch was cancelled."""
+    skipped: list[Any] | None = [] if cfg.skip_failures else None
     try:
         batch, fetch_s, collate_s = build_batch(
             dataset,
@@ -342,6 +427,7 @@ def _build(
             batch_index=batch_index,
             worker=where,
             should_stop=lambda: epoch <= state.cancelled,
+            skipped=skipped,
         )
         t_built = time.perf_counter()
         try:
@@ -351,21 +437,9 @@ def _build(
             raise
         del batch
         t_sent = time.perf_counter()
-        return pickle.dumps(
-            (
-                "ok",
-                epoch,
-                batch_index,
-                n,
-                fetch_s,
-                collate_s,
-                enc,
-                t_built - fetch_s - collate_s,
-                t_sent,
-            ),
-            _HIGHEST,
-        )
+        return ("ok", epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
+                t_sent, tuple(skipped or ()))  # fmt: skip
     except BatchCancelled:
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
-        return pickle.dumps(("error", epoch, batch_index, n, ExceptionBlob.capture(exc)), _HIGHEST)
+        return ("error", epoch, batch_index, n, ExceptionBlob.capture(exc))

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.skipping import Skipped
 from clorch_nb.data.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
 
@@ -56,6 +57,7 @@ class InlinePool:
             should_stop=self._woken,
         )
         self._draws = draws
+        self._skip = config.max_failures is not None  # skip failing items (data/skipping.py)
         self._base_seed = 0
         self._task: BatchTask | None = None
         self._wake = False
@@ -84,9 +86,9 @@ class InlinePool:
         Returns None at once after :meth:`wake` (also when it came while building: the build
         stops before its next item).
 
-        Raises:
-            Exception: whatever building the batch raised (with its notes, as
-                :func:`~clorch_nb.data.workers.base.build_batch` adds them).
+        Building errors are returned in ``BatchResult.error`` (with the notes
+        :func:`~clorch_nb.data.workers.base.build_batch` adds), as the other pools do, so the
+        epoch goes on after them; a Ctrl-C propagates.
         """
         task = self._task
         if task is None or self._wake:
@@ -94,20 +96,31 @@ class InlinePool:
             return None
         bi = task.batch_index
         t0 = time.perf_counter()
+        skipped: list[Skipped] | None = [] if self._skip else None
         try:
             if self._draws:  # with the global RNGs a process worker would give this batch
                 with seeded_globals(batch_seed(self._base_seed, bi)):
-                    batch, fetch_s, collate_s = self._build(task.indices, batch_index=bi)
+                    batch, fetch_s, collate_s = self._build(
+                        task.indices, batch_index=bi, skipped=skipped
+                    )
             else:
-                batch, fetch_s, collate_s = self._build(task.indices, batch_index=bi)
+                batch, fetch_s, collate_s = self._build(
+                    task.indices, batch_index=bi, skipped=skipped
+                )
         except BatchCancelled:
             self._wake = False
             return None
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the batch's error, as a worker reports it
+            self._task = None
+            return BatchResult(task.epoch, bi, INLINE_WORKER_ID, None, task.indices.shape[0],
+                               0.0, 0.0, exc)  # fmt: skip
         self._task = None
         # idx.shape[0]: Tensor.__len__ is a slow Python call
         return BatchResult(
             task.epoch, bi, INLINE_WORKER_ID, batch, task.indices.shape[0], fetch_s, collate_s,
-            None, t0, time.perf_counter(),
+            None, t0, time.perf_counter(), skipped=tuple(skipped or ()),
         )  # fmt: skip
 
     def worker_of(self, batch_index: int) -> int | None:

@@ -51,6 +51,10 @@ class BackgroundStart:
         except BaseException as exc:  # noqa: BLE001 - raised by join() on the caller's thread
             self._error = exc
 
+    def running(self) -> bool:
+        """Whether a run is under way now."""
+        return self._thread is not None and self._thread.is_alive()
+
     def join(self) -> None:
         """Wait for the run (if any) to end; raise the error it met (once)."""
         if self._thread is not None:

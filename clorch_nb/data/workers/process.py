@@ -32,7 +32,7 @@ import torch
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.workers import shm
+from clorch_nb.data.workers import shm, twins
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig
@@ -47,6 +47,8 @@ from clorch_nb.data.workers.process_handle import (
 )
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.data.workers.twins import pool_key, retire_idle_twins
+from clorch_nb.data.workers.worker_world import WorkerWorld, code_files
 from clorch_nb.errors import WorkerError
 
 __all__ = ["ProcessPool", "SharedTensors"]
@@ -98,20 +100,32 @@ class ProcessPool:
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._pending: collections.deque[BatchResult] = collections.deque()
+        self._short: set[int] = set()  # workers that found /dev/shm full: freed slots go at once
+        # what each worker took from the kernel at its start (environment, code): a worker whose
+        # world changed is replaced at the next epoch start (worker_world.py)
+        self._collate_fn = config.collate_fn
+        self._skip_failures = config.max_failures is not None
+        self._worlds: dict[int, WorkerWorld] = {}
+        self.replaced_for: list[str] = []  # why workers were replaced so (for views)
         self._closed = False
         self._polls = PollSet()
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
         self._by_obj: dict[Any, WorkerHandle] = {}
         self._waitable_list: list[Any] = []
         self._background = BackgroundStart(self._start_missing)  # see prestart()
-        # wake(): another thread makes a get() blocked in wait() return None at once
-        self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
+        # wake(): another thread makes a get() blocked in wait() return None at once; made by
+        # start_epoch, closed by retire() (an idle pool holds no fd); closed by GC otherwise
+        self._wake_r: Any = None
+        self._wake_w: Any = None
+        self.key = pool_key(source, config, use_get_batch)
+        retire_idle_twins(self)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     def _spawn(self, worker_id: int) -> WorkerHandle:
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
+        world = WorkerWorld.capture(code_files(self.source, self._collate_fn))
         cfg = WorkerConfig(
             worker_id,
             self.num_workers,
@@ -119,7 +133,10 @@ class ProcessPool:
             self._use_get_batch,
             os.getpid(),
             self._arena_keep,
+            world.environ,  # today's, not the forkserver's from its start (B45)
+            self._skip_failures,
         )
+        self._worlds[worker_id] = world
         w = start_worker(
             self._ctx,
             cfg,
@@ -148,7 +165,7 @@ class ProcessPool:
                 w.proc.join()
             # Batches it sent that nobody will read, and any segment it was writing when it died.
             if drain:
-                self._drain(w)
+                self._drain(w, keep=False)
             shm.sweep(os.getpid(), w.pid)
             w.tasks.close()
             w.results.close()
@@ -158,25 +175,27 @@ class ProcessPool:
             self._workers[w.worker_id] = None
         return w.status
 
-    def _drain(self, w: WorkerHandle) -> None:
+    def _drain(self, w: WorkerHandle, *, keep: bool) -> None:
+        """Read everything ``w`` sent; ``keep``: current results are delivered, else freed."""
         while True:
             try:
                 if not w.results.poll():
                     return
-                self._handle(w, w.results.recv_bytes(), keep=False)
+                self._handle(w, w.results.recv_bytes(), keep=keep)
             except Exception:  # noqa: BLE001 - EOF, or a message cut short: the sweep frees it
                 return
 
     def wake(self) -> None:
         """Make a :meth:`get` blocked on another thread return None at once (the loader's
         cross-thread ``close()``); harmless when none is blocked."""
-        with contextlib.suppress(OSError):  # closed: nothing to wake
+        with contextlib.suppress(OSError, AttributeError):  # closed or none: nothing to wake
             self._wake_w.send_bytes(b"")
 
     def close(self) -> None:
         """Stop every worker and remove every shared-memory segment; idempotent in full: after
         an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True  # a starter thread stops after the worker it is starting
+        twins.forget(self)
         with contextlib.suppress(Exception):
             self._background.join()
         self._epoch = None
@@ -190,8 +209,35 @@ class ProcessPool:
             if w.status is None:
                 w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
-        self._wake_r.close()
-        self._wake_w.close()
+        self._close_wake_pipe()
+
+    def _close_wake_pipe(self) -> None:
+        for conn in (self._wake_r, self._wake_w):
+            if conn is not None:
+                conn.close()
+        self._wake_r = self._wake_w = None
+        self._waiting_for = []  # the cached waitables name the old pipe
+
+    def idle(self) -> bool:
+        """No epoch work in flight and no start-up under way: retiring loses nothing."""
+        starting = self._background.running()
+        busy = any(w is not None and w.outstanding for w in self._workers)
+        return not (self._closed or starting or busy or self._pending)
+
+    def retire(self) -> None:
+        """Stop the workers of an idle pool and free their pipes; unlike :meth:`close` the pool
+        stays usable: the next ``start_epoch`` starts fresh workers (B46)."""
+        live = [w for w in self._workers if w is not None]
+        for w in live:
+            if w.status is None:
+                self._send_quiet(w, ("stop",))
+        deadline = time.monotonic() + 1.0
+        for w in live:
+            if w.status is None:
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._reap(w, kill=True)
+        self._short.clear()
+        self._close_wake_pipe()
 
     def prestart(self) -> None:
         """Start every worker now, in a background thread, and return at once.
@@ -229,15 +275,25 @@ class ProcessPool:
         self._background.join()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
+        if self._wake_r is None:
+            self._wake_r, self._wake_w = mp.Pipe(duplex=False)
+        twins.track(self)
         for wid, w in enumerate(self._workers):
             if w is not None and not w.proc.is_alive():  # died between epochs (killed, OOM)
                 self._reap(w, kill=True)
+                w = None
+            changed = self._worlds[wid].changes() if w is not None and wid in self._worlds else []
+            if changed:
+                # os.environ changed or the dataset's code was edited: a fresh worker sees both
+                self.replaced_for.extend(changed)
+                self._reap(w, kill=True)  # type: ignore[arg-type]
                 w = None
             if w is None:
                 self._spawn(wid)  # all at once, so they start in parallel
             else:
                 w.outstanding.clear()
                 w.unstarted.clear()
+                w.queued.clear()
                 w.carried = w.started is not None
                 w.began, w.started = time.perf_counter(), None
                 self._send(w, ("epoch", epoch, base_seed))
@@ -250,6 +306,8 @@ class ProcessPool:
         Raises:
             WorkerError: that worker has died (named, with its exit status).
         """
+        if self._short:
+            self._send_freed()
         wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices
@@ -266,17 +324,27 @@ class ProcessPool:
                 self._reap(w, kill=True)
                 w = self._spawn(wid)
                 self._send(w, msg)
-        else:
-            self._send(w, msg)
+        elif not self._send(w, msg):
+            return  # it died: its culprit is a fatal error result, which ends the epoch
         w.outstanding[task.batch_index] = arr[:8].tolist()
+        w.queued[task.batch_index] = raw
         if w.started is None:
             w.unstarted[task.batch_index] = raw
 
-    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
+    def _send_freed(self) -> None:
+        """Send each short-of-``/dev/shm`` worker the slots freed since its last message."""
+        for w in self._workers:
+            if w is not None and w.worker_id in self._short and w.arena.freed:
+                self._send_quiet(w, ("free", w.arena.take_freed()))
+
+    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> bool:
+        """Send ``msg`` to ``w``; False if it had died (handled as :meth:`get` would)."""
         try:
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
         except OSError:  # BrokenPipeError: it died; report it like get() would
             self._on_death(w)
+            return False
+        return True
 
     def get(self, timeout_s: float | None) -> BatchResult | None:
         """Next result of the current epoch, or None after ``timeout_s`` seconds without one.
@@ -288,6 +356,8 @@ class ProcessPool:
                 ``BatchResult.error``, rebuilt (see :func:`rebuild_exception`).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self._short:
+            self._send_freed()
         while not self._pending:
             live = [w for w in self._workers if w is not None]
             if not any(w.outstanding for w in live):
@@ -338,7 +408,7 @@ class ProcessPool:
         msg = pickle.loads(raw)
         kind = msg[0]
         if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent = msg
+            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent, skipped, warned = msg
             if not keep or epoch != self._epoch:
                 shm.discard_batch(enc, w.arena)
                 return
@@ -348,38 +418,70 @@ class ProcessPool:
                 shm.discard_batch(enc, w.arena)
                 raise
             w.outstanding.pop(bi, None)
+            w.queued.pop(bi, None)
             self._pending.append(
                 BatchResult(
-                    epoch, bi, w.worker_id, batch, n, fetch_s, collate_s, None, t_start, t_sent
+                    epoch,
+                    bi,
+                    w.worker_id,
+                    batch,
+                    n,
+                    fetch_s,
+                    collate_s,
+                    None,
+                    t_start,
+                    t_sent,
+                    warned,
+                    skipped=skipped,
                 )
             )
         elif kind == "error":
-            _, epoch, bi, n, blob = msg
+            _, epoch, bi, n, blob, warned = msg
             if keep and epoch == self._epoch:
                 w.outstanding.pop(bi, None)
+                w.queued.pop(bi, None)
                 err = rebuild_exception(blob, w.where)
-                self._pending.append(BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err))
+                self._pending.append(
+                    BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err, warnings=warned)
+                )
         elif kind == "init_error" and keep:
             exc = rebuild_exception(msg[1], w.where)
             self._reap(w, kill=True)
             raise exc
+        elif kind == "short":  # its /dev/shm is full: from now on freed slots go at once
+            self._short.add(w.worker_id)
+            self._send_freed()
         elif kind == "ready" and keep and msg[1] == self._epoch:
             w.started = time.perf_counter()
             w.unstarted.clear()
         # "ack" needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
+        """``w`` died: deliver what it finished, and blame the batch it was building with a
+        fatal error result in plan order (so the batches before it still arrive)."""
+        if self._epoch is not None:
+            self._drain(w, keep=True)  # results it sent before dying are good batches
         held = dict(w.outstanding) if self._epoch is not None else {}
         # Died before this epoch's "ready" but after an earlier one's: killed idle between
         # epochs (OOM), unseen by start_epoch (a forkserver reports exits late). It built nothing
         # of this epoch: replace it, resend its tasks. A replacement's death is reported.
         idle_death = w.carried and w.started is None and self._epoch is not None
         tasks = dict(w.unstarted)
+        queued = dict(w.queued)
         status = self._reap(w, kill=False)
         if idle_death and len(tasks) == len(held):
             self._resend(w.worker_id, tasks, held)
         elif held:
-            raise death_error(w, status, held)
+            # An error result in plan order: the batches before the culprit still arrive from
+            # the other workers; the epoch ends there (fatal: the loader discards the workers).
+            epoch = self._epoch
+            assert epoch is not None  # held is empty between epochs
+            err = death_error(w, status, held)
+            for bi in sorted(held):  # one result per task; the epoch ends at the first
+                n = len(queued.get(bi, b"")) // 8
+                self._pending.append(
+                    BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err, fatal=True)
+                )
 
     def _resend(self, worker_id: int, tasks: dict[int, bytes], held: dict[int, list[int]]) -> None:
         """Start a replacement for worker ``worker_id`` and send it ``tasks`` (in order)."""
@@ -387,6 +489,7 @@ class ProcessPool:
         for bi, raw in tasks.items():
             w.outstanding[bi] = held[bi]
             w.unstarted[bi] = raw
+            w.queued[bi] = raw
             self._send(w, ("task", self._epoch, bi, raw, []))
 
     def worker_of(self, batch_index: int) -> int | None:
@@ -455,6 +558,7 @@ class ProcessPool:
                 if w is not None:
                     w.outstanding.clear()
                     w.unstarted.clear()
+                    w.queued.clear()
 
     def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF

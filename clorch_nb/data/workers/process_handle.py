@@ -60,6 +60,8 @@ class WorkerHandle:
     carried: bool = False
     # the index bytes of the tasks sent while it still starts (resent to a replacement)
     unstarted: dict[int, bytes] = field(default_factory=dict)
+    # the index bytes of every task it has not answered (resent to a replacement after a death)
+    queued: dict[int, bytes] = field(default_factory=dict)
 
     @property
     def where(self) -> str:
@@ -113,12 +115,20 @@ def start_worker(
 
 def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> WorkerError:
     """The error a worker's death mid-epoch gives: who, how (exit code or signal), the batch it
-    held (with its first dataset indices) and the likely causes."""
-    bi, first = next(iter(held.items()))
+    was building (with its first dataset indices) and the likely causes.
+
+    ``held`` are the batches it had not answered, in the order it takes them; every batch it
+    finished before dying was read first (and is delivered). A worker builds its batches one at
+    a time in that order, so the first of ``held`` is the one it was building; the others had
+    not started.
+    """
+    bi, first = min(held.items())
+    others = sorted(b for b in held if b != bi)
+    queued = f"; batch(es) {others} were queued behind it (not started)" if others else ""
     return WorkerError(
         f"{w.where} died with {status} while building batch {bi} (dataset "
-        f"indices {first}{'...' if len(first) == 8 else ''}); {len(held) - 1} more "
-        "batch(es) were queued on it. Causes: the out-of-memory killer (SIGKILL), a crash "
+        f"indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
+        "before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
         "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
         "1 at start) a script that iterates a loader at import time: workers re-import "
         "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "

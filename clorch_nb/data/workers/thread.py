@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.skipping import Skipped
 from clorch_nb.data.worker_info import WorkerInfo, batch_seed, set_worker_info
 from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
 from clorch_nb.data.workers.rng_watch import RngWatch
@@ -41,6 +42,7 @@ class ThreadPool:
         self.collate_fn = config.collate_fn
         self.num_workers = config.num_workers
         self.use_get_batch = use_get_batch
+        self.skip_failures = config.max_failures is not None  # skip failing items (skipping.py)
         self._name = f"clorch_nb-thread-pool-{next(_pool_ids)}"
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
@@ -91,6 +93,7 @@ class ThreadPool:
             if self._threads[worker_id] is me:
                 self._busy[worker_id] = task.batch_index
                 self._assigned[task.batch_index] = worker_id
+            skipped: list[Skipped] | None = [] if self.skip_failures else None
             try:
                 batch, fetch_s, collate_s = build_batch(
                     self.dataset,
@@ -100,6 +103,7 @@ class ThreadPool:
                     batch_index=task.batch_index,
                     worker=f"thread worker {worker_id}",
                     should_stop=partial(self._abandoned, task.epoch),
+                    skipped=skipped,
                 )
                 t_sent = time.perf_counter()
                 result: BatchResult | None = BatchResult(
@@ -113,6 +117,7 @@ class ThreadPool:
                     None,
                     t_sent - fetch_s - collate_s,
                     t_sent,
+                    skipped=tuple(skipped or ()),
                 )
                 self.rng_watch.after(snap)
             except BatchCancelled:

@@ -1,0 +1,91 @@
+"""Resuming an epoch whose order comes from a sampler that draws random numbers (B39).
+
+A position saved as "N batches done" only means something if the restarted loader reproduces
+the same order. torch's ``RandomSampler``, ``SubsetRandomSampler`` and ``WeightedRandomSampler``
+draw their permutation at ``iter()`` from their ``generator`` (or, without one, torch's global
+RNG): a fresh process replays another order, and skipping N batches of it repeats some items
+and never shows others. So the loader records, per epoch, **the RNG state the sampler draws
+from** (:func:`capture`, just before the epoch's plan iterates the sampler) and, in a saved
+state, **a digest of the batches already delivered** (:func:`order_digest`). A resumed epoch
+puts that RNG state back (:func:`restore`), plans, and checks the digest of its first N batches:
+equal, the rest is the saver's rest; different (a sampler whose order depends on something
+else), the loader refuses, naming the sampler and the fix, instead of resuming into another
+order.
+
+At an epoch boundary the state recorded is the RNG's *now*: what the next epoch's ``iter()``
+would draw from in the uninterrupted run (a loop that saves after each epoch and restarts from
+its own epoch counter gets the same next epoch).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+
+__all__ = ["capture", "order_digest", "restore"]
+
+
+def _source(sampler: Any) -> tuple[str, torch.Generator | None] | None:
+    """Where ``sampler``'s randomness comes from: ``("generator", g)`` for a torch sampler with
+    a ``generator``, ``("global", None)`` for one whose ``generator`` is None (torch's global
+    RNG), None for samplers that keep no torch generator (theirs are checked by the digest)."""
+    if sampler is None or not hasattr(sampler, "generator"):
+        inner = getattr(sampler, "sampler", None)  # a BatchSampler around a RandomSampler
+        return _source(inner) if inner is not None and inner is not sampler else None
+    gen = sampler.generator
+    if isinstance(gen, torch.Generator):
+        return ("generator", gen)
+    return ("global", None) if gen is None else None
+
+
+def capture(sampler: Any) -> dict[str, str] | None:
+    """The RNG state ``sampler`` will draw its next order from, JSON-ready (None: none known).
+
+    Example:
+        >>> s = torch.utils.data.RandomSampler(range(4), generator=torch.Generator().manual_seed(0))
+        >>> saved = capture(s); first = list(s)
+        >>> restore(s, saved); list(s) == first
+        True
+    """
+    src = _source(sampler)
+    if src is None:
+        return None
+    kind, gen = src
+    state = gen.get_state() if gen is not None else torch.get_rng_state()
+    return {"kind": kind, "state": base64.b64encode(state.numpy().tobytes()).decode("ascii")}
+
+
+def restore(sampler: Any, saved: dict[str, str] | None) -> None:
+    """Put back the RNG state :func:`capture` recorded (a no-op for None or another source)."""
+    src = _source(sampler)
+    if saved is None or src is None or src[0] != saved.get("kind"):
+        return
+    state = torch.frombuffer(bytearray(base64.b64decode(saved["state"])), dtype=torch.uint8)
+    gen = src[1]
+    if gen is not None:
+        gen.set_state(state)
+    else:
+        torch.set_rng_state(state)
+
+
+def order_digest(batches: Iterable[torch.Tensor]) -> str:
+    """A short digest of some batches' dataset indices (their values and their cuts).
+
+    Example:
+        >>> order_digest([torch.tensor([1, 2]), torch.tensor([3])]) == order_digest(
+        ...     [torch.tensor([1, 2]), torch.tensor([3])])
+        True
+        >>> order_digest([torch.tensor([1, 2, 3])]) == order_digest(
+        ...     [torch.tensor([1, 2]), torch.tensor([3])])
+        False
+    """
+    h = hashlib.blake2b(digest_size=8)
+    for b in batches:
+        t = b.to(torch.int64).contiguous()
+        h.update(len(t).to_bytes(8, "little"))
+        h.update(t.numpy().tobytes())
+    return h.hexdigest()
