@@ -2,8 +2,8 @@
 
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
 the loader (:func:`dataloader`), distributed sharding (:func:`distributed_sampler`,
-:func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
-:func:`pad_collate`) and :func:`cleanup_data`.
+:func:`set_epoch`, :func:`sample_indices`), batch replay (:func:`replay`, :func:`batch_ref`),
+collation (:func:`default_collate`, :func:`pad_collate`) and :func:`cleanup_data`.
 
 Example:
     >>> import torch
@@ -39,20 +39,24 @@ from clorch_nb.data.distributed import (
 )
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.replay import BatchRef, ReplayedBatch, batch_ref, replay
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 
 __all__ = [
+    "BatchRef",
     "BatchedDataset",
     "DataLoader",
     "Dataset",
     "DistributedSampler",
     "LoaderConfig",
     "ProcessSpec",
+    "ReplayedBatch",
     "SamplerSettings",
     "ShardPlan",
     "TensorDataset",
     "WorkerInfo",
     "as_dataset",
+    "batch_ref",
     "cleanup_data",
     "dataloader",
     "dataset",
@@ -64,6 +68,7 @@ __all__ = [
     "get_size",
     "get_worker_info",
     "pad_collate",
+    "replay",
     "sample_indices",
     "set_epoch",
     "shard_plan",
