@@ -14,9 +14,13 @@ them is the worker that built it nor the batches before it:
 a sibling sampler with the same settings), loads the state "epoch ``e``, ``b`` batches done" into
 it (``load_state_dict``: no earlier batch is fetched) and takes one batch on this thread, which
 seeds the global RNGs with the batch's seed as a process worker does. The original loader is not
-touched. Augmentation that draws from the global RNGs (inline, process workers) or from
-``get_worker_info().torch_generator()`` (any backend) comes out bit-identical; a thread worker
-drawing from the *global* RNGs is not reproducible in the first place (threads share them).
+touched. While the batch is built, ``get_worker_info()`` describes a worker of the original
+loader (``worker_id = batch % num_workers``, the batch's seed) when it had workers, and is None
+when it built batches inline, so dataset code takes the same branch as it did. Augmentation that
+draws from the global RNGs (inline, process workers) or from the batch's generators
+(``get_worker_info().torch_generator()`` / ``numpy_rng()``, any backend) comes out bit-identical;
+a thread worker drawing from the *global* RNGs is not reproducible in the first place (threads
+share them). From a saved state, the batch is built as an inline loader would build it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from clorch_nb.data.collate import default_collate
 from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.state import FORMAT, LoaderState, fast_forward
-from clorch_nb.data.worker_info import batch_seed
+from clorch_nb.data.worker_info import WorkerInfo, batch_seed, get_worker_info, set_worker_info
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
 
@@ -289,15 +293,20 @@ def replay(
     s_epoch = (
         epoch if sampler_epoch is None else check_int("sampler_epoch", sampler_epoch, minimum=0)
     )
+    workers: tuple[str, int] | None = None  # (backend, num_workers) of the original loader
     if isinstance(loader_or_state, DataLoader):
         twin = _twin_from_loader(loader_or_state, rank, s_epoch)
+        if loader_or_state.worker_backend != "inline":
+            workers = (loader_or_state.worker_backend, loader_or_state.num_workers)
     else:
         twin = _twin_from_state(loader_or_state, dataset, collate_fn, rank, s_epoch)
     with twin:
-        return _take(twin, BatchRef(epoch, rank, batch), s_epoch)
+        return _take(twin, BatchRef(epoch, rank, batch), s_epoch, workers)
 
 
-def _take(twin: DataLoader, ref: BatchRef, sampler_epoch: int) -> ReplayedBatch:
+def _take(
+    twin: DataLoader, ref: BatchRef, sampler_epoch: int, workers: tuple[str, int] | None
+) -> ReplayedBatch:
     n = len(twin)
     if not ref.batch < n:
         raise ConfigError(
@@ -310,17 +319,29 @@ def _take(twin: DataLoader, ref: BatchRef, sampler_epoch: int) -> ReplayedBatch:
         state["sampler"] = sampler.state_dict(ref.batch * twin.config.batch_size)
     assert state["format"] == FORMAT
     twin.load_state_dict(state)
-    it = iter(twin)
-    indices = [int(i) for i in it.plan[ref.batch].tolist()]
-    out = next(it)
     own_perm = twin.config.shuffle and sampler is None
     base = epoch_base_seed(
         twin.seed, ref.epoch, permutation_size=twin.dataset.get_size() if own_perm else None
     )
+    seed = batch_seed(base, ref.batch)
+    it = iter(twin)
+    indices = [int(i) for i in it.plan[ref.batch].tolist()]
+    if workers is None:
+        out = next(it)
+    else:  # as a worker of the original loader saw it (thread-local: touches no other thread)
+        backend, num_workers = workers
+        info = WorkerInfo(ref.batch % num_workers, num_workers, seed, backend, twin.dataset,
+                          ref.epoch, ref.batch)  # fmt: skip
+        before = get_worker_info()
+        set_worker_info(info, process=False)
+        try:
+            out = next(it)
+        finally:
+            set_worker_info(before, process=False)
     return ReplayedBatch(
         ref,
         out,
         indices,
-        batch_seed(base, ref.batch),
+        seed,
         sampler_epoch if sampler is not None else None,
     )
