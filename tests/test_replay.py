@@ -171,3 +171,21 @@ def test_replay_refuses_bad_arguments_by_name() -> None:
     batched = data.dataloader(ds(10), batch_sampler=[[0, 1], [2]])
     with pytest.raises(ConfigError, match="batch_sampler"):
         data.replay(batched, epoch=0, batch=0)
+
+
+@pytest.mark.timeout(60)
+def test_replay_leaves_the_loader_s_dataset_at_its_epoch() -> None:
+    # NoisyDigits' noise follows set_epoch: the replayed epoch-0 batch has epoch 0's noise, and
+    # the running loop's dataset keeps epoch 2's
+    from clorch_nb.examples import noisy_digits
+
+    ds = noisy_digits()
+    loader = data.dataloader(ds, batch_size=8, seed=0)
+    first = next(iter(loader))  # epoch 0
+    for _ in range(2):
+        it = iter(loader)  # epochs 1, 2
+    next(it)
+    assert ds.epoch == 2
+    again = data.replay(loader, epoch=0, batch=0)
+    assert_same(again.batch, first)
+    assert ds.epoch == 2 and float(next(it)["noise"][0]) == pytest.approx(0.2)

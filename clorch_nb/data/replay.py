@@ -25,6 +25,7 @@ share them). From a saved state, the batch is built as an inline loader would bu
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,7 @@ import torch
 from clorch_nb import dist
 from clorch_nb._checks import check_int
 from clorch_nb.data.collate import default_collate
+from clorch_nb.data.dataset import TorchMapDataset, as_dataset
 from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.state import FORMAT, LoaderState, fast_forward
@@ -132,6 +134,17 @@ def epoch_base_seed(seed: int, epoch: int, *, permutation_size: int | None) -> i
     return int(torch.empty((), dtype=torch.int64).random_(generator=g).item())
 
 
+def _isolated(dataset: Any) -> Any:
+    """``dataset``, or a shallow copy of it when it has ``set_epoch``: the twin loader calls
+    ``set_epoch(epoch)`` on its dataset, and the original loader's dataset (the same object) must
+    keep its own epoch (a curriculum level, a shard) while a loop may still be running."""
+    ds = as_dataset(dataset)
+    owner = ds.wrapped if isinstance(ds, TorchMapDataset) else ds
+    if not callable(getattr(owner, "set_epoch", None)):
+        return ds
+    return TorchMapDataset(copy.copy(owner)) if owner is not ds else copy.copy(ds)
+
+
 def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> DataLoader:
     config = loader.config
     sampler = loader.sampler
@@ -166,7 +179,7 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
     if sibling is not None:
         sibling.set_epoch(sampler_epoch)
     return dataloader(
-        loader.dataset,
+        _isolated(loader.dataset),
         batch_size=config.batch_size,
         shuffle=config.shuffle,
         drop_last=config.drop_last,
@@ -220,7 +233,7 @@ def _twin_from_state(
     elif rank != 0:
         raise ConfigError(f"rank={rank}: the state has no distributed_sampler, so only rank 0")
     return dataloader(
-        dataset,
+        _isolated(dataset),
         batch_size=saved.batch_size,
         shuffle=saved.shuffle,
         drop_last=saved.drop_last,
