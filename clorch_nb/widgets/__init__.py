@@ -7,7 +7,9 @@
 * :func:`monitor` -> :class:`ThroughputMonitor`: items/s, data stall and queue depth, live;
   why the loop is slow (``verdict()``), when each batch was built, sent, waited for and consumed
   (``timeline()`` -> :class:`TimelineView`, ``export_trace(path)``), worker memory;
-* :func:`headspace`: how much faster the loop would be with data for free.
+* :func:`headspace`: how much faster the loop would be with data for free;
+* :class:`ReplayView` / :func:`replay_report`: the samples of one delivered batch, rebuilt by
+  :func:`clorch_nb.data.replay`, with each sample's dataset index and seed.
 
 Each view displays as a live widget plus a faithful static form (``text/plain`` + ``image/png``)
 and has ``to_text()`` / ``to_png()``. The numbers come from pure modules that import without
@@ -20,12 +22,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from clorch_nb.widgets.replay import ReplayReport, replay_report
 from clorch_nb.widgets.shapes import ShapeReport, batch_shapes
 from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 
 if TYPE_CHECKING:
     from clorch_nb.widgets.headspace import Headspace, headspace
+    from clorch_nb.widgets.replay_view import ReplayView
     from clorch_nb.widgets.shapes_view import BatchShapesView
     from clorch_nb.widgets.shard_view import ShardView
     from clorch_nb.widgets.throughput_view import ThroughputMonitor, monitor
@@ -34,6 +38,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchShapesView",
     "Headspace",
+    "ReplayReport",
+    "ReplayView",
     "ShapeReport",
     "ShardTable",
     "ShardView",
@@ -45,6 +51,7 @@ __all__ = [
     "headspace",
     "monitor",
     "records_table",
+    "replay_report",
     "shard_table",
 ]
 
@@ -56,6 +63,7 @@ _VIEWS = {
     "TimelineView": "clorch_nb.widgets.timeline_view",
     "headspace": "clorch_nb.widgets.headspace",
     "Headspace": "clorch_nb.widgets.headspace",
+    "ReplayView": "clorch_nb.widgets.replay_view",
 }
 
 
