@@ -91,8 +91,9 @@ def test_replay_any_rank_from_one_rank_s_loader() -> None:
         again = data.replay(loaders[0], epoch=ref.epoch, rank=ref.rank, batch=ref.batch)
         assert_same(again.batch, batch)
         assert again.sampler_epoch == ref.epoch
-        oracle = torch.utils.data.DistributedSampler(range(13), num_replicas=2, rank=ref.rank,
-                                                     seed=7)  # fmt: skip
+        oracle = torch.utils.data.DistributedSampler(
+            range(13), num_replicas=2, rank=ref.rank, seed=7
+        )
         oracle.set_epoch(ref.epoch)
         assert again.indices == list(oracle)[2 * ref.batch : 2 * ref.batch + 2]
 

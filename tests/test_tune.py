@@ -16,7 +16,7 @@ import pytest
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
-from clorch_nb.widgets.tune import Setting, TuneReport, tune_report
+from clorch_nb.widgets.autotune import Setting, TuneReport, tune_report
 from tests import tune_fixtures
 
 
@@ -115,9 +115,18 @@ def test_bad_arguments_are_refused_by_name() -> None:
 
 def test_cost_orders_inline_threads_then_processes() -> None:
     settings = [
-        Setting("process", 1, 2), Setting("thread", 2, 2), Setting("inline", 0, 2),
-        Setting("thread", 1, 4), Setting("thread", 1, 2), Setting("process", 2, 2),
-    ]  # fmt: skip
+        Setting("process", 1, 2),
+        Setting("thread", 2, 2),
+        Setting("inline", 0, 2),
+        Setting("thread", 1, 4),
+        Setting("thread", 1, 2),
+        Setting("process", 2, 2),
+    ]
     assert [s.label for s in sorted(settings, key=lambda s: s.cost)] == [
-        "inline", "thread x1", "thread x1 pf4", "thread x2", "process x1", "process x2"
-    ]  # fmt: skip
+        "inline",
+        "thread x1",
+        "thread x1 pf4",
+        "thread x2",
+        "process x1",
+        "process x2",
+    ]

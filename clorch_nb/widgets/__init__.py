@@ -9,7 +9,9 @@
   (``timeline()`` -> :class:`TimelineView`, ``export_trace(path)``), worker memory;
 * :func:`headspace`: how much faster the loop would be with data for free;
 * :class:`ReplayView` / :func:`replay_report`: the samples of one delivered batch, rebuilt by
-  :func:`clorch_nb.data.replay`, with each sample's dataset index and seed.
+  :func:`clorch_nb.data.replay`, with each sample's dataset index and seed;
+* :func:`tune` -> :class:`TunedOptions` (:class:`TuneView`, :func:`tune_report`): probe worker
+  backends, ``num_workers`` and ``prefetch_factor`` within a time budget, live, and choose.
 
 Each view displays as a live widget plus a faithful static form (``text/plain`` + ``image/png``)
 and has ``to_text()`` / ``to_png()``. The numbers come from pure modules that import without
@@ -22,12 +24,14 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from clorch_nb.widgets.autotune import TuneReport, tune_report
 from clorch_nb.widgets.replay import ReplayReport, replay_report
 from clorch_nb.widgets.shapes import ShapeReport, batch_shapes
 from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 
 if TYPE_CHECKING:
+    from clorch_nb.widgets.autotune_view import TunedOptions, TuneView, tune
     from clorch_nb.widgets.headspace import Headspace, headspace
     from clorch_nb.widgets.replay_view import ReplayView
     from clorch_nb.widgets.shapes_view import BatchShapesView
@@ -47,12 +51,17 @@ __all__ = [
     "ThroughputSnapshot",
     "ThroughputStats",
     "TimelineView",
+    "TuneReport",
+    "TuneView",
+    "TunedOptions",
     "batch_shapes",
     "headspace",
     "monitor",
     "records_table",
     "replay_report",
     "shard_table",
+    "tune",
+    "tune_report",
 ]
 
 _VIEWS = {
@@ -61,6 +70,9 @@ _VIEWS = {
     "ThroughputMonitor": "clorch_nb.widgets.throughput_view",
     "monitor": "clorch_nb.widgets.throughput_view",
     "TimelineView": "clorch_nb.widgets.timeline_view",
+    "TuneView": "clorch_nb.widgets.autotune_view",
+    "TunedOptions": "clorch_nb.widgets.autotune_view",
+    "tune": "clorch_nb.widgets.autotune_view",
     "headspace": "clorch_nb.widgets.headspace",
     "Headspace": "clorch_nb.widgets.headspace",
     "ReplayView": "clorch_nb.widgets.replay_view",

@@ -104,8 +104,9 @@ def _draw_images(r: ReplayReport) -> Any:
 
 def _draw_texts(r: ReplayReport) -> Any:
     fig = new_figure(9.0, 0.6 + 0.28 * len(r.texts))
-    fig.text(0.01, 1 - 0.2 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold",
-             va="top")  # fmt: skip
+    fig.text(
+        0.01, 1 - 0.2 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
+    )
     for i, (text, row) in enumerate(zip(r.texts, r.rows, strict=True)):
         y = 1 - (0.55 + 0.28 * i) / fig.get_figheight()
         shown = text.replace("\n", " ")
@@ -118,16 +119,21 @@ def _draw_texts(r: ReplayReport) -> Any:
 def _draw_table(r: ReplayReport) -> Any:
     keys = list(r.rows[0].fields) if r.rows else []
     fig = new_figure(min(12.0, max(7.5, 2.0 + 1.8 * len(keys))), 0.8 + 0.26 * (len(r.rows) + 1))
-    fig.text(0.01, 1 - 0.2 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold",
-             va="top")  # fmt: skip
+    fig.text(
+        0.01, 1 - 0.2 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
+    )
     ax = fig.add_axes((0.01, 0.02, 0.98, 1 - 0.55 / fig.get_figheight()))
     ax.axis("off")
     if r.rows:
         cells = [[str(row.index), *(row.fields[k] for k in keys)] for row in r.rows]
         row_h = 0.26 / (fig.get_figheight() - 0.55)  # one row, in axes fraction
         height = min(1.0, row_h * (len(cells) + 1))
-        table = ax.table(cellText=cells, colLabels=["index", *keys], cellLoc="left",
-                         bbox=(0.0, 1.0 - height, 0.97, height))  # fmt: skip
+        table = ax.table(
+            cellText=cells,
+            colLabels=["index", *keys],
+            cellLoc="left",
+            bbox=(0.0, 1.0 - height, 0.97, height),
+        )
         table.auto_set_font_size(False)
         table.set_fontsize(9)
     return fig

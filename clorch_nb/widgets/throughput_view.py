@@ -41,7 +41,7 @@ import ipywidgets as W
 
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
-from clorch_nb.widgets._base import View
+from clorch_nb.widgets._base import View, in_kernel
 from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import Verdict
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
@@ -49,15 +49,6 @@ from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None
 
 
 class ThroughputMonitor(StallWatch, View):
@@ -109,7 +100,7 @@ class ThroughputMonitor(StallWatch, View):
             self.memory = MemoryTracker()
         self.redraws = 0  # chart PNGs pushed to the widget
         self.updates = 0  # text updates pushed
-        self._kernel = _in_kernel()
+        self._kernel = in_kernel()
         self.live = self._kernel  # push updates while iterating (off in scripts)
         self._final_pending = False
         self._interval = 1.0 / self.refresh_hz

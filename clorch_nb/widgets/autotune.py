@@ -1,7 +1,7 @@
 """The autotuner's measuring core: probe ``worker_backend`` x ``num_workers`` x
 ``prefetch_factor`` in short runs within a time budget, pick the cheapest setting within a few
 percent of the best, and say why in a sentence built from the measurements (pure: no ipywidgets,
-no matplotlib; :mod:`~clorch_nb.widgets.tune_view` draws it live).
+no matplotlib; :mod:`~clorch_nb.widgets.autotune_view` draws it live).
 
 How a run goes:
 
@@ -11,10 +11,14 @@ How a run goes:
    keeps its fastest run) while the budget allows: build a loader with ``loader_factory(**kwargs)``,
    run the loop (``step(batch)`` per batch) until the probe's deadline, close it. The deadline is
    enforced from a timer thread with ``loader.close()`` (a consumer waiting in ``next()`` gets
-   ``LoaderClosedError`` at once), so a slow start-up cannot overrun it. The first batches
+   ``LoaderClosedError`` at once). The first batches
    (one per worker: start-up and the first fill of the prefetch queue) are left out; the rest
    go through :class:`~clorch_nb.widgets.throughput.ThroughputStats`, which gives items/s, the
    loop's wait share and the verdict;
+   One start no deadline can interrupt: a fresh kernel's first process worker also starts
+   multiprocessing's forkserver (importing torch once: about a second on an idle machine, more
+   on a loaded one). Starting it in the background while the other settings run would disturb
+   their measurements, so for a strict budget run any process loader once before ``tune``;
 3. **pick** the cheapest setting whose items/s is within ``tolerance`` of the best. Cost: a thread
    worker counts 1, a process worker 2 (its own interpreter and dataset), ``prefetch_factor``
    breaks ties (memory held in flight).
@@ -334,7 +338,8 @@ def tune_report(
         step (Callable[[batch], Any] | None): the loop body to run per batch (your training step,
             or a stand-in of the same cost); None: the loop only loads.
         budget_s (float): seconds the whole run may take, > 0; never exceeded by more than one
-            ``get_item`` of an inline probe (a probe is stopped at its deadline).
+            ``get_item`` of an inline probe (a probe is stopped at its deadline), once the
+            forkserver runs (see the module docstring: a fresh kernel's first process worker).
         num_workers (Sequence[int] | None): worker counts to try; default 1, 2, 4, ... up to the
             CPU count.
         prefetch_factors (Sequence[int]): the first is tried with every setting, the others
@@ -345,7 +350,8 @@ def tune_report(
             setting, in [0, 1).
         rounds (int): short runs per setting, in alternating order; each setting keeps its
             fastest (>= 1).
-        on_probe (Callable[[TuneReport], None] | None): called after each run (the live view).
+        on_probe (Callable[[TuneReport], None] | None): called with the plan, after each run
+            and at the end (the live view).
 
     Returns:
         TuneReport: every probe, the choice (``report.kwargs``) and its explanation.
@@ -378,6 +384,8 @@ def tune_report(
     report = TuneReport(float(budget_s), tolerance, list(main))
     # every round in alternate order, so a drift in machine load does not favour one end
     queue = [s for r in range(rounds) for s in (main if r % 2 == 0 else main[::-1])]
+    if on_probe is not None:
+        on_probe(report)  # the plan, before the first run
     reserve = dict(CLOSE_RESERVE_S)  # grows to the slowest close seen, per backend
     loaders: dict[Setting, DataLoader] = {}  # open until the setting's last run
     try:
@@ -478,11 +486,16 @@ def explain(report: TuneReport, pick: Probe, best: Probe) -> str:
     s = pick.setting
     ok = {p.setting: p for p in report.probes if p.ok}
     inline = next((p for st, p in ok.items() if st.worker_backend == "inline"), None)
-    name = {"inline": "inline (num_workers=0)", "thread": "thread workers",
-            "process": "process workers"}[s.worker_backend]  # fmt: skip
-    opts = "" if s.worker_backend == "inline" else (
-        f" (num_workers={s.num_workers}, prefetch_factor={s.prefetch_factor})"
-    )  # fmt: skip
+    name = {
+        "inline": "inline (num_workers=0)",
+        "thread": "thread workers",
+        "process": "process workers",
+    }[s.worker_backend]
+    opts = (
+        ""
+        if s.worker_backend == "inline"
+        else (f" (num_workers={s.num_workers}, prefetch_factor={s.prefetch_factor})")
+    )
     head = f"Chosen: {name}{opts}, {pick.items_per_s:,.0f} items/s"
     if pick is best:
         head += ", the fastest measured"
