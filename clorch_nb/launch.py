@@ -69,8 +69,9 @@ class RankMessage:
         event (tuple): for ``epoch``/``batch``: the event's fields (``EpochEvent(*event)`` /
             ``BatchEvent(*event)``).
         indices (tuple[int, ...]): for ``batch``: the dataset indices of the batch.
-        payload (Any): ``started``: the rank's pid; ``done``: ``train_fn``'s return value;
-            ``error``: ``(type name, message, formatted traceback)``.
+        payload (Any): ``started``: the rank's pid; ``epoch``: the loader's dataset size;
+            ``done``: ``train_fn``'s return value; ``error``: ``(type name, message, formatted
+            traceback)``.
     """
 
     rank: int
@@ -146,6 +147,7 @@ class _Watched:
     def __iter__(self) -> Iterator[Any]:
         it = iter(self.loader)
         plan, rank, conn, name = it.plan, self.rank, self.conn, self.name
+        size = self.loader.dataset.get_size()
         unsubscribe: list[Callable[[], None]] = []
 
         def forward(ev: Any) -> None:
@@ -153,7 +155,7 @@ class _Watched:
                 indices = tuple(plan[ev.batch_index].tolist())
                 conn.send(RankMessage(rank, "batch", name, tuple(ev), indices))
             elif isinstance(ev, EpochEvent):
-                conn.send(RankMessage(rank, "epoch", name, tuple(ev)))
+                conn.send(RankMessage(rank, "epoch", name, tuple(ev), payload=size))
                 if ev.kind != "start" and unsubscribe:
                     unsubscribe.pop()()
 

@@ -11,7 +11,9 @@
 * :class:`ReplayView` / :func:`replay_report`: the samples of one delivered batch, rebuilt by
   :func:`clorch_nb.data.replay`, with each sample's dataset index and seed;
 * :func:`tune` -> :class:`TunedOptions` (:class:`TuneView`, :func:`tune_report`): probe worker
-  backends, ``num_workers`` and ``prefetch_factor`` within a time budget, live, and choose.
+  backends, ``num_workers`` and ``prefetch_factor`` within a time budget, live, and choose;
+* :func:`launch` -> :class:`RanksView` (:class:`RanksReport`): several ranks from one cell
+  (:func:`clorch_nb.launch.launch`), their shards, throughput and steps live.
 
 Each view displays as a live widget plus a faithful static form (``text/plain`` + ``image/png``)
 and has ``to_text()`` / ``to_png()``. The numbers come from pure modules that import without
@@ -25,6 +27,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from clorch_nb.widgets.autotune import TuneReport, tune_report
+from clorch_nb.widgets.ranks import RanksReport, ranks_report
 from clorch_nb.widgets.replay import ReplayReport, replay_report
 from clorch_nb.widgets.shapes import ShapeReport, batch_shapes
 from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
@@ -33,6 +36,7 @@ from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 if TYPE_CHECKING:
     from clorch_nb.widgets.autotune_view import TunedOptions, TuneView, tune
     from clorch_nb.widgets.headspace import Headspace, headspace
+    from clorch_nb.widgets.ranks_view import RanksView, launch
     from clorch_nb.widgets.replay_view import ReplayView
     from clorch_nb.widgets.shapes_view import BatchShapesView
     from clorch_nb.widgets.shard_view import ShardView
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchShapesView",
     "Headspace",
+    "RanksReport",
+    "RanksView",
     "ReplayReport",
     "ReplayView",
     "ShapeReport",
@@ -56,7 +62,9 @@ __all__ = [
     "TunedOptions",
     "batch_shapes",
     "headspace",
+    "launch",
     "monitor",
+    "ranks_report",
     "records_table",
     "replay_report",
     "shard_table",
@@ -76,6 +84,8 @@ _VIEWS = {
     "headspace": "clorch_nb.widgets.headspace",
     "Headspace": "clorch_nb.widgets.headspace",
     "ReplayView": "clorch_nb.widgets.replay_view",
+    "RanksView": "clorch_nb.widgets.ranks_view",
+    "launch": "clorch_nb.widgets.ranks_view",
 }
 
 
