@@ -23,6 +23,9 @@ How a launch goes:
    ``/dev/shm`` segments its loaders left are removed: no process, port or segment remains, and
    the same cell can run again.
 
+Process workers inside a rank start from that rank's own forkserver (a fresh interpreter importing
+torch once per rank: a second or more); thread workers start at once.
+
 How it differs from ``torchrun``: one host only, ranks are forks of this process's forkserver
 (not fresh interpreters running a script), the caller keeps running and receives the ranks'
 events, results and errors as Python objects, and a failed rank stops the whole launch at once
@@ -69,7 +72,8 @@ class RankMessage:
         event (tuple): for ``epoch``/``batch``: the event's fields (``EpochEvent(*event)`` /
             ``BatchEvent(*event)``).
         indices (tuple[int, ...]): for ``batch``: the dataset indices of the batch.
-        payload (Any): ``started``: the rank's pid; ``epoch``: the loader's dataset size;
+        payload (Any): ``started``: ``(pid, port)``: the rank's process id and the rendezvous
+            port on 127.0.0.1; ``epoch``: the loader's dataset size;
             ``done``: ``train_fn``'s return value; ``error``: ``(type name, message, formatted
             traceback)``.
     """
@@ -91,6 +95,7 @@ class LaunchResult:
         results (list[Any]): ``train_fn``'s return value per rank.
         messages (list[RankMessage]): every message, in arrival order.
         pids (dict[int, int]): each rank's process id.
+        port (int): the rendezvous port on 127.0.0.1 (free again once the launch returns).
         wall_s (float): seconds from the first start to the last exit.
     """
 
@@ -98,6 +103,7 @@ class LaunchResult:
     results: list[Any] = field(default_factory=list)
     messages: list[RankMessage] = field(default_factory=list)
     pids: dict[int, int] = field(default_factory=dict)
+    port: int = 0
     wall_s: float = 0.0
 
     def records(self, loader: str = "train") -> list[list[list[int]]]:
@@ -216,7 +222,7 @@ def _rank_main(
 
     code = 0
     try:
-        conn.send(RankMessage(rank, "started", payload=os.getpid()))
+        conn.send(RankMessage(rank, "started", payload=(os.getpid(), port)))
         torch_dist.init_process_group(
             "gloo",
             rank=rank,
@@ -374,7 +380,7 @@ def launch(
         ) from exc
     ctx = worker_context(None)  # the data workers' forkserver: torch and this package preloaded
     port = free_port()
-    result = LaunchResult(world_size)
+    result = LaunchResult(world_size, port=port)
     procs: list[Any] = []
     conns: dict[int, Connection] = {}
     t0 = time.perf_counter()
@@ -449,7 +455,7 @@ def _drain(
             msg: RankMessage = conn.recv()
             result.messages.append(msg)
             if msg.kind == "started":
-                result.pids[rank] = msg.payload
+                result.pids[rank] = msg.payload[0]
             elif msg.kind == "done":
                 results[rank] = msg.payload
             elif msg.kind == "error":
