@@ -75,7 +75,7 @@ class RankMessage:
         payload (Any): ``started``: ``(pid, port)``: the rank's process id and the rendezvous
             port on 127.0.0.1; ``epoch``: the loader's dataset size;
             ``done``: ``train_fn``'s return value; ``error``: ``(type name, message, formatted
-            traceback)``.
+            traceback, time.monotonic() when it was raised)``.
     """
 
     rank: int
@@ -232,13 +232,14 @@ def _rank_main(
         result = train_fn(rank, world_size, *args, **kwargs)
         conn.send(RankMessage(rank, "done", payload=result))
     except BaseException as exc:  # noqa: BLE001 - every failure goes to the caller, named
+        t_raised = time.monotonic()  # one clock for every process: which rank failed first
         code = 1
         with contextlib.suppress(Exception):
             conn.send(
                 RankMessage(
                     rank,
                     "error",
-                    payload=(type(exc).__name__, str(exc), traceback.format_exc()),
+                    payload=(type(exc).__name__, str(exc), traceback.format_exc(), t_raised),
                 )
             )
     finally:
@@ -405,6 +406,12 @@ def launch(
     return result
 
 
+#: after the first failure, how long to keep reading for an earlier one: a rank that raises makes
+#: the ranks waiting on it in a collective fail too ("Connection closed"), and those errors can
+#: arrive first
+FAILURE_GRACE_S = 0.5
+
+
 def _supervise(
     procs: list[Any],
     conns: dict[int, Connection],
@@ -414,11 +421,15 @@ def _supervise(
     on_message: Callable[[RankMessage], None] | None,
     on_tick: Callable[[], None] | None,
 ) -> None:
-    """Read every rank's messages until all have exited; raise for the first failure."""
+    """Read every rank's messages until all have exited; raise for the failure that came first
+    (a rank that died without a word, else the earliest exception raised)."""
     results: dict[int, Any] = {}
     running = dict(enumerate(procs))
     open_conns = dict(conns)
-    while running:
+    errors: list[tuple[float, RankError]] = []  # (when it was raised, monotonic), error
+    deaths: list[RankError] = []
+    give_up: float | None = None  # once a rank failed: stop reading at this time
+    while running and (give_up is None or time.monotonic() < give_up):
         if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
             raise TimeoutError(
                 f"launch: ranks {sorted(running)} still running after timeout_s={timeout_s} s; "
@@ -427,18 +438,24 @@ def _supervise(
         ready = wait([*open_conns.values(), *(p.sentinel for p in running.values())], 0.1)
         for rank, conn in list(open_conns.items()):
             waiting = conn in ready or not running.get(rank, procs[rank]).is_alive()
-            if waiting and not _drain(rank, conn, result, results, on_message):
+            if waiting and not _drain(rank, conn, result, results, errors, on_message):
                 del open_conns[rank]  # the rank closed its end
         for rank, proc in list(running.items()):
             if proc.sentinel in ready or not proc.is_alive():
                 proc.join()
                 if rank in open_conns:  # what it sent just before exiting
-                    _drain(rank, open_conns.pop(rank), result, results, on_message)
-                if rank not in results:
-                    raise RankError(rank, "died", _exit_status(proc.exitcode), "")
+                    _drain(rank, open_conns.pop(rank), result, results, errors, on_message)
+                if rank not in results and not any(e.rank == rank for _, e in errors):
+                    deaths.append(RankError(rank, "died", _exit_status(proc.exitcode), ""))
                 del running[rank]
+        if (errors or deaths) and give_up is None:
+            give_up = time.monotonic() + FAILURE_GRACE_S
         if on_tick is not None:
             on_tick()
+    if deaths:
+        raise deaths[0]
+    if errors:
+        raise min(errors, key=lambda e: e[0])[1]
     result.results = [results[r] for r in range(len(procs))]
 
 
@@ -447,6 +464,7 @@ def _drain(
     conn: Connection,
     result: LaunchResult,
     results: dict[int, Any],
+    errors: list[tuple[float, RankError]],
     on_message: Callable[[RankMessage], None] | None,
 ) -> bool:
     """Take every message waiting on ``conn``; False once the rank closed it."""
@@ -459,8 +477,8 @@ def _drain(
             elif msg.kind == "done":
                 results[rank] = msg.payload
             elif msg.kind == "error":
-                kind, text, tb = msg.payload
-                raise RankError(rank, kind, text, tb)
+                kind, text, tb, t_raised = msg.payload
+                errors.append((t_raised, RankError(rank, kind, text, tb)))
             if on_message is not None:
                 on_message(msg)
     except (EOFError, OSError):
