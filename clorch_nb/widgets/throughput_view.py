@@ -39,6 +39,7 @@ from typing import Any
 
 import ipywidgets as W
 
+from clorch_nb.data import DataLoader
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.widgets._base import View, in_kernel
@@ -319,11 +320,15 @@ class ThroughputMonitor(StallWatch, View):
     def timeline(self, last: int | None = 40) -> Any:
         """The ``last`` batches (None: all kept, up to 256) as a
         :class:`~clorch_nb.widgets.timeline_view.TimelineView` (per worker and for the main
-        loop: built, sent, waited for, consumed)."""
+        loop: built, sent, waited for, consumed); a batch clicked in it is replayed from the
+        loader (:func:`clorch_nb.data.replay`)."""
         from clorch_nb.widgets.timeline_view import TimelineView
 
         self.stats.flush()
-        return TimelineView(self.stats.recent, last=last)
+        replayable = isinstance(self.loader, DataLoader)
+        return TimelineView(
+            self.stats.recent, last=last, replay_from=self.loader if replayable else None
+        )
 
     def export_trace(self, path: str, *, align_with: str | None = None) -> str:
         """Write the recent batches as Chrome trace-event JSON (open it in Perfetto or
