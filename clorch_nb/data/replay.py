@@ -329,7 +329,9 @@ def _take(
     state = twin.state_dict()  # the start of epoch 0, as plain data; moved to (epoch, batch)
     state.update(epoch=ref.epoch, batches_done=ref.batch, num_batches=n)
     if sampler is not None:
-        state["sampler"] = sampler.state_dict(ref.batch * twin.config.batch_size)
+        batch_size = twin.config.batch_size
+        assert batch_size is not None  # a batch_sampler was refused earlier
+        state["sampler"] = sampler.state_dict(ref.batch * batch_size)
     assert state["format"] == FORMAT
     twin.load_state_dict(state)
     own_perm = twin.config.shuffle and sampler is None

@@ -89,7 +89,7 @@ def train_digits(
                     for p in model.parameters():  # plain SGD on the averaged gradient
                         assert p.grad is not None
                         torch_dist.all_reduce(p.grad)  # the ranks wait for each other here
-                        p -= 0.5 * p.grad / world_size
+                        p.sub_(0.5 * p.grad / world_size)
                 steps, loss = steps + 1, float(step_loss.detach())
     return {"rank": rank, "steps": steps, "loss": round(loss, 4)}
 

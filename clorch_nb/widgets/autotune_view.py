@@ -12,7 +12,8 @@ import ipywidgets as W
 
 from clorch_nb.widgets._base import View, in_kernel
 from clorch_nb.widgets._render import figure_png, new_figure, png_b64
-from clorch_nb.widgets.autotune import BACKENDS, TuneReport, tune_report
+from clorch_nb.widgets.autotune import tune_report
+from clorch_nb.widgets.autotune_report import BACKENDS, TuneReport
 
 __all__ = ["TuneView", "TunedOptions", "tune"]
 

@@ -82,13 +82,13 @@ class RanksReport:
         elif msg.loader != self.loader:
             return
         elif msg.kind == "epoch":
-            ev = EpochEvent(*msg.event)
+            epoch_ev = EpochEvent(*msg.event)
             self.size = msg.payload if isinstance(msg.payload, int) else self.size
             span = self.epoch_spans.setdefault(msg.rank, [0.0, 0.0])
-            if ev.kind == "start":
-                span[0] = ev.t_s
+            if epoch_ev.kind == "start":
+                span[0] = epoch_ev.t_s
             elif span[0]:
-                span[1] += ev.t_s - span[0]
+                span[1] += epoch_ev.t_s - span[0]
                 span[0] = 0.0
         elif msg.kind == "batch":
             ev = BatchEvent(*msg.event)

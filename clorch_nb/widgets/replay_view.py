@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as W
+from matplotlib.transforms import Bbox
 
 from clorch_nb import data
 from clorch_nb.widgets._base import View
@@ -132,7 +133,7 @@ def _draw_table(r: ReplayReport) -> Any:
             cellText=cells,
             colLabels=["index", *keys],
             cellLoc="left",
-            bbox=(0.0, 1.0 - height, 0.97, height),
+            bbox=Bbox.from_bounds(0.0, 1.0 - height, 0.97, height),
         )
         table.auto_set_font_size(False)
         table.set_fontsize(9)
