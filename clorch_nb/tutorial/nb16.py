@@ -94,25 +94,42 @@ def train_digits(
     return {"rank": rank, "steps": steps, "loss": round(loss, 4)}
 
 
-@checker("Exercise 1", "the batch position")
-def _exercise_1(batch: Any) -> str:
+@checker("Exercise 1", "the replayed batch")
+def _exercise_1(replayed: Any) -> str:
     require(
-        isinstance(batch, int) and not isinstance(batch, bool),
-        f"batch={batch!r}: give the position as an int, e.g. 3",
+        isinstance(replayed, data.ReplayedBatch),
+        f"got {type(replayed).__name__}: pass what data.replay(...) returned",
     )
+    ref = replayed.ref
     require(
-        batch == 11,
-        f"batch={batch!r}: rank 1 reads 899 items of 1797 (padding included); with batch_size=64"
-        " its batches are positions 0..14, and the loss spiked at the 12th one",
+        (ref.epoch, ref.rank, ref.batch) == (1, 1, 5),
+        f"that is the batch of {ref}; the question asks for epoch 1, rank 1, batch 5",
     )
-    return "batch 11: the 12th batch of rank 1's epoch, replayed without running the epoch."
+    oracle = torch.utils.data.DistributedSampler(range(1797), num_replicas=2, rank=1, seed=0)
+    oracle.set_epoch(1)
+    want = list(oracle)[5 * 64 : 6 * 64]
+    require(
+        replayed.indices == want,
+        "the indices are not rank 1's batch 5 of epoch 1: build the loader as train_digits does "
+        "(digits_dataset(), batch_size=64, a distributed_sampler with num_replicas=2 and seed=0)",
+    )
+    return (
+        f"rank 1's batch 5 of epoch 1 holds dataset indices {want[0]}, {want[1]}, ... "
+        f"({len(want)} items), rebuilt in this process without running a rank."
+    )
 
 
-def exercise_1(batch: Any) -> Check:
-    """Check the position of the batch to replay.
+def exercise_1(replayed: Any) -> Check:
+    """Check a replay of rank 1's batch 5 of epoch 1 of the ``train_digits`` job.
 
     Example:
-        >>> bool(exercise_1(batch=11))
+        >>> from clorch_nb.examples import digits_dataset
+        >>> ds = digits_dataset()
+        >>> s = data.distributed_sampler(ds, num_replicas=2, rank=0, seed=0)
+        >>> loader = data.dataloader(ds, batch_size=64, sampler=s)
+        >>> bool(exercise_1(data.replay(loader, epoch=1, rank=1, batch=5)))
         True
+        >>> bool(exercise_1(data.replay(loader, epoch=1, rank=0, batch=5)))
+        False
     """
-    return _exercise_1(batch)
+    return _exercise_1(replayed)
