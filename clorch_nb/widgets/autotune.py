@@ -53,7 +53,7 @@ __all__ = ["Probe", "Setting", "TuneReport", "tune_report"]
 MIN_PROBE_S = 0.25  # a shorter probe measures start-up, not throughput
 #: seconds kept free at the end of the budget for closing a probe's loader, per backend, until a
 #: slower close is seen
-CLOSE_RESERVE_S = {"inline": 0.05, "thread": 0.1, "process": 0.6}
+CLOSE_RESERVE_S = {"inline": 0.05, "thread": 0.15, "process": 1.0}
 
 
 def _measure(events: list[Any], warmup: int, t_end: float) -> tuple[float, float, int, str]:
@@ -224,7 +224,10 @@ def tune_report(
             deadline = time.perf_counter() + slice_s
             if setting not in loaders:
                 loaders[setting] = _open(loader_factory, setting)
-            report.runs.append(_probe(loaders[setting], setting, step, deadline))
+            probe = _probe(loaders[setting], setting, step, deadline)
+            report.runs.append(probe)
+            overrun = time.perf_counter() - deadline  # stopping the epoch after its deadline
+            reserve[setting.worker_backend] = max(reserve[setting.worker_backend], overrun)
             if setting not in queue:  # its last run: free its workers now
                 _close(loaders.pop(setting), reserve)
             report.elapsed_s = time.perf_counter() - t0
@@ -255,4 +258,4 @@ def _close(loader: DataLoader, reserve: dict[str, float]) -> None:
     t = time.perf_counter()
     loader.close()
     backend = loader.worker_backend
-    reserve[backend] = max(reserve[backend], time.perf_counter() - t)
+    reserve[backend] = max(reserve[backend], 1.5 * (time.perf_counter() - t))  # with a margin

@@ -226,7 +226,7 @@ def launch(
     timeout_s: float | None = None,
     loader: str = "train",
     show: bool = True,
-    refresh_s: float = 0.5,
+    refresh_s: float = 1.0,
 ) -> RanksView:
     """Start ``world_size`` ranks running ``train_fn(rank, world_size, *args, **kwargs)`` in a gloo
     process group from this notebook cell, and watch them live.

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ipywidgets as W
+import numpy as np
 from matplotlib.transforms import Bbox
 
 from clorch_nb import data
@@ -89,17 +90,29 @@ def _title(r: ReplayReport) -> str:
 
 
 def _draw_images(r: ReplayReport) -> Any:
+    # one mosaic in one axes (not an axes per sample: 32 of those take seconds to draw)
     cols = min(GRID_COLUMNS, max(1, len(r.images)))
     rows = -(-len(r.images) // cols)
-    fig = new_figure(1.2 * cols + 0.4, 1.35 * rows + 0.6)
-    fig.suptitle(_title(r), fontsize=10, fontweight="bold", x=0.01, ha="left")
-    for i, (img, row) in enumerate(zip(r.images, r.rows, strict=True)):
-        ax = fig.add_subplot(rows, cols, i + 1)
-        ax.imshow(img, cmap="gray" if img.ndim == 2 else None, vmin=0, vmax=1)
-        ax.set_title(f"#{row.index}", fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=1 - 0.55 / (1.35 * rows + 0.6))
+    h, w = r.images[0].shape[:2]
+    rgb = any(img.ndim == 3 for img in r.images)
+    pad = max(1, h // 8)
+    cell_h, cell_w = h + pad, w + pad
+    mosaic = np.ones((rows * cell_h, cols * cell_w, 3) if rgb else (rows * cell_h, cols * cell_w))
+    for i, img in enumerate(r.images):
+        y, x = (i // cols) * cell_h, (i % cols) * cell_w
+        mosaic[y : y + h, x : x + w] = img if (img.ndim == 3 or not rgb) else img[..., None]
+    fig = new_figure(1.1 * cols + 0.3, 1.25 * rows + 0.5)
+    top = 1 - 0.45 / fig.get_figheight()
+    ax = fig.add_axes((0.01, 0.01, 0.98, top - 0.01))
+    ax.imshow(mosaic, cmap=None if rgb else "gray", vmin=0, vmax=1, interpolation="nearest")
+    for i, row in enumerate(r.rows):
+        y, x = (i // cols) * cell_h, (i % cols) * cell_w
+        ax.text(x + w / 2, y - pad / 2, f"#{row.index}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(rows * cell_h, -pad * 3)
+    ax.axis("off")
+    fig.text(
+        0.01, 1 - 0.08 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
+    )
     return fig
 
 
