@@ -29,15 +29,14 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-
 from clorch_nb import dist
 from clorch_nb._checks import check_int
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.dataset import TorchMapDataset, as_dataset
 from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
-from clorch_nb.data.state import FORMAT, LoaderState, fast_forward
+from clorch_nb.data.seeds import draw_base_seed, fast_forward
+from clorch_nb.data.state import FORMAT, LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, batch_seed, get_worker_info, set_worker_info
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
@@ -130,8 +129,7 @@ def epoch_base_seed(seed: int, epoch: int, *, permutation_size: int | None) -> i
         True
         >>> loader.close()
     """
-    g = fast_forward(seed, epoch, permutation_size)  # the loader's generator at that epoch
-    return int(torch.empty((), dtype=torch.int64).random_(generator=g).item())
+    return draw_base_seed(fast_forward(seed, epoch, permutation_size))  # as the loader draws it
 
 
 def _isolated(dataset: Any) -> Any:

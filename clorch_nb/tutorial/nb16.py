@@ -105,7 +105,12 @@ def _exercise_1(replayed: Any) -> str:
         (ref.epoch, ref.rank, ref.batch) == (1, 1, 5),
         f"that is the batch of {ref}; the question asks for epoch 1, rank 1, batch 5",
     )
-    oracle = torch.utils.data.DistributedSampler(range(1797), num_replicas=2, rank=1, seed=0)
+    oracle: torch.utils.data.DistributedSampler[int] = torch.utils.data.DistributedSampler(
+        range(1797),  # type: ignore[arg-type]  # any sized object works: only len() is read
+        num_replicas=2,
+        rank=1,
+        seed=0,
+    )
     oracle.set_epoch(1)
     want = list(oracle)[5 * 64 : 6 * 64]
     require(
