@@ -215,8 +215,13 @@ def default_grid(
 
 
 def choose(report: TuneReport) -> None:
-    """Set ``report.choice`` to the cheapest measured setting within ``report.tolerance`` of
-    the fastest, and ``report.explanation`` to why (or why none could be chosen)."""
+    """Set ``report.choice`` to the cheapest measured setting that is as good as the best, and
+    ``report.explanation`` to why (or why none could be chosen).
+
+    "As good": within ``report.tolerance`` of the fastest items/s, or a loop that waits for data
+    at most ``tolerance`` of its time with it: then no loader setting can make the loop more than
+    that much faster (with data for free it would gain only its wait), and what the rates differ
+    by is the step's own noise."""
     best = report.best()
     if best is None:
         report.explanation = (
@@ -225,7 +230,11 @@ def choose(report: TuneReport) -> None:
         )
         return
     floor = (1 - report.tolerance) * best.items_per_s
-    ok = [p for p in report.probes if p.ok and p.items_per_s >= floor]
+    ok = [
+        p
+        for p in report.probes
+        if p.ok and (p.items_per_s >= floor or p.wait_share <= report.tolerance)
+    ]
     pick = min(ok, key=lambda p: p.setting.cost)
     report.choice = pick.setting
     report.explanation = explain(report, pick, best)
@@ -278,6 +287,13 @@ def explain(report: TuneReport, pick: Probe, best: Probe) -> str:
     head = f"Chosen: {name}{opts}, {pick.items_per_s:,.0f} items/s"
     if pick is best:
         head += ", the fastest measured"
+    elif pick.items_per_s < (1 - report.tolerance) * best.items_per_s:
+        head += (
+            f": the loop waits for data only {pick.wait_share:.0%} of the time with it, so no "
+            f"setting can make it more than that much faster (the fastest run, "
+            f"{best.setting.label} at {best.items_per_s:,.0f} items/s, differs by the step's "
+            "own variation)"
+        )
     else:
         head += (
             f", within {1 - pick.items_per_s / best.items_per_s:.0%} of the fastest "
