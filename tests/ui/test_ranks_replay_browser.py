@@ -85,7 +85,7 @@ def test_ranks_replay_and_tuner_live_in_jupyterlab(lab) -> None:
     for words in (
         "shards disjoint",
         "equal steps: every rank took 15 steps in epoch 0",
-        "ui-test: ranks returned [45, 45]",
+        "ui-test: ranks returned [120, 120]",
     ):
         assert words in ranks["text"], f"ranks: {words!r} missing: {ranks['text'][:800]}"
 
@@ -108,7 +108,8 @@ def test_ranks_replay_and_tuner_live_in_jupyterlab(lab) -> None:
     targets = _cell(lab, "check")["text"].split("ui-test: batch 25 targets [")[1].split("]")[0]
     first = [int(t) for t in targets.split(",")]
     # the replay's table: pos, dataset index, seed, target, ...: the targets the loop received
-    rows = [line.split() for line in after["text"].splitlines() if line[:1].isdigit()]
-    shown = [int(r[3]) for r in rows[:5]]
+    lines = after["text"].split("Replayed batch (epoch 0, rank 0, batch 25)")[-1].splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:3] == ["pos", "index", "seed"])
+    shown = [int(line.split()[3]) for line in lines[head + 1 : head + 6]]
     assert shown == first, (shown, first)
     assert "ui-test: all done" in _cell(lab, "check")["text"]
