@@ -15,6 +15,7 @@ __all__ = [
     "CollateError",
     "ConfigError",
     "LoaderClosedError",
+    "RankError",
     "ShardError",
     "SharedMemoryError",
     "SkipBudgetError",
@@ -99,6 +100,33 @@ class StaleIteratorError(ClorchError, RuntimeError):
 class WorkerStateError(ClorchError, RuntimeError):
     """The dataset changed in this process in a way the process workers cannot see; the
     message names the attribute and the channel that reaches them (``set_epoch``)."""
+
+
+class RankError(ClorchError, RuntimeError):
+    """A rank started by :func:`clorch_nb.launch.launch` raised or died; the other ranks were
+    stopped.
+
+    Attributes:
+        rank (int): the rank that failed.
+        exc_type (str): the type name of its exception, or ``"died"``.
+        remote_traceback (str): its traceback as text ("" when it died without one).
+
+    Example:
+        >>> print(RankError(1, "ValueError", "boom", ""))
+        rank 1 failed: ValueError: boom
+    """
+
+    def __init__(self, rank: int, exc_type: str, message: str, remote_traceback: str) -> None:
+        self.rank, self.exc_type, self.remote_traceback = rank, exc_type, remote_traceback
+        head = (
+            f"rank {rank} died ({message}) before returning; the other ranks were stopped"
+            if exc_type == "died"
+            else f"rank {rank} failed: {exc_type}: {message}"
+        )
+        tail = (
+            f"\n\n--- traceback in rank {rank} ---\n{remote_traceback}" if remote_traceback else ""
+        )
+        super().__init__(head + tail)
 
 
 class ShardError(ClorchError, OSError):

@@ -3,9 +3,9 @@
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
 shard files on disk or in a bucket (:func:`shard_dataset`), the loader (:func:`dataloader` ->
 :class:`DataLoader`; one ``iter()`` is an :class:`~clorch_nb.data.epoch.Epoch`), distributed
-sharding (:func:`distributed_sampler`,
-:func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
-:func:`pad_collate`) and :func:`cleanup_data`.
+sharding (:func:`distributed_sampler`, :func:`set_epoch`, :func:`sample_indices`), batch replay
+(:func:`replay`, :func:`batch_ref`), collation (:func:`default_collate`, :func:`pad_collate`) and
+:func:`cleanup_data`.
 
 Example:
     >>> import torch
@@ -44,6 +44,7 @@ from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
 from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.replay import BatchRef, ReplayedBatch, batch_ref, replay
 from clorch_nb.data.shards import ShardDataset, shard_dataset
 from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.state import LoaderState
@@ -51,6 +52,7 @@ from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 from clorch_nb.data.workers.base import WorkerPool
 
 __all__ = [
+    "BatchRef",
     "BatchedDataset",
     "DataLoader",
     "Dataset",
@@ -61,6 +63,7 @@ __all__ = [
     "LoaderEngine",
     "LoaderState",
     "ProcessSpec",
+    "ReplayedBatch",
     "SamplerSettings",
     "ShardDataset",
     "ShardMode",
@@ -73,6 +76,7 @@ __all__ = [
     "WorkerInfo",
     "WorkerPool",
     "as_dataset",
+    "batch_ref",
     "cleanup_data",
     "dataloader",
     "dataset",
@@ -84,6 +88,7 @@ __all__ = [
     "get_size",
     "get_worker_info",
     "pad_collate",
+    "replay",
     "sample_indices",
     "set_epoch",
     "shard_dataset",

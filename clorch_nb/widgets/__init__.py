@@ -7,7 +7,13 @@
 * :func:`monitor` -> :class:`ThroughputMonitor`: items/s, data stall and queue depth, live;
   why the loop is slow (``verdict()``), when each batch was built, sent, waited for and consumed
   (``timeline()`` -> :class:`TimelineView`, ``export_trace(path)``), worker memory;
-* :func:`headspace`: how much faster the loop would be with data for free.
+* :func:`headspace`: how much faster the loop would be with data for free;
+* :class:`ReplayView` / :func:`replay_report`: the samples of one delivered batch, rebuilt by
+  :func:`clorch_nb.data.replay`, with each sample's dataset index and seed;
+* :func:`tune` -> :class:`TunedOptions` (:class:`TuneView`, :func:`tune_report`): probe worker
+  backends, ``num_workers`` and ``prefetch_factor`` within a time budget, live, and choose;
+* :func:`launch` -> :class:`RanksView` (:class:`RanksReport`): several ranks from one cell
+  (:func:`clorch_nb.launch.launch`), their shards, throughput and steps live.
 
 Each view displays as a live widget plus a faithful static form (``text/plain`` + ``image/png``)
 and has ``to_text()`` / ``to_png()``. The numbers come from pure modules that import without
@@ -20,12 +26,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from clorch_nb.widgets.autotune import TuneReport, tune_report
+from clorch_nb.widgets.ranks import RanksReport, ranks_report
+from clorch_nb.widgets.replay import ReplayReport, replay_report
 from clorch_nb.widgets.shapes import ShapeReport, batch_shapes
 from clorch_nb.widgets.shards import ShardTable, records_table, shard_table
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 
 if TYPE_CHECKING:
+    from clorch_nb.widgets.autotune_view import TunedOptions, TuneView, tune
     from clorch_nb.widgets.headspace import Headspace, headspace
+    from clorch_nb.widgets.ranks_view import RanksView, launch
+    from clorch_nb.widgets.replay_view import ReplayView
     from clorch_nb.widgets.shapes_view import BatchShapesView
     from clorch_nb.widgets.shard_files_view import ShardFilesView
     from clorch_nb.widgets.shard_view import ShardView
@@ -35,6 +47,10 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchShapesView",
     "Headspace",
+    "RanksReport",
+    "RanksView",
+    "ReplayReport",
+    "ReplayView",
     "ShapeReport",
     "ShardFilesView",
     "ShardTable",
@@ -43,11 +59,19 @@ __all__ = [
     "ThroughputSnapshot",
     "ThroughputStats",
     "TimelineView",
+    "TuneReport",
+    "TuneView",
+    "TunedOptions",
     "batch_shapes",
     "headspace",
+    "launch",
     "monitor",
+    "ranks_report",
     "records_table",
+    "replay_report",
     "shard_table",
+    "tune",
+    "tune_report",
 ]
 
 _VIEWS = {
@@ -57,8 +81,14 @@ _VIEWS = {
     "ThroughputMonitor": "clorch_nb.widgets.throughput_view",
     "monitor": "clorch_nb.widgets.throughput_view",
     "TimelineView": "clorch_nb.widgets.timeline_view",
+    "TuneView": "clorch_nb.widgets.autotune_view",
+    "TunedOptions": "clorch_nb.widgets.autotune_view",
+    "tune": "clorch_nb.widgets.autotune_view",
     "headspace": "clorch_nb.widgets.headspace",
     "Headspace": "clorch_nb.widgets.headspace",
+    "ReplayView": "clorch_nb.widgets.replay_view",
+    "RanksView": "clorch_nb.widgets.ranks_view",
+    "launch": "clorch_nb.widgets.ranks_view",
 }
 
 

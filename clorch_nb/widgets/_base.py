@@ -19,9 +19,26 @@ from typing import Any
 
 from clorch_nb.widgets._render import png_b64
 
-__all__ = ["WIDGET_MIME", "View", "close_widget_tree", "live_widget_count", "weak_handler"]
+__all__ = [
+    "WIDGET_MIME",
+    "View",
+    "close_widget_tree",
+    "in_kernel",
+    "live_widget_count",
+    "weak_handler",
+]
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def in_kernel() -> bool:
+    """Whether this code runs in a Jupyter kernel (where a live widget can be displayed)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
 
 
 def close_widget_tree(root: Any) -> int:

@@ -39,9 +39,10 @@ from typing import Any
 
 import ipywidgets as W
 
+from clorch_nb.data import DataLoader
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
-from clorch_nb.widgets._base import View
+from clorch_nb.widgets._base import View, in_kernel
 from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import Verdict
 from clorch_nb.widgets.throughput import HistoryPoint, ThroughputSnapshot, ThroughputStats
@@ -49,15 +50,6 @@ from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and getattr(ip, "kernel", None) is not None
 
 
 class ThroughputMonitor(View):
@@ -109,7 +101,7 @@ class ThroughputMonitor(View):
             self.memory = MemoryTracker()
         self.redraws = 0  # chart PNGs pushed to the widget
         self.updates = 0  # text updates pushed
-        self._kernel = _in_kernel()
+        self._kernel = in_kernel()
         self.live = self._kernel  # push updates while iterating (off in scripts)
         self._final_pending = False
         self._interval = 1.0 / self.refresh_hz
@@ -370,11 +362,15 @@ class ThroughputMonitor(View):
     def timeline(self, last: int | None = 40) -> Any:
         """The ``last`` batches (None: all kept, up to 256) as a
         :class:`~clorch_nb.widgets.timeline_view.TimelineView` (per worker and for the main
-        loop: built, sent, waited for, consumed)."""
+        loop: built, sent, waited for, consumed); a batch clicked in it is replayed from the
+        loader (:func:`clorch_nb.data.replay`)."""
         from clorch_nb.widgets.timeline_view import TimelineView
 
         self.stats.flush()
-        return TimelineView(self.stats.recent, last=last)
+        replayable = isinstance(self.loader, DataLoader)
+        return TimelineView(
+            self.stats.recent, last=last, replay_from=self.loader if replayable else None
+        )
 
     def export_trace(self, path: str, *, align_with: str | None = None) -> str:
         """Write the recent batches as Chrome trace-event JSON (open it in Perfetto or

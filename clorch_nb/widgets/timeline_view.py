@@ -1,19 +1,27 @@
 """The worker timeline as a view: one row per worker and one for the main loop, a bar for each
 batch built, sent, waited for and consumed, over a window of recent batches (widget, PNG, text).
 The spans come from :class:`~clorch_nb.widgets.timeline.Timeline`.
+
+Given the loader (``replay_from=``; ``ThroughputMonitor.timeline()`` passes it), the live widget
+has a strip of the main loop's batches under the chart, each as wide as its time in the loop:
+clicking one rebuilds that batch with :func:`clorch_nb.data.replay` and shows its samples
+(:class:`~clorch_nb.widgets.replay_view.ReplayView`) below.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import ipywidgets as W
 
-from clorch_nb.widgets._base import View
+from clorch_nb import data
+from clorch_nb.errors import ConfigError
+from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._render import figure_png, new_figure
-from clorch_nb.widgets.timeline import KINDS, Timeline
+from clorch_nb.widgets.replay_view import ReplayView
+from clorch_nb.widgets.timeline import KINDS, MAIN_LOOP, Timeline
 
 __all__ = ["TimelineView"]
 
@@ -40,6 +48,9 @@ class TimelineView(View):
         events (Iterable[tuple]): event tuples (``ThroughputMonitor.stats.recent``); usually
             made by ``ThroughputMonitor.timeline()``.
         last (int | None): show only the last ``last`` batches.
+        replay_from (DataLoader | None): the loader the events came from: its batches can then
+            be clicked in the live widget to replay them.
+        decode (Callable[[list[int]], str] | None): token ids -> text, for replayed batches.
 
     Example:
         >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
@@ -54,7 +65,16 @@ class TimelineView(View):
         b'\\x89PNG'
     """
 
-    def __init__(self, events: Iterable[tuple[Any, ...]], *, last: int | None = None) -> None:
+    def __init__(
+        self,
+        events: Iterable[tuple[Any, ...]],
+        *,
+        last: int | None = None,
+        replay_from: data.DataLoader | None = None,
+        decode: Callable[[list[int]], str] | None = None,
+    ) -> None:
+        self.replay_from, self.decode = replay_from, decode
+        self.replayed: ReplayView | None = None  # the batch clicked last
         evs = list(events)
         if last is not None:
             batch_pos = [i for i, e in enumerate(evs) if not isinstance(e[0], str)]
@@ -67,7 +87,82 @@ class TimelineView(View):
         self.text = W.HTML(
             f"<pre style='font-size:12px;margin:0'>{html.escape(self.to_text())}</pre>"
         )
-        return W.VBox([self.image, self.text])
+        if self.replay_from is None:
+            return W.VBox([self.image, self.text])
+        self.batch_buttons: list[W.Button] = []
+        self.replay_box = W.VBox()
+        strip = self._batch_strip()
+        return W.VBox([self.image, strip, self.text, self.replay_box])
+
+    def main_loop_batches(self) -> list[tuple[int, int, float, float]]:
+        """``(epoch, batch_index, t0, t1)`` of each batch on the main loop's lane: from the
+        moment the loop waited for it to the end of the loop body that used it."""
+        spans: dict[tuple[int, int], list[float]] = {}
+        for sp in self.timeline.spans:
+            if sp.lane == MAIN_LOOP:
+                got = spans.setdefault((sp.epoch, sp.batch_index), [sp.t0, sp.t1])
+                got[0], got[1] = min(got[0], sp.t0), max(got[1], sp.t1)
+        return sorted(((e, b, t0, t1) for (e, b), (t0, t1) in spans.items()), key=lambda x: x[2])
+
+    def _batch_strip(self) -> W.HBox:
+        # laid out like the chart's axes (left 13 %, width 85 % of the figure), each batch a
+        # button as wide as its time on the main loop, the gaps as empty space
+        tl = self.timeline
+        span = max(tl.t_max - tl.t_min, 1e-9)
+        cells: list[W.Widget] = []
+        t = tl.t_min
+        for epoch, bi, t0, t1 in self.main_loop_batches():
+            if t0 > t:
+                cells.append(W.Box(layout=W.Layout(flex=f"{(t0 - t) / span:.6f} 1 0px")))
+            button = W.Button(
+                description=str(bi),
+                tooltip=f"epoch {epoch}, batch {bi}: click to replay its samples",
+                layout=W.Layout(
+                    flex=f"{max(t1 - t0, 0) / span:.6f} 1 0px",
+                    min_width="0",
+                    height="22px",
+                    padding="0",
+                    margin="0 1px",
+                ),
+            )
+            button.add_class("clorch-nb-timeline-batch")
+            button.on_click(weak_handler(self._on_batch))
+            button.batch_ref = (epoch, bi)  # type: ignore[attr-defined]
+            self.batch_buttons.append(button)
+            cells.append(button)
+            t = max(t, t1)
+        axes = W.HBox(cells, layout=W.Layout(width="85%"))
+        label = W.HTML(
+            "<small>batches: click one to replay it</small>", layout=W.Layout(width="13%")
+        )
+        return W.HBox([label, axes], layout=W.Layout(width="100%"))
+
+    def _on_batch(self, button: Any) -> None:
+        epoch, bi = button.batch_ref
+        self.select(epoch, bi)
+
+    def select(self, epoch: int, batch: int) -> ReplayView:
+        """Replay batch ``batch`` of ``epoch`` from the loader (what clicking it does) and show
+        its samples under the timeline; returns the :class:`ReplayView`.
+
+        Raises:
+            ConfigError: the view was made without ``replay_from``, or replay refuses the
+                loader (see :func:`clorch_nb.data.replay`).
+        """
+        if self.replay_from is None:
+            raise ConfigError(
+                "this timeline has no loader to replay from; make it with "
+                "TimelineView(events, replay_from=loader) or monitor(loader).timeline()"
+            )
+        view = ReplayView.from_loader(
+            self.replay_from, epoch=epoch, batch=batch, decode=self.decode
+        )
+        if self.replayed is not None:
+            self.replayed.close()
+        self.replayed = view
+        if self.has_widget:
+            self.replay_box.children = (view.widget,)
+        return view
 
     def to_text(self) -> str:
         """Per lane, the share of the window in each state; the last batches' times."""

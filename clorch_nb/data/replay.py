@@ -1,0 +1,360 @@
+"""Batch replay with provenance: name any delivered batch by ``(epoch, rank, batch)`` and rebuild
+exactly that batch later, without running its epoch up to it.
+
+Why it can be exact: a loader's batch is a function of four things it already fixes, and none of
+them is the worker that built it nor the batches before it:
+
+1. **the indices**: the epoch's order (the loader's seed, fast-forwarded to the epoch, or the
+   ``distributed_sampler``'s shard of that rank and sampler epoch), cut into ``batch_size``;
+2. **the RNG seed**: ``batch_seed(epoch's base seed, batch position)`` (:mod:`.worker_info`),
+   with which every backend seeds the batch's random draws;
+3. **the dataset** and **the collate function**.
+
+:func:`replay` therefore builds a *twin* loader (same dataset, options and seed; for another rank
+a sibling sampler with the same settings), loads the state "epoch ``e``, ``b`` batches done" into
+it (``load_state_dict``: no earlier batch is fetched) and takes one batch on this thread, which
+seeds the global RNGs with the batch's seed as a process worker does. The original loader is not
+touched. While the batch is built, ``get_worker_info()`` describes a worker of the original
+loader (``worker_id = batch % num_workers``, the batch's seed) when it had workers, and is None
+when it built batches inline, so dataset code takes the same branch as it did. Augmentation that
+draws from the global RNGs (inline, process workers) or from the batch's generators
+(``get_worker_info().torch_generator()`` / ``numpy_rng()``, any backend) comes out bit-identical;
+a thread worker drawing from the *global* RNGs is not reproducible in the first place (threads
+share them). From a saved state, the batch is built as an inline loader would build it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from clorch_nb import dist
+from clorch_nb._checks import check_int
+from clorch_nb.data.collate import default_collate
+from clorch_nb.data.dataset import TorchMapDataset, as_dataset
+from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
+from clorch_nb.data.loader import DataLoader, dataloader
+from clorch_nb.data.seeds import draw_base_seed, fast_forward
+from clorch_nb.data.state import FORMAT, LoaderState
+from clorch_nb.data.worker_info import WorkerInfo, batch_seed, get_worker_info, set_worker_info
+from clorch_nb.errors import ConfigError
+from clorch_nb.instrumentation import BatchEvent
+
+__all__ = ["BatchRef", "ReplayedBatch", "batch_ref", "epoch_base_seed", "replay"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class BatchRef:
+    """The name of one delivered batch: what a training loop logs next to its loss.
+
+    Attributes:
+        epoch (int): the loader's epoch (0 for its first ``iter()``).
+        rank (int): the rank whose loader delivered it (0 without a ``distributed_sampler``).
+        batch (int): the batch's position in the epoch (``BatchEvent.batch_index``).
+
+    Example:
+        >>> str(BatchRef(epoch=1, rank=0, batch=7))
+        'epoch 1, rank 0, batch 7'
+    """
+
+    epoch: int
+    rank: int
+    batch: int
+
+    def __str__(self) -> str:
+        return f"epoch {self.epoch}, rank {self.rank}, batch {self.batch}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedBatch:
+    """A batch rebuilt by :func:`replay`, with its provenance.
+
+    Attributes:
+        ref (BatchRef): which batch.
+        batch (Any): the batch, as the loader delivered it (collated).
+        indices (list[int]): the dataset index of each of its items, in batch order.
+        seed (int): the batch's RNG seed (``batch_seed``), the same for every item of it.
+        sampler_epoch (int | None): the ``distributed_sampler``'s epoch used, or None.
+    """
+
+    ref: BatchRef
+    batch: Any
+    indices: list[int]
+    seed: int
+    sampler_epoch: int | None = None
+
+
+def _loader_rank(loader: DataLoader) -> int:
+    sampler = loader.sampler
+    return sampler.rank if isinstance(sampler, DistributedSampler) else dist.rank()
+
+
+def batch_ref(loader: DataLoader, event: BatchEvent) -> BatchRef:
+    """The :class:`BatchRef` of the batch ``event`` records (an event from ``loader.subscribe``).
+
+    The rank is the loader's ``distributed_sampler``'s, else :func:`clorch_nb.dist.rank`.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+        >>> loader = data.dataloader(ds, batch_size=2)
+        >>> seen = []; _ = loader.subscribe(seen.append)
+        >>> _ = list(loader)
+        >>> from clorch_nb.instrumentation import BatchEvent
+        >>> [str(batch_ref(loader, e)) for e in seen if isinstance(e, BatchEvent)]
+        ['epoch 0, rank 0, batch 0', 'epoch 0, rank 0, batch 1']
+    """
+    return BatchRef(event.epoch, _loader_rank(loader), event.batch_index)
+
+
+def epoch_base_seed(seed: int, epoch: int, *, permutation_size: int | None) -> int:
+    """The base seed a loader with seed ``seed`` draws for ``epoch`` (its batches' seeds are
+    ``batch_seed(base, position)``); ``permutation_size``: the dataset size when the loader
+    shuffles by itself (it then draws a permutation per epoch too), else None.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> def item(i):
+        ...     return data.get_worker_info().seed
+        >>> ds = data.dataset(size=4, get_item=item)
+        >>> loader = data.dataloader(ds, batch_size=2, seed=3, num_workers=1,
+        ...                          worker_backend="thread")
+        >>> seen = [list(loader) for _ in range(2)][1]  # epoch 1's seeds
+        >>> from clorch_nb.data.worker_info import batch_seed
+        >>> base = epoch_base_seed(3, 1, permutation_size=4)
+        >>> seen == [[batch_seed(base, b)] * 2 for b in range(2)]
+        True
+        >>> loader.close()
+    """
+    return draw_base_seed(fast_forward(seed, epoch, permutation_size))  # as the loader draws it
+
+
+def _isolated(dataset: Any) -> Any:
+    """``dataset``, or a shallow copy of it when it has ``set_epoch``: the twin loader calls
+    ``set_epoch(epoch)`` on its dataset, and the original loader's dataset (the same object) must
+    keep its own epoch (a curriculum level, a shard) while a loop may still be running."""
+    ds = as_dataset(dataset)
+    owner = ds.wrapped if isinstance(ds, TorchMapDataset) else ds
+    if not callable(getattr(owner, "set_epoch", None)):
+        return ds
+    return TorchMapDataset(copy.copy(owner)) if owner is not ds else copy.copy(ds)
+
+
+def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> DataLoader:
+    config = loader.config
+    sampler = loader.sampler
+    if config.batch_size is None:
+        raise ConfigError(
+            "replay() needs a loader that cuts its order into batch_size batches; this one has a "
+            "batch_sampler, whose batches its own code decides (replay its indices by hand with "
+            "loader.dataset and collate_fn)"
+        )
+    sibling = None
+    if isinstance(sampler, DistributedSampler):
+        sibling = _sibling(
+            sampler.size,
+            sampler.num_replicas,
+            rank,
+            sampler.seed,
+            sampler.shuffle,
+            sampler.drop_last,
+            sampler.shard_mode,
+        )
+    elif sampler is not None:
+        raise ConfigError(
+            f"replay() cannot rebuild the order of a {type(sampler).__name__} sampler (its "
+            "order is not a function of the loader's seed); use distributed_sampler, shuffle= "
+            "or no sampler"
+        )
+    elif rank != _loader_rank(loader):
+        raise ConfigError(
+            f"rank={rank}: this loader has no distributed_sampler, so it only has rank "
+            f"{_loader_rank(loader)}; pass rank={_loader_rank(loader)} or leave rank out"
+        )
+    if sibling is not None:
+        sibling.set_epoch(sampler_epoch)
+    return dataloader(
+        _isolated(loader.dataset),
+        batch_size=config.batch_size,
+        shuffle=config.shuffle,
+        drop_last=config.drop_last,
+        collate_fn=config.collate_fn,
+        sampler=sibling,
+        seed=loader.seed,
+    )
+
+
+def _sibling(
+    size: int,
+    num_replicas: int,
+    rank: int,
+    seed: int,
+    shuffle: bool,
+    drop_last: bool,
+    shard_mode: Any,
+) -> DistributedSampler:
+    if not 0 <= rank < num_replicas:
+        raise ConfigError(
+            f"rank={rank} is outside the sampler's {num_replicas} ranks "
+            f"(valid 0..{num_replicas - 1})"
+        )
+    return distributed_sampler(
+        size, num_replicas, rank, seed, shuffle, drop_last, shard_mode=shard_mode
+    )
+
+
+def _twin_from_state(
+    state: dict[str, Any], dataset: Any, collate_fn: Any, rank: int, sampler_epoch: int
+) -> DataLoader:
+    saved = LoaderState.from_dict(state)
+    if dataset is None:
+        raise ConfigError(
+            "replay(state, ...) needs dataset= (the dataset the saving loader read; a state "
+            "holds positions and seeds, not data)"
+        )
+    sibling = None
+    if saved.sampler is not None:
+        s = saved.sampler
+        sibling = _sibling(
+            s["size"],
+            s["num_replicas"],
+            rank,
+            s["seed"],
+            s["shuffle"],
+            s["drop_last"],
+            s["shard_mode"],
+        )
+        sibling.set_epoch(sampler_epoch)
+    elif rank != 0:
+        raise ConfigError(f"rank={rank}: the state has no distributed_sampler, so only rank 0")
+    return dataloader(
+        _isolated(dataset),
+        batch_size=saved.batch_size,
+        shuffle=saved.shuffle,
+        drop_last=saved.drop_last,
+        collate_fn=collate_fn,
+        sampler=sibling,
+        seed=saved.seed,
+    )
+
+
+def replay(
+    loader_or_state: DataLoader | dict[str, Any],
+    *,
+    epoch: int,
+    batch: int,
+    rank: int | None = None,
+    sampler_epoch: int | None = None,
+    dataset: Any = None,
+    collate_fn: Any = default_collate,
+) -> ReplayedBatch:
+    """Rebuild batch ``batch`` of ``epoch`` on ``rank`` exactly as it was delivered: the same
+    indices, the same RNG seed (so the same augmentation), on this thread, fetching only its items.
+
+    Args:
+        loader_or_state (DataLoader | dict): the loader that delivered it (or one built the same
+            way: dataset, options, seed), or a ``loader.state_dict()`` saved by the run (then
+            pass ``dataset=`` and the run's ``collate_fn=``).
+        epoch (int): the loader's epoch, >= 0 (``BatchEvent.epoch``).
+        batch (int): the batch's position in the epoch, in ``0..num_batches-1``.
+        rank (int | None): the rank that delivered it; default the loader's own (its
+            ``distributed_sampler``'s rank), 0 for a state. Another rank's batch is rebuilt from
+            a sampler with the same settings for that rank.
+        sampler_epoch (int | None): what ``set_epoch`` gave the ``distributed_sampler`` in that
+            epoch; default ``epoch`` (the documented loop calls ``set_epoch(sampler, epoch)``).
+        dataset (Dataset | None): with a state only: the dataset.
+        collate_fn (Callable): with a state only: the run's ``collate_fn``.
+
+    Returns:
+        ReplayedBatch: the batch, its items' dataset indices and its seed.
+
+    Raises:
+        ConfigError: a bad ``epoch``/``batch``/``rank`` (named with the valid range), a state
+            without ``dataset=``, or a loader whose order replay cannot rebuild (a
+            ``batch_sampler`` or another sampler type).
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> def item(i):
+        ...     return {"x": i + torch.rand(()), "target": torch.tensor(i)}  # augmentation
+        >>> ds = data.dataset(size=10, get_item=item)
+        >>> loader = data.dataloader(ds, batch_size=4, seed=0)
+        >>> delivered = [list(loader) for _ in range(2)][1][2]  # epoch 1, batch 2
+        >>> again = replay(loader, epoch=1, batch=2)
+        >>> torch.equal(again.batch["x"], delivered["x"])
+        True
+        >>> again.indices == delivered["target"].tolist()
+        True
+    """
+    check_int("epoch", epoch, minimum=0)
+    check_int("batch", batch, minimum=0)
+    if isinstance(loader_or_state, DataLoader):
+        rank = _loader_rank(loader_or_state) if rank is None else check_int("rank", rank, minimum=0)
+    elif isinstance(loader_or_state, dict):
+        rank = 0 if rank is None else check_int("rank", rank, minimum=0)
+    else:
+        raise ConfigError(
+            f"loader_or_state={loader_or_state!r:.80} must be a DataLoader or a dict from "
+            "loader.state_dict()"
+        )
+    s_epoch = (
+        epoch if sampler_epoch is None else check_int("sampler_epoch", sampler_epoch, minimum=0)
+    )
+    workers: tuple[str, int] | None = None  # (backend, num_workers) of the original loader
+    if isinstance(loader_or_state, DataLoader):
+        twin = _twin_from_loader(loader_or_state, rank, s_epoch)
+        if loader_or_state.worker_backend != "inline":
+            workers = (loader_or_state.worker_backend, loader_or_state.num_workers)
+    else:
+        twin = _twin_from_state(loader_or_state, dataset, collate_fn, rank, s_epoch)
+    with twin:
+        return _take(twin, BatchRef(epoch, rank, batch), s_epoch, workers)
+
+
+def _take(
+    twin: DataLoader, ref: BatchRef, sampler_epoch: int, workers: tuple[str, int] | None
+) -> ReplayedBatch:
+    n = len(twin)
+    if not ref.batch < n:
+        raise ConfigError(
+            f"batch={ref.batch} is outside the epoch's {n} batches (valid 0..{n - 1})"
+        )
+    sampler = twin.sampler if isinstance(twin.sampler, DistributedSampler) else None
+    state = twin.state_dict()  # the start of epoch 0, as plain data; moved to (epoch, batch)
+    state.update(epoch=ref.epoch, batches_done=ref.batch, num_batches=n)
+    if sampler is not None:
+        batch_size = twin.config.batch_size
+        assert batch_size is not None  # a batch_sampler was refused earlier
+        state["sampler"] = sampler.state_dict(ref.batch * batch_size)
+    assert state["format"] == FORMAT
+    twin.load_state_dict(state)
+    own_perm = twin.config.shuffle and sampler is None
+    base = epoch_base_seed(
+        twin.seed, ref.epoch, permutation_size=twin.dataset.get_size() if own_perm else None
+    )
+    seed = batch_seed(base, ref.batch)
+    it = iter(twin)
+    indices = [int(i) for i in it.plan[ref.batch].tolist()]
+    if workers is None:
+        out = next(it)
+    else:  # as a worker of the original loader saw it (thread-local: touches no other thread)
+        backend, num_workers = workers
+        info = WorkerInfo(ref.batch % num_workers, num_workers, seed, backend, twin.dataset,
+                          ref.epoch, ref.batch)  # fmt: skip
+        before = get_worker_info()
+        set_worker_info(info, process=False)
+        try:
+            out = next(it)
+        finally:
+            set_worker_info(before, process=False)
+    return ReplayedBatch(
+        ref,
+        out,
+        indices,
+        seed,
+        sampler_epoch if sampler is not None else None,
+    )

@@ -1,0 +1,153 @@
+"""A replayed batch as a view: its samples as an image grid, decoded text or a table, each with
+its dataset index and the batch's seed (widget, PNG, text). The samples come from
+:func:`~clorch_nb.widgets.replay.replay_report`."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import ipywidgets as W
+import numpy as np
+from matplotlib.transforms import Bbox
+
+from clorch_nb import data
+from clorch_nb.widgets._base import View
+from clorch_nb.widgets._render import figure_png, new_figure
+from clorch_nb.widgets.replay import ReplayReport, replay_report
+
+__all__ = ["ReplayView"]
+
+GRID_COLUMNS = 8
+
+
+class ReplayView(View):
+    """The samples of one delivered batch, rebuilt by :func:`clorch_nb.data.replay`.
+
+    Args:
+        report (ReplayReport): from :func:`~clorch_nb.widgets.replay.replay_report`; usually
+            made by :meth:`from_replay` or :meth:`from_loader`.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.rand(6, 8, 8), torch.arange(6))
+        >>> loader = data.dataloader(ds, batch_size=3, seed=0)
+        >>> view = ReplayView.from_loader(loader, epoch=0, batch=1)
+        >>> view.report.kind, len(view.report.images)
+        ('images', 3)
+        >>> view.to_png()[:4]
+        b'\\x89PNG'
+    """
+
+    def __init__(self, report: ReplayReport) -> None:
+        self.report = report
+
+    @classmethod
+    def from_replay(
+        cls, replayed: data.ReplayedBatch, *, decode: Callable[[list[int]], str] | None = None
+    ) -> ReplayView:
+        """The view of a batch :func:`clorch_nb.data.replay` rebuilt (``decode``: token ids ->
+        text, for token fields)."""
+        return cls(replay_report(replayed, decode=decode))
+
+    @classmethod
+    def from_loader(
+        cls,
+        loader: data.DataLoader,
+        *,
+        epoch: int,
+        batch: int,
+        rank: int | None = None,
+        decode: Callable[[list[int]], str] | None = None,
+    ) -> ReplayView:
+        """Replay batch ``(epoch, rank, batch)`` of ``loader`` and show it (see
+        :func:`clorch_nb.data.replay` for the arguments and errors)."""
+        return cls.from_replay(
+            data.replay(loader, epoch=epoch, rank=rank, batch=batch), decode=decode
+        )
+
+    def _build_widget(self) -> Any:
+        title = W.HTML(f"<b>Replayed batch: {html.escape(self.report.title)}</b>")
+        image = W.Image(value=self.to_png(), format="png", layout=W.Layout(max_width="100%"))
+        text = W.HTML(f"<pre style='font-size:12px;margin:0'>{html.escape(self.to_text())}</pre>")
+        return W.VBox([title, image, text])
+
+    def to_text(self) -> str:
+        """The provenance line and one line per sample (position, dataset index, fields)."""
+        return self.report.to_text()
+
+    def to_png(self) -> bytes:
+        """The samples: an image grid, the decoded texts, or a table, titled with the batch."""
+        r = self.report
+        draw = {"images": _draw_images, "text": _draw_texts, "table": _draw_table}[r.kind]
+        return figure_png(draw(r))
+
+
+def _title(r: ReplayReport) -> str:
+    return f"Replayed batch ({r.title}): {len(r.rows)} samples, seed {r.seed}"
+
+
+def _draw_images(r: ReplayReport) -> Any:
+    # one mosaic in one axes (not an axes per sample: 32 of those take seconds to draw)
+    cols = min(GRID_COLUMNS, max(1, len(r.images)))
+    rows = -(-len(r.images) // cols)
+    h, w = r.images[0].shape[:2]
+    rgb = any(img.ndim == 3 for img in r.images)
+    pad = max(1, h // 8)
+    cell_h, cell_w = h + pad, w + pad
+    mosaic = np.ones((rows * cell_h, cols * cell_w, 3) if rgb else (rows * cell_h, cols * cell_w))
+    for i, img in enumerate(r.images):
+        y, x = (i // cols) * cell_h, (i % cols) * cell_w
+        mosaic[y : y + h, x : x + w] = img if (img.ndim == 3 or not rgb) else img[..., None]
+    fig = new_figure(1.1 * cols + 0.3, 1.25 * rows + 0.5)
+    top = 1 - 0.45 / fig.get_figheight()
+    ax = fig.add_axes((0.01, 0.01, 0.98, top - 0.01))
+    ax.imshow(mosaic, cmap=None if rgb else "gray", vmin=0, vmax=1, interpolation="nearest")
+    for i, row in enumerate(r.rows):
+        y, x = (i // cols) * cell_h, (i % cols) * cell_w
+        ax.text(x + w / 2, y - pad / 2, f"#{row.index}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(rows * cell_h, -pad * 3)
+    ax.axis("off")
+    fig.text(
+        0.01, 1 - 0.08 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
+    )
+    return fig
+
+
+def _draw_texts(r: ReplayReport) -> Any:
+    fig = new_figure(9.0, 0.6 + 0.28 * len(r.texts))
+    fig.text(
+        0.01, 1 - 0.2 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
+    )
+    for i, (text, row) in enumerate(zip(r.texts, r.rows, strict=True)):
+        y = 1 - (0.55 + 0.28 * i) / fig.get_figheight()
+        shown = text.replace("\n", " ")
+        shown = shown if len(shown) <= 100 else shown[:97] + "..."
+        fig.text(0.01, y, f"#{row.index:<6}", fontsize=9, family="monospace", va="top")
+        fig.text(0.09, y, shown, fontsize=9, family="monospace", va="top")
+    return fig
+
+
+def _draw_table(r: ReplayReport) -> Any:
+    keys = list(r.rows[0].fields) if r.rows else []
+    fig = new_figure(min(12.0, max(7.5, 2.0 + 1.8 * len(keys))), 0.8 + 0.26 * (len(r.rows) + 1))
+    fig.text(
+        0.01, 1 - 0.2 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
+    )
+    ax = fig.add_axes((0.01, 0.02, 0.98, 1 - 0.55 / fig.get_figheight()))
+    ax.axis("off")
+    if r.rows:
+        cells = [[str(row.index), *(row.fields[k] for k in keys)] for row in r.rows]
+        row_h = 0.26 / (fig.get_figheight() - 0.55)  # one row, in axes fraction
+        height = min(1.0, row_h * (len(cells) + 1))
+        table = ax.table(
+            cellText=cells,
+            colLabels=["index", *keys],
+            cellLoc="left",
+            bbox=Bbox.from_bounds(0.0, 1.0 - height, 0.97, height),
+        )
+        table.auto_set_font_size(False)
+        table.set_fontsize(9)
+    return fig
