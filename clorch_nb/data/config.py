@@ -59,6 +59,13 @@ class LoaderConfig:
         sampler_yields ("indices" | "batches"): what the loader's sampler yields: dataset indices
             (``sampler=``, cut into batches of ``batch_size``) or whole batches, lists of
             indices (``batch_sampler=``).
+        persistent_workers (bool): True (``dataloader()``'s rule): workers live until
+            ``close()``; False (torch's default, :class:`~clorch_nb.data.DataLoader`): they end
+            with each epoch, as torch's do.
+        worker_init_fn (Callable[[int], None] | None): called once in each thread or process
+            worker after it starts, with ``get_worker_info()`` set (torch's option).
+        start_method ("forkserver" | "spawn" | None): how process workers start (torch's
+            ``multiprocessing_context``); None: forkserver where available, else spawn.
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -81,6 +88,9 @@ class LoaderConfig:
     seed: int | None = None
     start_timeout_ms: float | None = None
     sampler_yields: Literal["indices", "batches"] = "indices"
+    persistent_workers: bool = True
+    worker_init_fn: Callable[[int], None] | None = None
+    start_method: Literal["forkserver", "spawn"] | None = None
 
     def __post_init__(self) -> None:
         if self.sampler_yields not in ("indices", "batches"):
@@ -118,6 +128,16 @@ class LoaderConfig:
         check_ms("start_timeout_ms", self.start_timeout_ms)
         if self.seed is not None:
             check_int("seed", self.seed)
+        check_bool("persistent_workers", self.persistent_workers)
+        if self.worker_init_fn is not None and not callable(self.worker_init_fn):
+            raise ConfigError(
+                f"worker_init_fn={self.worker_init_fn!r:.60} must be callable (worker_id -> None)"
+            )
+        if self.start_method not in (None, "forkserver", "spawn"):
+            raise ConfigError(
+                f"start_method={self.start_method!r} must be 'forkserver', 'spawn' or None "
+                "(never 'fork': a forked notebook kernel's threads and locks are not copied)"
+            )
 
     @property
     def max_in_flight(self) -> int:

@@ -73,6 +73,9 @@ class Epoch:
         start (int): the first batch to build (a resumed epoch skips the ones before).
         base_seed (int): the epoch's base seed (each batch's RNG seed derives from it).
         stages (Sequence[Stage]): applied to each batch when it is received, in order.
+        on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
+            before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
+            there, as torch's do).
 
     Example:
         >>> import torch
@@ -102,11 +105,13 @@ class Epoch:
         start: int = 0,
         base_seed: int = 0,
         stages: Sequence[Stage] = (),
+        on_end: Callable[[], None] | None = None,
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
         self.backend, self.num_workers = backend, num_workers
         self.stages = tuple(stages)
+        self.on_end = on_end
         self._open_pool = open_pool
         self._delivered = start
 
@@ -187,6 +192,8 @@ class Epoch:
                     self._epoch_event("stopped", n)
             raise
         self._epoch_event("end", n)
+        if self.on_end is not None:
+            self.on_end()
 
     def _record(self, ev: BatchEvent) -> None:
         st = self.stats

@@ -50,6 +50,7 @@ from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.state import LoaderState
+from clorch_nb.data.torch_args import pin_batch, torch_loader_args
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
@@ -76,7 +77,8 @@ class LoaderEngine:
 
     Attributes:
         config (LoaderConfig): every option, validated; read-only.
-        dataset (Dataset): the dataset (adapted to the protocol).
+        dataset (Any): the user's dataset object, as given (torch's ``loader.dataset``); the
+            loader reads it through :func:`~clorch_nb.data.as_dataset`'s adapter.
         sampler (Any): the sampler, or None.
         worker_backend ("inline" | "thread" | "process"): where batches are built.
         events (EventBus): what :meth:`subscribe` attaches to.
@@ -92,9 +94,11 @@ class LoaderEngine:
         seed: int = 0,
         process_spec: ProcessSpec | None = None,
         worker_backend: WorkerBackend = "inline",
+        user_dataset: Any = None,
     ) -> None:
         self.config = config
-        self.dataset = dataset
+        self.dataset = dataset if user_dataset is None else user_dataset
+        self._ds = dataset  # the protocol view of it (get_size, get_item)
         self.sampler = sampler
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
         self.process_spec = process_spec
@@ -121,11 +125,28 @@ class LoaderEngine:
     collate_fn = property(lambda self: self.config.collate_fn)
     timeout_ms = property(lambda self: self.config.timeout_ms)
     batch_sampler = property(lambda self: self.sampler if self.config.batch_size is None else None)
+    prefetch_factor = property(lambda self: self.config.prefetch_factor)
+    persistent_workers = property(lambda self: self.config.persistent_workers)
+    worker_init_fn = property(lambda self: self.config.worker_init_fn)
+    timeout = property(lambda self: 0 if self.config.timeout_s is None else self.config.timeout_s)
+
+    #: torch's rule: these describe the epochs already planned; assigning one raises
+    _FIXED = frozenset(
+        ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._FIXED and "_workers" in self.__dict__:  # made: __init__ has run
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is "
+                "initialized (as in torch); build a new loader with it instead"
+            )
+        object.__setattr__(self, name, value)
 
     # -- public -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else self.dataset.get_size()
+        n = len(self.sampler) if self.sampler is not None else self._ds.get_size()
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
@@ -154,6 +175,7 @@ class LoaderEngine:
             start=start,
             base_seed=base_seed,
             stages=self._stages,
+            on_end=None if self.config.persistent_workers else self._workers.close,
         )
         self._run = run
         stop = StopRequest()
@@ -171,7 +193,7 @@ class LoaderEngine:
                 draw_base_seed(self.generator)  # as iter() does before planning
                 plan = self._plan(note=False)
         return peek_batch(
-            self.dataset,
+            self._ds,
             self.config.collate_fn,
             plan,
             batch_index,
@@ -283,9 +305,7 @@ class LoaderEngine:
     # -- plan -------------------------------------------------------------------------------
 
     def _plan(self, note: bool = True) -> Any:
-        return epoch_plan(
-            self.dataset.get_size(), self.config, self.sampler, self.generator, note=note
-        )
+        return epoch_plan(self._ds.get_size(), self.config, self.sampler, self.generator, note=note)
 
     def _next_epoch(self) -> tuple[int, int, int]:
         """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
@@ -295,7 +315,7 @@ class LoaderEngine:
             return (0 if self._epoch is None else self._epoch + 1), 0, 0
         own_perm = self.config.shuffle and self.sampler is None
         self.generator = fast_forward(
-            saved.seed, saved.epoch, self.dataset.get_size() if own_perm else None
+            saved.seed, saved.epoch, self._ds.get_size() if own_perm else None
         )
         if isinstance(self.sampler, DistributedSampler):  # as a sampler=: batch_size is set
             skip = self.sampler.layout()[1]  # the sampler yields only the rest of its shard
@@ -320,7 +340,7 @@ class LoaderEngine:
             epoch=epoch,
             batches_done=done,
             seed=self.seed,
-            size=self.dataset.get_size(),
+            size=self._ds.get_size(),
             batch_size=self._batch_size,
             drop_last=self.config.drop_last,
             shuffle=self.config.shuffle,
@@ -336,14 +356,148 @@ class LoaderEngine:
 
 
 class DataLoader(LoaderEngine):
-    """Built by :func:`dataloader` (see it for the arguments; torch's ``DataLoader(dataset,
-    ...)`` call is not accepted yet): a re-iterable loader over a dataset, torch's name.
+    """torch's ``DataLoader(dataset, ...)``, same signature and defaults (torch 2.13), built on
+    the engine :func:`dataloader` builds (:class:`LoaderEngine`): the drop-in. Replace the
+    import (``from clorch_nb.data import DataLoader``) and a torch script runs as it is.
 
-    A thin front over :class:`LoaderEngine`, which is built from the dataset and one validated
-    :class:`~clorch_nb.data.config.LoaderConfig`; everything it does (``iter()``, ``len()``,
-    :meth:`~LoaderEngine.peek`, :meth:`~LoaderEngine.state_dict`, :meth:`~LoaderEngine.close`,
-    :meth:`~LoaderEngine.subscribe`) is the engine's. Example: :func:`dataloader`.
+    :func:`dataloader` returns this class too (built with :meth:`from_config`), with clorch_nb's
+    own defaults: ``batch_size=32``, shuffling, a fixed ``seed=``, persistent workers,
+    ``timeout_ms``. What torch means by each option here:
+
+    Args:
+        dataset (Any): a torch map-style dataset (``__len__``/``__getitem__``) or a clorch_nb
+            dataset; ``loader.dataset`` is this object. (A torch ``IterableDataset`` is refused:
+            see the README.)
+        batch_size (int | None): items per batch (default 1). None: no automatic batching, each
+            item is yielded as ``collate_fn(item)`` (torch's ``default_convert`` by default).
+        shuffle (bool | None): a new permutation each epoch, drawn from the loader's seed (one
+            draw from ``generator``, else from torch's global RNG when the loader is made).
+        sampler, batch_sampler: as torch's (mutually exclusive with the options torch says).
+        num_workers (int): 0 loads here; ``k > 0`` uses ``k`` workers: processes when the
+            dataset can reach one (a ``process_spec``, a ``tensor_dataset``), threads otherwise
+            (see :func:`dataloader`'s ``worker_backend``). Warns beyond the CPUs, as torch does.
+        collate_fn (Callable | None): None is ``torch.utils.data.default_collate`` (ints become
+            tensors, dict subclasses keep their type).
+        pin_memory (bool): pin each batch when an accelerator is present; without one, a
+            warning (torch's) and unpinned batches.
+        drop_last (bool): drop the short last batch.
+        timeout (float): seconds to wait for a batch from a worker (0: forever); beyond it
+            :class:`~clorch_nb.errors.WorkerTimeoutError`, a ``RuntimeError`` as torch's.
+        worker_init_fn (Callable[[int], None] | None): called once in each worker as it starts,
+            with ``get_worker_info()`` set (torch's and clorch_nb's). Process workers import
+            it: it must live in a module, not a notebook cell (a ConfigError says so). Runs
+            before any batch; clorch_nb then seeds the global RNGs before *every batch* from
+            (seed, epoch, batch position), so seeding done here does not reach the batches.
+        multiprocessing_context (str | multiprocessing context | None): "spawn" or
+            "forkserver" (process workers, started that way); "fork" is refused with the reason.
+        generator (torch.Generator | None): the loader's seed is drawn once from it.
+        prefetch_factor (int | None): batches each worker prepares ahead (default 2); refused
+            with ``num_workers=0``, as torch does.
+        persistent_workers (bool): False (default): workers end when an epoch is delivered to
+            its end, as torch's; True: they live until :meth:`~LoaderEngine.close`.
+        pin_memory_device (str): accepted, ignored (deprecated in torch).
+        in_order (bool): True. False with workers is refused (not supported yet).
+
+    Raises:
+        ValueError: the combinations torch refuses (same conditions); ConfigError (a
+            ValueError) for what clorch_nb refuses, with the reason.
+        TypeError: ``multiprocessing_context`` of the wrong type.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb.data import DataLoader
+        >>> ds = torch.utils.data.TensorDataset(torch.arange(5))
+        >>> [b[0].tolist() for b in DataLoader(ds, batch_size=2)]
+        [[0, 1], [2, 3], [4]]
+        >>> DataLoader(ds).dataset is ds
+        True
+        >>> [x for x in DataLoader([1, 2, 3], batch_size=None)]
+        [1, 2, 3]
     """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        args = torch_loader_args(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            drop_last=drop_last,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
+        ds = as_dataset(dataset)
+        if args.sampler is not None:
+            check_sampler_size(ds.get_size(), args.sampler)
+        spec = get_process_spec(ds)
+        super().__init__(
+            ds,
+            args.config,
+            sampler=args.sampler,
+            seed=resolve_seed(None, generator, args.config.shuffle),
+            process_spec=spec,
+            worker_backend=choose_worker_backend(ds, spec, args.config),
+            user_dataset=dataset,
+        )
+        self.pin_memory = args.pin_memory
+        if args.pin_memory:
+            self._stages = (pin_batch,)  # the delivery stage pin_memory adds (data/epoch.py)
+
+    @classmethod
+    def from_config(
+        cls,
+        dataset: Any,
+        config: LoaderConfig,
+        *,
+        sampler: Any = None,
+        seed: int = 0,
+        process_spec: ProcessSpec | None = None,
+        worker_backend: WorkerBackend = "inline",
+        user_dataset: Any = None,
+    ) -> DataLoader:
+        """A loader from a validated config (what :func:`dataloader` builds): the engine's
+        arguments (:class:`LoaderEngine`), without torch's argument rules."""
+        loader = cls.__new__(cls)
+        LoaderEngine.__init__(
+            loader,
+            dataset,
+            config,
+            sampler=sampler,
+            seed=seed,
+            process_spec=process_spec,
+            worker_backend=worker_backend,
+            user_dataset=user_dataset,
+        )
+        return loader
 
 
 def dataloader(
@@ -447,11 +601,12 @@ def dataloader(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     spec = get_process_spec(ds)
-    return DataLoader(
+    return DataLoader.from_config(
         ds,
         config,
         sampler=sampler if batch_sampler is None else batch_sampler,
         seed=resolve_seed(seed, generator, config.shuffle),
         process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
+        user_dataset=dataset,
     )

@@ -85,11 +85,13 @@ class ProcessPool:
         self.source = source
         self.num_workers = config.num_workers
         self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
+        init_fn = config.worker_init_fn
+        self._init_blob = None if init_fn is None else pickle.dumps(init_fn, _HIGHEST)
         self._use_get_batch = use_get_batch
         # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
         # holds, one whose release is on its way
         self._arena_keep = config.prefetch_factor + 2
-        self._ctx = worker_context(start_method)
+        self._ctx = worker_context(start_method or config.start_method)
         self._workers: list[WorkerHandle | None] = [None] * self.num_workers
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
@@ -115,6 +117,7 @@ class ProcessPool:
             self._use_get_batch,
             os.getpid(),
             self._arena_keep,
+            self._init_blob,
         )
         w = start_worker(
             self._ctx, cfg, self.source, record=lambda w: self._workers.__setitem__(worker_id, w)
