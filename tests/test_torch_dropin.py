@@ -24,6 +24,8 @@ from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from tests import fixtures
 from tests.fixtures import assert_same
 from tests.torch_dropin_fixtures import (
+    SplitRange,
+    Unsplit,
     WorkerIdDataset,
     failing_worker_init,
     record_worker_init,
@@ -203,18 +205,59 @@ def test_setattr_after_init_raises(name: str, value: Any) -> None:
             setattr(ours, name, value)
 
 
-def test_in_order_false_and_iterable_dataset_refused() -> None:
-    """Refused with the reason (README): in_order=False with workers, a torch IterableDataset."""
+def test_in_order_false_refused_with_workers() -> None:
+    """Refused with the reason (README): in_order=False with workers (not supported yet)."""
     with pytest.raises(ConfigError, match="in_order=False"):
         DataLoader(_tensors(), num_workers=2, in_order=False)
     assert len(DataLoader(_tensors(), in_order=False)) == 10  # no workers: nothing to reorder
 
-    class Stream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
-        def __iter__(self) -> Any:
-            return iter(range(3))
 
-    with pytest.raises(ConfigError, match="IterableDataset"):
-        DataLoader(Stream())
+# -- torch IterableDataset ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"batch_size": 3}, {"batch_size": 3, "drop_last": True}, {"batch_size": None}]
+)
+def test_iterable_style_dataset(num_workers: int, kwargs: dict[str, Any]) -> None:
+    """TestDataLoader.test_iterable_style_dataset: each worker iterates its own iterator and
+    splits the work by torch's get_worker_info(); batches taken from the workers in turn, as
+    torch's DataLoader (the oracle: same batches, same order, same len())."""
+    ds = SplitRange(11)
+    with DataLoader(ds, num_workers=num_workers, **kwargs) as loader:
+        assert loader.worker_backend == ("thread" if num_workers else "inline")
+        theirs = torch.utils.data.DataLoader(ds, num_workers=num_workers, **kwargs)
+        _same_batches(loader, theirs)
+        assert len(loader) == len(theirs)
+        with pytest.raises(ConfigError, match="not resumable"):
+            loader.state_dict()
+
+
+@pytest.mark.timeout(60)
+def test_iterable_dataset_replicas_warn_once() -> None:
+    """TestDataLoader.test_iterable_style_dataset (the duplicated-data case): a dataset that
+    ignores get_worker_info() yields everything in every worker, as torch's does; clorch_nb
+    warns (once) with the fix."""
+    ds = Unsplit(4)
+    with pytest.warns(UserWarning, match="split by|Split the work") as caught:
+        batches = [b.tolist() for b in DataLoader(ds, batch_size=2, num_workers=2)]
+    assert sorted(batches) == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert sum("first batches" in str(w.message) for w in caught) == 1
+
+
+def test_iterabledataset_len_and_refusals() -> None:
+    """TestDataLoader.test_iterabledataset_len and torch's refusals for iterable datasets: len()
+    only when the dataset has one; sampler, batch_sampler, shuffle and processes refused."""
+    with pytest.raises(TypeError):
+        len(DataLoader(Unsplit(4)))
+    for kwargs in ({"shuffle": True}, {"sampler": [0]}, {"batch_sampler": [[0]]}):
+        with pytest.raises(ValueError, match="IterableDataset"):
+            torch.utils.data.DataLoader(SplitRange(3), **kwargs)
+        with pytest.raises(ValueError, match="IterableDataset"):
+            DataLoader(SplitRange(3), **kwargs)
+    with pytest.raises(ConfigError, match="thread workers"):
+        DataLoader(SplitRange(3), num_workers=2, multiprocessing_context="spawn")
 
 
 # -- workers: worker_init_fn, get_worker_info, timeout, contexts, persistence ------------------

@@ -3,6 +3,8 @@ own functions are importable too, but these are shared by name in error messages
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 
@@ -41,3 +43,31 @@ class WorkerIdDataset(torch.utils.data.Dataset):  # type: ignore[type-arg]
             return i, -1, 0, False
         assert isinstance(info.dataset, WorkerIdDataset)
         return i, info.id, info.num_workers, info.id in getattr(info.dataset, "init_ids", [])
+
+
+class SplitRange(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """``range(n)`` split into contiguous parts by torch's ``get_worker_info()`` (torch's
+    documented recipe), with ``len()``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        per = -(-self.n // info.num_workers)
+        return iter(range(info.id * per, min(self.n, (info.id + 1) * per)))
+
+
+class Unsplit(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """``range(n)`` in every worker (ignores ``get_worker_info()``); no ``len()``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        return iter(range(self.n))

@@ -50,7 +50,8 @@ from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.state import LoaderState
-from clorch_nb.data.torch_args import pin_batch, torch_loader_args
+from clorch_nb.data.stream import StreamLoader
+from clorch_nb.data.torch_args import TorchLoaderArgs, Unbatched, pin_batch, torch_loader_args
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
@@ -366,8 +367,9 @@ class DataLoader(LoaderEngine):
 
     Args:
         dataset (Any): a torch map-style dataset (``__len__``/``__getitem__``) or a clorch_nb
-            dataset; ``loader.dataset`` is this object. (A torch ``IterableDataset`` is refused:
-            see the README.)
+            dataset; ``loader.dataset`` is this object. A torch ``IterableDataset`` is iterated
+            with torch's semantics, here or in thread workers (:mod:`~clorch_nb.data.stream`;
+            not resumable: ``state_dict()`` refuses it).
         batch_size (int | None): items per batch (default 1). None: no automatic batching, each
             item is yielded as ``collate_fn(item)`` (torch's ``default_convert`` by default).
         shuffle (bool | None): a new permutation each epoch, drawn from the loader's seed (one
@@ -415,6 +417,8 @@ class DataLoader(LoaderEngine):
         [1, 2, 3]
     """
 
+    _stream: StreamLoader | None = None  # a torch IterableDataset's epochs, else None
+
     def __init__(
         self,
         dataset: Any,
@@ -455,6 +459,9 @@ class DataLoader(LoaderEngine):
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            self._init_stream(dataset, args)
+            return
         ds = as_dataset(dataset)
         if args.sampler is not None:
             check_sampler_size(ds.get_size(), args.sampler)
@@ -471,6 +478,53 @@ class DataLoader(LoaderEngine):
         self.pin_memory = args.pin_memory
         if args.pin_memory:
             self._stages = (pin_batch,)  # the delivery stage pin_memory adds (data/epoch.py)
+
+    def _init_stream(self, dataset: Any, args: TorchLoaderArgs) -> None:
+        """A torch IterableDataset: its epochs are a :class:`StreamLoader`'s."""
+        c = args.config  # torch's rules for an iterable dataset: checked in torch_args
+        if c.start_method is not None:
+            raise ConfigError(
+                "a torch IterableDataset runs here or in thread workers, not in worker processes "
+                "(multiprocessing_context): clorch_nb rebuilds a dataset in a process from its "
+                "process_spec and never pickles it. Drop multiprocessing_context (threads), or "
+                "use data.shard_dataset"
+            )
+        self.config, self.dataset, self.sampler = c, dataset, None
+        self.worker_backend = "thread" if c.num_workers else "inline"
+        self.pin_memory = args.pin_memory
+        self._stream = StreamLoader(
+            dataset,
+            None if isinstance(c.collate_fn, Unbatched) else c.batch_size,
+            c.drop_last,
+            c.collate_fn,
+            num_workers=c.num_workers,
+            prefetch_factor=c.prefetch_factor,
+            timeout_s=c.timeout_s,
+            worker_init_fn=c.worker_init_fn,
+        )
+        self._workers = None  # made: assigning torch's fixed attributes now raises
+
+    def __iter__(self) -> Any:
+        if self._stream is not None:
+            return iter(self._stream)
+        return super().__iter__()
+
+    def __len__(self) -> int:
+        if self._stream is not None:
+            return len(self._stream)
+        return super().__len__()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The engine's :meth:`LoaderEngine.state_dict`; refused for a torch IterableDataset
+        (:meth:`StreamLoader.state_dict`)."""
+        if self._stream is not None:
+            return self._stream.state_dict()
+        return super().state_dict()
+
+    def close(self) -> None:
+        """The engine's :meth:`LoaderEngine.close` (a stream's threads end with its epoch)."""
+        if self._stream is None:
+            super().close()
 
     @classmethod
     def from_config(

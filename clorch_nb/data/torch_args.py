@@ -256,6 +256,11 @@ def torch_loader_args(
             stacklevel=4,
         )
     shuffle = bool(shuffle)
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return _iterable_args(dataset, batch_size, shuffle, sampler, batch_sampler, collate_fn,
+                              drop_last, generator, pin, **_options(
+                                  num_workers, prefetch_factor, timeout, start_method,
+                                  persistent_workers, worker_init_fn))  # fmt: skip
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
         if batch_sampler is None:
             if sampler is None:
@@ -269,16 +274,10 @@ def torch_loader_args(
         collate: Callable[[Any], Any] = Unbatched(collate_fn or torch.utils.data.default_convert)
     else:
         collate = collate_fn or torch.utils.data.default_collate
-    options: dict[str, Any] = {
-        "num_workers": num_workers,
-        "prefetch_factor": 2 if prefetch_factor is None else max(1, prefetch_factor),
-        "collate_fn": collate,
-        "timeout_ms": timeout * 1000.0 if timeout > 0 else None,
-        "worker_backend": "process" if start_method is not None else "auto",
-        "start_method": start_method,
-        "persistent_workers": bool(persistent_workers) or num_workers == 0,
-        "worker_init_fn": worker_init_fn,
-    }
+    options = _options(
+        num_workers, prefetch_factor, timeout, start_method, persistent_workers, worker_init_fn
+    )
+    options["collate_fn"] = collate
     if batch_sampler is not None:
         config = loader_config(batch_sampler=batch_sampler, **options)
     else:
@@ -293,3 +292,59 @@ def torch_loader_args(
     return TorchLoaderArgs(
         config, batch_sampler if batch_sampler is not None else sampler, generator, pin
     )
+
+
+def _options(
+    num_workers: int,
+    prefetch_factor: int | None,
+    timeout: float,
+    start_method: str | None,
+    persistent_workers: bool,
+    worker_init_fn: Callable[[int], None] | None,
+) -> dict[str, Any]:
+    """The :class:`LoaderConfig` fields torch's worker options become."""
+    return {
+        "num_workers": num_workers,
+        "prefetch_factor": 2 if prefetch_factor is None else max(1, prefetch_factor),
+        "timeout_ms": timeout * 1000.0 if timeout > 0 else None,
+        "worker_backend": "process" if start_method is not None else "auto",
+        "start_method": start_method,
+        "persistent_workers": bool(persistent_workers) or num_workers == 0,
+        "worker_init_fn": worker_init_fn,
+    }
+
+
+def _iterable_args(
+    dataset: Any,
+    batch_size: int | None,
+    shuffle: bool,
+    sampler: Any,
+    batch_sampler: Any,
+    collate_fn: Callable[[Any], Any] | None,
+    drop_last: bool,
+    generator: torch.Generator | None,
+    pin: bool,
+    **options: Any,
+) -> TorchLoaderArgs:
+    """torch's rules for an ``IterableDataset`` (no sampler, batch sampler or shuffle); without
+    automatic batching the collate function is an :class:`Unbatched` (batch_size 1 marks it)."""
+    for name, value in (("shuffle", shuffle or None), ("sampler", sampler),
+                        ("batch_sampler", batch_sampler)):  # fmt: skip
+        if value is not None:
+            raise ValueError(
+                f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
+                f"{name}={value!r:.60}"
+            )
+    collate: Callable[[Any], Any] = (
+        Unbatched(collate_fn or torch.utils.data.default_convert)
+        if batch_size is None
+        else collate_fn or torch.utils.data.default_collate
+    )
+    config = LoaderConfig(
+        batch_size=1 if batch_size is None else batch_size,
+        shuffle=False,
+        drop_last=drop_last,
+        collate_fn=collate,
+        **options,
+    )
+    return TorchLoaderArgs(config, None, generator, pin)
