@@ -150,8 +150,10 @@ class Epoch:
                     pool.submit(BatchTask(epoch, next_submit, next(todo)))
                     next_submit += 1
                 t0 = time.perf_counter()
-                while next_yield not in ready:
-                    stop.check()  # close() from another thread (it also wakes pool.get)
+                result = ready.pop(next_yield, None)  # built while an earlier one was awaited
+                while result is None:
+                    if stop.requested:  # close() from another thread (it also wakes pool.get)
+                        stop.check()
                     try:
                         remaining = (
                             seconds_left(
@@ -164,16 +166,17 @@ class Epoch:
                     except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
                         broken = True
                         raise
-                    if result is not None:
-                        ready[result.batch_index] = result
-                result = ready.pop(next_yield)
+                    if result is not None and result.batch_index != next_yield:
+                        ready[result.batch_index] = result  # out of order: kept for its turn
+                        result = None
                 if result.error is not None:
                     raise result.error
-                try:
-                    _take_finished(pool, ready, next_submit - next_yield - 1)
-                except Exception:
-                    broken = True
-                    raise
+                if next_submit - next_yield > 1:  # others in flight: take what has finished
+                    try:
+                        _take_finished(pool, ready, next_submit - next_yield - 1)
+                    except Exception:
+                        broken = True
+                        raise
                 batch = result.batch
                 for stage in stages:
                     batch = stage(batch)

@@ -11,7 +11,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -30,11 +30,11 @@ class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, 
     """Raised by :func:`build_batch` when ``should_stop()`` says the epoch was abandoned."""
 
 
-@dataclass(frozen=True, slots=True)
-class BatchTask:
+class BatchTask(NamedTuple):
     """One batch to build: the ``epoch`` token, its position in the epoch and its indices.
 
-    ``indices`` is an int64 tensor of shape ``(B,)``.
+    ``indices`` is an int64 tensor of shape ``(B,)``. A NamedTuple (immutable, as a frozen
+    dataclass, but made in ~0.3 us instead of ~1 us: one is made per batch on every backend).
     """
 
     epoch: int
