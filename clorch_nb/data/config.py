@@ -310,7 +310,8 @@ def _refuse_torch_options(options: dict[str, Any]) -> None:
         fix = _TORCH_ONLY.get(name)
         if fix is not None:
             raise ConfigError(
-                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}"
+                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}; "
+                "or use data.DataLoader, which takes torch's signature and options"
             )
     raise TypeError(
         f"dataloader() got unexpected keyword argument(s) {sorted(options)}; see "

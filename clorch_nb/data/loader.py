@@ -117,6 +117,7 @@ class LoaderEngine:
         # received, in plan order: the place a later stage plugs in (data/epoch.py).
         self._stages: tuple[Stage, ...] = ()
         self._workers.prestart()  # process workers start now, in the background
+        self._made = True  # assigning torch's fixed attributes now raises (__setattr__)
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)
@@ -137,7 +138,7 @@ class LoaderEngine:
     )
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in self._FIXED and "_workers" in self.__dict__:  # made: __init__ has run
+        if name in self._FIXED and self.__dict__.get("_made"):  # __init__ has run
             raise ValueError(
                 f"{name} attribute should not be set after {type(self).__name__} is "
                 "initialized (as in torch); build a new loader with it instead"
@@ -502,7 +503,7 @@ class DataLoader(LoaderEngine):
             timeout_s=c.timeout_s,
             worker_init_fn=c.worker_init_fn,
         )
-        self._workers = None  # made: assigning torch's fixed attributes now raises
+        self._made = True  # assigning torch's fixed attributes now raises
 
     def __iter__(self) -> Any:
         if self._stream is not None:
