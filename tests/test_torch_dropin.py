@@ -24,6 +24,7 @@ from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from tests import fixtures
 from tests.fixtures import assert_same
 from tests.torch_dropin_fixtures import (
+    SlowIndex,
     SplitRange,
     Unsplit,
     WorkerIdDataset,
@@ -205,11 +206,42 @@ def test_setattr_after_init_raises(name: str, value: Any) -> None:
             setattr(ours, name, value)
 
 
-def test_in_order_false_refused_with_workers() -> None:
-    """Refused with the reason (README): in_order=False with workers (not supported yet)."""
-    with pytest.raises(ConfigError, match="in_order=False"):
-        DataLoader(_tensors(), num_workers=2, in_order=False)
-    assert len(DataLoader(_tensors(), in_order=False)) == 10  # no workers: nothing to reorder
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("in_order", [True, False])
+def test_out_of_order_data(backend: str, in_order: bool) -> None:
+    """TestOutOfOrderDataLoader.test_in_order_data / test_out_of_order_data: with a slow item 0,
+    ``in_order=False`` hands over the batches built first (0 comes later); ``in_order=True``
+    (and no workers) keeps sampler order. The same batches either way (torch's, the oracle)."""
+    ds = SlowIndex(10, slow_index=0, delay_s=1.0, processes=backend == "process")
+    workers = {} if backend == "inline" else {"num_workers": 2}
+    with DataLoader(ds, in_order=in_order, **workers) as loader:
+        assert loader.worker_backend == backend
+        got = [int(b) for b in loader]
+    assert sorted(got) == [int(b) for b in torch.utils.data.DataLoader(ds)]
+    if in_order or backend == "inline":
+        assert got == list(range(10))
+    else:
+        assert got[0] != 0 and got.index(0) > 0
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["thread", "process"])
+def test_out_of_order_state_dict_is_exact(backend: str) -> None:
+    """torch (and torchdata) cannot resume an ``in_order=False`` epoch exactly; here
+    ``state_dict()`` records the batches delivered ahead of the first missing one, and a resumed
+    loader builds exactly the others: none twice, none lost."""
+    ds = SlowIndex(12, slow_index=0, delay_s=1.0, processes=backend == "process")
+    with DataLoader(ds, num_workers=2, in_order=False) as loader:
+        it = iter(loader)
+        first = [int(next(it)) for _ in range(3)]
+        state = loader.state_dict()
+    assert 0 not in first  # batch 0 was still being built
+    assert state["batches_done"] == 0 and state["also_done"] == sorted(first)
+    with DataLoader(ds) as fresh:  # in order, no workers: the rest in sampler order
+        fresh.load_state_dict(state)
+        rest = [int(b) for b in fresh]
+    assert rest == [i for i in range(12) if i not in first]
 
 
 # -- torch IterableDataset ----------------------------------------------------------------------

@@ -3,6 +3,7 @@ own functions are importable too, but these are shared by name in error messages
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -71,3 +72,24 @@ class Unsplit(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
 
     def __iter__(self) -> Any:
         return iter(range(self.n))
+
+
+class SlowIndex(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """torch's ``_TestSlowIndexDataset``: item ``i`` is ``i``; item ``slow_index`` takes
+    ``delay_s`` seconds. With ``processes=True`` it has a ``process_spec``."""
+
+    def __init__(self, n: int, slow_index: int, delay_s: float, processes: bool = False) -> None:
+        self.n, self.slow_index, self.delay_s = n, slow_index, delay_s
+        if processes:
+            self.process_spec = {
+                "factory": "tests.torch_dropin_fixtures:SlowIndex",
+                "args": [n, slow_index, delay_s, True],
+            }
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.slow_index:
+            time.sleep(self.delay_s)
+        return i

@@ -41,7 +41,7 @@ from clorch_nb.data.distributed import (
 )
 from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
-from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
+from clorch_nb.data.loader import DataLoader, IterableDataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
@@ -54,6 +54,7 @@ __all__ = [
     "DistributedSampler",
     "EpochIterator",
     "EpochPosition",
+    "IterableDataLoader",
     "LoaderConfig",
     "LoaderEngine",
     "LoaderState",

@@ -66,6 +66,9 @@ class LoaderConfig:
             worker after it starts, with ``get_worker_info()`` set (torch's option).
         start_method ("forkserver" | "spawn" | None): how process workers start (torch's
             ``multiprocessing_context``); None: forkserver where available, else spawn.
+        in_order (bool): True: batches in plan order; False (torch's ``in_order=False``): with
+            workers, whichever batch is built first (``state_dict()`` stays exact: it records
+            the batches delivered ahead of the first missing one).
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -91,6 +94,7 @@ class LoaderConfig:
     persistent_workers: bool = True
     worker_init_fn: Callable[[int], None] | None = None
     start_method: Literal["forkserver", "spawn"] | None = None
+    in_order: bool = True
 
     def __post_init__(self) -> None:
         if self.sampler_yields not in ("indices", "batches"):
@@ -129,6 +133,7 @@ class LoaderConfig:
         if self.seed is not None:
             check_int("seed", self.seed)
         check_bool("persistent_workers", self.persistent_workers)
+        check_bool("in_order", self.in_order)
         if self.worker_init_fn is not None and not callable(self.worker_init_fn):
             raise ConfigError(
                 f"worker_init_fn={self.worker_init_fn!r:.60} must be callable (worker_id -> None)"

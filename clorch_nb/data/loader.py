@@ -57,7 +57,7 @@ from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "LoaderEngine", "dataloader"]
+__all__ = ["DataLoader", "IterableDataLoader", "LoaderEngine", "dataloader"]
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -152,6 +152,7 @@ class LoaderEngine:
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
+        also_done = () if self._resume is None else self._resume.also_done  # not built again
         epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
         self._stop_active(superseded_by=epoch)
         if self._hooks.before_epoch(epoch) == "restart":
@@ -178,6 +179,7 @@ class LoaderEngine:
             base_seed=base_seed,
             stages=self._stages,
             on_end=None if self.config.persistent_workers else self._workers.close,
+            skip=also_done,
         )
         self._run = run
         stop = StopRequest()
@@ -334,6 +336,13 @@ class LoaderEngine:
         epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
         sampler_state = None
         if isinstance(self.sampler, DistributedSampler):
+            if pos.also_done:
+                raise ConfigError(
+                    "state_dict() mid-epoch with in_order=False and a distributed_sampler: "
+                    f"batches {list(pos.also_done)[:8]} were delivered ahead of batch {done}, and "
+                    "the sampler's state (and its elastic rule) counts consumed indices in order. "
+                    "Save at an epoch's end, or use in_order=True"
+                )
             consumed = min((done - start) * self._batch_size, len(self.sampler))
             sampler_state = self.sampler.state_dict(consumed)
         if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
@@ -348,6 +357,7 @@ class LoaderEngine:
             shuffle=self.config.shuffle,
             num_batches=max(n, done),
             sampler=sampler_state,
+            also_done=pos.also_done if done < n else (),
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
@@ -419,6 +429,12 @@ class DataLoader(LoaderEngine):
     """
 
     _stream: StreamLoader | None = None  # a torch IterableDataset's epochs, else None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> DataLoader:
+        dataset = args[0] if args else kwargs.get("dataset")
+        if cls is DataLoader and isinstance(dataset, torch.utils.data.IterableDataset):
+            cls = IterableDataLoader  # its epochs are a StreamLoader's
+        return object.__new__(cls)
 
     def __init__(
         self,
@@ -505,28 +521,6 @@ class DataLoader(LoaderEngine):
         )
         self._made = True  # assigning torch's fixed attributes now raises
 
-    def __iter__(self) -> Any:
-        if self._stream is not None:
-            return iter(self._stream)
-        return super().__iter__()
-
-    def __len__(self) -> int:
-        if self._stream is not None:
-            return len(self._stream)
-        return super().__len__()
-
-    def state_dict(self) -> dict[str, Any]:
-        """The engine's :meth:`LoaderEngine.state_dict`; refused for a torch IterableDataset
-        (:meth:`StreamLoader.state_dict`)."""
-        if self._stream is not None:
-            return self._stream.state_dict()
-        return super().state_dict()
-
-    def close(self) -> None:
-        """The engine's :meth:`LoaderEngine.close` (a stream's threads end with its epoch)."""
-        if self._stream is None:
-            super().close()
-
     @classmethod
     def from_config(
         cls,
@@ -553,6 +547,38 @@ class DataLoader(LoaderEngine):
             user_dataset=user_dataset,
         )
         return loader
+
+
+class IterableDataLoader(DataLoader):
+    """What ``DataLoader(dataset, ...)`` makes for a torch ``IterableDataset``: its epochs are a
+    :class:`~clorch_nb.data.stream.StreamLoader`'s (torch's semantics; see
+    :class:`DataLoader`'s ``dataset`` argument). A subclass, so the map-style
+    :class:`DataLoader` keeps the engine's own ``iter()`` (no extra frame in its tracebacks).
+
+    Example:
+        >>> import torch
+        >>> class Count(torch.utils.data.IterableDataset):
+        ...     def __iter__(self):
+        ...         return iter(range(3))
+        >>> loader = DataLoader(Count(), batch_size=2)
+        >>> type(loader).__name__, [b.tolist() for b in loader]
+        ('IterableDataLoader', [[0, 1], [2]])
+    """
+
+    _stream: StreamLoader
+
+    def __iter__(self) -> Any:
+        return iter(self._stream)
+
+    def __len__(self) -> int:
+        return len(self._stream)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Refused: an iterable dataset is not resumable (:meth:`StreamLoader.state_dict`)."""
+        return self._stream.state_dict()
+
+    def close(self) -> None:
+        """Nothing to stop: a stream's threads end with its epoch."""
 
 
 def dataloader(

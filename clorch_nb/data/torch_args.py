@@ -195,7 +195,7 @@ def torch_loader_args(
             ``prefetch_factor`` without workers, ``persistent_workers`` without workers, a
             sampler with ``shuffle``, ``batch_sampler`` with its exclusive options,
             ``batch_size=None`` with ``drop_last``); ConfigError (a ValueError) for what
-            clorch_nb refuses (a fork start method, ``in_order=False``).
+            clorch_nb refuses (a fork start method).
         TypeError: ``multiprocessing_context`` of a wrong type.
 
     Example:
@@ -236,12 +236,6 @@ def torch_loader_args(
         raise ValueError(
             "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
         )
-    if not in_order and num_workers > 0:
-        raise ConfigError(
-            "in_order=False is not supported yet: batches are delivered in sampler order "
-            "(what in_order=True does; only the speed differs when one batch is slow). Drop "
-            "in_order"
-        )
     start_method = start_method_of(multiprocessing_context, num_workers)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r:.60} must be a torch.Generator")
@@ -260,7 +254,7 @@ def torch_loader_args(
         return _iterable_args(dataset, batch_size, shuffle, sampler, batch_sampler, collate_fn,
                               drop_last, generator, pin, **_options(
                                   num_workers, prefetch_factor, timeout, start_method,
-                                  persistent_workers, worker_init_fn))  # fmt: skip
+                                  persistent_workers, worker_init_fn, in_order))  # fmt: skip
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
         if batch_sampler is None:
             if sampler is None:
@@ -275,7 +269,13 @@ def torch_loader_args(
     else:
         collate = collate_fn or torch.utils.data.default_collate
     options = _options(
-        num_workers, prefetch_factor, timeout, start_method, persistent_workers, worker_init_fn
+        num_workers,
+        prefetch_factor,
+        timeout,
+        start_method,
+        persistent_workers,
+        worker_init_fn,
+        in_order,
     )
     options["collate_fn"] = collate
     if batch_sampler is not None:
@@ -301,6 +301,7 @@ def _options(
     start_method: str | None,
     persistent_workers: bool,
     worker_init_fn: Callable[[int], None] | None,
+    in_order: bool,
 ) -> dict[str, Any]:
     """The :class:`LoaderConfig` fields torch's worker options become."""
     return {
@@ -311,6 +312,7 @@ def _options(
         "start_method": start_method,
         "persistent_workers": bool(persistent_workers) or num_workers == 0,
         "worker_init_fn": worker_init_fn,
+        "in_order": bool(in_order),
     }
 
 
