@@ -306,7 +306,7 @@ _TORCH_ONLY = {
     "worker before each epoch",
     "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
     "worker_backend='thread'",
-    "in_order": "drop it: batches are always delivered in sampler order",
+    "in_order": "drop it: dataloader() delivers batches in sampler order",
 }
 
 

@@ -409,7 +409,9 @@ class DataLoader(LoaderEngine):
         persistent_workers (bool): False (default): workers end when an epoch is delivered to
             its end, as torch's; True: they live until :meth:`~LoaderEngine.close`.
         pin_memory_device (str): accepted, ignored (deprecated in torch).
-        in_order (bool): True. False with workers is refused (not supported yet).
+        in_order (bool): True: batches in sampler order. False: with workers, whichever batch
+            is built first; ``state_dict()`` stays exact (it records the batches delivered
+            ahead of the first missing one).
 
     Raises:
         ValueError: the combinations torch refuses (same conditions); ConfigError (a
