@@ -69,7 +69,7 @@ def test_lab_command_serves_the_series_with_token_auth(tmp_path: Path) -> None:
         # localhost only, token required: the API refuses a request without it
         assert _status(f"{base}/api/contents/00_index.ipynb") == 403
         assert _status(f"{base}/api/contents/00_index.ipynb?token={token}") == 200
-        assert _status(f"{base}/api/contents/07_resource_cleanup.ipynb?token={token}") == 200
+        assert _status(f"{base}/api/contents/08_resource_cleanup.ipynb?token={token}") == 200
         assert _status(url) == 200
     finally:
         os.killpg(proc.pid, signal.SIGTERM)

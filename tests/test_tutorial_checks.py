@@ -1,21 +1,47 @@
-"""The exercise checkers of clorch_nb.tutorial: a right answer gets a tick, each typical mistake
-gets its own hint, an unanswered ``...`` a reminder, and the learner's exceptions a hint that
-names them (never a traceback out of the checker)."""
+"""The exercise checkers of clorch_nb.tutorial cannot be fooled.
+
+For every exercise: at least two differently written right answers get a tick (a numpy integer
+where an int is asked, a dict or a tuple where both are fine, another formula for the same
+thing), and at least three plausible wrong ones get a hint that names the fix: a forgotten step,
+a value copied from the notebook's output, an answer that ignores the condition the checker's
+tick claims. An unanswered ``...`` gets a reminder, and the learner's exceptions a hint that
+names them (never a traceback out of the checker).
+"""
 
 from __future__ import annotations
 
+import json
+import random
 import threading
+import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 from clorch_nb import data
 from clorch_nb.examples import augmented_digits, digits_dataset, digits_tensors
-from clorch_nb.tutorial import Check, nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08
+from clorch_nb.tutorial import (
+    Check,
+    nb01,
+    nb02,
+    nb03,
+    nb04,
+    nb05,
+    nb06,
+    nb07,
+    nb08,
+    nb09,
+    nb10,
+    nb11,
+    nb12,
+    nb13,
+)
 
 X, Y = digits_tensors(flat=False)
+XF = X.flatten(1)
 
 
 def passes(check: Check) -> None:
@@ -25,8 +51,12 @@ def passes(check: Check) -> None:
 
 
 def hints(check: Check, *words: str) -> None:
+    assert isinstance(check, Check)
     assert not check.passed and not bool(check), repr(check)
     assert repr(check).startswith(f"✗ {check.exercise}, not yet: ")
+    assert "your code raised" not in check.message or any("raised" in w for w in words), (
+        f"a crash instead of a hint: {check.message!r}"
+    )
     for w in words:
         assert w in check.message, f"{w!r} not in the hint {check.message!r}"
 
@@ -39,24 +69,50 @@ def test_check_shows_as_one_line_and_is_truthy_only_when_passed() -> None:
 
 def test_unanswered_and_crashing_answers_give_hints() -> None:
     hints(nb02.exercise_1(..., 5), "replace the ...")
-    hints(nb03.exercise_2(lambda items: items[99]), "your code raised IndexError")
+    hints(nb02.exercise_2(lambda: 1 / 0), "your code raised ZeroDivisionError")
 
 
 # -- 01 ---------------------------------------------------------------------------------------
 
+TOKENS = torch.arange(1000, 1103)  # 103 tokens: (103 - 16) = 87 = 21 * 4 + 3, so floor != ceil
+
+
+class Tok:
+    """A tokenizer whose encoding of any text is TOKENS."""
+
+    def encode(self, s: str) -> list[int]:
+        return TOKENS.tolist()
+
 
 @data.defdataset
 class Strided:
-    token_ids: Any
+    txt: str
+    tokenizer: Any
     max_length: int
     stride: int
 
+    @data.derived
+    def token_ids(self) -> torch.Tensor:
+        return torch.tensor(self.tokenizer.encode(self.txt), dtype=torch.int64)
+
     def get_size(self) -> int:
-        return (len(self.token_ids) - self.max_length) // self.stride
+        return len(range(0, len(self.token_ids) - self.max_length, self.stride))
 
     def get_item(self, idx: int) -> dict[str, torch.Tensor]:
         s, ml = idx * self.stride, self.max_length
         return {"data": self.token_ids[s : s + ml], "target": self.token_ids[s + 1 : s + ml + 1]}
+
+
+@data.defdataset
+class StridedCeil(Strided):  # the same count by another formula, numpy int fields accepted
+    def get_size(self) -> int:
+        return -(-(len(self.token_ids) - self.max_length) // self.stride)
+
+
+@data.defdataset
+class StridedFloor(Strided):  # the formula the old exercise text gave: one window short
+    def get_size(self) -> int:
+        return (len(self.token_ids) - self.max_length) // self.stride
 
 
 @data.defdataset
@@ -69,10 +125,29 @@ class StridedWithoutStride(Strided):
         }
 
 
+@data.defdataset
+class StridedCopied(Strided):  # the size copied from the notebook's output
+    def get_size(self) -> int:
+        return 2742
+
+
+@data.defdataset
+class StridedUnshiftedTarget(Strided):
+    def get_item(self, idx: int) -> dict[str, torch.Tensor]:
+        s, ml = idx * self.stride, self.max_length
+        return {"data": self.token_ids[s : s + ml], "target": self.token_ids[s : s + ml]}
+
+
 def test_nb01_strided_windows() -> None:
-    ids = torch.arange(100)
-    passes(nb01.exercise_1(Strided(ids, 16, 4)))
-    hints(nb01.exercise_1(StridedWithoutStride(ids, 16, 4)), "token_ids[4:20]", "i * stride")
+    passes(nb01.exercise_1(Strided("t", Tok(), 16, 4)))
+    passes(nb01.exercise_1(StridedCeil("t", Tok(), np.int64(16), np.int64(4))))
+    check = nb01.exercise_1(Strided("t", Tok(), 16, 4))
+    assert "22 windows" in check.message and "starts at token 84 of 103" in check.message
+    hints(nb01.exercise_1(StridedFloor("t", Tok(), 16, 4)), "22 windows", "misses the last one")
+    hints(nb01.exercise_1(StridedCopied("t", Tok(), 16, 4)), "get_size() is 2742", "22 windows")
+    hints(nb01.exercise_1(StridedWithoutStride("t", Tok(), 16, 4)), "token_ids[4:20]", "i * stride")
+    hints(nb01.exercise_1(StridedUnshiftedTarget("t", Tok(), 16, 4)), "shifted by one token")
+    hints(nb01.exercise_1(Strided("t", Tok(), 16, 1)), "stride=1", "(text, tokenizer, 16, 4)")
     hints(nb01.exercise_1(digits_dataset()), "no field 'token_ids'")
 
 
@@ -82,6 +157,10 @@ def test_nb01_threes() -> None:
         nb01.exercise_2(
             data.dataset(size=len(idx), get_item=lambda i: {"data": X[idx[i]], "target": Y[idx[i]]})
         )
+    )
+    passes(nb01.exercise_2(data.tensor_dataset(XF[Y == 3], Y[Y == 3])))  # flat rows, batched
+    passes(  # a python int label
+        nb01.exercise_2(data.dataset(size=183, get_item=lambda i: {"data": X[idx[i]], "target": 3}))
     )
     backwards = idx[::-1]
     hints(
@@ -93,6 +172,21 @@ def test_nb01_threes() -> None:
         ),
         "in the order they appear",
     )
+    # the count copied from the output, the first 183 digits relabelled
+    hints(
+        nb01.exercise_2(data.dataset(size=183, get_item=lambda i: {"data": X[i], "target": 3})),
+        "the 0-th three",
+    )
+    hints(  # the filter forgotten
+        nb01.exercise_2(
+            data.dataset(size=len(X), get_item=lambda i: {"data": X[i], "target": Y[i]})
+        ),
+        "183 threes",
+    )
+    hints(  # a tuple item where a dict is asked
+        nb01.exercise_2(data.dataset(size=183, get_item=lambda i: (X[idx[i]], Y[idx[i]]))),
+        "a dict with 'data' and 'target'",
+    )
 
 
 # -- 02 ---------------------------------------------------------------------------------------
@@ -100,8 +194,13 @@ def test_nb01_threes() -> None:
 
 def test_nb02_batch_count() -> None:
     passes(nb02.exercise_1(29, 5))
+    passes(nb02.exercise_1(np.int64(29), torch.tensor(5)))
+    passes(nb02.exercise_1(29.0, 5))
     hints(nb02.exercise_1(28, 5), "ceil(N / batch_size)")
     hints(nb02.exercise_1(29, 64), "the last batch holds")
+    hints(nb02.exercise_1(57, 5), "ceil(N / batch_size)")  # batch_size=32's count, from cell 4
+    hints(nb02.exercise_1("29", 5), "not a number")
+    hints(nb02.exercise_1(29, 5.5), "not a whole number")
 
 
 def test_nb02_zeros_and_ones_loader() -> None:
@@ -114,7 +213,16 @@ def test_nb02_zeros_and_ones_loader() -> None:
             ds, batch_size=64, sampler=torch.utils.data.SubsetRandomSampler(keep, generator=g)
         )
 
+    def right_seeded_subset() -> Any:  # the subset as its own dataset, the loader's seed=
+        return data.dataloader(data.tensor_dataset(XF[keep], Y[keep]), batch_size=64, seed=0)
+
+    def right_torch_pairs() -> Any:  # (x, y) tuples from a torch TensorDataset
+        subset = torch.utils.data.TensorDataset(XF[keep], Y[keep])
+        return data.dataloader(subset, batch_size=50, seed=3)
+
     passes(nb02.exercise_2(right))
+    passes(nb02.exercise_2(right_seeded_subset))
+    passes(nb02.exercise_2(right_torch_pairs))
     hints(nb02.exercise_2(right()), "pass a function")
     hints(nb02.exercise_2(lambda: data.dataloader(ds, batch_size=64, sampler=keep)), "same order")
     hints(
@@ -125,48 +233,103 @@ def test_nb02_zeros_and_ones_loader() -> None:
         ),
         "seed it",
     )
+    hints(nb02.exercise_2(lambda: data.dataloader(ds, batch_size=64, seed=0)), "keep only 0 and 1")
+    hints(  # only the 0s
+        nb02.exercise_2(lambda: data.dataloader(ds, sampler=[i for i in keep if Y[i] == 0])),
+        "every 0 and 1 exactly once",
+    )
+    fake = data.tensor_dataset(torch.zeros(len(keep), 64), Y[keep])  # labels right, no images
+    hints(nb02.exercise_2(lambda: data.dataloader(fake, seed=0)), "not the digits' own")
 
 
 # -- 03 ---------------------------------------------------------------------------------------
 
+LENGTHS = [(i * 7) % 23 + 3 for i in range(160)]  # 160 sentences of 3..25 tokens
+
+
+def _bucketed(seed: int | None, *, size: int = 16) -> list[int]:
+    by_length = sorted(range(len(LENGTHS)), key=lambda i: LENGTHS[i])
+    chunks = [by_length[i : i + size] for i in range(0, len(by_length), size)]
+    if seed is not None:
+        order = torch.randperm(len(chunks), generator=torch.Generator().manual_seed(seed))
+        chunks = [chunks[k] for k in order.tolist()]
+    return [i for c in chunks for i in c]
+
 
 def test_nb03_buckets() -> None:
-    lengths = [(i % 6) * 5 + 5 for i in range(96)]  # 6 lengths, 16 sentences each
-    by_length = sorted(range(96), key=lambda i: lengths[i])
-    passes(nb03.exercise_1(by_length, lengths, batch_size=16))
-    hints(nb03.exercise_1(list(range(96)), lengths, batch_size=16), "sort the indices by length")
-    hints(nb03.exercise_1(by_length[:-1], lengths, batch_size=16), "exactly once")
+    passes(nb03.exercise_1(_bucketed(0), LENGTHS, batch_size=16))
+    rng = random.Random(1)  # another way to shuffle the chunks; numpy ints in the list
+    chunks = [_bucketed(None)[i : i + 16] for i in range(0, 160, 16)]
+    rng.shuffle(chunks)
+    passes(nb03.exercise_1(np.array([i for c in chunks for i in c]), LENGTHS, batch_size=16))
+    hints(nb03.exercise_1(list(range(160)), LENGTHS, batch_size=16), "sort the indices by length")
+    hints(nb03.exercise_1(_bucketed(None), LENGTHS, 16), "length order", "shuffle the order")
+    hints(nb03.exercise_1(_bucketed(None)[::-1], LENGTHS, 16), "length order")
+    hints(nb03.exercise_1(_bucketed(0)[:-1], LENGTHS, batch_size=16), "exactly once")
+    hints(nb03.exercise_1(_bucketed(0) + [0], LENGTHS, batch_size=16), "exactly once")
+
+
+def _crop(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    h = min(it["image"].shape[-2] for it in items)
+    w = min(it["image"].shape[-1] for it in items)
+    return {
+        "image": torch.stack([it["image"][..., :h, :w] for it in items]),
+        "label": torch.stack([it["label"] for it in items]),
+    }
+
+
+def _crop_narrow(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    h, w = (min(s) for s in zip(*(it["image"].shape[-2:] for it in items), strict=True))
+    images = [it["image"].narrow(-2, 0, h).narrow(-1, 0, w) for it in items]
+    return {"label": torch.tensor([int(it["label"]) for it in items]), "image": torch.stack(images)}
 
 
 def test_nb03_crop_collate() -> None:
-    def crop(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    passes(nb03.exercise_2(_crop))
+    passes(nb03.exercise_2(_crop_narrow))
+
+    def crop_bottom_right(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         h = min(it["image"].shape[-2] for it in items)
         w = min(it["image"].shape[-1] for it in items)
         return {
-            "image": torch.stack([it["image"][..., :h, :w] for it in items]),
+            "image": torch.stack([it["image"][..., -h:, -w:] for it in items]),
             "label": torch.stack([it["label"] for it in items]),
         }
 
-    def crop_bottom_right(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    def copied_sizes(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        # (5, 1, 7, 6) copied from the notebook's tick
         return {
-            "image": torch.stack([it["image"][..., -7:, -6:] for it in items]),
+            "image": torch.stack([it["image"][..., :7, :6] for it in items]),
             "label": torch.stack([it["label"] for it in items]),
         }
 
-    passes(nb03.exercise_2(crop))
+    def height_only(items: list[dict[str, Any]]) -> dict[str, Any]:
+        h = min(it["image"].shape[-2] for it in items)
+        return {
+            "image": torch.stack([it["image"][..., :h, :] for it in items]),
+            "label": torch.stack([it["label"] for it in items]),
+        }
+
+    def labels_as_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**_crop(items), "label": [it["label"] for it in items]}
+
     hints(nb03.exercise_2(crop_bottom_right), "top-left corner")
+    hints(nb03.exercise_2(copied_sizes), "6x8 8x5 7x7", "compute the smallest height")
+    hints(nb03.exercise_2(height_only), "8x8 7x7 8x8 8x6 7x8", "smallest height and width")
+    hints(nb03.exercise_2(labels_as_list), "labels stacked into one tensor")
     hints(nb03.exercise_2(lambda items: None), "returned None")
 
 
 # -- 04 ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(180)
 def test_nb04_process_loader_is_checked_then_closed() -> None:
     ds = augmented_digits(work=8, seed=0)
     loader = data.dataloader(ds, batch_size=128, seed=1, num_workers=2, worker_backend="process")
     passes(nb04.exercise_1(loader))
     assert loader.worker_pool is None  # the check closed it: no worker process left
+    passes(nb04.exercise_1(data.dataloader(ds, batch_size=128, seed=1, num_workers=2)))  # auto
     wrong_seed = data.dataloader(
         ds, batch_size=128, seed=2, num_workers=2, worker_backend="process"
     )
@@ -177,52 +340,105 @@ def test_nb04_process_loader_is_checked_then_closed() -> None:
         ),
         "backend 'thread'",
     )
-
-
-@pytest.mark.timeout(60)
-def test_nb04_timeout() -> None:
-    def slow_item(i: int) -> dict[str, torch.Tensor]:
-        if i == 40:
-            threading.Event().wait(0.4)
-        return {"data": X[i], "target": Y[i]}
-
-    slow = data.dataset(size=64, get_item=slow_item)
-
-    def loader(timeout_ms: float | None) -> Any:
-        return data.dataloader(
-            slow,
-            batch_size=32,
-            shuffle=False,
-            num_workers=1,
-            worker_backend="thread",
-            timeout_ms=timeout_ms,
-        )
-
-    passes(nb04.exercise_2(loader(5_000)))
-    hints(nb04.exercise_2(loader(None)), "waits forever")
-    hints(nb04.exercise_2(loader(100)), "still times out")
+    hints(
+        nb04.exercise_1(data.dataloader(ds, batch_size=128, seed=1, num_workers=3)),
+        "num_workers=3",
+    )
+    hints(
+        nb04.exercise_1(
+            data.dataloader(augmented_digits(work=4, seed=0), batch_size=128, seed=1, num_workers=2)
+        ),
+        "dataset's seed",
+    )
+    hints(nb04.exercise_1(data.dataloader(ds, batch_size=64, seed=1, num_workers=2)), "128")
 
 
 # -- 05 ---------------------------------------------------------------------------------------
 
 
+def _slow_dataset() -> Any:
+    def slow_item(i: int) -> dict[str, torch.Tensor]:
+        if i == 40:
+            threading.Event().wait(1.0)
+        return {"data": X[i], "target": Y[i]}
+
+    return data.dataset(size=96, get_item=slow_item)
+
+
+@pytest.mark.timeout(120)
+def test_nb05_timeout() -> None:
+    slow = _slow_dataset()
+
+    def loader(**kw: Any) -> Any:
+        opts: dict[str, Any] = dict(
+            batch_size=32, shuffle=False, num_workers=1, worker_backend="thread"
+        )
+        return data.dataloader(slow, **{**opts, **kw})
+
+    passes(nb05.exercise_1(loader(timeout_ms=5_000)))
+    passes(nb05.exercise_1(loader(timeout_ms=2_500.0, num_workers=2)))
+    hints(nb05.exercise_1(loader(timeout_ms=None)), "waits forever")
+    hints(nb05.exercise_1(loader(timeout_ms=300)), "still times out")
+    hints(  # inline: timeout_ms bounds nothing, yet the epoch completes
+        nb05.exercise_1(data.dataloader(slow, batch_size=32, shuffle=False, timeout_ms=5_000)),
+        "num_workers=0",
+        "nothing to bound",
+    )
+    hints(nb05.exercise_1(loader(timeout_ms=3_600_000)), "60 minutes")
+    hints(nb05.exercise_1(loader(timeout_ms=5_000, shuffle=True)), "shuffle=False")
+    fast = data.dataset(size=96, get_item=lambda i: {"data": X[i], "target": Y[i]})
+    hints(
+        nb05.exercise_1(
+            data.dataloader(
+                fast, batch_size=32, shuffle=False, num_workers=1, worker_backend="thread",
+                timeout_ms=5_000,
+            )
+        ),
+        "no item was slow",
+    )  # fmt: skip
+
+
+# -- 06 ---------------------------------------------------------------------------------------
+
+
 def test_nb05_padding() -> None:
-    passes(nb05.exercise_1(1, 1))
-    hints(nb05.exercise_1(0, 1), "ceil(N / R) * R")
-    hints(nb05.exercise_1(1, 0), "position 1437")
+    passes(nb06.exercise_1(1, 1))
+    passes(nb06.exercise_1(np.int64(1), torch.tensor(1)))
+    assert "719 items" in nb06.exercise_1(1, 1).message
+    hints(nb06.exercise_1(0, 1), "ceil(N / R) * R")
+    hints(nb06.exercise_1(1, 0), "position 1437")
+    hints(nb06.exercise_1(2, 1), "ceil(N / R) * R")
+    hints(nb06.exercise_1(True, 1), "not a number")
 
 
 def test_nb05_disjoint_eval() -> None:
     def make(**kw: Any) -> list[Any]:
         return [data.distributed_sampler(360, num_replicas=7, rank=r, **kw) for r in range(7)]
 
-    passes(nb05.exercise_2(make(shuffle=False, shard_mode="disjoint")))
-    hints(nb05.exercise_2(make(shuffle=False)), "counted twice", "shard_mode='disjoint'")
-    hints(nb05.exercise_2(make(shard_mode="disjoint")), "shuffle=False")
-    hints(nb05.exercise_2(make(shuffle=False, shard_mode="disjoint")[:3]), "one per rank")
+    passes(nb06.exercise_2(make(shuffle=False, shard_mode="disjoint")))
+    test_ds = data.tensor_dataset(X[:360], Y[:360])
+    passes(  # over the dataset object, as a tuple
+        nb06.exercise_2(
+            tuple(
+                data.distributed_sampler(test_ds, 7, r, shuffle=False, shard_mode="disjoint")
+                for r in range(7)
+            )
+        )
+    )
+    hints(nb06.exercise_2(make(shuffle=False)), "counted twice", "shard_mode='disjoint'")
+    hints(nb06.exercise_2(make(shard_mode="disjoint")), "shuffle=False")
+    hints(nb06.exercise_2(make(shuffle=False, shard_mode="disjoint")[:3]), "one per rank")
+    hints(nb06.exercise_2(make(shuffle=False, drop_last=True)), "not all 360")
+    hints(
+        nb06.exercise_2(
+            [data.distributed_sampler(1797, 7, r, shuffle=False, shard_mode="disjoint")
+             for r in range(7)]
+        ),
+        "360 test digits",
+    )  # fmt: skip
 
 
-# -- 06 ---------------------------------------------------------------------------------------
+# -- 07 ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -241,59 +457,111 @@ def trained() -> tuple[nn.Module, Any]:
 def test_nb06_per_class(trained: tuple[nn.Module, Any]) -> None:
     model, test_ds = trained
     pred = model(test_ds.data).argmax(1)
-    right = [float((pred[test_ds.target == c] == c).float().mean()) for c in range(10)]
-    passes(nb06.exercise_1(right, model, test_ds))
-    overall = [float((pred == test_ds.target).float().mean())] * 10
-    hints(nb06.exercise_1(overall, model, test_ds), "divided by their count")
+    t = test_ds.target
+    right = [float((pred[t == c] == c).float().mean()) for c in range(10)]
+    passes(nb07.exercise_1(right, model, test_ds))
+    passes(nb07.exercise_1(torch.tensor(right), model, test_ds))
+    passes(nb07.exercise_1({c: np.float32(v) for c, v in enumerate(right)}, model, test_ds))
+    overall = [float((pred == t).float().mean())] * 10
+    hints(nb07.exercise_1(overall, model, test_ds), "divided by their count")
+    precision = [float((t[pred == c] == c).float().mean()) for c in range(10)]
+    assert precision != right
+    hints(nb07.exercise_1(precision, model, test_ds), "*predicted*", "*labelled*")
+    hints(nb07.exercise_1([100 * v for v in right], model, test_ds), "not percentages")
+    hints(nb07.exercise_1(right[:9], model, test_ds), "one accuracy per class")
     assert model.training  # the check put the model back in the mode it found it in
+
+
+class Linear64(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
 
 
 def test_nb06_linear(trained: tuple[nn.Module, Any]) -> None:
     model, test_ds = trained
-    passes(nb06.exercise_2(model, test_ds))
+    passes(nb07.exercise_2(model, test_ds))
+    other = Linear64()
+    other.fc.load_state_dict(model[1].state_dict())
+    passes(nb07.exercise_2(other, test_ds))
     torch.manual_seed(0)
     hints(
-        nb06.exercise_2(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), test_ds), "train it first"
+        nb07.exercise_2(nn.Sequential(nn.Flatten(), nn.Linear(64, 10)), test_ds), "train it first"
     )
     cnn = nn.Sequential(nn.Conv2d(1, 4, 3), nn.Flatten(), nn.Linear(144, 10))
-    hints(nb06.exercise_2(cnn, test_ds), "still has convolutions")
+    hints(nb07.exercise_2(cnn, test_ds), "still has convolutions")
+    mlp = nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    hints(nb07.exercise_2(mlp, test_ds), "[Linear, Linear]", "exactly one")
+    hints(nb07.exercise_2(model, data.tensor_dataset(X[360:], Y[360:])), "360 digits")
 
 
-# -- 07 ---------------------------------------------------------------------------------------
+# -- 08 ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.timeout(60)
 def test_nb07_leaves_nothing_running() -> None:
-    ds = data.tensor_dataset(*digits_tensors())
-
-    def right() -> int:
-        with data.dataloader(ds, batch_size=64, num_workers=2, worker_backend="thread") as ld:
+    def right(dataset: Any) -> int:
+        with data.dataloader(dataset, batch_size=64, num_workers=2, worker_backend="thread") as ld:
             return len(next(iter(ld))["target"])
+
+    def right_try_finally(dataset: Any) -> Any:
+        ld = data.dataloader(dataset, batch_size=64, num_workers=2, worker_backend="thread")
+        try:
+            return next(iter(ld))["target"].shape[0]
+        finally:
+            ld.close()
+
+    passes(nb08.exercise_1(right))
+    passes(nb08.exercise_1(right_try_finally))
 
     leaky_loaders: list[Any] = []
 
-    def leaky() -> int:
-        ld = data.dataloader(ds, batch_size=64, num_workers=2, worker_backend="thread")
+    def leaky(dataset: Any) -> int:
+        ld = data.dataloader(dataset, batch_size=64, num_workers=2, worker_backend="thread")
         leaky_loaders.append(ld)
         return len(next(iter(ld))["target"])
 
-    passes(nb07.exercise_1(right))
-    hints(nb07.exercise_1(leaky), "worker threads still running")
-    leaky_loaders[0].close()
+    def closes_only_on_success(dataset: Any) -> int:
+        ld = data.dataloader(dataset, batch_size=64, num_workers=2, worker_backend="thread")
+        leaky_loaders.append(ld)
+        n = len(next(iter(ld))["target"])
+        ld.close()
+        return n
+
+    def inline(dataset: Any) -> int:
+        with data.dataloader(dataset, batch_size=64) as ld:
+            return len(next(iter(ld))["target"])
+
+    hints(nb08.exercise_1(leaky), "worker threads still running")
+    for ld in leaky_loaders:
+        ld.close()
+    hints(nb08.exercise_1(closes_only_on_success), "raises an error", "try/finally")
+    for ld in leaky_loaders:
+        ld.close()
+    hints(nb08.exercise_1(lambda dataset: 64), "never read the dataset")  # the answer copied
+    hints(nb08.exercise_1(inline), "num_workers=2")
+    hints(nb08.exercise_1(right(data.tensor_dataset(*digits_tensors()))), "the function itself")
 
 
 def test_nb07_released() -> None:
     ds = data.tensor_dataset(*digits_tensors())
     kept = list(data.dataloader(ds, batch_size=256, seed=0))
     label_sum = sum(int(b["target"].sum()) for b in kept)
-    hints(nb07.exercise_2(kept, label_sum), "still hold")
+    hints(nb08.exercise_2(kept, label_sum), "still hold")
     for b in kept:
         data.cleanup_data(b)
-    passes(nb07.exercise_2(kept, label_sum))
-    hints(nb07.exercise_2(kept, 0), "before cleaning")
+    passes(nb08.exercise_2(kept, label_sum))
+    passes(nb08.exercise_2(tuple(kept), np.int64(label_sum)))
+    hints(nb08.exercise_2(kept, 0), "before cleaning")
+    hints(nb08.exercise_2(kept[-1:], label_sum), "keep every batch")  # only the last batch
+    hints(nb08.exercise_2([kept[0]] * 8, label_sum), "1 different ones")
+    hints(nb08.exercise_2([], label_sum), "holds 0 batches")
 
 
-# -- 08 ---------------------------------------------------------------------------------------
+# -- 09 ---------------------------------------------------------------------------------------
 
 
 def test_nb08_hand_batches() -> None:
@@ -303,60 +571,321 @@ def test_nb08_hand_batches() -> None:
             for k in range(0, len(indices), batch_size)
         ]
 
+    def right_generator(ds: Any, indices: list[int], batch_size: int) -> Any:
+        for chunk in torch.tensor(indices).split(batch_size):
+            yield data.default_collate([ds.get_item(int(i)) for i in chunk])
+
     def drops_last(ds: Any, indices: list[int], batch_size: int) -> list[Any]:
         return right(ds, indices, batch_size)[:-1]
 
-    passes(nb08.exercise_1(right))
-    hints(nb08.exercise_1(drops_last), "keep the short last batch")
-    hints(nb08.exercise_1(lambda ds, idx, b: right(ds, sorted(idx), b)), "in order")
+    passes(nb09.exercise_1(right))
+    passes(nb09.exercise_1(right_generator))
+    hints(nb09.exercise_1(drops_last), "keep the short last batch")
+    hints(nb09.exercise_1(lambda ds, idx, b: right(ds, sorted(idx), b)), "in order")
+    hints(nb09.exercise_1(lambda ds, idx, b: right(ds, idx, 32)), "batch_size=100")
+    hints(nb09.exercise_1(lambda ds, idx, b: None), "returned None")
 
 
-def test_nb08_tuple_items() -> None:
-    passes(nb08.exercise_2(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))))
+def test_nb08_record_items() -> None:
+    passes(nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: (X[i], Y[i]))))
+    passes(
+        nb09.exercise_2(
+            data.dataset(size=len(X), get_item=lambda i: {"data": X[i], "target": Y[i]})
+        )
+    )
+    passes(nb09.exercise_2(data.tensor_dataset(X, Y)))
     hints(
-        nb08.exercise_2(data.dataset(size=10, get_item=lambda i: [X[i], Y[i]])), "lists are values"
+        nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: [X[i], Y[i]])),
+        "a list is a value",
+        "a tuple (image, label) or a dict",
     )
     hints(
-        nb08.exercise_2(data.dataset(size=10, get_item=lambda i: (X[i], int(Y[i])))),
+        nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: (X[i], int(Y[i])))),
         "label a tensor",
     )
+    hints(
+        nb09.exercise_2(data.dataset(size=len(X), get_item=lambda i: (torch.zeros(1, 8, 8), Y[i]))),
+        "other pixels",
+    )
+    hints(nb09.exercise_2(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))), "all 1797")
+
+
+def _noisy(kind: str) -> Any:
+    def get_item(i: int) -> dict[str, torch.Tensor]:
+        info = data.get_worker_info()
+        g: torch.Generator | None = None
+        if kind == "batch":
+            g = None if info is None else info.torch_generator()
+        elif kind == "item":
+            g = torch.Generator().manual_seed(7 * 1_000_003 + i)
+        elif kind == "no fallback":
+            g = info.torch_generator()  # type: ignore[union-attr]
+        noise = 0.25 * torch.randn(X[i].shape, generator=g) if kind != "clean" else 0.0
+        return {"data": (X[i] + noise).clamp(0, 1), "target": Y[i]}
+
+    def get_item_normal(i: int) -> tuple[torch.Tensor, torch.Tensor]:  # written another way
+        info = data.get_worker_info()
+        noise = torch.empty(1, 8, 8).normal_(0, 0.2, generator=info and info.torch_generator())
+        return torch.clamp(X[i] + noise, 0, 1), Y[i]
+
+    if kind == "batch, tuples":
+        return data.dataset(size=len(X), get_item=get_item_normal)
+    return data.dataset(size=len(X), get_item=get_item)
 
 
 @pytest.mark.timeout(120)
-def test_nb08_reproducible_augmentation() -> None:
-    def noisy(per_item: bool) -> Any:
-        def get_item(i: int) -> dict[str, torch.Tensor]:
-            g = torch.Generator().manual_seed(7 * 1_000_003 + i) if per_item else None
-            return {
-                "data": (X[i] + 0.25 * torch.randn(X[i].shape, generator=g)).clamp(0, 1),
-                "target": Y[i],
-            }
+def test_nb08_reproducible_fresh_augmentation() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the checker itself shows no warning
+        passes(nb09.exercise_3(_noisy("batch")))
+        passes(nb09.exercise_3(_noisy("batch, tuples")))
+        hints(
+            nb09.exercise_3(_noisy("global")),
+            "thread workers gave other batches",
+            "torch_generator",
+        )
+    hints(nb09.exercise_3(_noisy("item")), "the same noise as epoch 0")
+    hints(nb09.exercise_3(_noisy("clean")), "unaugmented")
+    hints(nb09.exercise_3(_noisy("no fallback")), "None on the main thread")
+    hints(nb09.exercise_3(data.dataset(size=10, get_item=lambda i: (X[i], Y[i]))), "all 1797")
 
-        return data.dataset(size=200, get_item=get_item)
 
-    ok_ds, bad_ds = noisy(True), noisy(False)
+# -- 10 ---------------------------------------------------------------------------------------
+
+
+def _digits_with_index() -> Any:
+    return data.dataset(
+        size=len(Y),
+        get_item=lambda i: {"image": XF[i], "label": Y[i], "index": torch.tensor(i)},
+    )
+
+
+def test_nb09_state_after_an_epoch() -> None:
+    digits = _digits_with_index()
+    loader = data.dataloader(digits, batch_size=128, seed=0)
+    for _ in loader:
+        pass
+    passes(nb10.exercise_1(loader.state_dict()))
+    passes(nb10.exercise_1(json.dumps(loader.state_dict())))  # saved as JSON text
+    early = data.dataloader(digits, batch_size=128, seed=0)
+    it = iter(early)
+    for _ in range(14):  # stops before the last batch
+        next(it)
+    hints(nb10.exercise_1(early.state_dict()), "epoch 0, batch 14")
+    hints(nb10.exercise_1(data.dataloader(digits, batch_size=128, seed=0).state_dict()), "epoch 0")
+    hints(  # hand-typed from the notebook's output, incomplete
+        nb10.exercise_1(
+            {"format": "clorch_nb.loader/1", "epoch": 1, "batches_done": 0, "batch_size": 128,
+             "seed": 0}
+        ),
+        "a fresh loader refuses it",
+    )  # fmt: skip
+    other = data.dataloader(digits, batch_size=64, seed=0)
+    for _ in other:
+        pass
+    hints(nb10.exercise_1(other.state_dict()), "batch_size=128")
+
+
+def _rest(stop_after: int, *, set_epoch: bool = True, load: bool = True) -> list[int]:
+    digits = _digits_with_index()
+
+    def job(world: int) -> list[Any]:
+        return [
+            data.dataloader(
+                digits, batch_size=32, sampler=data.distributed_sampler(digits, world, r, seed=0),
+                seed=0,
+            )
+            for r in range(world)
+        ]  # fmt: skip
+
+    old = job(2)
+    for dl in old:
+        data.set_epoch(dl.sampler, 1)
+        it = iter(dl)
+        for _ in range(stop_after):
+            next(it)
+    (single,) = job(1)
+    if load:
+        single.load_state_dict(old[0].state_dict())
+    if set_epoch:
+        data.set_epoch(single.sampler, 1)
+    return [i for b in single for i in b["index"].tolist()]
+
+
+def test_nb09_elastic_rest() -> None:
+    rest = _rest(10)
+    passes(nb10.exercise_2(rest))
+    passes(nb10.exercise_2(torch.tensor(rest)))
+    hints(nb10.exercise_2(sorted(rest)), "in another order", "not sorted")
+    hints(nb10.exercise_2(_rest(6)), "1157 were left")  # the 6 batches of section 4
+    hints(nb10.exercise_2(_rest(10, load=False)), "were left")
+    hints(nb10.exercise_2(rest[:-32]), "were left")
+
+
+# -- 11 ---------------------------------------------------------------------------------------
+
+
+def test_nb10_vectorised_jitter() -> None:
+    passes(nb11.exercise_1(lambda x: (x + (torch.rand_like(x) - 0.5) * 0.05).clamp(0.0, 1.0)))
     passes(
-        nb08.exercise_3(
-            data.dataloader(ok_ds, batch_size=64, seed=0),
-            data.dataloader(ok_ds, batch_size=64, seed=0, num_workers=2, worker_backend="thread"),
+        nb11.exercise_1(
+            lambda x: torch.clamp(x + torch.empty_like(x).uniform_(-0.025, 0.025), 0, 1)
         )
     )
+    hints(nb11.exercise_1(lambda x: x), "only 0% of the pixels changed")
+    hints(nb11.exercise_1(lambda x: x + (torch.rand_like(x) - 0.5) * 0.05), "clamp them")
+    hints(nb11.exercise_1(lambda x: (x + torch.rand_like(x) * 0.025).clamp(0, 1)), "centred on 0")
     hints(
-        nb08.exercise_3(
-            data.dataloader(bad_ds, batch_size=64, seed=0),
-            data.dataloader(bad_ds, batch_size=64, seed=0, num_workers=2, worker_backend="thread"),
+        nb11.exercise_1(
+            lambda x: (x + (torch.randn_like(x) * 0.008).clamp(-0.025, 0.0249)).clamp(0, 1)
         ),
-        "seed each item's randomness",
+        "not randn",
     )
-    hints(
-        nb08.exercise_3(data.dataloader(ok_ds, seed=0), data.dataloader(ok_ds, seed=0)),
-        "both loaders run as",
-    )
-    clean = data.dataset(size=200, get_item=lambda i: {"data": X[i], "target": Y[i]})
-    hints(
-        nb08.exercise_3(
-            data.dataloader(clean, seed=0),
-            data.dataloader(clean, seed=0, num_workers=1, worker_backend="thread"),
-        ),
-        "unaugmented",
-    )
+    hints(nb11.exercise_1(lambda x: (x + (torch.rand_like(x) - 0.5) * 0.02).clamp(0, 1)), "span")
+    fixed = (torch.rand(1, 1, 8, 8, generator=torch.Generator().manual_seed(1)) - 0.5) * 0.05
+    hints(nb11.exercise_1(lambda x: (x + fixed).clamp(0, 1)), "same noise")
+
+    def per_pixel_loop(x: torch.Tensor) -> torch.Tensor:
+        moved = [
+            min(1.0, max(0.0, v + random.uniform(-0.025, 0.025))) for v in x.flatten().tolist()
+        ]
+        return torch.tensor(moved).reshape(x.shape)
+
+    hints(nb11.exercise_1(per_pixel_loop), "a Python loop over pixels")
+
+
+def test_nb10_longest_wait() -> None:
+    passes(nb11.exercise_2(3))
+    passes(nb11.exercise_2(np.int64(3)))
+    passes(nb11.exercise_2(torch.tensor(3)))
+    assert "worker 1 was still building it" in nb11.exercise_2(3).message
+    hints(nb11.exercise_2(5), "look at the 'wait' spans")  # the last batch
+    hints(nb11.exercise_2(0), "look at the 'wait' spans")
+    hints(nb11.exercise_2("3"), "not a number")
+    hints(nb11.exercise_2(3.5), "not a whole number")
+
+
+# -- 12 ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def own_files(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A small annotations.csv and folder of JPEG files, as notebook 12 writes them."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("own_files")
+    (root / "images").mkdir()
+    rows = []
+    for i in range(130):
+        name = f"images/{i:04d}.jpg"
+        pixels = (X[i, 0].numpy() * 255).round().astype(np.uint8)
+        Image.fromarray(pixels).resize((16, 16)).save(root / name, quality=90)
+        rows.append(f"{name},{int(Y[i])},{'val' if i % 3 else 'train'}")
+    csv_path = root / "annotations.csv"
+    csv_path.write_text("file,label,split\n" + "\n".join(rows) + "\n")
+    return csv_path
+
+
+def _files_dataset(
+    csv_path: Any, split: str, *, augment: bool = False, as_tuple: bool = False
+) -> Any:
+    import csv
+
+    from PIL import Image
+
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == split]
+    root = csv_path.parent
+
+    def get_item(i: int) -> Any:
+        with Image.open(root / rows[i]["file"]) as im:
+            image = torch.from_numpy(np.asarray(im.convert("L"), dtype=np.float32) / 255.0)[None]
+        if augment:
+            info = data.get_worker_info()
+            g = None if info is None else info.torch_generator()
+            image = (image * (0.6 + 0.8 * torch.rand((), generator=g))).clamp(0, 1)
+        label = torch.tensor(int(rows[i]["label"]))
+        return (
+            (image, label)
+            if as_tuple
+            else {"image": image, "label": label, "file": rows[i]["file"]}
+        )
+
+    return data.dataset(size=len(rows), get_item=get_item)
+
+
+@pytest.mark.timeout(120)
+def test_nb12_validation_loader(own_files: Any) -> None:
+    def loader(split: str = "val", **kw: Any) -> Any:
+        augment, as_tuple = kw.pop("augment", False), kw.pop("as_tuple", False)
+        opts: dict[str, Any] = dict(
+            batch_size=50, shuffle=False, num_workers=2, worker_backend="thread"
+        )
+        ds = _files_dataset(own_files, split, augment=augment, as_tuple=as_tuple)
+        return data.dataloader(ds, **{**opts, **kw})
+
+    passes(nb12.exercise_1(loader(), own_files))
+    passes(nb12.exercise_1(loader(as_tuple=True), str(own_files)))  # (image, label) pairs, a str
+    hints(nb12.exercise_1(loader(split="train"), own_files), "the val split has 86 rows")
+    hints(nb12.exercise_1(loader(augment=True), own_files), "must not be augmented")
+    hints(nb12.exercise_1(loader(shuffle=True, seed=0), own_files), "shuffle=False")
+    hints(nb12.exercise_1(loader(num_workers=0, worker_backend="auto"), own_files), "'thread'")
+    hints(nb12.exercise_1(loader(batch_size=64), own_files), "batch_size=50")
+
+
+# -- 13 ---------------------------------------------------------------------------------------
+
+
+def _buckets(
+    lengths: list[int], batch_size: int, epoch: int, seed: int = 0, *, pools: int = 20
+) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed + epoch)
+    order = torch.randperm(len(lengths), generator=g)
+    lens = torch.as_tensor(lengths)
+    batches: list[list[int]] = []
+    for start in range(0, len(order), batch_size * pools):
+        chunk = order[start : start + batch_size * pools]
+        chunk = chunk[torch.argsort(lens[chunk], stable=True)]
+        batches += [b.tolist() for b in chunk.split(batch_size)]
+    return [batches[k] for k in torch.randperm(len(batches), generator=g).tolist()]
+
+
+def _buckets_numpy(lengths: list[int], batch_size: int, epoch: int, seed: int = 0) -> Any:
+    rng = np.random.default_rng([seed, epoch])  # another generator, numpy index arrays
+    order = np.argsort(np.asarray(lengths) + rng.random(len(lengths)), kind="stable")
+    batches = [order[k : k + batch_size] for k in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def test_nb13_bucket_batches() -> None:
+    passes(nb13.exercise_1(_buckets))
+    passes(nb13.exercise_1(_buckets_numpy))
+
+    def sorted_only(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        return [order[k : k + b] for k in range(0, len(order), b)]
+
+    def shuffled_only(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        order = torch.randperm(len(lengths), generator=torch.Generator().manual_seed(seed + epoch))
+        return [c.tolist() for c in order.split(b)]
+
+    def ignores_epoch(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return _buckets(lengths, b, 0, seed)
+
+    def ignores_seed(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return _buckets(lengths, b, epoch, 0)
+
+    def unseeded(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return _buckets(lengths, b, epoch, int(torch.randint(0, 10**6, ())))
+
+    def drops_short(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        return [x for x in _buckets(lengths, b, epoch, seed) if len(x) == b]
+
+    hints(nb13.exercise_1(sorted_only), "length order", "shuffle the order of the batches")
+    hints(nb13.exercise_1(shuffled_only), "padding", "sort by length")
+    hints(nb13.exercise_1(ignores_epoch), "seed + epoch")
+    hints(nb13.exercise_1(ignores_seed), "use the seed")
+    hints(nb13.exercise_1(unseeded), "same arguments gave different batches")
+    hints(nb13.exercise_1(drops_short), "every index exactly once")
+    hints(nb13.exercise_1(lambda lengths, b, epoch, seed=0: None), "returned None")

@@ -151,7 +151,7 @@ def test_toggle_labels_fit_and_every_view_opens_coloured_by_rank() -> None:
     assert [label for label, _ in t.options] == ["rank", "dataset index"]
     assert t.value == "rank"  # 4 positions: numbers in the cells, colour by rank
     big = ShardView(1437, 2, epochs=1)
-    # 719 positions: still by rank (as notebook 05 says), drawn as a strip over the index
+    # 719 positions: still by rank (as notebook 06 says), drawn as a strip over the index
     assert big.color_toggle.value == "rank"
     assert big.figure().axes[0].get_xlabel() == "dataset index"
     big.color_toggle.value = "index"  # the shuffle, over positions

@@ -69,6 +69,13 @@ class LoaderConfig:
         in_order (bool): True: batches in plan order; False (torch's ``in_order=False``): with
             workers, whichever batch is built first (``state_dict()`` stays exact: it records
             the batches delivered ahead of the first missing one).
+        pin_memory (bool): batches reach the loop in page-locked memory (torch's option; how:
+            :mod:`~clorch_nb.data.pinning`).
+        device (str | torch.device | None): copy each batch's tensors there (``"cuda"``,
+            ``"cuda:1"``; ``"cpu"`` changes nothing); None keeps them where they were built.
+            Checked against the machine by :func:`~clorch_nb.data.device_feed.resolve_device`.
+        prefetch_to_device (int): with a CUDA ``device``, batches copied ahead of the one the
+            loop holds, >= 0 (default 2).
 
     Raises:
         ConfigError: on construction, any field of the wrong type or out of range.
@@ -95,6 +102,9 @@ class LoaderConfig:
     worker_init_fn: Callable[[int], None] | None = None
     start_method: Literal["forkserver", "spawn"] | None = None
     in_order: bool = True
+    pin_memory: bool = False
+    device: str | torch.device | None = None
+    prefetch_to_device: int = 2
 
     def __post_init__(self) -> None:
         if self.sampler_yields not in ("indices", "batches"):
@@ -143,6 +153,18 @@ class LoaderConfig:
                 f"start_method={self.start_method!r} must be 'forkserver', 'spawn' or None "
                 "(never 'fork': a forked notebook kernel's threads and locks are not copied)"
             )
+        check_bool("pin_memory", self.pin_memory)
+        if self.device is not None and not isinstance(self.device, str | torch.device):
+            raise ConfigError(
+                f"device={self.device!r} must be a str or torch.device, e.g. 'cuda' or 'cuda:1' "
+                "(or None to keep batches where they are built)"
+            )
+        check_int(
+            "prefetch_to_device",
+            self.prefetch_to_device,
+            minimum=0,
+            fix="it is how many batches are copied to the device ahead of the loop (default 2)",
+        )
 
     @property
     def max_in_flight(self) -> int:
@@ -298,8 +320,8 @@ _TORCH_ONLY = {
     "timeout": "use timeout_ms= (milliseconds; torch's timeout is in seconds)",
     "persistent_workers": "drop it: workers always persist for the loader's life (close() or "
     "a with block ends them)",
-    "pin_memory": "drop it: clorch_nb loads on CPU; call batch[k].pin_memory() yourself if needed",
-    "pin_memory_device": "drop it (deprecated in torch too)",
+    "pin_memory_device": "use device= (e.g. device='cuda:1'): batches are pinned with "
+    "pin_memory=True and copied there ahead of the loop",
     "worker_init_fn": "drop it: the global RNGs are seeded per batch from (seed, epoch, batch "
     "position), the same for any num_workers; dataset code can read data.get_worker_info() "
     "(worker_id, num_workers, seed, epoch), and a dataset's set_epoch(epoch) runs in every "
@@ -315,8 +337,7 @@ def _refuse_torch_options(options: dict[str, Any]) -> None:
         fix = _TORCH_ONLY.get(name)
         if fix is not None:
             raise ConfigError(
-                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}; "
-                "or use data.DataLoader, which takes torch's signature and options"
+                f"dataloader() has no {name}= (a torch.utils.data.DataLoader option); {fix}"
             )
     raise TypeError(
         f"dataloader() got unexpected keyword argument(s) {sorted(options)}; see "

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -36,6 +37,7 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
+from clorch_nb.data.delivery import Delivery
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.data.epoch import Epoch, EpochPosition, Stage
 from clorch_nb.data.epoch_hooks import EpochHooks
@@ -51,7 +53,7 @@ from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.stream import StreamLoader
-from clorch_nb.data.torch_args import TorchLoaderArgs, Unbatched, pin_batch, torch_loader_args
+from clorch_nb.data.torch_args import TorchLoaderArgs, Unbatched, torch_loader_args
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
@@ -110,12 +112,21 @@ class LoaderEngine:
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
-        self._workers = PoolSlot(self, worker_backend, dataset, process_spec, config)
+        # pin_memory= and device= (refused here, before any worker starts, if unusable)
+        self._delivery = Delivery(config, worker_backend, self.events)
+        self._workers = PoolSlot(
+            self,
+            worker_backend,
+            dataset,
+            process_spec,
+            config,
+            parent_arena=self._delivery.parent_arena(),
+        )
         self._active: weakref.ref[EpochIterator] | None = None
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
-        # Delivery stages (pinning memory, copying to a device) applied to each batch as it is
-        # received, in plan order: the place a later stage plugs in (data/epoch.py).
-        self._stages: tuple[Stage, ...] = ()
+        # Delivery stages applied to each batch as it is received, in plan order (data/epoch.py):
+        # pinning, when batches stay on the host (data/delivery.py)
+        self._stages: tuple[Stage, ...] = self._delivery.stages
         self._workers.prestart()  # process workers start now, in the background
         self._made = True  # assigning torch's fixed attributes now raises (__setattr__)
 
@@ -131,6 +142,7 @@ class LoaderEngine:
     persistent_workers = property(lambda self: self.config.persistent_workers)
     worker_init_fn = property(lambda self: self.config.worker_init_fn)
     timeout = property(lambda self: 0 if self.config.timeout_s is None else self.config.timeout_s)
+    pin_memory = property(lambda self: self.config.pin_memory)
 
     #: torch's rule: these describe the epochs already planned; assigning one raises
     _FIXED = frozenset(
@@ -183,7 +195,9 @@ class LoaderEngine:
         )
         self._run = run
         stop = StopRequest()
-        it = EpochIterator(run.batches(stop), stop, epoch, batches)
+        # with a CUDA device=, the device feed copies batches ahead of the loop (data/delivery.py)
+        gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
+        it = EpochIterator(gen, stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
 
@@ -257,7 +271,9 @@ class LoaderEngine:
         ``iter()``). Read-only."""
         if self._run is None:
             return EpochPosition(0, 0, 0, len(self) if self._epoch is None else 0)
-        return self._run.position
+        pos = self._run.position
+        ahead = self._delivery.ahead  # copied to the device ahead, not yet handed over
+        return replace(pos, delivered=pos.delivered - ahead) if ahead else pos
 
     @property
     def worker_pool(self) -> WorkerPool | None:
@@ -290,6 +306,23 @@ class LoaderEngine:
         """
         self._stop_active()
         self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
+        self._delivery.close()  # copies in flight, the pin thread
+
+    def describe(self) -> str:
+        """Where batches are built and how they reach the loop: the worker backend, the
+        ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb.data import tensor_dataset
+            >>> ds = tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+            >>> print(dataloader(ds, device="cpu").describe())
+            inline (num_workers=0); pin_memory: off; device: cpu (no copy)
+        """
+        return (
+            f"{self.worker_backend} (num_workers={self.config.num_workers}); "
+            f"{self._delivery.describe()}"
+        )
 
     def __enter__(self) -> LoaderEngine:
         return self
@@ -391,8 +424,9 @@ class DataLoader(LoaderEngine):
             (see :func:`dataloader`'s ``worker_backend``). Warns beyond the CPUs, as torch does.
         collate_fn (Callable | None): None is ``torch.utils.data.default_collate`` (ints become
             tensors, dict subclasses keep their type).
-        pin_memory (bool): pin each batch when an accelerator is present; without one, a
-            warning (torch's) and unpinned batches.
+        pin_memory (bool): pin each batch when CUDA is present (:mod:`~clorch_nb.data.pinning`,
+            as ``dataloader(pin_memory=True)``); without it, a warning and unpinned batches, as
+            torch's.
         drop_last (bool): drop the short last batch.
         timeout (float): seconds to wait for a batch from a worker (0: forever); beyond it
             :class:`~clorch_nb.errors.WorkerTimeoutError`, a ``RuntimeError`` as torch's.
@@ -494,9 +528,6 @@ class DataLoader(LoaderEngine):
             worker_backend=choose_worker_backend(ds, spec, args.config),
             user_dataset=dataset,
         )
-        self.pin_memory = args.pin_memory
-        if args.pin_memory:
-            self._stages = (pin_batch,)  # the delivery stage pin_memory adds (data/epoch.py)
 
     def _init_stream(self, dataset: Any, args: TorchLoaderArgs) -> None:
         """A torch IterableDataset: its epochs are a :class:`StreamLoader`'s."""
@@ -510,7 +541,6 @@ class DataLoader(LoaderEngine):
             )
         self.config, self.dataset, self.sampler = c, dataset, None
         self.worker_backend = "thread" if c.num_workers else "inline"
-        self.pin_memory = args.pin_memory
         self._stream = StreamLoader(
             dataset,
             None if isinstance(c.collate_fn, Unbatched) else c.batch_size,
@@ -599,13 +629,17 @@ def dataloader(
     generator: torch.Generator | None = None,
     batch_sampler: Any = None,
     start_timeout_ms: float | None = None,
+    pin_memory: bool = False,
+    device: str | torch.device | None = None,
+    prefetch_to_device: int = 2,
     **torch_options: Any,
 ) -> DataLoader:
     """A re-iterable loader of batches (``data/dataloader``).
 
-    ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; no
-    ``pin_memory``; workers persist across epochs (the dataset's ``set_epoch`` reaches each);
-    one epoch at a time; a dataset with ``get_batch`` is fetched a batch at a time.
+    ``torch.utils.data.DataLoader`` users: same batches for the same sampler order; workers
+    persist across epochs (the dataset's ``set_epoch`` reaches each); one epoch at a time; a
+    dataset with ``get_batch`` is fetched a batch at a time; ``pin_memory=True`` plus
+    ``device="cuda"`` replaces ``batch.to("cuda", non_blocking=True)``.
 
     Args:
         dataset (Dataset | torch map-style dataset): what to load; items of any structure.
@@ -641,6 +675,15 @@ def dataloader(
             with batch_size, shuffle, sampler or drop_last, as in torch.
         start_timeout_ms (float | None): the longest a process worker may take to start an
             epoch (factory, ``set_epoch``), in ms; None: no limit.
+        pin_memory (bool): hand batches over in page-locked memory (torch's option): process
+            workers write into registered shared-memory slots (no extra copy), other backends
+            copy into a reused pinned ring; without a GPU it warns once and does nothing.
+            :meth:`DataLoader.describe` names the path (:mod:`~clorch_nb.data.pinning`).
+        device (str | torch.device | None): ``"cuda"``/``"cuda:k"``: the loop receives the
+            batch's tensors on that device, copied on a side stream ahead of it
+            (:mod:`~clorch_nb.data.device_feed`; other fields stay on the host); ``"cpu"``
+            changes nothing; ``"cuda"`` without a GPU is a ``ConfigError``.
+        prefetch_to_device (int): with a CUDA ``device``, batches copied ahead, >= 0.
         **torch_options: torch-only options (``timeout``, ``persistent_workers``, ...) are
             refused with an error that says what to use instead.
 
@@ -678,6 +721,9 @@ def dataloader(
         timeout_ms=timeout_ms,
         start_timeout_ms=start_timeout_ms,
         seed=seed,
+        pin_memory=pin_memory,
+        device=device,
+        prefetch_to_device=prefetch_to_device,
     )
     if batch_sampler is not None or sampler is not None:
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)

@@ -25,7 +25,6 @@ __all__ = [
     "TorchLoaderArgs",
     "Unbatched",
     "check_worker_number",
-    "pin_batch",
     "start_method_of",
     "torch_loader_args",
 ]
@@ -64,21 +63,19 @@ class Unbatched:
 
 @dataclass(frozen=True)
 class TorchLoaderArgs:
-    """What torch's arguments became: the engine's config and sampler, the generator to draw the
-    loader's seed from, and whether batches are pinned.
+    """What torch's arguments became: the engine's config and sampler, and the generator to draw
+    the loader's seed from.
 
     Attributes:
         config (LoaderConfig): the validated options.
         sampler (Any): the engine's sampler (an index sampler, or a batch sampler when
             ``config.sampler_yields == "batches"``), or None.
         generator (torch.Generator | None): torch's ``generator=``.
-        pin_memory (bool): pin each batch (only when an accelerator is present).
     """
 
     config: LoaderConfig
     sampler: Any
     generator: torch.Generator | None
-    pin_memory: bool
 
 
 def start_method_of(context: Any, num_workers: int) -> str | None:
@@ -143,29 +140,6 @@ def check_worker_number(num_workers: int) -> None:
         UserWarning,
         stacklevel=4,
     )
-
-
-def pin_batch(batch: Any) -> Any:
-    """``batch`` with every tensor in page-locked memory (dicts, lists and tuples walked; their
-    types kept); what ``pin_memory=True`` does with an accelerator present.
-
-    Example:
-        >>> pin_batch(3)
-        3
-    """
-    if isinstance(batch, torch.Tensor):
-        return batch.pin_memory()
-    if isinstance(batch, dict):
-        return type(batch)({k: pin_batch(v) for k, v in batch.items()})
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple
-        return type(batch)(*(pin_batch(v) for v in batch))
-    if isinstance(batch, list | tuple):
-        return type(batch)(pin_batch(v) for v in batch)
-    return batch
-
-
-def _accelerator() -> bool:
-    return torch.cuda.is_available()
 
 
 def torch_loader_args(
@@ -241,18 +215,10 @@ def torch_loader_args(
         raise ConfigError(f"generator={generator!r:.60} must be a torch.Generator")
     if num_workers > 0:
         check_worker_number(num_workers)
-    pin = bool(pin_memory) and _accelerator()
-    if pin_memory and not pin:
-        warnings.warn(
-            "'pin_memory' argument is set as true but no accelerator is found, then device "
-            "pinned memory won't be used.",
-            UserWarning,
-            stacklevel=4,
-        )
     shuffle = bool(shuffle)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return _iterable_args(dataset, batch_size, shuffle, sampler, batch_sampler, collate_fn,
-                              drop_last, generator, pin, **_options(
+                              drop_last, generator, pin_memory, **_options(
                                   num_workers, prefetch_factor, timeout, start_method,
                                   persistent_workers, worker_init_fn, in_order))  # fmt: skip
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
@@ -278,6 +244,7 @@ def torch_loader_args(
         in_order,
     )
     options["collate_fn"] = collate
+    options["pin_memory"] = bool(pin_memory)  # without CUDA: torch's warning, unpinned (pinning.py)
     if batch_sampler is not None:
         config = loader_config(batch_sampler=batch_sampler, **options)
     else:
@@ -290,7 +257,7 @@ def torch_loader_args(
         )
     del pin_memory_device  # torch's deprecated companion of pin_memory: the device is the default
     return TorchLoaderArgs(
-        config, batch_sampler if batch_sampler is not None else sampler, generator, pin
+        config, batch_sampler if batch_sampler is not None else sampler, generator
     )
 
 
@@ -325,7 +292,7 @@ def _iterable_args(
     collate_fn: Callable[[Any], Any] | None,
     drop_last: bool,
     generator: torch.Generator | None,
-    pin: bool,
+    pin_memory: bool,
     **options: Any,
 ) -> TorchLoaderArgs:
     """torch's rules for an ``IterableDataset`` (no sampler, batch sampler or shuffle); without
@@ -347,6 +314,7 @@ def _iterable_args(
         shuffle=False,
         drop_last=drop_last,
         collate_fn=collate,
+        pin_memory=bool(pin_memory),
         **options,
     )
-    return TorchLoaderArgs(config, None, generator, pin)
+    return TorchLoaderArgs(config, None, generator)

@@ -3,6 +3,13 @@
 This package imports nothing else from clorch_nb: the loader emits, the widgets subscribe.
 """
 
-from clorch_nb.instrumentation.events import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
+from clorch_nb.instrumentation.events import (
+    BatchEvent,
+    CopyEvent,
+    EpochEvent,
+    Event,
+    EventBus,
+    LoaderStats,
+)
 
-__all__ = ["BatchEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
+__all__ = ["BatchEvent", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-__all__ = ["BatchEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
+__all__ = ["BatchEvent", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
 
 
 class BatchEvent(NamedTuple):
@@ -73,7 +73,33 @@ class EpochEvent(NamedTuple):
     t_s: float
 
 
-Event = BatchEvent | EpochEvent
+class CopyEvent(NamedTuple):
+    """One batch copied to the device (``device="cuda"``), measured with CUDA events and put on
+    the ``perf_counter`` clock; sent when the copy has finished, so it may follow the batch's
+    :class:`BatchEvent` by a batch or two.
+
+    Attributes:
+        kind ("copy"): tells it from an :class:`EpochEvent` (a tuple whose first field is a
+            string, too).
+        epoch (int), batch_index (int): which batch.
+        nbytes (int): bytes copied host-to-device.
+        t_issued_s (float): when the loader queued the copy (host clock).
+        t_start_s (float), t_end_s (float): when the copy ran on the device.
+        t_needed_s (float): when the consumer's stream reached the batch (its previous work
+            done); ``t_end_s - t_needed_s``, when positive, is the device waiting for the copy.
+    """
+
+    kind: Literal["copy"]
+    epoch: int
+    batch_index: int
+    nbytes: int
+    t_issued_s: float
+    t_start_s: float
+    t_end_s: float
+    t_needed_s: float
+
+
+Event = BatchEvent | EpochEvent | CopyEvent
 
 
 @dataclass(slots=True)

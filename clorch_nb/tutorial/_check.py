@@ -9,7 +9,16 @@ from typing import Any, ParamSpec
 
 import torch
 
-__all__ = ["Check", "checker", "fail", "not_answered", "ok", "require", "same_batches"]
+__all__ = [
+    "Check",
+    "as_int",
+    "checker",
+    "fail",
+    "not_answered",
+    "ok",
+    "require",
+    "same_batches",
+]
 
 P = ParamSpec("P")
 
@@ -96,6 +105,30 @@ def require(condition: Any, hint: str) -> None:
     """Stop the current check with ``hint`` unless ``condition`` holds."""
     if not condition:
         raise _HintError(hint)
+
+
+def as_int(value: Any, name: str) -> int:
+    """``value`` as an ``int`` if it is a whole number, however written (``int``, a numpy
+    integer, a one-element integer tensor, a float such as ``29.0``); else stop with a hint.
+
+    Example:
+        >>> import numpy as np
+        >>> as_int(np.int64(29), "n_batches"), as_int(torch.tensor(5), "last_size")
+        (29, 5)
+    """
+    if isinstance(value, bool | str | bytes) or value is None:
+        raise _HintError(f"{name}={value!r} is not a number; give a whole number")
+    if isinstance(value, torch.Tensor):
+        require(
+            value.numel() == 1, f"{name} is a tensor of shape {tuple(value.shape)}; give one number"
+        )
+        value = value.item()
+    try:
+        as_float = float(value)
+    except (TypeError, ValueError):
+        raise _HintError(f"{name}={value!r:.40} is not a number; give a whole number") from None
+    require(as_float.is_integer(), f"{name}={value!r} is not a whole number")
+    return int(as_float)
 
 
 def same_batches(a: list[Any], b: list[Any]) -> bool:

@@ -18,38 +18,52 @@ def _exercise_1(ds: Any) -> str:
     for name in ("token_ids", "max_length", "stride"):
         require(hasattr(ds, name), f"the record has no field {name!r}; declare it (stride: int)")
     ids, ml, st = ds.token_ids, int(ds.max_length), int(ds.stride)
-    require(st >= 1, f"stride={st}: windows need a stride of at least 1")
+    require(
+        (ml, st) == (16, 4),
+        f"it has max_length={ml} and stride={st}; build it as "
+        "StridedTinyDataset(text, tokenizer, 16, 4)",
+    )
+    if hasattr(ds, "txt") and hasattr(ds, "tokenizer"):
+        encoded = torch.as_tensor(ds.tokenizer.encode(ds.txt), dtype=torch.int64)
+        require(
+            torch.equal(torch.as_tensor(ids), encoded),
+            "token_ids is not tokenizer.encode(txt): compute it from the fields, as "
+            "TinyDataset does",
+        )
     n = len(ids)
-    want = (n - ml) // st
-    size = data.get_size(ds)
+    want = len(range(0, n - ml, st))  # every start s with a full window and its target
+    size = int(data.get_size(ds))
+    short = (n - ml) // st
     require(
         size == want,
-        f"get_size() is {size}; with {n} tokens, max_length={ml} and "
-        f"stride={st} it should be (n - max_length) // stride = {want}",
+        f"get_size() is {size}; with {n} tokens, max_length={ml} and stride={st} the valid "
+        f"window starts are 0, {st}, ..., {(want - 1) * st} (every s with s + max_length < n): "
+        f"{want} windows, len(range(0, n - max_length, stride))"
+        + (" - (n - max_length) // stride misses the last one" if size == short else ""),
     )
-    for i in sorted({0, 1, size - 1} & set(range(size))):
+    for i in sorted({0, 1, size // 2, size - 1} & set(range(size))):
         item = data.get_item(ds, i)
         s = i * st
         require(
-            torch.equal(item["data"], ids[s : s + ml]),
+            torch.equal(torch.as_tensor(item["data"]), ids[s : s + ml]),
             f"item {i}['data'] should be token_ids[{s}:{s + ml}]: window i starts at i * stride",
         )
         require(
-            torch.equal(item["target"], ids[s + 1 : s + ml + 1]),
+            torch.equal(torch.as_tensor(item["target"]), ids[s + 1 : s + ml + 1]),
             f"item {i}['target'] should be the data shifted by one token, "
             f"token_ids[{s + 1}:{s + ml + 1}]",
         )
-    extra = "" if st > 1 else " (try a stride > 1 to see the windows spread out)"
     return (
-        f"{size} windows of {ml} tokens, each starting {st} tokens after the previous, "
-        f"so consecutive items share {max(ml - st, 0)} tokens{extra}."
+        f"{size} windows of {ml} tokens (the last starts at token {(size - 1) * st} of {n}), "
+        f"each starting {st} tokens after the previous, so consecutive items share {ml - st} "
+        "tokens."
     )
 
 
 def exercise_1(ds: Any) -> Check:
     """Check a ``TinyDataset`` with a ``stride`` field: window ``i`` is ``token_ids[i * stride :
-    i * stride + max_length]``, its target the same shifted by one, ``(n - max_length) // stride``
-    windows.
+    i * stride + max_length]``, its target the same shifted by one, one window per valid start
+    (``len(range(0, n - max_length, stride))``), built with ``max_length=16, stride=4``.
 
     Args:
         ds (Any): the learner's record, with fields ``token_ids`` (int64 tensor), ``max_length``

@@ -9,13 +9,14 @@ from typing import Any
 import torch
 
 from clorch_nb.examples import digits_tensors
-from clorch_nb.tutorial._check import Check, checker, require
+from clorch_nb.tutorial._check import Check, as_int, checker, require
 
 __all__ = ["exercise_1", "exercise_2"]
 
 
 @checker("Exercise 1", "your two numbers")
 def _exercise_1(n_batches: Any, last_size: Any) -> str:
+    n_batches, last_size = as_int(n_batches, "n_batches"), as_int(last_size, "last_size")
     n, b = len(digits_tensors()[1]), 64
     want_n, want_last = math.ceil(n / b), n - (math.ceil(n / b) - 1) * b
     require(
@@ -44,15 +45,25 @@ def exercise_1(n_batches: Any, last_size: Any) -> Check:
     return _exercise_1(n_batches, last_size)
 
 
+def _fields(batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(images, labels) of a batch: a dict with 'data' and 'target', or an (x, y) pair."""
+    if isinstance(batch, dict) and {"data", "target"} <= set(batch):
+        return batch["data"], batch["target"]
+    if isinstance(batch, list | tuple) and len(batch) == 2:
+        return batch[0], batch[1]
+    return None
+
+
 def _epoch(loader: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    batches = list(loader)
+    batches = [_fields(b) for b in loader]
     require(batches, "the loader yielded no batches")
     require(
-        all(isinstance(b, dict) and "target" in b for b in batches),
-        "batches should be dicts with 'data' and 'target' (a tensor_dataset over the digits)",
+        all(b is not None for b in batches),
+        "batches should be dicts with 'data' and 'target' (a tensor_dataset over the digits) "
+        "or (images, labels) pairs",
     )
-    images = torch.cat([b["data"].flatten(1) for b in batches])
-    return images, torch.cat([b["target"] for b in batches])
+    images = torch.cat([torch.as_tensor(x).flatten(1) for x, _ in batches])  # type: ignore[misc]
+    return images, torch.cat([torch.as_tensor(t) for _, t in batches])  # type: ignore[misc]
 
 
 @checker("Exercise 2", "a function that builds the loader, e.g. lambda: data.dataloader(...)")
@@ -62,11 +73,11 @@ def _exercise_2(make_loader: Callable[[], Any]) -> str:
         "pass a function that builds the loader (e.g. make_loader = lambda: "
         "data.dataloader(...)), so the check can build it twice",
     )
-    _, y = digits_tensors()
+    X, y = digits_tensors()  # noqa: N806
     want = {0: int((y == 0).sum()), 1: int((y == 1).sum())}
     first = make_loader()
     require(
-        first is not Ellipsis,
+        first is not Ellipsis and first is not None,
         "make_loader() still returns ...: build and return a data.dataloader over the digits",
     )
     x0, t0 = _epoch(first)
@@ -82,20 +93,30 @@ def _exercise_2(make_loader: Callable[[], Any]) -> str:
         f"an epoch has {got[0]} zeros and {got[1]} ones; the digits have "
         f"{want[0]} and {want[1]}: every 0 and 1 exactly once",
     )
+    keep = (y <= 1).nonzero().flatten()
+    require(
+        x0.shape[1] == X.shape[1] and torch.allclose(x0.sum(0), X[keep].sum(0), atol=1e-3),
+        "the images are not the digits' own 0s and 1s; load them from the digits dataset",
+    )
     require(
         not torch.equal(x0, x1),
         "two epochs came in the same order; draw a new order each "
         "epoch (a SubsetRandomSampler does, a fixed list does not)",
     )
-    x0b, _ = _epoch(make_loader())
+    again = make_loader()
+    x0b, _ = _epoch(again)
+    x1b, _ = _epoch(again)
     require(
-        torch.equal(x0, x0b),
-        "a second loader built the same way gave another order: seed "
-        "it (torch.Generator().manual_seed(...) for the sampler)",
+        torch.equal(x0, x0b) and torch.equal(x1, x1b),
+        "a second loader built the same way gave other orders: seed "
+        "it (torch.Generator().manual_seed(...) for the sampler, or seed= on the loader)",
     )
+    for ld in (first, again):
+        if hasattr(ld, "close"):
+            ld.close()
     return (
         f"{want[0] + want[1]} digits (0s and 1s only) per epoch, a new order every epoch, "
-        "the same orders every time you build it."
+        "and the same two epochs from a second loader built by make_loader()."
     )
 
 

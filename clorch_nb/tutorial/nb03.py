@@ -46,8 +46,18 @@ def _exercise_1(sampler: Any, lengths: Sequence[int], batch_size: int) -> str:
         f"{plain:.0%}); sort the indices by length before cutting them into chunks of "
         f"{batch_size}",
     )
+    longest = [max(lengths[i] for i in order[k : k + batch_size]) for k in range(0, n, batch_size)]
+    ascending = all(a <= b for a, b in zip(longest, longest[1:], strict=False))
+    descending = all(a >= b for a, b in zip(longest, longest[1:], strict=False))
+    require(
+        len(longest) < 3 or not (ascending or descending),
+        "the batches come in length order (every epoch would start with the shortest "
+        "sentences); shuffle the order of the chunks, e.g. torch.randperm(len(chunks), "
+        "generator=...)",
+    )
     return (
-        f"{share:.1%} padding with batches of {batch_size}, down from {plain:.0%} in dataset order."
+        f"{share:.1%} padding with batches of {batch_size}, down from {plain:.0%} in dataset "
+        "order, and the chunks come in a mixed order of lengths."
     )
 
 
@@ -61,48 +71,73 @@ def exercise_1(sampler: Any, lengths: Sequence[int], batch_size: int = 16) -> Ch
         batch_size (int): the loader's batch size.
 
     Example:
-        >>> lengths = [5, 1, 5, 1]
-        >>> exercise_1([1, 3, 0, 2], lengths, batch_size=2)
-        ✓ Exercise 1: 0.0% padding with batches of 2, down from 40% in dataset order.
+        >>> lengths = [5, 1, 5, 1, 3, 3]
+        >>> exercise_1([1, 3, 4, 5, 0, 2], lengths, batch_size=2)  # short, then longer, ...
+        ✗ Exercise 1, not yet: the batches come in length order (every epoch would start ...
     """
     return _exercise_1(sampler, lengths, batch_size)
 
 
-def _crop_items() -> list[dict[str, Any]]:
+def _crop_items(crops: list[tuple[int, slice, slice]]) -> list[dict[str, Any]]:
     X, y = digits_tensors(flat=False)  # noqa: N806
-    crops = [X[0], X[1, :, :7, :7], X[2], X[3, :, :, :6], X[4, :, 1:, :]]
-    return [{"image": im, "label": y[i]} for i, im in enumerate(crops)]
+    return [{"image": X[i, :, rows, cols], "label": y[i]} for i, rows, cols in crops]
+
+
+_ALL = slice(None)
+#: the notebook's five crops, then a second batch with other sizes (so no size is hard-coded)
+_BATCHES = [
+    [(0, _ALL, _ALL), (1, slice(0, 7), slice(0, 7)), (2, _ALL, _ALL), (3, _ALL, slice(0, 6)),
+     (4, slice(1, 8), _ALL)],
+    [(10, slice(2, 8), _ALL), (11, _ALL, slice(3, 8)), (12, slice(0, 7), slice(1, 8))],
+]  # fmt: skip
 
 
 @checker("Exercise 2", "your collate function (items -> batch)")
 def _exercise_2(collate_fn: Callable[[list[Any]], Any]) -> str:
-    items = _crop_items()
-    batch = collate_fn(items)
-    require(batch is not None, "crop_collate returned None: return the batch dict")
-    require(
-        isinstance(batch, dict) and {"image", "label"} <= set(batch),
-        "the batch should be a dict with the items' keys, 'image' and 'label'",
+    shapes = []
+    for crops in _BATCHES:
+        items = _crop_items(crops)
+        sizes = " ".join(f"{it['image'].shape[-2]}x{it['image'].shape[-1]}" for it in items)
+        try:
+            batch = collate_fn(items)
+        except Exception as e:  # noqa: BLE001 - the learner's code failed: a hint, not a crash
+            require(
+                False,
+                f"on images of sizes {sizes}, crop_collate raised {type(e).__name__}: {e}; "
+                "compute the smallest height and width from the items of each batch",
+            )
+        require(batch is not None, "crop_collate returned None: return the batch dict")
+        require(
+            isinstance(batch, dict) and {"image", "label"} <= set(batch),
+            "the batch should be a dict with the items' keys, 'image' and 'label'",
+        )
+        h = min(it["image"].shape[-2] for it in items)
+        w = min(it["image"].shape[-1] for it in items)
+        image = batch["image"]
+        require(
+            isinstance(image, torch.Tensor) and tuple(image.shape) == (len(items), 1, h, w),
+            f"for images of sizes {sizes}, batch['image'] should be one tensor of shape "
+            f"({len(items)}, 1, {h}, {w}): crop each image to the smallest height and the "
+            "smallest width in the batch (compute them from the items), then stack; "
+            f"got {getattr(image, 'shape', type(image).__name__)}",
+        )
+        want = torch.stack([it["image"][..., :h, :w] for it in items])
+        require(
+            torch.equal(image, want),
+            "the shapes are right but the pixels differ: keep the top-left corner, "
+            "image[..., :h, :w]",
+        )
+        label = batch["label"]
+        labels = [int(it["label"]) for it in items]
+        require(
+            isinstance(label, torch.Tensor) and label.tolist() == labels,
+            "batch['label'] should be the labels stacked into one tensor (as default_collate does)",
+        )
+        shapes.append(tuple(image.shape))
+    return (
+        f"two batches of mixed sizes became {shapes[0]} and {shapes[1]} tensors, cropped to "
+        "each batch's smallest height and width."
     )
-    h = min(it["image"].shape[-2] for it in items)
-    w = min(it["image"].shape[-1] for it in items)
-    image = batch["image"]
-    require(
-        isinstance(image, torch.Tensor) and tuple(image.shape) == (len(items), 1, h, w),
-        f"batch['image'] should be one tensor of shape ({len(items)}, 1, {h}, {w}): crop "
-        "each image to the smallest height and the smallest width in the batch, then stack; "
-        f"got {getattr(image, 'shape', type(image).__name__)}",
-    )
-    want = torch.stack([it["image"][..., :h, :w] for it in items])
-    require(
-        torch.equal(image, want),
-        "the shapes are right but the pixels differ: keep the top-left corner, image[..., :h, :w]",
-    )
-    label = batch["label"]
-    require(
-        isinstance(label, torch.Tensor) and label.tolist() == [0, 1, 2, 3, 4],
-        "batch['label'] should be the labels stacked into one tensor (as default_collate does)",
-    )
-    return f"5 digits of sizes 8x8, 7x7, 8x6 and 7x8 became one ({len(items)}, 1, {h}, {w}) batch."
 
 
 def exercise_2(collate_fn: Callable[[list[Any]], Any]) -> Check:
@@ -112,6 +147,6 @@ def exercise_2(collate_fn: Callable[[list[Any]], Any]) -> Check:
     Example:
         >>> from clorch_nb import data
         >>> exercise_2(data.default_collate)
-        ✗ Exercise 2, not yet: your code raised CollateError: cannot stack key 'image': ...
+        ✗ Exercise 2, not yet: on images of sizes 8x8 7x7 8x8 8x6 7x8, crop_collate raised ...
     """
     return _exercise_2(collate_fn)

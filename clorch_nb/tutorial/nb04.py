@@ -6,11 +6,10 @@ import math
 from typing import Any
 
 from clorch_nb import data
-from clorch_nb.errors import WorkerTimeoutError
 from clorch_nb.examples import augmented_digits
 from clorch_nb.tutorial._check import Check, checker, require, same_batches
 
-__all__ = ["exercise_1", "exercise_2"]
+__all__ = ["exercise_1"]
 
 
 @checker("Exercise 1", "your loader")
@@ -59,46 +58,3 @@ def exercise_1(loader: Any) -> Check:
         ✗ Exercise 1, not yet: the loader runs on backend 'thread'; pure-Python augmentation ...
     """
     return _exercise_1(loader)
-
-
-@checker("Exercise 2", "your loader")
-def _exercise_2(loader: Any) -> str:
-    try:
-        limit = loader.timeout_ms
-        require(
-            limit is not None,
-            "timeout_ms=None waits forever: a stuck file system would "
-            "hang training silently; keep a limit, above the slowest item",
-        )
-        try:
-            n = sum(len(b["target"]) for b in loader)
-        except WorkerTimeoutError:
-            return_hint = (
-                f"timeout_ms={limit} still times out: item 40 takes about 1 s, so the "
-                "limit must be above 1000 ms"
-            )
-            require(False, return_hint)
-        require(
-            n == data.get_size(loader.dataset),
-            f"the epoch yielded {n} items, not the whole dataset",
-        )
-    finally:
-        if hasattr(loader, "close"):
-            loader.close()
-    return (
-        f"a whole epoch of {n} items with timeout_ms={limit}: slow items pass, a truly "
-        "stuck one would still be reported."
-    )
-
-
-def exercise_2(loader: Any) -> Check:
-    """Check a loader over the notebook's ``slow`` dataset (item 40 sleeps 1 s) that keeps a
-    ``timeout_ms`` yet completes an epoch. Runs one epoch, then closes the loader.
-
-    Example:
-        >>> import torch
-        >>> ds = data.tensor_dataset(torch.zeros(8, 1), torch.arange(8))
-        >>> exercise_2(data.dataloader(ds, batch_size=4, num_workers=1, worker_backend="thread"))
-        ✗ Exercise 2, not yet: timeout_ms=None waits forever: ...
-    """
-    return _exercise_2(loader)

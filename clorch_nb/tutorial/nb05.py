@@ -1,85 +1,80 @@
-"""Checkers for ``notebooks/05_distributed_sampling.ipynb``."""
+"""Checkers for ``notebooks/05_worker_errors_and_state.ipynb``."""
 
 from __future__ import annotations
 
-import collections
+import time
 from typing import Any
 
 from clorch_nb import data
+from clorch_nb.errors import WorkerTimeoutError
 from clorch_nb.tutorial._check import Check, checker, require
 
-__all__ = ["exercise_1", "exercise_2"]
+__all__ = ["exercise_1"]
 
 
-@checker("Exercise 1", "your two numbers")
-def _exercise_1(n_repeats: Any, rank: Any) -> str:
-    plan = data.shard_plan(1437, 2, seed=0, epoch=0)
-    pads = [(r, i) for r, row in enumerate(plan.is_padding) for i, x in enumerate(row) if x]
-    require(
-        n_repeats == len(pads),
-        f"n_repeats={n_repeats!r}: the order is padded up to "
-        "ceil(N / R) * R positions; how many is that beyond N = 1437?",
-    )
-    want_rank, pos = pads[0]
-    require(
-        rank == want_rank,
-        f"rank={rank!r}: the padding fills position 1437 of the padded "
-        "order, and rank r takes positions r, r + R, r + 2R, ...",
-    )
+@checker("Exercise 1", "your loader")
+def _exercise_1(loader: Any) -> str:
+    try:
+        limit = loader.timeout_ms
+        require(
+            limit is not None,
+            "timeout_ms=None waits forever: a stuck file system would "
+            "hang training silently; keep a limit, above the slowest item",
+        )
+        require(
+            loader.num_workers >= 1,
+            f"num_workers={loader.num_workers}: with no worker the loader builds batches on "
+            "your thread and never waits for one, so timeout_ms has nothing to bound; use "
+            "num_workers=1, worker_backend='thread'",
+        )
+        require(
+            limit <= 60_000,
+            f"timeout_ms={limit:g} is {limit / 60_000:.0f} minutes: a stuck item would hang "
+            "that long; keep the limit a little above the slowest item (a few seconds)",
+        )
+        require(
+            (loader.batch_size, loader.shuffle) == (32, False),
+            f"batch_size={loader.batch_size}, shuffle={loader.shuffle}: build it with "
+            "batch_size=32, shuffle=False, as the exercise asks",
+        )
+        t0 = time.perf_counter()
+        try:
+            n = sum(len(b["target"]) for b in loader)
+        except WorkerTimeoutError:
+            require(
+                False,
+                f"timeout_ms={limit:g} still times out: item 40 takes about 1 s, so the "
+                "limit must be above 1000 ms",
+            )
+        seconds = time.perf_counter() - t0
+        require(
+            n == data.get_size(loader.dataset),
+            f"the epoch yielded {n} items, not the whole dataset",
+        )
+        require(
+            seconds >= 0.8,
+            f"the epoch took {seconds:.2f} s, so no item was slow: build the loader over the "
+            "slow dataset of section 5 (item 40 sleeps 1 s)",
+        )
+    finally:
+        if hasattr(loader, "close"):
+            loader.close()
     return (
-        f"{len(pads)} padding repeat per epoch, at the end of rank {want_rank}'s shard "
-        f"(position {pos}): both ranks read 719 items."
+        f"a whole epoch of {n} items through {loader.num_workers} {loader.worker_backend} "
+        f"worker{'s' if loader.num_workers > 1 else ''} with timeout_ms={limit:g}: the slow "
+        "item passed, "
+        f"and a batch not ready within {limit / 1000:g} s would raise WorkerTimeoutError."
     )
 
 
-def exercise_1(n_repeats: Any, rank: Any) -> Check:
-    """Check the padding of 1,437 items on 2 ranks: how many repeats, and on which rank.
+def exercise_1(loader: Any) -> Check:
+    """Check a loader over the notebook's ``slow`` dataset (item 40 sleeps 1 s) that keeps a
+    ``timeout_ms`` yet completes an epoch. Runs one epoch, then closes the loader.
 
     Example:
-        >>> exercise_1(n_repeats=1, rank=0)
-        ✗ Exercise 1, not yet: rank=0: the padding fills position 1437 of the padded order, ...
+        >>> import torch
+        >>> ds = data.tensor_dataset(torch.zeros(8, 1), torch.arange(8))
+        >>> exercise_1(data.dataloader(ds, batch_size=32, num_workers=1, worker_backend="thread"))
+        ✗ Exercise 1, not yet: timeout_ms=None waits forever: ...
     """
-    return _exercise_1(n_repeats, rank)
-
-
-@checker("Exercise 2", "a list of one sampler per rank")
-def _exercise_2(samplers: Any) -> str:
-    samplers = list(samplers)
-    require(len(samplers) == 7, f"got {len(samplers)} samplers; a 7-rank job has one per rank")
-    counts: collections.Counter[int] = collections.Counter()
-    for r, s in enumerate(samplers):
-        require(
-            getattr(s, "num_replicas", None) == 7 and getattr(s, "rank", None) == r,
-            f"sampler {r} should be data.distributed_sampler(..., num_replicas=7, rank={r})",
-        )
-        require(
-            len(s) in (51, 52) and getattr(s, "size", None) == 360,
-            f"sampler {r} covers {len(s)} items of a dataset of {getattr(s, 'size', '?')}; "
-            "build it over the 360 test digits",
-        )
-        counts.update(data.sample_indices(s))
-    total = sum(counts.values())
-    twice = sorted(i for i, c in counts.items() if c > 1)
-    require(
-        not twice,
-        f"{len(twice)} test items are counted twice ({twice[:4]}...): that is "
-        "the padding of the default shard_mode='even'; use shard_mode='disjoint'",
-    )
-    require(
-        total == 360 and set(counts) == set(range(360)),
-        f"the shards hold {total} items, not all 360 test digits",
-    )
-    require(all(not s.shuffle for s in samplers), "evaluation needs no shuffle: pass shuffle=False")
-    sizes = [len(s) for s in samplers]
-    return f"shard sizes {sizes} add up to 360: every test digit exactly once."
-
-
-def exercise_2(samplers: Any) -> Check:
-    """Check the evaluation samplers of a 7-rank job over the 360 test digits: disjoint, not
-    shuffled, every item exactly once.
-
-    Example:
-        >>> exercise_2([data.distributed_sampler(360, num_replicas=7, rank=r) for r in range(7)])
-        ✗ Exercise 2, not yet: 4 test items are counted twice (...): that is the padding ...
-    """
-    return _exercise_2(samplers)
+    return _exercise_1(loader)

@@ -1,86 +1,86 @@
-"""Checkers for ``notebooks/06_training_digits.ipynb``."""
+"""Checkers for ``notebooks/06_distributed_sampling.ipynb``."""
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
-import torch
-from torch import nn
-
-from clorch_nb.tutorial._check import Check, checker, require
+from clorch_nb import data
+from clorch_nb.tutorial._check import Check, as_int, checker, require
 
 __all__ = ["exercise_1", "exercise_2"]
 
 
-@torch.no_grad()
-def _predict(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
-    was_training = model.training
-    model.eval()
-    try:
-        return model(images).argmax(1)
-    finally:
-        model.train(was_training)
-
-
-@checker("Exercise 1", "a list of 10 accuracies, one per digit class")
-def _exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> str:
-    values = [float(v) for v in per_class]
-    require(len(values) == 10, f"got {len(values)} values; give one accuracy per class 0..9")
-    pred, target = _predict(model, test_ds.data), test_ds.target
-    want = [float((pred[target == c] == c).float().mean()) for c in range(10)]
-    for c, (got, exp) in enumerate(zip(values, want, strict=True)):
-        require(
-            abs(got - exp) < 1e-6,
-            f"class {c}: you have {got:.4f}, the model gets {exp:.4f} "
-            f"(correct predictions among the test digits labelled {c}, divided by their count)",
-        )
-    worst = min(range(10), key=lambda c: want[c])
+@checker("Exercise 1", "your two numbers")
+def _exercise_1(n_repeats: Any, rank: Any) -> str:
+    n_repeats, rank = as_int(n_repeats, "n_repeats"), as_int(rank, "rank")
+    plan = data.shard_plan(1437, 2, seed=0, epoch=0)
+    pads = [(r, i) for r, row in enumerate(plan.is_padding) for i, x in enumerate(row) if x]
+    require(
+        n_repeats == len(pads),
+        f"n_repeats={n_repeats!r}: the order is padded up to "
+        "ceil(N / R) * R positions; how many is that beyond N = 1437?",
+    )
+    want_rank, pos = pads[0]
+    require(
+        rank == want_rank,
+        f"rank={rank!r}: the padding fills position 1437 of the padded "
+        "order, and rank r takes positions r, r + R, r + 2R, ...",
+    )
     return (
-        f"per-class accuracy right; the hardest class for this model is {worst} "
-        f"({want[worst]:.1%})."
+        f"{len(pads)} padding repeat per epoch, at the end of rank {want_rank}'s shard "
+        f"(position {pos}): both ranks read {len(plan.is_padding[0])} items."
     )
 
 
-def exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> Check:
-    """Check per-class test accuracy: ``per_class[c]`` is the share of test digits labelled
-    ``c`` that ``model`` classifies as ``c`` (recomputed from ``model`` and ``test_ds``).
+def exercise_1(n_repeats: Any, rank: Any) -> Check:
+    """Check the padding of 1,437 items on 2 ranks: how many repeats, and on which rank.
 
     Example:
-        >>> import torch
-        >>> from clorch_nb import data
-        >>> ds = data.tensor_dataset(torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
-        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
-        >>> exercise_1([1.0] * 9, model, ds)
-        ✗ Exercise 1, not yet: got 9 values; give one accuracy per class 0..9
+        >>> exercise_1(n_repeats=1, rank=0)
+        ✗ Exercise 1, not yet: rank=0: the padding fills position 1437 of the padded order, ...
     """
-    return _exercise_1(per_class, model, test_ds)
+    return _exercise_1(n_repeats, rank)
 
 
-@checker("Exercise 2", "your trained linear model")
-def _exercise_2(model: nn.Module, test_ds: Any) -> str:
-    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
+@checker("Exercise 2", "a list of one sampler per rank")
+def _exercise_2(samplers: Any) -> str:
+    samplers = list(samplers)
+    require(len(samplers) == 7, f"got {len(samplers)} samplers; a 7-rank job has one per rank")
+    counts: collections.Counter[int] = collections.Counter()
+    for r, s in enumerate(samplers):
+        require(
+            getattr(s, "num_replicas", None) == 7 and getattr(s, "rank", None) == r,
+            f"sampler {r} should be data.distributed_sampler(..., num_replicas=7, rank={r})",
+        )
+        require(
+            len(s) in (51, 52) and getattr(s, "size", None) == 360,
+            f"sampler {r} covers {len(s)} items of a dataset of {getattr(s, 'size', '?')}; "
+            "build it over the 360 test digits",
+        )
+        counts.update(data.sample_indices(s))
+    total = sum(counts.values())
+    twice = sorted(i for i, c in counts.items() if c > 1)
     require(
-        not convs,
-        "the model still has convolutions; use nn.Sequential(nn.Flatten(), nn.Linear(64, 10))",
+        not twice,
+        f"{len(twice)} test items are counted twice ({twice[:4]}...): that is "
+        "the padding of the default shard_mode='even'; use shard_mode='disjoint'",
     )
-    pred = _predict(model, test_ds.data)
-    acc = float((pred == test_ds.target).float().mean())
     require(
-        acc >= 0.85,
-        f"test accuracy {acc:.1%}: train it first (an untrained model gets about "
-        "10%); use the same train_epoch loop for 8 epochs",
+        total == 360 and set(counts) == set(range(360)),
+        f"the shards hold {total} items, not all 360 test digits",
     )
-    return f"the linear model reaches {acc:.1%} on the test digits."
+    require(all(not s.shuffle for s in samplers), "evaluation needs no shuffle: pass shuffle=False")
+    sizes = [len(s) for s in samplers]
+    return f"shard sizes {sizes} add up to 360: every test digit exactly once."
 
 
-def exercise_2(model: nn.Module, test_ds: Any) -> Check:
-    """Check a trained linear model (no convolutions) on the test digits: at least 85% accuracy.
+def exercise_2(samplers: Any) -> Check:
+    """Check the evaluation samplers of a 7-rank job over the 360 test digits: disjoint, not
+    shuffled, every item exactly once.
 
     Example:
-        >>> import torch
-        >>> from clorch_nb import data
-        >>> ds = data.tensor_dataset(torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
-        >>> exercise_2(torch.nn.Conv2d(1, 10, 8), ds)
-        ✗ Exercise 2, not yet: the model still has convolutions; ...
+        >>> exercise_2([data.distributed_sampler(360, num_replicas=7, rank=r) for r in range(7)])
+        ✗ Exercise 2, not yet: 4 test items are counted twice (...): that is the padding ...
     """
-    return _exercise_2(model, test_ds)
+    return _exercise_2(samplers)

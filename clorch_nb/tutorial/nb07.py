@@ -1,86 +1,130 @@
-"""Checkers for ``notebooks/07_resource_cleanup.ipynb``."""
+"""Checkers for ``notebooks/07_training_digits.ipynb``."""
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 
-from clorch_nb.examples import digits_tensors
+from clorch_nb import data
 from clorch_nb.tutorial._check import Check, checker, require
 
 __all__ = ["exercise_1", "exercise_2"]
 
 
-def _worker_threads() -> list[str]:
-    return sorted(t.name for t in threading.enumerate() if t.name.startswith("clorch_nb"))
+@torch.no_grad()
+def _predict(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    try:
+        return model(images).argmax(1)
+    finally:
+        model.train(was_training)
 
 
-@checker("Exercise 1", "your function")
-def _exercise_1(first_batch_size: Callable[[], int]) -> str:
-    require(callable(first_batch_size), "pass the function itself (no parentheses)")
-    before = set(_worker_threads())
-    n = first_batch_size()
-    require(n == 64, f"it returned {n!r}; return the number of items in the first batch (64)")
-    left = sorted(set(_worker_threads()) - before)
+def _values(per_class: Any) -> list[float]:
+    """Ten numbers from a list, tuple, tensor, numpy array, or a dict {class: value}."""
+    if isinstance(per_class, dict):
+        require(
+            sorted(per_class) == list(range(10)),
+            f"the dict has keys {sorted(per_class)}; use the classes 0..9 as keys",
+        )
+        per_class = [per_class[c] for c in range(10)]
+    if isinstance(per_class, torch.Tensor):
+        per_class = per_class.flatten().tolist()
+    return [float(v) for v in per_class]
+
+
+@checker("Exercise 1", "a list of 10 accuracies, one per digit class")
+def _exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> str:
+    values = _values(per_class)
+    require(len(values) == 10, f"got {len(values)} values; give one accuracy per class 0..9")
     require(
-        not left,
-        f"worker threads still running after it returned: {left}; close the "
-        "loader (a with block closes it however the function ends)",
+        max(values) <= 1.0 + 1e-9,
+        f"the largest value is {max(values):g}: give shares between 0 and 1, not percentages "
+        "or counts (correct ones divided by the number of test digits of that class)",
     )
-    procs = multiprocessing.active_children()
-    require(not procs, f"{len(procs)} worker processes still running; close the loader")
-    return "64 items, and no worker left running once it returned."
+    pred, target = _predict(model, test_ds.data), test_ds.target
+    want = [float((pred[target == c] == c).float().mean()) for c in range(10)]
+    precision = [float((target[pred == c] == c).float().mean()) for c in range(10)]
+    for c, (got, exp) in enumerate(zip(values, want, strict=True)):
+        mixed_up = abs(got - precision[c]) < 1e-6
+        require(
+            abs(got - exp) < 1e-6,
+            f"class {c}: you have {got:.4f}, the model gets {exp:.4f} "
+            + (
+                "(you divided by the digits the model *predicted* as "
+                f"{c}; divide by the test digits *labelled* {c})"
+                if mixed_up
+                else f"(correct predictions among the test digits labelled {c}, "
+                "divided by their count)"
+            ),
+        )
+    worst = min(range(10), key=lambda c: want[c])
+    return (
+        f"per-class accuracy right for all 10 classes; the hardest class for this model is "
+        f"{worst} ({want[worst]:.1%})."
+    )
 
 
-def exercise_1(first_batch_size: Callable[[], int]) -> Check:
-    """Check a function that reads the first batch of a 2-worker loader (``batch_size=64``) and
-    leaves no worker thread or process behind.
+def exercise_1(per_class: Any, model: nn.Module, test_ds: Any) -> Check:
+    """Check per-class test accuracy: ``per_class[c]`` is the share of test digits labelled
+    ``c`` that ``model`` classifies as ``c`` (recomputed from ``model`` and ``test_ds``).
 
     Example:
-        >>> exercise_1(lambda: 64)
-        ✓ Exercise 1: 64 items, and no worker left running once it returned.
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
+        >>> model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+        >>> exercise_1([1.0] * 9, model, ds)
+        ✗ Exercise 1, not yet: got 9 values; give one accuracy per class 0..9
     """
-    return _exercise_1(first_batch_size)
+    return _exercise_1(per_class, model, test_ds)
 
 
-def _tensors(x: Any) -> list[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, dict):
-        return [t for v in x.values() for t in _tensors(v)]
-    if isinstance(x, list | tuple):
-        return [t for v in x for t in _tensors(v)]
-    return []
-
-
-@checker("Exercise 2", "your list of batches and the label sum")
-def _exercise_2(kept: Any, label_sum: Any) -> str:
-    want = int(digits_tensors()[1].sum())
+@checker("Exercise 2", "your trained linear model")
+def _exercise_2(model: nn.Module, test_ds: Any) -> str:
+    require(isinstance(model, nn.Module), f"got a {type(model).__name__}; pass the trained model")
+    convs = [m for m in model.modules() if isinstance(m, nn.Conv2d)]
     require(
-        label_sum == want,
-        f"label_sum={label_sum!r}; add up batch['target'] over the "
-        "epoch, before cleaning the batches up",
+        not convs,
+        "the model still has convolutions; use nn.Sequential(nn.Flatten(), nn.Linear(64, 10))",
     )
-    kept = list(kept)
-    require(kept, "the list of batches is empty; keep every batch of the epoch in it")
-    held = sum(t.untyped_storage().nbytes() for b in kept for t in _tensors(b))
+    layers = [m for m in model.modules() if next(m.parameters(recurse=False), None) is not None]
+    linear_64_10 = (
+        len(layers) == 1
+        and isinstance(layers[0], nn.Linear)
+        and (layers[0].in_features, layers[0].out_features) == (64, 10)
+    )
+    names = ", ".join(type(m).__name__ for m in layers) or "none"
     require(
-        held == 0,
-        f"the batches still hold {held} bytes; call data.cleanup_data(batch) on each of them",
+        linear_64_10,
+        f"its layers with weights are [{names}]; a linear model has exactly one, "
+        "nn.Linear(64, 10) after nn.Flatten() (a hidden layer makes it a different model)",
     )
-    return f"label sum {want}, and the {len(kept)} kept batches hold 0 bytes."
+    require(
+        data.get_size(test_ds) == 360,
+        f"test_ds has {data.get_size(test_ds)} digits; pass the notebook's test_ds (360 digits)",
+    )
+    pred = _predict(model, test_ds.data)
+    acc = float((pred == test_ds.target).float().mean())
+    require(
+        acc >= 0.85,
+        f"test accuracy {acc:.1%}: train it first (an untrained model gets about "
+        "10%); use the same train_epoch loop for 8 epochs",
+    )
+    return f"one Linear(64, 10) layer, trained: it reaches {acc:.1%} on the 360 test digits."
 
 
-def exercise_2(kept: Any, label_sum: Any) -> Check:
-    """Check that every batch in ``kept`` was released with ``data.cleanup_data`` after its
-    labels were summed (``label_sum`` must be the digits' label total, 8070).
+def exercise_2(model: nn.Module, test_ds: Any) -> Check:
+    """Check a trained linear model (no convolutions) on the test digits: at least 85% accuracy.
 
     Example:
-        >>> exercise_2([{"target": torch.arange(3)}], 8070)
-        ✗ Exercise 2, not yet: the batches still hold 24 bytes; call data.cleanup_data(batch) ...
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> ds = data.tensor_dataset(torch.zeros(20, 1, 8, 8), torch.arange(20) % 10)
+        >>> exercise_2(torch.nn.Conv2d(1, 10, 8), ds)
+        ✗ Exercise 2, not yet: the model still has convolutions; ...
     """
-    return _exercise_2(kept, label_sum)
+    return _exercise_2(model, test_ds)

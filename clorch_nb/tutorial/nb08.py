@@ -1,130 +1,157 @@
-"""Checkers for ``notebooks/08_from_notebook_to_script.ipynb``."""
+"""Checkers for ``notebooks/08_resource_cleanup.ipynb``."""
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from clorch_nb import data
-from clorch_nb.examples import digits_dataset, digits_tensors
-from clorch_nb.tutorial._check import Check, checker, require, same_batches
+from clorch_nb.examples import digits_tensors
+from clorch_nb.tutorial._check import Check, as_int, checker, require
 
-__all__ = ["exercise_1", "exercise_2", "exercise_3"]
+__all__ = ["exercise_1", "exercise_2"]
 
 
-@checker("Exercise 1", "your function (dataset, indices, batch_size) -> list of batches")
-def _exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> str:
-    ds = digits_dataset()
-    sampler = data.distributed_sampler(ds, num_replicas=3, rank=2, seed=5)
-    data.set_epoch(sampler, 1)
-    indices = data.sample_indices(sampler)
-    for batch_size in (32, 100):
-        made = hand_batches(ds, indices, batch_size)
-        require(made is not None, "hand_batches returned None: return the list of batches")
-        mine = list(made)
-        want = list(data.dataloader(ds, batch_size=batch_size, sampler=indices))
-        require(
-            len(mine) == len(want),
-            f"batch_size={batch_size}: {len(mine)} batches, the "
-            f"loader makes {len(want)}; keep the short last batch (partition-all does)",
-        )
-        require(
-            same_batches(mine, want),
-            f"batch_size={batch_size}: the batches differ from "
-            "the loader's; collate each chunk of indices with data.default_collate, in order",
-        )
+def _worker_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("clorch_nb"))
+
+
+class _Probe:
+    """The digits, recording which workers build its items; with ``fail``, every item raises."""
+
+    def __init__(self, *, fail: bool = False) -> None:
+        self.X, self.y = digits_tensors()
+        self.fail = fail
+        self.seen: set[tuple[str, int, int]] = set()  # (backend, worker_id, num_workers)
+        self.lock = threading.Lock()
+
+    def get_size(self) -> int:
+        return len(self.y)
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        info = data.get_worker_info()
+        with self.lock:
+            self.seen.add(
+                ("main", -1, 0)
+                if info is None
+                else (info.worker_backend, info.worker_id, info.num_workers)
+            )
+        if self.fail:
+            raise ValueError(f"item {i} is broken (the check's test of an error exit)")
+        return {"data": self.X[i], "target": self.y[i]}
+
+
+def _left_running(before: set[str]) -> str | None:
+    threads = sorted(set(_worker_threads()) - before)
+    if threads:
+        return f"worker threads still running: {threads}"
+    procs = multiprocessing.active_children()
+    return f"{len(procs)} worker processes still running" if procs else None
+
+
+@checker("Exercise 1", "your function")
+def _exercise_1(first_batch_size: Callable[[Any], Any]) -> str:
+    require(callable(first_batch_size), "pass the function itself (no parentheses)")
+    before = set(_worker_threads())
+    probe = _Probe()
+    n = first_batch_size(probe)
+    left = _left_running(before)
+    require(
+        not left,
+        f"{left} after it returned; close the loader (a with block closes it however the "
+        "function ends)",
+    )
+    backends = {(b, k) for b, _, k in probe.seen}
+    require(
+        probe.seen,
+        "it never read the dataset it was given: build the loader over its argument, "
+        "data.dataloader(dataset, ...)",
+    )
+    require(
+        backends == {("thread", 2)},
+        f"its items were built by {sorted(backends)} (backend, num_workers); use "
+        "num_workers=2, worker_backend='thread'",
+    )
+    require(
+        n is not None and not isinstance(n, bool) and n == 64,
+        f"it returned {n!r}; return the number of items in the first batch, len(batch['target'])",
+    )
+    failing = _Probe(fail=True)
+    with contextlib.suppress(Exception):  # the error exit is the point: only what is left counts
+        first_batch_size(failing)
+    left = _left_running(before)
+    require(
+        not left,
+        f"when reading the batch raises an error, {left}; a with block (or try/finally) "
+        "closes the loader on every exit, errors included",
+    )
     return (
-        f"the same {len(want)} batches as data.dataloader(ds, batch_size=100, "
-        "sampler=indices), built by hand."
+        "64 items from 2 thread workers, and no worker left running once it returned, "
+        "nor when reading the batch raised an error."
     )
 
 
-def exercise_1(hand_batches: Callable[[Any, list[int], int], Any]) -> Check:
-    """Check a hand-written batching function against ``data.dataloader`` with the same indices
-    as its sampler (rank 2 of 3, epoch 1, batch sizes 32 and 100).
+def exercise_1(first_batch_size: Callable[[Any], Any]) -> Check:
+    """Check ``first_batch_size(dataset)``: it builds a loader over ``dataset`` with
+    ``batch_size=64`` and 2 thread workers, reads the first batch and returns its size, and leaves
+    no worker thread or process behind, both when it returns and when the batch raises an error.
 
     Example:
-        >>> exercise_1(lambda ds, idx, b: [data.default_collate([ds.get_item(i) for i in idx])])
-        ✗ Exercise 1, not yet: batch_size=32: 1 batches, the loader makes 19; ...
+        >>> exercise_1(lambda dataset: 64)
+        ✗ Exercise 1, not yet: it never read the dataset it was given: build the loader ...
     """
-    return _exercise_1(hand_batches)
+    return _exercise_1(first_batch_size)
 
 
-@checker("Exercise 2", "your fixed dataset")
-def _exercise_2(ds: Any) -> str:
-    items = [data.get_item(ds, i) for i in range(4)]
-    batch = data.default_collate(items)
+def _tensors(x: Any) -> list[torch.Tensor]:
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, dict):
+        return [t for v in x.values() for t in _tensors(v)]
+    if isinstance(x, list | tuple):
+        return [t for v in x for t in _tensors(v)]
+    return []
+
+
+@checker("Exercise 2", "your list of batches and the label sum")
+def _exercise_2(kept: Any, label_sum: Any) -> str:
+    want = int(digits_tensors()[1].sum())
+    label_sum = as_int(label_sum, "label_sum")
     require(
-        isinstance(batch, tuple),
-        f"the batch is a {type(batch).__name__} of "
-        f"{len(batch)}: lists are values, gathered as they are; return a tuple (image, label)",
+        label_sum == want,
+        f"label_sum={label_sum!r}; add up batch['target'] over the "
+        "epoch, before cleaning the batches up",
     )
-    require(len(batch) == 2, f"the batch has {len(batch)} fields; return (image, label)")
-    image, label = batch
+    kept = list(kept)
+    n_batches = -(-len(digits_tensors()[1]) // 256)
     require(
-        isinstance(image, torch.Tensor) and tuple(image.shape) == (4, 1, 8, 8),
-        f"batch[0] should stack 4 images to (4, 1, 8, 8), got {getattr(image, 'shape', image)}",
+        len(kept) == n_batches and len({id(b) for b in kept}) == n_batches,
+        f"the list holds {len(kept)} batches ({len({id(b) for b in kept})} different ones); "
+        f"keep every batch of the epoch: {n_batches} with batch_size=256",
     )
-    _, y = digits_tensors()
     require(
-        isinstance(label, torch.Tensor) and label.tolist() == y[:4].tolist(),
-        "batch[1] should be the 4 labels as one tensor: make the label a tensor too",
+        all(isinstance(b, dict) and {"data", "target"} <= set(b) for b in kept),
+        "keep the batches as the loader gave them (dicts with 'data' and 'target')",
     )
-    return "a tuple item collates field by field: images (4, 1, 8, 8) and labels (4,)."
+    held = sum(t.untyped_storage().nbytes() for b in kept for t in _tensors(b))
+    require(
+        held == 0,
+        f"the batches still hold {held} bytes; call data.cleanup_data(batch) on each of them",
+    )
+    return f"label sum {want}, and the {len(kept)} kept batches hold 0 bytes."
 
 
-def exercise_2(ds: Any) -> Check:
-    """Check a digits dataset whose items are ``(image, label)`` tuples, so that
-    ``default_collate`` stacks each field.
+def exercise_2(kept: Any, label_sum: Any) -> Check:
+    """Check that every batch in ``kept`` was released with ``data.cleanup_data`` after its
+    labels were summed (``label_sum`` must be the digits' label total, 8070).
 
     Example:
-        >>> X, y = digits_tensors(flat=False)
-        >>> exercise_2(data.dataset(size=10, get_item=lambda i: [X[i], y[i]]))
-        ✗ Exercise 2, not yet: the batch is a list of 4: lists are values, ...
+        >>> exercise_2([{"target": torch.arange(3)}], 8070)
+        ✗ Exercise 2, not yet: the list holds 1 batches (1 different ones); keep every batch ...
     """
-    return _exercise_2(ds)
-
-
-@checker("Exercise 3", "two loaders")
-def _exercise_3(loader_a: Any, loader_b: Any) -> str:
-    try:
-        setup_a = (loader_a.worker_backend, loader_a.num_workers)
-        setup_b = (loader_b.worker_backend, loader_b.num_workers)
-        require(
-            setup_a != setup_b,
-            f"both loaders run as {setup_a}; compare two different "
-            "set-ups, e.g. inline and 2 process workers",
-        )
-        a, b = list(loader_a), list(loader_b)
-        require(
-            same_batches(a, b),
-            f"{setup_a} and {setup_b} gave different batches: seed each "
-            "item's randomness from the item (a torch.Generator per index), not from the "
-            "global generator",
-        )
-        first = a[0]["data"] if isinstance(a[0], dict) else a[0][0]
-        # clean digits are multiples of 1/16 (the 17 grey levels of the source): noise is not
-        changed = float((first * 16 - (first * 16).round()).abs().max()) > 1e-3
-        require(changed, "the images look unaugmented; add the noise")
-    finally:
-        for ld in (loader_a, loader_b):
-            if hasattr(ld, "close"):
-                ld.close()
-    return (
-        f"augmented batches identical on {setup_a[0]} x{setup_a[1]} and {setup_b[0]} "
-        f"x{setup_b[1]}: reproducible whatever the workers (the check closed both loaders)."
-    )
-
-
-def exercise_3(loader_a: Any, loader_b: Any) -> Check:
-    """Check that two loaders with different worker set-ups (backend, ``num_workers``) yield
-    identical augmented batches. Runs one epoch of each, then closes both.
-
-    Example:
-        >>> ds = digits_dataset()
-        >>> exercise_3(data.dataloader(ds, seed=0), data.dataloader(ds, seed=0))
-        ✗ Exercise 3, not yet: both loaders run as ('inline', 0); ...
-    """
-    return _exercise_3(loader_a, loader_b)
+    return _exercise_2(kept, label_sum)

@@ -1,110 +1,98 @@
-"""Checkers for ``notebooks/10_why_is_my_loop_slow.ipynb``."""
+"""Checkers for ``notebooks/10_checkpoint_and_resume.ipynb``."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
+from torch.utils.data import DistributedSampler
 
-from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb import data
+from clorch_nb.examples import digits_tensors
 from clorch_nb.tutorial._check import Check, checker, require
-from clorch_nb.widgets.timeline import Timeline
 
-__all__ = ["exercise_1", "exercise_2", "sample_timeline"]
-
-
-@checker("Exercise 1", "your function")
-def _exercise_1(jitter: Any) -> str:
-    require(callable(jitter), f"jitter is a {type(jitter).__name__}; define a function")
-    gen = torch.Generator().manual_seed(0)
-    x = torch.rand(32, 1, 8, 8, generator=gen)
-    x[0] = 0.0  # black and white pixels: the clamp must keep them in [0, 1]
-    x[1] = 1.0
-    torch.manual_seed(0)
-    y = jitter(x.clone())
-    require(isinstance(y, torch.Tensor), f"jitter returned a {type(y).__name__}, not a tensor")
-    require(y.shape == x.shape, f"shape {tuple(y.shape)}; keep the batch's shape {tuple(x.shape)}")
-    require(y.dtype == x.dtype, f"dtype {y.dtype}; keep {x.dtype}")
-    require(bool(((y >= 0) & (y <= 1)).all()), "some values left [0, 1]: clamp them")
-    step = float((y - x).abs().max())
-    require(step <= 0.025 + 1e-6, f"a pixel moved by {step:.3f}; the jitter is at most 0.025")
-    moved = float((y != x).float().mean())
-    require(moved > 0.5, f"only {moved:.0%} of the pixels changed; jitter every pixel")
-    other = jitter(x.clone())
-    require(not torch.equal(other, y), "two calls gave the same noise: draw it at random")
-    return (
-        "the whole batch jittered at once (every pixel within 0.025, clamped to [0, 1]): "
-        "torch does the per-pixel loop in C."
-    )
+__all__ = ["exercise_1", "exercise_2"]
 
 
-def exercise_1(jitter: Any) -> Check:
-    """Check ``jitter(x)``: one round of the digits' pixel jitter on a whole batch ``x`` of
-    shape ``(B, 1, 8, 8)``: uniform noise in ``[-0.025, 0.025)`` added to every pixel, then
-    clamped to ``[0, 1]``, with torch operations (no Python loop over pixels).
-
-    Example:
-        >>> exercise_1(lambda x: x)
-        ✗ Exercise 1, not yet: only 0% of the pixels changed; jitter every pixel
-    """
-    return _exercise_1(jitter)
-
-
-def sample_timeline() -> Timeline:
-    """A small recorded run (2 thread workers, 6 batches) to read: see exercise 2.
-
-    Example:
-        >>> sample_timeline().batches()
-        6
-    """
-    events: list[tuple[Any, ...]] = [tuple(EpochEvent("start", 0, 6, "thread", 2, 0.0))]
-    t = 0.0
-    # (worker, build seconds, loop body seconds after it): batch 3 is slow to build
-    plan = [
-        (0, 0.02, 0.01),
-        (1, 0.03, 0.01),
-        (0, 0.02, 0.01),
-        (1, 0.09, 0.01),
-        (0, 0.02, 0.01),
-        (1, 0.02, 0.01),
-    ]
-    free = {0: 0.0, 1: 0.0}
-    for i, (w, build, body) in enumerate(plan):
-        start = free[w]
-        done = start + build
-        free[w] = done
-        asked = t
-        got = max(asked, done)
-        events.append(
-            tuple(BatchEvent(0, i, w, 8, build, 0.0, got - asked, 0, got, asked, start, done))
-        )
-        t = got + body
-    events.append(tuple(EpochEvent("end", 0, 6, "thread", 2, t)))
-    return Timeline(events)
-
-
-@checker("Exercise 2", "the batch index")
-def _exercise_2(batch_index: Any) -> str:
-    tl = sample_timeline()
-    waits = {s.batch_index: s.t1 - s.t0 for s in tl.spans if s.kind == "wait"}
-    longest = max(waits, key=lambda b: waits[b])
-    require(isinstance(batch_index, int), f"{batch_index!r} is not a batch index (an int)")
+@checker("Exercise 1", "the state saved after the last batch of epoch 0")
+def _exercise_1(state: Any) -> str:
+    if isinstance(state, str | bytes):  # saved as JSON text: the same state
+        state = json.loads(state)
+    require(isinstance(state, dict), f"got {type(state).__name__}; pass loader.state_dict()")
+    require(state.get("format") == "clorch_nb.loader/1", "pass what loader.state_dict() returns")
     require(
-        batch_index == longest,
-        f"the loop waited {1000 * waits.get(batch_index, 0.0):.0f} ms for batch {batch_index}; "
-        "look at the 'wait' spans of the main loop",
+        state.get("batch_size") == 128 and state.get("seed") == 0,
+        "build the loader as in section 1: batch_size=128, seed=0",
     )
+    where = (state.get("epoch"), state.get("batches_done"))
+    require(
+        where == (1, 0),
+        f"the state names epoch {where[0]}, batch {where[1]}: save it right "
+        "after the loop over epoch 0 has taken its last batch",
+    )
+    X, y = digits_tensors()  # noqa: N806
+    fresh = data.dataloader(data.tensor_dataset(X, y), batch_size=128, seed=0)
+    try:
+        fresh.load_state_dict(state)  # refuses a state of another configuration, naming it
+    except ValueError as e:
+        require(False, f"a fresh loader refuses it ({e}); pass loader.state_dict() itself")
     return (
-        f"batch {longest}: the loop waited {1000 * waits[longest]:.0f} ms while worker 1 was "
-        "still building it."
+        "a finished epoch resumes at the start of the next one: epoch 1, batch 0 (and a "
+        "fresh digits loader with batch_size=128, seed=0 accepts the state)."
     )
 
 
-def exercise_2(batch_index: Any) -> Check:
-    """Check the index of the batch the main loop of :func:`sample_timeline` waited longest for.
+def exercise_1(state: Any) -> Check:
+    """Check a digits loader's state (``batch_size=128, seed=0``) saved after the last batch of
+    epoch 0: it names epoch 1, batch 0.
 
     Example:
-        >>> exercise_2(0)
-        ✗ Exercise 2, not yet: the loop waited 20 ms for batch 0; ...
+        >>> exercise_1({"format": "clorch_nb.loader/1", "batch_size": 128, "seed": 0,
+        ...             "epoch": 0, "batches_done": 14, "num_batches": 15})
+        ✗ Exercise 1, not yet: the state names epoch 0, batch 14: save it right after ...
     """
-    return _exercise_2(batch_index)
+    return _exercise_1(state)
+
+
+@checker("Exercise 2", "the list of dataset indices the single new rank reads")
+def _exercise_2(rest: Any) -> str:
+    rest = [int(i) for i in (rest.flatten().tolist() if isinstance(rest, torch.Tensor) else rest)]
+    n = len(digits_tensors()[1])
+    consumed = []
+    for rank in range(2):  # the oracle: torch's own shards, first 10 batches of 32 each
+        dataset: Any = range(n)  # torch only needs len()
+        s: DistributedSampler[int] = DistributedSampler(dataset, num_replicas=2, rank=rank, seed=0)
+        s.set_epoch(1)
+        consumed += list(s)[: 10 * 32]
+    # torch's epoch-1 order; the 2 ranks took its positions 0..639 (rank r: r, r + 2, ...),
+    # one rank reads the rest of it in order
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0 + 1)).tolist()
+    want = order[len(consumed) :]
+    require(
+        len(rest) == len(want),
+        f"the new rank read {len(rest)} items; {len(want)} were left of epoch 1 "
+        "after 2 ranks x 10 batches of 32 (stop after 10 batches, load the state, set_epoch(1))",
+    )
+    require(not set(rest) & set(consumed), "it re-read items the old ranks had already trained on")
+    require(sorted(rest + consumed) == list(range(n)), "some digit of epoch 1 was never read")
+    require(
+        rest == want,
+        "the right items, in another order: give them in the order the new rank's loader "
+        "yields them (the rest of epoch 1's shuffled order), not sorted",
+    )
+    return (
+        f"{len(rest)} items, in the order of the rest of epoch 1, and with the "
+        f"{len(consumed)} before the stop every digit once."
+    )
+
+
+def exercise_2(rest: Any) -> Check:
+    """Check the indices a 1-rank job reads after resuming epoch 1 of a 2-rank job (digits,
+    ``batch_size=32``, ``seed=0``) stopped after 10 batches per rank: exactly the unread ones.
+
+    Example:
+        >>> exercise_2([0, 1, 2])
+        ✗ Exercise 2, not yet: the new rank read 3 items; 1157 were left of epoch 1 after ...
+    """
+    return _exercise_2(rest)

@@ -21,6 +21,12 @@ The split uses only the timestamps in :class:`~clorch_nb.instrumentation.BatchEv
 
 The three shares add up to the epochs' wall time (up to clock reads between events), so the
 coverage is close to 100 %.
+
+With ``device="cuda"`` the loader also sends a :class:`~clorch_nb.instrumentation.CopyEvent` per
+batch: when its host-to-device copy ran, and when the loop's stream reached the batch. A copy
+that ends after that moment made the device wait for it (``copy_wait_s``: time inside the loop
+body, seen from the host); when that is at least a tenth of the wall time and more than the
+host waited for data, the verdict is "waiting for the copy".
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clorch_nb.instrumentation import BatchEvent
+from clorch_nb.instrumentation import BatchEvent, CopyEvent
 
 __all__ = ["STAGES", "Breakdown", "Verdict", "verdict"]
 
@@ -41,6 +47,10 @@ _F = {name: i for i, name in enumerate(BatchEvent._fields)}
 WORKER, ITEMS, FETCH, COLLATE = _F["worker_id"], _F["num_items"], _F["fetch_s"], _F["collate_s"]
 WAIT, T, ASKED = _F["wait_s"], _F["t_s"], _F["t_asked_s"]
 START, SENT = _F["t_start_s"], _F["t_sent_s"]
+# CopyEvent fields by name
+_C = {name: i for i, name in enumerate(CopyEvent._fields)}
+C_EPOCH, C_INDEX, C_BYTES = _C["epoch"], _C["batch_index"], _C["nbytes"]
+C_START, C_END, C_NEEDED = _C["t_start_s"], _C["t_end_s"], _C["t_needed_s"]
 
 
 def _clip(x: float, lo: float, hi: float) -> float:
@@ -70,6 +80,10 @@ class Breakdown:
         self.overhead_s = 0.0
         self.wait_parts = dict.fromkeys(STAGES, 0.0)
         self.batches = 0
+        self.copies = 0  # batches copied to the device (CopyEvent)
+        self.copy_s = 0.0  # seconds the copies ran on the device
+        self.copy_bytes = 0
+        self.copy_wait_s = 0.0  # seconds the device waited for a copy (see the module doc)
         self._start: float | None = None  # the open epoch's start
         self._prev: float | None = None  # hand-over of its last batch
         self._first_sent: float | None = None  # earliest hand-over-ready time this epoch
@@ -124,10 +138,31 @@ class Breakdown:
             parts["items"] += build * (1.0 - share)
         self._prev = t
 
+    def copy(self, ev: tuple[Any, ...]) -> tuple[Any, ...]:
+        """Take one :class:`~clorch_nb.instrumentation.CopyEvent` (or its fields as a tuple);
+        returns its fields as a plain tuple (what the monitor keeps for the timeline).
+
+        Example:
+            >>> from clorch_nb.instrumentation import CopyEvent
+            >>> b = Breakdown()
+            >>> b.copy(CopyEvent("copy", 0, 3, 1000, 0.0, 1.0, 1.5, 1.2))
+            ('copy', 0, 3, 1000, 0.0, 1.0, 1.5, 1.2)
+            >>> b.copies, b.copy_s, round(b.copy_wait_s, 3)
+            (1, 0.5, 0.3)
+        """
+        ev = tuple(ev)
+        self.copies += 1
+        self.copy_bytes += ev[C_BYTES]
+        self.copy_s += max(0.0, ev[C_END] - ev[C_START])
+        self.copy_wait_s += max(0.0, ev[C_END] - ev[C_NEEDED])
+        return ev
+
     def feed(self, events: Iterable[Any]) -> None:
-        """:meth:`batch` or :meth:`epoch` for each event, by its type."""
+        """:meth:`batch`, :meth:`epoch` or :meth:`copy` for each event, by its type."""
         for ev in events:
-            if isinstance(ev[0], str):
+            if ev[0] == "copy":
+                self.copy(ev)
+            elif isinstance(ev[0], str):
                 self.epoch(ev)
             else:
                 self.batch(ev)
@@ -162,13 +197,15 @@ class Verdict:
     """The answer to "why is my loop slow?".
 
     Attributes:
-        kind (str): ``"data-bound"``, ``"compute-bound"``, ``"balanced"``, ``"overhead-bound"``
-            or ``"no data"``.
-        stage (str | None): for a wait, where it goes: one of :data:`STAGES`.
+        kind (str): ``"data-bound"``, ``"copy-bound"``, ``"compute-bound"``, ``"balanced"``,
+            ``"overhead-bound"`` or ``"no data"``.
+        stage (str | None): for a wait, where it goes: one of :data:`STAGES`, or ``"copy"``.
         line (str): the one-line verdict with the change to try.
         body_share (float), wait_share (float), overhead_share (float): shares of wall time.
         wait_parts (dict[str, float]): seconds of waiting per stage.
         busy_share (float): mean share of wall time the workers spent building batches.
+        copy_share (float): share of wall time the device waited for host-to-device copies
+            (0 without ``device="cuda"``).
     """
 
     kind: str
@@ -179,6 +216,7 @@ class Verdict:
     overhead_share: float
     wait_parts: dict[str, float]
     busy_share: float
+    copy_share: float = 0.0
 
     def __str__(self) -> str:
         return self.line
@@ -194,11 +232,17 @@ class Verdict:
             f"{self.line}\n  wall time: loop body {self.body_share:.0%}, waiting for data "
             f"{self.wait_share:.0%}, loader overhead {self.overhead_share:.0%}"
             + (f"\n  the wait: {parts}" if parts else "")
+            + (
+                f"\n  the device waited for host-to-device copies {self.copy_share:.0%}"
+                if self.copy_share
+                else ""
+            )
         )
 
 
 DATA_BOUND = 0.25  # waiting for data at least this share of wall time
 COMPUTE_BOUND = 0.10  # waiting less than this
+COPY_BOUND = 0.10  # the device waiting for copies at least this share (and more than the host)
 
 
 def _advice(stage: str, backend: str, num_workers: int, busy: float, share: float) -> str:
@@ -274,8 +318,13 @@ def verdict(
     if wall <= 0 or breakdown.batches == 0:
         return Verdict("no data", None, "no data: no batch was loaded yet", 0, 0, 0, parts, 0)
     sb, sw, so = body / wall, wait / wall, overhead / wall
+    sc = breakdown.copy_wait_s / wall
     stage = max(STAGES, key=lambda s: parts[s]) if any(parts.values()) else None
     stage_share = parts[stage] / wall if stage else 0.0
+    if sc >= COPY_BOUND and sc > sw:
+        return Verdict(
+            "copy-bound", "copy", _copy_line(breakdown, sc), sb, sw, so, parts, busy_share, sc
+        )
     if sw >= DATA_BOUND and stage is not None:
         kind = "data-bound"
         line = f"data-bound: {_advice(stage, worker_backend, num_workers, busy_share, stage_share)}"
@@ -302,4 +351,14 @@ def verdict(
             if stage
             else f"balanced: waiting for data {sw:.0%} of the time, the loop body {sb:.0%}"
         )
-    return Verdict(kind, stage, line, sb, sw, so, parts, busy_share)
+    return Verdict(kind, stage, line, sb, sw, so, parts, busy_share, sc)
+
+
+def _copy_line(b: Breakdown, share: float) -> str:
+    rate = b.copy_bytes / b.copy_s / 1e9 if b.copy_s > 0 else 0.0
+    return (
+        f"copy-bound: waiting for the copy: the device waited {share:.0%} of the time for "
+        f"batches to reach it (host-to-device at {rate:.1f} GB/s); pin_memory=True (copies "
+        "from page-locked memory overlap the step), a larger prefetch_to_device, or smaller "
+        "batches in compact dtypes (uint8, converted on the device) would help"
+    )

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
-from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
 from clorch_nb.widgets.diagnose import Breakdown, Verdict, verdict
 
 __all__ = ["HistoryPoint", "ThroughputSnapshot", "ThroughputStats", "WorkerRate", "worker_name"]
@@ -183,9 +183,7 @@ class ThroughputStats:
         self.batches = 0
         self.items = 0
         self.wait_s = 0.0
-        self.queue_last = 0
-        self.queue_sum = 0
-        self.queue_max = 0
+        self.queue_last = self.queue_sum = self.queue_max = 0
         self._closed_s = 0.0  # wall time of finished epochs
         self._t_start: float | None = None  # start of the open epoch
         self._t_epoch: float | None = None  # start of the last epoch started
@@ -198,8 +196,10 @@ class ThroughputStats:
         self._recent: dict[int, list[tuple[float, int, int]]] = {}
 
     def add(self, event: Any) -> None:
-        """Take one loader event (:class:`BatchEvent` or :class:`EpochEvent`)."""
-        if event.__class__ is EpochEvent:
+        """Take one loader event (a BatchEvent, EpochEvent or CopyEvent)."""
+        if event.__class__ is CopyEvent:  # the device's side: for the verdict and the timeline
+            self.recent.append(self.breakdown.copy(event))
+        elif event.__class__ is EpochEvent:
             # its fields as a plain tuple of numbers and strings: untracked by the GC (kept
             # event objects would be promoted to the oldest generation and make full
             # collections more frequent: that costs more than all of this)

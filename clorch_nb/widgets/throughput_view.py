@@ -241,6 +241,8 @@ class ThroughputMonitor(View):
                     tick(ev.t_s)
                 return
             stats.add(ev)
+            if ev.kind == "copy":  # a CopyEvent (device times): no clock, no epoch change
+                return
             last[0] = ev.t_s
             if ev.kind != "start":
                 self._epoch_over(ev)

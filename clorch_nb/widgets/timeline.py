@@ -4,9 +4,10 @@ is :class:`~clorch_nb.widgets.timeline_view.TimelineView`).
 
 Lanes: one per worker (``worker k``; ``main thread`` when batches are built inline) showing
 ``build`` (``get_item``/``get_batch`` + ``collate_fn``) and ``send`` (encoding for the trip to
-the main process), and ``main loop`` showing ``wait`` (blocked on the loader) and ``body`` (the
-user's code between two batches). Times are ``time.perf_counter()`` seconds: CLOCK_MONOTONIC, the
-same clock in every process on Linux.
+the main process), ``main loop`` showing ``wait`` (blocked on the loader) and ``body`` (the
+user's code between two batches), and with ``device="cuda"`` ``host to device`` showing each
+batch's ``copy`` as the device ran it (CUDA events; none on the CPU). Times are
+``time.perf_counter()`` seconds: CLOCK_MONOTONIC, the same clock in every process on Linux.
 """
 
 from __future__ import annotations
@@ -18,13 +19,29 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from clorch_nb.widgets.diagnose import ASKED, COLLATE, FETCH, ITEMS, SENT, START, WAIT, WORKER, T
+from clorch_nb.widgets.diagnose import (
+    ASKED,
+    C_END,
+    C_EPOCH,
+    C_INDEX,
+    C_START,
+    COLLATE,
+    FETCH,
+    ITEMS,
+    SENT,
+    START,
+    WAIT,
+    WORKER,
+    T,
+)
 
-__all__ = ["MAIN_LOOP", "Span", "Timeline", "merge_traces"]
+__all__ = ["H2D", "MAIN_LOOP", "Span", "Timeline", "merge_traces"]
 
 MAIN_LOOP = "main loop"
+#: the lane of host-to-device copies (``device="cuda"``)
+H2D = "host to device"
 #: span kinds, in drawing order
-KINDS = ("build", "send", "wait", "body")
+KINDS = ("build", "send", "wait", "body", "copy")
 
 
 def lane_name(worker_id: int) -> str:
@@ -75,6 +92,10 @@ class Timeline:
         self.num_workers = 0
         open_body: tuple[float, int, int, int] | None = None  # (t, epoch, batch, items)
         for ev in events:
+            if ev[0] == "copy":  # a CopyEvent: the batch's host-to-device copy
+                self.spans.append(Span(H2D, "copy", ev[C_START], ev[C_END], ev[C_EPOCH],
+                                       ev[C_INDEX], 0))  # fmt: skip
+                continue
             if isinstance(ev[0], str):  # an epoch event: it closes the body of the last batch
                 self.worker_backend, self.num_workers = ev[3], ev[4]
                 if open_body is not None and ev[0] != "start":
@@ -101,9 +122,10 @@ class Timeline:
 
     @property
     def lanes(self) -> list[str]:
-        """``main loop`` first, then the workers by id."""
-        names = {s.lane for s in self.spans} - {MAIN_LOOP}
-        return [MAIN_LOOP, *sorted(names, key=lambda s: (s != "main thread", len(s), s))]
+        """``main loop`` first, then ``host to device`` (if any copy), then the workers by id."""
+        names = {s.lane for s in self.spans} - {MAIN_LOOP, H2D}
+        h2d = [H2D] if any(s.lane == H2D for s in self.spans) else []
+        return [MAIN_LOOP, *h2d, *sorted(names, key=lambda s: (s != "main thread", len(s), s))]
 
     @property
     def t_min(self) -> float:
@@ -155,6 +177,8 @@ class Timeline:
                 parts.append(f"waited {ms(w.t0)}-{ms(w.t1)}")
             if "body" in kinds:
                 parts.append(f"consumed {ms(kinds['body'].t0)}-{ms(kinds['body'].t1)}")
+            if "copy" in kinds:
+                parts.append(f"copied to the device {ms(kinds['copy'].t0)}-{ms(kinds['copy'].t1)}")
             lines.append(f"  epoch {epoch} batch {bi}: " + ", ".join(parts) + " ms")
         return "\n".join(lines)
 

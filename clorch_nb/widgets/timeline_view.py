@@ -17,12 +17,19 @@ from clorch_nb.widgets.timeline import KINDS, Timeline
 
 __all__ = ["TimelineView"]
 
-COLORS = {"build": "#0072B2", "send": "#56B4E9", "wait": "#D55E00", "body": "#009E73"}
+COLORS = {
+    "build": "#0072B2",
+    "send": "#56B4E9",
+    "wait": "#D55E00",
+    "body": "#009E73",
+    "copy": "#CC79A7",
+}
 LABELS = {
     "build": "building (get_item + collate)",
     "send": "sending to the main process",
     "wait": "loop waiting for data",
     "body": "loop body (your step)",
+    "copy": "host-to-device copy",
 }
 
 
@@ -72,7 +79,10 @@ class TimelineView(View):
         lanes = tl.lanes
         # laid out in inches: title and legend above the lanes, the axis label below, so the
         # legend never covers a lane whatever their number
-        top_in, bottom_in, lanes_in = 0.75, 0.55, 0.45 * len(lanes)
+        kinds = [k for k in KINDS if any(s.kind == k for s in tl.spans)]
+        ncol = len(kinds) if len(kinds) <= 4 else 3  # the copy kind: the legend takes 2 rows
+        top_in = 0.75 + 0.25 * (-(-len(kinds) // max(ncol, 1)) - 1)
+        bottom_in, lanes_in = 0.55, 0.45 * len(lanes)
         height = top_in + lanes_in + bottom_in
         fig = new_figure(9.0, height)
         ax = fig.add_axes((0.13, bottom_in / height, 0.85, lanes_in / height))
@@ -100,7 +110,6 @@ class TimelineView(View):
         ax.set_xlabel("milliseconds", fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
         ax.tick_params(labelsize=10)
-        kinds = [k for k in KINDS if any(s.kind == k for s in tl.spans)]
         fig.text(
             0.01,
             0.97,
@@ -117,7 +126,7 @@ class TimelineView(View):
                 handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds],
                 loc="upper left",
                 bbox_to_anchor=(0.12, 1 - 0.3 / height),
-                ncol=len(kinds),
+                ncol=ncol,
                 fontsize=9,
                 frameon=False,
                 handlelength=1.0,

@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["ALIGN", "SHM_DIR", "ParentArena", "WorkerArena", "tensor_views"]
+__all__ = ["ALIGN", "SHM_DIR", "ParentArena", "WorkerArena", "map_file", "tensor_views", "unmap"]
 
 #: where shared-memory files live (the arena's slots and shm.py's one-off segments)
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
@@ -245,7 +245,7 @@ def _map_fd(fd: int, size: int, path: str, flags: int = 0) -> int:
     return int(addr)
 
 
-def _map_file(path: str, size: int) -> int:
+def map_file(path: str, size: int) -> int:
     """Map ``size`` bytes of ``path`` shared, read-write; the fd is closed before returning."""
     fd = os.open(path, os.O_RDWR)
     try:
@@ -264,8 +264,13 @@ def _mapped_buffer(fd: int, size: int, path: str, flags: int = 0) -> memoryview:
     return mv
 
 
-def _unmap_and_free(addr: int, size: int, freed: collections.deque[int], sid: int) -> None:
+def unmap(addr: int, size: int) -> None:
+    """Undo :func:`map_file` (``munmap``); only once nothing views the mapping any more."""
     _libc_mm().munmap(addr, size)
+
+
+def _unmap_and_free(addr: int, size: int, freed: collections.deque[int], sid: int) -> None:
+    unmap(addr, size)
     freed.append(sid)
 
 
@@ -277,18 +282,24 @@ class ParentArena:
         self.freed: collections.deque[int] = collections.deque()  # appended by finalizers
 
     def views(self, sid: int, name: str, nbytes: int, metas: list[Any]) -> list[torch.Tensor]:
-        """The batch's tensors over a fresh mapping of slot ``sid`` (file ``name``, its first
-        ``nbytes`` bytes; no fd kept). When they are all freed, the mapping goes and the slot
+        """The batch's tensors over :meth:`buffer` (no copy). When they are all freed, the slot
         is queued as free."""
-        size = -(-nbytes // _PAGE) * _PAGE
-        addr = _map_file(os.path.join(SHM_DIR, name), size)
-        mv = memoryview((ctypes.c_ubyte * size).from_address(addr))
-        fin = weakref.finalize(mv, _unmap_and_free, addr, size, self.freed, sid)
-        fin.atexit = False  # never unmap under a tensor still alive at exit; the OS frees it
+        mv = self.buffer(sid, name, nbytes)
         # One storage over the memoryview; the tensors are set_() onto it (not views of a base
         # tensor, whose ``_base`` would keep the storage alive after cleanup_data empties them).
         storage = torch.frombuffer(mv, dtype=torch.uint8).untyped_storage()
         return tensor_views(storage, metas)
+
+    def buffer(self, sid: int, name: str, nbytes: int) -> memoryview:
+        """The first ``nbytes`` bytes of slot ``sid`` (file ``name``), over a fresh mapping (no
+        fd kept) that goes, and queues the slot as free, when the buffer is freed. A subclass
+        may map a slot once instead (:class:`~clorch_nb.data.pinning.RegisteredArena`)."""
+        size = -(-nbytes // _PAGE) * _PAGE
+        addr = map_file(os.path.join(SHM_DIR, name), size)
+        mv = memoryview((ctypes.c_ubyte * size).from_address(addr))
+        fin = weakref.finalize(mv, _unmap_and_free, addr, size, self.freed, sid)
+        fin.atexit = False  # never unmap under a tensor still alive at exit; the OS frees it
+        return mv
 
     def discard(self, sid: int) -> None:
         """A batch nobody will read (stale epoch): its slot is free at once."""

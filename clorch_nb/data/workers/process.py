@@ -24,6 +24,7 @@ import multiprocessing as mp
 import os
 import pickle
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -32,6 +33,7 @@ import torch
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm
+from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.child import WorkerConfig
 from clorch_nb.data.workers.polling import PollSet
@@ -81,8 +83,10 @@ class ProcessPool:
         *,
         use_get_batch: bool,
         start_method: StartMethod | None = None,
+        parent_arena: Callable[[], ParentArena] = ParentArena,
     ) -> None:
         self.source = source
+        self._parent_arena = parent_arena  # pin_memory: registered slots (data/pinning.py)
         self.num_workers = config.num_workers
         self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
         init_fn = config.worker_init_fn
@@ -120,7 +124,11 @@ class ProcessPool:
             self._init_blob,
         )
         w = start_worker(
-            self._ctx, cfg, self.source, record=lambda w: self._workers.__setitem__(worker_id, w)
+            self._ctx,
+            cfg,
+            self.source,
+            record=lambda w: self._workers.__setitem__(worker_id, w),
+            arena=self._parent_arena(),
         )
         if self._epoch is not None:
             self._send(w, ("epoch", self._epoch, self._base_seed))

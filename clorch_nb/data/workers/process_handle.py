@@ -68,9 +68,15 @@ class WorkerHandle:
 
 
 def start_worker(
-    ctx: Any, cfg: WorkerConfig, source: Any, *, record: Callable[[WorkerHandle], None]
+    ctx: Any,
+    cfg: WorkerConfig,
+    source: Any,
+    *,
+    record: Callable[[WorkerHandle], None],
+    arena: ParentArena | None = None,
 ) -> WorkerHandle:
-    """Start worker ``cfg.worker_id`` and hand it to ``record`` before any Ctrl-C can land.
+    """Start worker ``cfg.worker_id`` and hand it to ``record`` before any Ctrl-C can land;
+    ``arena`` is the parent's side of its arena (default a plain :class:`ParentArena`).
 
     A Ctrl-C is held back until the worker is started and recorded: cut in half, the start
     would kill the forkserver or leave a child waiting forever (``interrupts.py``). In the pool's
@@ -98,7 +104,9 @@ def start_worker(
         # there.
         task_r.close()
         result_w.close()
-        w = WorkerHandle(cfg.worker_id, proc.pid, proc, task_w, result_r)
+        w = WorkerHandle(
+            cfg.worker_id, proc.pid, proc, task_w, result_r, arena=arena or ParentArena()
+        )
         record(w)
     return w
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import pickle
 import sys
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from clorch_nb._signals import deferred_sigint
@@ -20,6 +21,7 @@ from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.thread_safety import check_thread_safe
+from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.inline import InlinePool
 from clorch_nb.data.workers.sources import SharedTensors
@@ -116,14 +118,20 @@ def choose_worker_backend(
 
 
 def make_pool(
-    backend: WorkerBackend, dataset: Any, spec: ProcessSpec | None, config: LoaderConfig
+    backend: WorkerBackend,
+    dataset: Any,
+    spec: ProcessSpec | None,
+    config: LoaderConfig,
+    *,
+    parent_arena: Callable[[], ParentArena] | None = None,
 ) -> WorkerPool:
     """The worker pool for ``backend``: "inline" builds on the consuming thread
     (:class:`~clorch_nb.data.workers.inline.InlinePool`), "thread" and "process" in workers.
 
     A process pool rebuilds the dataset from its ``process_spec``; without one (only tensor
     datasets get that far, see :func:`choose_worker_backend`) the tensors move to shared memory
-    once and every worker maps them.
+    once and every worker maps them. ``parent_arena`` makes the parent's side of each process
+    worker's arena (``pin_memory``'s registered slots; default :class:`ParentArena`).
     """
     if backend == "inline":
         # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
@@ -139,7 +147,12 @@ def make_pool(
         from clorch_nb.data.workers.process import ProcessPool
 
         source = spec or SharedTensors.from_dataset(dataset)
-        return ProcessPool(source, config, use_get_batch=config.collate_fn is default_collate)
+        return ProcessPool(
+            source,
+            config,
+            use_get_batch=config.collate_fn is default_collate,
+            parent_arena=parent_arena or ParentArena,
+        )
     raise ValueError(f"no worker pool for backend {backend!r}")  # internal: a Literal
 
 
@@ -151,7 +164,7 @@ class PoolSlot:
 
     Args:
         owner (object): the loader; when it is collected, the pool is closed.
-        backend ("inline" | "thread" | "process"), dataset, spec, config: what
+        backend ("inline" | "thread" | "process"), dataset, spec, config, parent_arena: what
             :func:`make_pool` builds the pool from.
 
     Attributes:
@@ -175,8 +188,11 @@ class PoolSlot:
         dataset: Any,
         spec: ProcessSpec | None,
         config: LoaderConfig,
+        *,
+        parent_arena: Callable[[], ParentArena] | None = None,
     ) -> None:
         self.backend, self.dataset, self.spec, self.config = backend, dataset, spec, config
+        self.parent_arena = parent_arena
         self.pool: WorkerPool | None = None
         weakref.finalize(owner, _close_slot, self)
 
@@ -186,7 +202,13 @@ class PoolSlot:
             # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
             # once, and an unrecorded pool could never be closed.
             with deferred_sigint():
-                self.pool = make_pool(self.backend, self.dataset, self.spec, self.config)
+                self.pool = make_pool(
+                    self.backend,
+                    self.dataset,
+                    self.spec,
+                    self.config,
+                    parent_arena=self.parent_arena,
+                )
         return self.pool
 
     def prestart(self) -> None:
