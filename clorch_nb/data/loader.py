@@ -597,17 +597,21 @@ class IterableDataLoader(DataLoader):
         ('IterableDataLoader', [[0, 1], [2]])
     """
 
-    _stream: StreamLoader
+    @property
+    def stream(self) -> StreamLoader:
+        """The :class:`~clorch_nb.data.stream.StreamLoader` that runs this loader's epochs."""
+        assert self._stream is not None  # DataLoader.__init__ made it (IterableDataset)
+        return self._stream
 
     def __iter__(self) -> Any:
-        return iter(self._stream)
+        return iter(self.stream)
 
     def __len__(self) -> int:
-        return len(self._stream)
+        return len(self.stream)
 
     def state_dict(self) -> dict[str, Any]:
         """Refused: an iterable dataset is not resumable (:meth:`StreamLoader.state_dict`)."""
-        return self._stream.state_dict()
+        return self.stream.state_dict()
 
     def close(self) -> None:
         """Nothing to stop: a stream's threads end with its epoch."""
