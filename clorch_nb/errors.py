@@ -84,8 +84,11 @@ class WorkerError(ClorchError, RuntimeError):
     """A loader worker failed or died; the message names the worker, the batch and the cause."""
 
 
-class WorkerTimeoutError(ClorchError, TimeoutError):
-    """A batch took longer than ``timeout_ms``; the message names the worker, batch and limit."""
+class WorkerTimeoutError(ClorchError, TimeoutError, RuntimeError):
+    """A batch took longer than ``timeout_ms``; the message names the worker, batch and limit.
+
+    Also a ``RuntimeError``: torch's DataLoader raises that type for its ``timeout``, so
+    ``except RuntimeError`` written against torch catches it."""
 
 
 class SharedMemoryError(WorkerError):

@@ -181,6 +181,9 @@ FOREIGN_PRIVATES = {
     "_forkserver_pid": "the forkserver's pid, to keep Ctrl-C from reaching it (interrupts)",
     "_forkserver_alive_fd": "whether the forkserver is running (interrupts)",
     "_forkserver_address": "whether the forkserver is running (interrupts)",
+    "_worker_info": "torch.utils.data._utils.worker._worker_info: torch's worker info, a module "
+    "global that torch.utils.data.get_worker_info() returns; a process worker sets it so torch-"
+    "ecosystem datasets split their work (torch_worker_info); no public setter",
 }
 
 

@@ -42,7 +42,7 @@ from clorch_nb.data.distributed import (
 )
 from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
-from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
+from clorch_nb.data.loader import DataLoader, IterableDataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.replay import BatchRef, ReplayedBatch, batch_ref, replay
 from clorch_nb.data.shards import ShardDataset, shard_dataset
@@ -59,6 +59,7 @@ __all__ = [
     "DistributedSampler",
     "EpochIterator",
     "EpochPosition",
+    "IterableDataLoader",
     "LoaderConfig",
     "LoaderEngine",
     "LoaderState",

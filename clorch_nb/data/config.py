@@ -60,6 +60,16 @@ class LoaderConfig:
         sampler_yields ("indices" | "batches"): what the loader's sampler yields: dataset indices
             (``sampler=``, cut into batches of ``batch_size``) or whole batches, lists of
             indices (``batch_sampler=``).
+        persistent_workers (bool): True (``dataloader()``'s rule): workers live until
+            ``close()``; False (torch's default, :class:`~clorch_nb.data.DataLoader`): they end
+            with each epoch, as torch's do.
+        worker_init_fn (Callable[[int], None] | None): called once in each thread or process
+            worker after it starts, with ``get_worker_info()`` set (torch's option).
+        start_method ("forkserver" | "spawn" | None): how process workers start (torch's
+            ``multiprocessing_context``); None: forkserver where available, else spawn.
+        in_order (bool): True: batches in plan order; False (torch's ``in_order=False``): with
+            workers, whichever batch is built first (``state_dict()`` stays exact: it records
+            the batches delivered ahead of the first missing one).
         pin_memory (bool): batches reach the loop in page-locked memory (torch's option; how:
             :mod:`~clorch_nb.data.pinning`).
         device (str | torch.device | None): copy each batch's tensors there (``"cuda"``,
@@ -92,6 +102,10 @@ class LoaderConfig:
     seed: int | None = None
     start_timeout_ms: float | None = None
     sampler_yields: Literal["indices", "batches"] = "indices"
+    persistent_workers: bool = True
+    worker_init_fn: Callable[[int], None] | None = None
+    start_method: Literal["forkserver", "spawn"] | None = None
+    in_order: bool = True
     pin_memory: bool = False
     device: str | torch.device | None = None
     prefetch_to_device: int = 2
@@ -134,6 +148,17 @@ class LoaderConfig:
         check_ms("start_timeout_ms", self.start_timeout_ms)
         if self.seed is not None:
             check_int("seed", self.seed)
+        check_bool("persistent_workers", self.persistent_workers)
+        check_bool("in_order", self.in_order)
+        if self.worker_init_fn is not None and not callable(self.worker_init_fn):
+            raise ConfigError(
+                f"worker_init_fn={self.worker_init_fn!r:.60} must be callable (worker_id -> None)"
+            )
+        if self.start_method not in (None, "forkserver", "spawn"):
+            raise ConfigError(
+                f"start_method={self.start_method!r} must be 'forkserver', 'spawn' or None "
+                "(never 'fork': a forked notebook kernel's threads and locks are not copied)"
+            )
         check_bool("pin_memory", self.pin_memory)
         if self.device is not None and not isinstance(self.device, str | torch.device):
             raise ConfigError(
@@ -309,7 +334,7 @@ _TORCH_ONLY = {
     "worker before each epoch",
     "multiprocessing_context": "use worker_backend='process' (forkserver/spawn, never fork) or "
     "worker_backend='thread'",
-    "in_order": "drop it: batches are always delivered in sampler order",
+    "in_order": "drop it: dataloader() delivers batches in sampler order",
 }
 
 

@@ -17,8 +17,8 @@ recorded and handed over.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -48,6 +48,8 @@ class EpochPosition:
         delivered (int): batches of the epoch done: the ``start`` skipped ones plus those
             handed over so far; ``== num_batches`` once the epoch is delivered to its end.
         num_batches (int): batches in the epoch.
+        also_done (tuple[int, ...]): batch positions past ``delivered`` already handed over
+            (``in_order=False`` delivers whichever batch is ready first); sorted.
 
     Example:
         >>> EpochPosition(epoch=2, start=1, delivered=3, num_batches=5).delivered
@@ -58,6 +60,7 @@ class EpochPosition:
     start: int
     delivered: int
     num_batches: int
+    also_done: tuple[int, ...] = field(default=(), repr=False)
 
 
 class Epoch:
@@ -75,6 +78,11 @@ class Epoch:
         start (int): the first batch to build (a resumed epoch skips the ones before).
         base_seed (int): the epoch's base seed (each batch's RNG seed derives from it).
         stages (Sequence[Stage]): applied to each batch when it is received, in order.
+        skip (Collection[int]): batch positions past ``start`` not to build (a resumed
+            ``in_order=False`` epoch's batches already delivered).
+        on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
+            before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
+            there, as torch's do).
 
     Example:
         >>> import torch
@@ -105,11 +113,16 @@ class Epoch:
         base_seed: int = 0,
         stages: Sequence[Stage] = (),
         skipped: Sequence[Skipped] = (),
+        on_end: Callable[[], None] | None = None,
+        skip: Collection[int] = (),
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
         self.backend, self.num_workers = backend, num_workers
         self.stages = tuple(stages)
+        self.on_end = on_end
+        self.skip = frozenset(skip)
+        self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
         self._open_pool = open_pool
         self._delivered = start
         # max_failures: what this epoch may skip, and what it skipped (a resumed state's first)
@@ -127,7 +140,8 @@ class Epoch:
     @property
     def position(self) -> EpochPosition:
         """Where the epoch stands now (a frozen value)."""
-        return EpochPosition(self.epoch, self.start, self._delivered, len(self.plan))
+        ahead = tuple(sorted(self._ahead))
+        return EpochPosition(self.epoch, self.start, self._delivered, len(self.plan), ahead)
 
     def batches(self, stop: StopRequest) -> Iterator[Any]:
         """The epoch's batches from ``start`` on, in plan order (a generator; one per epoch).
@@ -136,6 +150,9 @@ class Epoch:
         pool). On any error or stop the pool's epoch is stopped (a timeout or a dead worker also
         discards its busy workers) and an ``EpochEvent("stopped")`` is emitted.
         """
+        if self.skip or not self.config.in_order:
+            yield from self._any_order(stop)
+            return
         epoch, plan, config = self.epoch, self.plan, self.config
         n = len(plan)
         pool = self._open_pool()
@@ -231,6 +248,97 @@ class Epoch:
                     self._epoch_event("stopped", n)
             raise
         self._epoch_event("end", n)
+        if self.on_end is not None:
+            self.on_end()
+
+    def _any_order(self, stop: StopRequest) -> Iterator[Any]:
+        """:meth:`batches` for ``in_order=False`` (whichever batch is built first is handed
+        over) and for an epoch resumed with batches to skip (then in plan order if
+        ``in_order``). :attr:`position` records the batches delivered ahead of the first
+        missing one, so ``state_dict()`` stays exact."""
+        epoch, plan, config = self.epoch, self.plan, self.config
+        n, in_order = len(plan), config.in_order
+        pool = self._open_pool()
+        stop.wake = pool.wake
+        max_in_flight = max(1, config.max_in_flight)
+        timed = config.timeout_s is not None or config.start_timeout_s is not None
+        self._ahead = {i for i in self.skip if i >= self.start}
+        todo = iter_from(plan, self.start)
+        ready: dict[int, BatchResult] = {}
+        pending: set[int] = set()  # submitted, not yet handed over
+        next_submit = self.start
+        broken = started = False
+        try:
+            stop.check()
+            pool.start_epoch(epoch, self.base_seed)
+            self._epoch_event("start", n)
+            started = True
+            self._advance(n)
+            while self._delivered < n:
+                t_asked = time.perf_counter()
+                while next_submit < n and len(pending) < max_in_flight:
+                    indices = next(todo)
+                    if next_submit not in self.skip:  # delivered before the resume
+                        pool.submit(BatchTask(epoch, next_submit, indices))
+                        pending.add(next_submit)
+                    next_submit += 1
+                t0 = time.perf_counter()
+                result = self._pick(ready, in_order)
+                while result is None:
+                    stop.check()
+                    oldest = min(pending)
+                    try:
+                        remaining = (
+                            seconds_left(pool, oldest, plan[oldest], t0, config, self.backend)
+                            if timed
+                            else None
+                        )
+                        got = pool.get(remaining)
+                    except Exception:
+                        broken = True
+                        raise
+                    if got is not None:
+                        ready[got.batch_index] = got
+                        result = self._pick(ready, in_order)
+                if result.error is not None:
+                    raise result.error
+                index = result.batch_index
+                pending.discard(index)
+                batch = result.batch
+                for stage in self.stages:
+                    batch = stage(batch)
+                t1 = time.perf_counter()
+                self._record(_event(epoch, index, result, len(ready), t_asked, t0, t1))
+                self._ahead.add(index)
+                self._advance(n)
+                yield batch
+        except BaseException:
+            try:
+                ready.clear()
+                result = batch = None
+                pool.stop_epoch(discard_workers=broken)
+            finally:
+                if started:
+                    self._epoch_event("stopped", n)
+            raise
+        self._epoch_event("end", n)
+        if self.on_end is not None:
+            self.on_end()
+
+    def _pick(self, ready: dict[int, BatchResult], in_order: bool) -> BatchResult | None:
+        """The result to hand over next: any (the first that arrived) when not ``in_order``,
+        else the first missing batch's, if it is ready."""
+        if not ready:
+            return None
+        if not in_order:
+            return ready.pop(next(iter(ready)))
+        return ready.pop(self._delivered, None)
+
+    def _advance(self, n: int) -> None:
+        """Move ``_delivered`` past every batch handed over (or skipped) without a gap."""
+        while self._delivered < n and self._delivered in self._ahead:
+            self._ahead.discard(self._delivered)
+            self._delivered += 1
 
     def _record(self, ev: BatchEvent) -> None:
         st = self.stats

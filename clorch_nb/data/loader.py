@@ -54,12 +54,14 @@ from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.skipping import skipped_records
 from clorch_nb.data.state import LoaderState
+from clorch_nb.data.stream import StreamLoader
+from clorch_nb.data.torch_args import TorchLoaderArgs, Unbatched, torch_loader_args
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "LoaderEngine", "dataloader"]
+__all__ = ["DataLoader", "IterableDataLoader", "LoaderEngine", "dataloader"]
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -80,7 +82,8 @@ class LoaderEngine:
 
     Attributes:
         config (LoaderConfig): every option, validated; read-only.
-        dataset (Dataset): the dataset (adapted to the protocol).
+        dataset (Any): the user's dataset object, as given (torch's ``loader.dataset``); the
+            loader reads it through :func:`~clorch_nb.data.as_dataset`'s adapter.
         sampler (Any): the sampler, or None.
         worker_backend ("inline" | "thread" | "process"): where batches are built.
         events (EventBus): what :meth:`subscribe` attaches to.
@@ -96,9 +99,11 @@ class LoaderEngine:
         seed: int = 0,
         process_spec: ProcessSpec | None = None,
         worker_backend: WorkerBackend = "inline",
+        user_dataset: Any = None,
     ) -> None:
         self.config = config
-        self.dataset = dataset
+        self.dataset = dataset if user_dataset is None else user_dataset
+        self._ds = dataset  # the protocol view of it (get_size, get_item)
         self.sampler = sampler
         bind = getattr(sampler, "bind_loader", None)  # a sampler that plans whole batches
         if callable(bind) and config.batch_size is not None:  # (data.shards.ShardSampler)
@@ -130,6 +135,7 @@ class LoaderEngine:
         # pinning, when batches stay on the host (data/delivery.py)
         self._stages: tuple[Stage, ...] = self._delivery.stages
         self._workers.prestart()  # process workers start now, in the background
+        self._made = True  # assigning torch's fixed attributes now raises (__setattr__)
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)
@@ -139,15 +145,34 @@ class LoaderEngine:
     collate_fn = property(lambda self: self.config.collate_fn)
     timeout_ms = property(lambda self: self.config.timeout_ms)
     batch_sampler = property(lambda self: self.sampler if self.config.batch_size is None else None)
+    prefetch_factor = property(lambda self: self.config.prefetch_factor)
+    persistent_workers = property(lambda self: self.config.persistent_workers)
+    worker_init_fn = property(lambda self: self.config.worker_init_fn)
+    timeout = property(lambda self: 0 if self.config.timeout_s is None else self.config.timeout_s)
+    pin_memory = property(lambda self: self.config.pin_memory)
+
+    #: torch's rule: these describe the epochs already planned; assigning one raises
+    _FIXED = frozenset(
+        ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+    )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._FIXED and self.__dict__.get("_made"):  # __init__ has run
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is "
+                "initialized (as in torch); build a new loader with it instead"
+            )
+        object.__setattr__(self, name, value)
 
     # -- public -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else self.dataset.get_size()
+        n = len(self.sampler) if self.sampler is not None else self._ds.get_size()
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
         saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
+        also_done = () if self._resume is None else self._resume.also_done  # not built again
         epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
         self._stop_active(superseded_by=epoch)
         if self._hooks.before_epoch(epoch) == "restart":
@@ -179,6 +204,8 @@ class LoaderEngine:
             base_seed=base_seed,
             stages=self._stages,
             skipped=() if saved is None else skipped_records(saved.skipped),
+            on_end=None if self.config.persistent_workers else self._workers.close,
+            skip=also_done,
         )
         self._run = run
         stop = StopRequest()
@@ -198,7 +225,7 @@ class LoaderEngine:
                 draw_base_seed(self.generator)  # as iter() does before planning
                 plan = self._plan(note=False)
         return peek_batch(
-            self.dataset,
+            self._ds,
             self.config.collate_fn,
             plan,
             batch_index,
@@ -331,9 +358,7 @@ class LoaderEngine:
     # -- plan -------------------------------------------------------------------------------
 
     def _plan(self, note: bool = True) -> Any:
-        return epoch_plan(
-            self.dataset.get_size(), self.config, self.sampler, self.generator, note=note
-        )
+        return epoch_plan(self._ds.get_size(), self.config, self.sampler, self.generator, note=note)
 
     def _next_epoch(self) -> tuple[int, int, int]:
         """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
@@ -343,7 +368,7 @@ class LoaderEngine:
             return (0 if self._epoch is None else self._epoch + 1), 0, 0
         own_perm = self.config.shuffle and self.sampler is None
         self.generator = fast_forward(
-            saved.seed, saved.epoch, self.dataset.get_size() if own_perm else None
+            saved.seed, saved.epoch, self._ds.get_size() if own_perm else None
         )
         if isinstance(self.sampler, DistributedSampler):  # as a sampler=: batch_size is set
             skip = self.sampler.layout()[1]  # the sampler yields only the rest of its shard
@@ -387,6 +412,13 @@ class LoaderEngine:
         epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
         sampler_state = None
         if isinstance(self.sampler, DistributedSampler):
+            if pos.also_done:
+                raise ConfigError(
+                    "state_dict() mid-epoch with in_order=False and a distributed_sampler: "
+                    f"batches {list(pos.also_done)[:8]} were delivered ahead of batch {done}, and "
+                    "the sampler's state (and its elastic rule) counts consumed indices in order. "
+                    "Save at an epoch's end, or use in_order=True"
+                )
             consumed = min((done - start) * self._batch_size, len(self.sampler))
             sampler_state = self.sampler.state_dict(consumed)
         order_rng, digest = self._epoch_rng, None
@@ -401,7 +433,7 @@ class LoaderEngine:
             epoch=epoch,
             batches_done=done,
             seed=self.seed,
-            size=self.dataset.get_size(),
+            size=self._ds.get_size(),
             batch_size=self._batch_size,
             drop_last=self.config.drop_last,
             shuffle=self.config.shuffle,
@@ -410,6 +442,7 @@ class LoaderEngine:
             order_rng=order_rng,
             order_digest=digest,
             skipped=self._skipped_now(done, n),
+            also_done=pos.also_done if done < n else (),
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
@@ -420,14 +453,220 @@ class LoaderEngine:
 
 
 class DataLoader(LoaderEngine):
-    """Built by :func:`dataloader` (see it for the arguments; torch's ``DataLoader(dataset,
-    ...)`` call is not accepted yet): a re-iterable loader over a dataset, torch's name.
+    """torch's ``DataLoader(dataset, ...)``, same signature and defaults (torch 2.13), built on
+    the engine :func:`dataloader` builds (:class:`LoaderEngine`): the drop-in. Replace the
+    import (``from clorch_nb.data import DataLoader``) and a torch script runs as it is.
 
-    A thin front over :class:`LoaderEngine`, which is built from the dataset and one validated
-    :class:`~clorch_nb.data.config.LoaderConfig`; everything it does (``iter()``, ``len()``,
-    :meth:`~LoaderEngine.peek`, :meth:`~LoaderEngine.state_dict`, :meth:`~LoaderEngine.close`,
-    :meth:`~LoaderEngine.subscribe`) is the engine's. Example: :func:`dataloader`.
+    :func:`dataloader` returns this class too (built with :meth:`from_config`), with clorch_nb's
+    own defaults: ``batch_size=32``, shuffling, a fixed ``seed=``, persistent workers,
+    ``timeout_ms``. What torch means by each option here:
+
+    Args:
+        dataset (Any): a torch map-style dataset (``__len__``/``__getitem__``) or a clorch_nb
+            dataset; ``loader.dataset`` is this object. A torch ``IterableDataset`` is iterated
+            with torch's semantics, here or in thread workers (:mod:`~clorch_nb.data.stream`;
+            not resumable: ``state_dict()`` refuses it).
+        batch_size (int | None): items per batch (default 1). None: no automatic batching, each
+            item is yielded as ``collate_fn(item)`` (torch's ``default_convert`` by default).
+        shuffle (bool | None): a new permutation each epoch, drawn from the loader's seed (one
+            draw from ``generator``, else from torch's global RNG when the loader is made).
+        sampler, batch_sampler: as torch's (mutually exclusive with the options torch says).
+        num_workers (int): 0 loads here; ``k > 0`` uses ``k`` workers: processes when the
+            dataset can reach one (a ``process_spec``, a ``tensor_dataset``), threads otherwise
+            (see :func:`dataloader`'s ``worker_backend``). Warns beyond the CPUs, as torch does.
+        collate_fn (Callable | None): None is ``torch.utils.data.default_collate`` (ints become
+            tensors, dict subclasses keep their type).
+        pin_memory (bool): pin each batch when CUDA is present (:mod:`~clorch_nb.data.pinning`,
+            as ``dataloader(pin_memory=True)``); without it, a warning and unpinned batches, as
+            torch's.
+        drop_last (bool): drop the short last batch.
+        timeout (float): seconds to wait for a batch from a worker (0: forever); beyond it
+            :class:`~clorch_nb.errors.WorkerTimeoutError`, a ``RuntimeError`` as torch's.
+        worker_init_fn (Callable[[int], None] | None): called once in each worker as it starts,
+            with ``get_worker_info()`` set (torch's and clorch_nb's). Process workers import
+            it: it must live in a module, not a notebook cell (a ConfigError says so). Runs
+            before any batch; clorch_nb then seeds the global RNGs before *every batch* from
+            (seed, epoch, batch position), so seeding done here does not reach the batches.
+        multiprocessing_context (str | multiprocessing context | None): "spawn" or
+            "forkserver" (process workers, started that way); "fork" is refused with the reason.
+        generator (torch.Generator | None): the loader's seed is drawn once from it.
+        prefetch_factor (int | None): batches each worker prepares ahead (default 2); refused
+            with ``num_workers=0``, as torch does.
+        persistent_workers (bool): False (default): workers end when an epoch is delivered to
+            its end, as torch's; True: they live until :meth:`~LoaderEngine.close`.
+        pin_memory_device (str): accepted, ignored (deprecated in torch).
+        in_order (bool): True: batches in sampler order. False: with workers, whichever batch
+            is built first; ``state_dict()`` stays exact (it records the batches delivered
+            ahead of the first missing one).
+
+    Raises:
+        ValueError: the combinations torch refuses (same conditions); ConfigError (a
+            ValueError) for what clorch_nb refuses, with the reason.
+        TypeError: ``multiprocessing_context`` of the wrong type.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb.data import DataLoader
+        >>> ds = torch.utils.data.TensorDataset(torch.arange(5))
+        >>> [b[0].tolist() for b in DataLoader(ds, batch_size=2)]
+        [[0, 1], [2, 3], [4]]
+        >>> DataLoader(ds).dataset is ds
+        True
+        >>> [x for x in DataLoader([1, 2, 3], batch_size=None)]
+        [1, 2, 3]
     """
+
+    _stream: StreamLoader | None = None  # a torch IterableDataset's epochs, else None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> DataLoader:
+        dataset = args[0] if args else kwargs.get("dataset")
+        if cls is DataLoader and isinstance(dataset, torch.utils.data.IterableDataset):
+            cls = IterableDataLoader  # its epochs are a StreamLoader's
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: int | None = 1,
+        shuffle: bool | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Callable[[Any], Any] | None = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Callable[[int], None] | None = None,
+        multiprocessing_context: Any = None,
+        generator: torch.Generator | None = None,
+        *,
+        prefetch_factor: int | None = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+    ) -> None:
+        args = torch_loader_args(
+            dataset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            num_workers=num_workers,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            drop_last=drop_last,
+            timeout=timeout,
+            worker_init_fn=worker_init_fn,
+            multiprocessing_context=multiprocessing_context,
+            generator=generator,
+            prefetch_factor=prefetch_factor,
+            persistent_workers=persistent_workers,
+            pin_memory_device=pin_memory_device,
+            in_order=in_order,
+        )
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            self._init_stream(dataset, args)
+            return
+        ds = as_dataset(dataset)
+        if args.sampler is not None:
+            check_sampler_size(ds.get_size(), args.sampler)
+        spec = get_process_spec(ds)
+        super().__init__(
+            ds,
+            args.config,
+            sampler=args.sampler,
+            seed=resolve_seed(None, generator, args.config.shuffle),
+            process_spec=spec,
+            worker_backend=choose_worker_backend(ds, spec, args.config),
+            user_dataset=dataset,
+        )
+
+    def _init_stream(self, dataset: Any, args: TorchLoaderArgs) -> None:
+        """A torch IterableDataset: its epochs are a :class:`StreamLoader`'s."""
+        c = args.config  # torch's rules for an iterable dataset: checked in torch_args
+        if c.start_method is not None:
+            raise ConfigError(
+                "a torch IterableDataset runs here or in thread workers, not in worker processes "
+                "(multiprocessing_context): clorch_nb rebuilds a dataset in a process from its "
+                "process_spec and never pickles it. Drop multiprocessing_context (threads), or "
+                "use data.shard_dataset"
+            )
+        self.config, self.dataset, self.sampler = c, dataset, None
+        self.worker_backend = "thread" if c.num_workers else "inline"
+        self._stream = StreamLoader(
+            dataset,
+            None if isinstance(c.collate_fn, Unbatched) else c.batch_size,
+            c.drop_last,
+            c.collate_fn,
+            num_workers=c.num_workers,
+            prefetch_factor=c.prefetch_factor,
+            timeout_s=c.timeout_s,
+            worker_init_fn=c.worker_init_fn,
+        )
+        self._made = True  # assigning torch's fixed attributes now raises
+
+    @classmethod
+    def from_config(
+        cls,
+        dataset: Any,
+        config: LoaderConfig,
+        *,
+        sampler: Any = None,
+        seed: int = 0,
+        process_spec: ProcessSpec | None = None,
+        worker_backend: WorkerBackend = "inline",
+        user_dataset: Any = None,
+    ) -> DataLoader:
+        """A loader from a validated config (what :func:`dataloader` builds): the engine's
+        arguments (:class:`LoaderEngine`), without torch's argument rules."""
+        loader = cls.__new__(cls)
+        LoaderEngine.__init__(
+            loader,
+            dataset,
+            config,
+            sampler=sampler,
+            seed=seed,
+            process_spec=process_spec,
+            worker_backend=worker_backend,
+            user_dataset=user_dataset,
+        )
+        return loader
+
+
+class IterableDataLoader(DataLoader):
+    """What ``DataLoader(dataset, ...)`` makes for a torch ``IterableDataset``: its epochs are a
+    :class:`~clorch_nb.data.stream.StreamLoader`'s (torch's semantics; see
+    :class:`DataLoader`'s ``dataset`` argument). A subclass, so the map-style
+    :class:`DataLoader` keeps the engine's own ``iter()`` (no extra frame in its tracebacks).
+
+    Example:
+        >>> import torch
+        >>> class Count(torch.utils.data.IterableDataset):
+        ...     def __iter__(self):
+        ...         return iter(range(3))
+        >>> loader = DataLoader(Count(), batch_size=2)
+        >>> type(loader).__name__, [b.tolist() for b in loader]
+        ('IterableDataLoader', [[0, 1], [2]])
+    """
+
+    @property
+    def stream(self) -> StreamLoader:
+        """The :class:`~clorch_nb.data.stream.StreamLoader` that runs this loader's epochs."""
+        assert self._stream is not None  # DataLoader.__init__ made it (IterableDataset)
+        return self._stream
+
+    def __iter__(self) -> Any:
+        return iter(self.stream)
+
+    def __len__(self) -> int:
+        return len(self.stream)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Refused: an iterable dataset is not resumable (:meth:`StreamLoader.state_dict`)."""
+        return self.stream.state_dict()
+
+    def close(self) -> None:
+        """Nothing to stop: a stream's threads end with its epoch."""
 
 
 def dataloader(
@@ -555,11 +794,12 @@ def dataloader(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     spec = get_process_spec(ds)
-    return DataLoader(
+    return DataLoader.from_config(
         ds,
         config,
         sampler=sampler if batch_sampler is None else batch_sampler,
         seed=resolve_seed(seed, generator, config.shuffle),
         process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
+        user_dataset=dataset,
     )

@@ -5,6 +5,8 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
 
 * ``epoch``: the loader epoch to continue (0 for the first ``iter()``);
 * ``batches_done``: batches of that epoch already delivered (0: start of the epoch);
+* ``also_done``: batch positions past ``batches_done`` that were delivered too (an
+  ``in_order=False`` loader hands over whichever batch is ready first); they are not built again;
 * ``seed``: the loader's seed; every epoch's order and every batch's RNG seed derive from it;
 * ``size``, ``batch_size``, ``drop_last``, ``shuffle``, ``num_batches``: the configuration the
   position means something in, compared on load;
@@ -80,10 +82,11 @@ class LoaderState:
     order_rng: dict[str, str] | None = None
     order_digest: str | None = None
     skipped: list[list[Any]] | None = None
+    also_done: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: ints, bools, strings and (for the sampler) a nested dict of those."""
-        return {"format": FORMAT, **asdict(self)}
+        return {"format": FORMAT, **asdict(self), "also_done": list(self.also_done)}
 
     @classmethod
     def from_dict(cls, state: Any) -> LoaderState:
@@ -98,6 +101,14 @@ class LoaderState:
                 "loader.state_dict() returns)"
             )
         fields: dict[str, Any] = {k: state.get(k) for k in cls.__dataclass_fields__}
+        also = fields.pop("also_done") or []  # absent from states saved in order
+        if not isinstance(also, list | tuple) or not all(
+            isinstance(i, int) and not isinstance(i, bool) for i in also
+        ):
+            raise ConfigError(
+                f"loader state field also_done={also!r:.60} should be a list of batch "
+                "positions; was the state edited?"
+            )
         kinds: dict[str, Any] = {
             "drop_last": bool,
             "shuffle": bool,
@@ -121,7 +132,7 @@ class LoaderState:
                 f"loader state has epoch={fields['epoch']}, batches_done={fields['batches_done']}"
                 f" of num_batches={fields['num_batches']}: out of range; was the state edited?"
             )
-        return cls(**fields)
+        return cls(**fields, also_done=tuple(also))
 
     def check_matches(self, here: LoaderState, *, seed_fixed: bool) -> None:
         """Refuse this (saved) state if ``here`` (the loader loading it) differs in dataset size,

@@ -43,6 +43,7 @@ import torch
 from clorch_nb.data import collate
 from clorch_nb.data.dataset import as_dataset
 from clorch_nb.data.epoch_hooks import call_set_epoch
+from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import (
     WorkerInfo,
     batch_seed,
@@ -78,6 +79,8 @@ class WorkerConfig:
             it (B45). None: leave the environment as inherited.
         skip_failures (bool): the loader's ``max_failures`` is set: items whose ``get_item``
             raises are skipped and replaced (:mod:`~clorch_nb.data.skipping`).
+        init_blob (bytes | None): the pickled ``worker_init_fn``, called once after the dataset
+            is built, with ``get_worker_info()`` set; None: none.
     """
 
     worker_id: int
@@ -88,6 +91,7 @@ class WorkerConfig:
     arena_keep: int = 4
     environ: tuple[tuple[str, str], ...] | None = None
     skip_failures: bool = False
+    init_blob: bytes | None = None
 
 
 def _apply_environ(environ: tuple[tuple[str, str], ...] | None) -> None:
@@ -283,6 +287,17 @@ def _begin_epoch(
     return None
 
 
+def _init_worker(cfg: WorkerConfig, dataset: Any) -> None:
+    """Set this worker's ``get_worker_info()`` (clorch_nb's and torch's) and run torch's
+    ``worker_init_fn(worker_id)`` if one was given (before any epoch's seeding)."""
+    info = WorkerInfo(cfg.worker_id, cfg.num_workers, worker_seed(0, cfg.worker_id), "process",
+                      dataset)  # fmt: skip
+    set_worker_info(info, process=True)
+    install_torch_worker_info(info, process=True)
+    if cfg.init_blob is not None:
+        pickle.loads(cfg.init_blob)(cfg.worker_id)
+
+
 def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Connection) -> None:
     """Entry point of a process worker (the ``target`` of its ``multiprocessing.Process``).
 
@@ -308,6 +323,12 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
         dataset = as_dataset(source.build(), argument="the process_spec factory's result")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         exc.add_note(f"[clorch_nb] while building the dataset in {where} from {source!r:.200}")
+        results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
+        return
+    try:
+        _init_worker(cfg, dataset)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        exc.add_note(f"[clorch_nb] in worker_init_fn({cfg.worker_id}) in {where}")
         results.send_bytes(pickle.dumps(("init_error", ExceptionBlob.capture(exc)), _HIGHEST))
         return
     use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))

@@ -91,11 +91,13 @@ class ProcessPool:
         self._parent_arena = parent_arena  # pin_memory: registered slots (data/pinning.py)
         self.num_workers = config.num_workers
         self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
+        init_fn = config.worker_init_fn
+        self._init_blob = None if init_fn is None else pickle.dumps(init_fn, _HIGHEST)
         self._use_get_batch = use_get_batch
         # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
         # holds, one whose release is on its way
         self._arena_keep = config.prefetch_factor + 2
-        self._ctx = worker_context(start_method)
+        self._ctx = worker_context(start_method or config.start_method)
         self._workers: list[WorkerHandle | None] = [None] * self.num_workers
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
@@ -135,6 +137,7 @@ class ProcessPool:
             self._arena_keep,
             world.environ,  # today's, not the forkserver's from its start (B45)
             self._skip_failures,
+            self._init_blob,
         )
         self._worlds[worker_id] = world
         w = start_worker(

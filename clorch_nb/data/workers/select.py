@@ -76,8 +76,13 @@ def choose_worker_backend(
     if config.worker_backend == "thread":
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
+    init_fn = config.worker_init_fn
     if config.worker_backend == "auto":
-        if spec is not None and sendable(config.collate_fn):
+        if (
+            spec is not None
+            and sendable(config.collate_fn)
+            and (init_fn is None or sendable(init_fn))
+        ):
             return "process"
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
         return "thread"
@@ -98,6 +103,14 @@ def choose_worker_backend(
             f"{getattr(config.collate_fn, '__qualname__', config.collate_fn)!r} cannot be pickled "
             "(a lambda or a function defined in a notebook or inside another function). Define it "
             "at the top level of an importable module, or use worker_backend='thread'"
+        )
+    if init_fn is not None and not sendable(init_fn):
+        raise ConfigError(
+            f"process workers need a worker_init_fn they can import; "
+            f"{getattr(init_fn, '__qualname__', init_fn)!r} cannot be sent (a lambda, or a "
+            "function defined in a notebook or inside another function). Move it to the top "
+            "level of an importable module (a .py file next to the notebook) and import it from "
+            "there, or use worker_backend='thread' (threads call it as it is)"
         )
     if spec is not None:
         spec.resolve_factory()  # ImportError naming the factory, before any worker starts

@@ -17,8 +17,15 @@ from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.skipping import Skipped
-from clorch_nb.data.worker_info import WorkerInfo, batch_seed, set_worker_info
-from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
+from clorch_nb.data.torch_worker_info import install_torch_worker_info
+from clorch_nb.data.worker_info import WorkerInfo, batch_seed, set_worker_info, worker_seed
+from clorch_nb.data.workers.base import (
+    BatchCancelled,
+    BatchResult,
+    BatchTask,
+    add_note,
+    build_batch,
+)
 from clorch_nb.data.workers.rng_watch import RngWatch
 
 __all__ = ["ThreadPool"]
@@ -43,6 +50,8 @@ class ThreadPool:
         self.num_workers = config.num_workers
         self.use_get_batch = use_get_batch
         self.skip_failures = config.max_failures is not None  # skip failing items (skipping.py)
+        self.worker_init_fn = config.worker_init_fn
+        install_torch_worker_info()  # torch's get_worker_info() answers per thread
         self._name = f"clorch_nb-thread-pool-{next(_pool_ids)}"
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
@@ -67,7 +76,22 @@ class ThreadPool:
         self._threads[worker_id] = t  # recorded before it starts: close() reaches it, whatever
         t.start()  # interrupts what follows
 
+    def _init_worker(self, worker_id: int) -> BaseException | None:
+        """torch's ``worker_init_fn(worker_id)``, once per thread as it starts, with
+        ``get_worker_info()`` set (its seed: :func:`worker_seed` of the current base seed);
+        returns its error, reported with every batch this thread takes."""
+        seed = worker_seed(self._base_seed, worker_id)
+        info = WorkerInfo(worker_id, self.num_workers, seed, "thread", self.dataset, self._epoch)
+        set_worker_info(info, process=False)
+        try:
+            self.worker_init_fn(worker_id)  # type: ignore[misc]
+        except BaseException as exc:  # noqa: BLE001 - delivered with this thread's batches
+            add_note(exc, f"[clorch_nb] in worker_init_fn({worker_id}) in thread worker")
+            return exc
+        return None
+
     def _run(self, worker_id: int) -> None:
+        init_error = None if self.worker_init_fn is None else self._init_worker(worker_id)
         while True:
             task = self._tasks.get()
             if task is _STOP:
@@ -75,6 +99,20 @@ class ThreadPool:
             assert isinstance(task, BatchTask)
             if task.epoch != self._epoch:
                 continue  # an abandoned epoch's task
+            if init_error is not None:
+                self._results.put(
+                    BatchResult(
+                        task.epoch,
+                        task.batch_index,
+                        worker_id,
+                        None,
+                        len(task.indices),
+                        0.0,
+                        0.0,
+                        init_error,
+                    )  # fmt: skip
+                )
+                continue
             # the batch's own seed and generators (get_worker_info()), whichever thread builds it
             set_worker_info(
                 WorkerInfo(

@@ -1,0 +1,320 @@
+"""torch's ``DataLoader(...)`` arguments, read as torch reads them, turned into a
+:class:`~clorch_nb.data.config.LoaderConfig`: what :class:`~clorch_nb.data.DataLoader` (the
+drop-in front) builds its engine from.
+
+Each check here is torch 2.13's (same condition, same exception type, a message that starts as
+torch's and adds the fix). What torch means and clorch_nb keeps differently is listed in the
+README ("behave differently on purpose").
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
+from clorch_nb.errors import ConfigError
+
+__all__ = [
+    "TorchLoaderArgs",
+    "Unbatched",
+    "check_worker_number",
+    "start_method_of",
+    "torch_loader_args",
+]
+
+_FORK_REASON = (
+    "clorch_nb never forks the calling process: a Jupyter kernel (or any program with threads: "
+    "torch's intra-op pool, a ZMQ socket) is not safe to fork, its locks are copied held. Use "
+    "'forkserver' (the default here: a clean server process forks the workers) or 'spawn'"
+)
+
+
+class Unbatched:
+    """torch's "no automatic batching" (``batch_size=None``): each batch is one item, passed
+    through ``convert`` (torch's ``default_convert`` by default) and yielded as is.
+
+    Args:
+        convert (Callable[[Any], Any]): applied to each item (torch's ``collate_fn`` with
+            ``batch_size=None``).
+
+    Example:
+        >>> import numpy as np
+        >>> Unbatched(torch.utils.data.default_convert)([np.arange(2)])
+        tensor([0, 1])
+    """
+
+    def __init__(self, convert: Callable[[Any], Any]) -> None:
+        self.convert = convert
+
+    def __call__(self, items: list[Any]) -> Any:
+        """``convert(items[0])``: the loader builds one-item batches here."""
+        return self.convert(items[0])
+
+    def __repr__(self) -> str:
+        return f"Unbatched({getattr(self.convert, '__qualname__', self.convert)})"
+
+
+@dataclass(frozen=True)
+class TorchLoaderArgs:
+    """What torch's arguments became: the engine's config and sampler, and the generator to draw
+    the loader's seed from.
+
+    Attributes:
+        config (LoaderConfig): the validated options.
+        sampler (Any): the engine's sampler (an index sampler, or a batch sampler when
+            ``config.sampler_yields == "batches"``), or None.
+        generator (torch.Generator | None): torch's ``generator=``.
+    """
+
+    config: LoaderConfig
+    sampler: Any
+    generator: torch.Generator | None
+
+
+def start_method_of(context: Any, num_workers: int) -> str | None:
+    """torch's ``multiprocessing_context`` as a start method ("forkserver" or "spawn").
+
+    Raises:
+        ValueError: given with ``num_workers=0`` (torch's rule); a string that is no start
+            method; "fork" (or a fork context), with the reason (a ConfigError).
+        TypeError: neither a string nor a multiprocessing context object (torch's type).
+
+    Example:
+        >>> start_method_of("spawn", 2), start_method_of(None, 0)
+        ('spawn', None)
+    """
+    if context is None:
+        return None
+    if num_workers == 0:
+        raise ValueError(
+            "multiprocessing_context can only be used with multi-process loading "
+            f"(num_workers > 0), but got num_workers={num_workers}"
+        )
+    if isinstance(context, str):
+        methods = mp.get_all_start_methods()
+        if context not in methods:
+            raise ValueError(
+                "multiprocessing_context option should specify a valid start method in "
+                f"{methods!r}, but got multiprocessing_context={context!r}"
+            )
+        method = context
+    elif isinstance(context, mp.context.BaseContext):
+        method = context.get_start_method()
+    else:
+        raise TypeError(
+            "multiprocessing_context option should be a valid context object or a string "
+            f"specifying the start method, but got multiprocessing_context={context!r}"
+        )
+    if method not in ("forkserver", "spawn"):
+        raise ConfigError(f"multiprocessing_context={method!r} is refused: {_FORK_REASON}")
+    return method
+
+
+def check_worker_number(num_workers: int) -> None:
+    """torch's warning when ``num_workers`` exceeds the CPUs this process may use
+    (``os.sched_getaffinity``, else ``os.cpu_count()``); nothing otherwise.
+
+    Example:
+        >>> check_worker_number(1)
+    """
+    try:
+        cpus: int | None = len(os.sched_getaffinity(0))
+        where = " (cpuset is taken into account)"
+    except AttributeError:  # not on this platform
+        cpus, where = os.cpu_count(), ""
+    if cpus is None or num_workers <= cpus:
+        return
+    warnings.warn(
+        f"This DataLoader will create {num_workers} worker processes in total. Our suggested "
+        f"max number of worker in current system is {cpus}{where}, which is smaller than what "
+        "this DataLoader is going to create. Please be aware that excessive worker creation "
+        "might get DataLoader running slow or even freeze, lower the worker number to avoid "
+        "potential slowness/freeze if necessary.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+def torch_loader_args(
+    dataset: Any,
+    *,
+    batch_size: int | None,
+    shuffle: bool | None,
+    sampler: Any,
+    batch_sampler: Any,
+    num_workers: int,
+    collate_fn: Callable[[Any], Any] | None,
+    pin_memory: bool,
+    drop_last: bool,
+    timeout: float,
+    worker_init_fn: Callable[[int], None] | None,
+    multiprocessing_context: Any,
+    generator: torch.Generator | None,
+    prefetch_factor: int | None,
+    persistent_workers: bool,
+    pin_memory_device: str,
+    in_order: bool,
+) -> TorchLoaderArgs:
+    """torch ``DataLoader.__init__``'s checks, in torch's order, then the config.
+
+    Raises:
+        ValueError: what torch raises ValueError for (negative ``num_workers`` or ``timeout``,
+            ``prefetch_factor`` without workers, ``persistent_workers`` without workers, a
+            sampler with ``shuffle``, ``batch_sampler`` with its exclusive options,
+            ``batch_size=None`` with ``drop_last``); ConfigError (a ValueError) for what
+            clorch_nb refuses (a fork start method).
+        TypeError: ``multiprocessing_context`` of a wrong type.
+
+    Example:
+        >>> args = torch_loader_args(range(5), batch_size=2, shuffle=None, sampler=None,
+        ...     batch_sampler=None, num_workers=0, collate_fn=None, pin_memory=False,
+        ...     drop_last=False, timeout=0, worker_init_fn=None, multiprocessing_context=None,
+        ...     generator=None, prefetch_factor=None, persistent_workers=False,
+        ...     pin_memory_device="", in_order=True)
+        >>> args.config.batch_size, args.config.shuffle, args.config.collate_fn.__name__
+        (2, False, 'default_collate')
+    """
+    if num_workers < 0:
+        raise ValueError(
+            "num_workers option should be non-negative; use num_workers=0 to disable "
+            "multiprocessing."
+        )
+    if timeout < 0:
+        raise ValueError("timeout option should be non-negative")
+    if num_workers == 0 and prefetch_factor is not None:
+        raise ValueError(
+            "prefetch_factor option could only be specified in multiprocessing."
+            "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
+        )
+    if prefetch_factor is not None and prefetch_factor < 0:
+        raise ValueError("prefetch_factor option should be non-negative")
+    if persistent_workers and num_workers == 0:
+        raise ValueError("persistent_workers option needs num_workers > 0")
+    if sampler is not None and shuffle not in (False, None):
+        raise ValueError("sampler option is mutually exclusive with shuffle")
+    if batch_sampler is not None and (
+        batch_size != 1 or shuffle not in (False, None) or sampler is not None or drop_last
+    ):
+        raise ValueError(
+            "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
+            "drop_last"
+        )
+    if batch_size is None and drop_last:
+        raise ValueError(
+            "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
+        )
+    start_method = start_method_of(multiprocessing_context, num_workers)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise ConfigError(f"generator={generator!r:.60} must be a torch.Generator")
+    if num_workers > 0:
+        check_worker_number(num_workers)
+    shuffle = bool(shuffle)
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return _iterable_args(dataset, batch_size, shuffle, sampler, batch_sampler, collate_fn,
+                              drop_last, generator, pin_memory, **_options(
+                                  num_workers, prefetch_factor, timeout, start_method,
+                                  persistent_workers, worker_init_fn, in_order))  # fmt: skip
+    if batch_size is None:  # no automatic batching: one-item batches, each converted as is
+        if batch_sampler is None:
+            if sampler is None:
+                sampler = (
+                    torch.utils.data.RandomSampler(dataset, generator=generator)
+                    if shuffle
+                    else torch.utils.data.SequentialSampler(dataset)
+                )
+            batch_sampler = torch.utils.data.BatchSampler(sampler, 1, drop_last=False)
+            sampler, shuffle = None, False
+        collate: Callable[[Any], Any] = Unbatched(collate_fn or torch.utils.data.default_convert)
+    else:
+        collate = collate_fn or torch.utils.data.default_collate
+    options = _options(
+        num_workers,
+        prefetch_factor,
+        timeout,
+        start_method,
+        persistent_workers,
+        worker_init_fn,
+        in_order,
+    )
+    options["collate_fn"] = collate
+    options["pin_memory"] = bool(pin_memory)  # without CUDA: torch's warning, unpinned (pinning.py)
+    if batch_sampler is not None:
+        config = loader_config(batch_sampler=batch_sampler, **options)
+    else:
+        config = loader_config(
+            shuffle=shuffle if sampler is None else UNSET,
+            sampler=sampler,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            **options,
+        )
+    del pin_memory_device  # torch's deprecated companion of pin_memory: the device is the default
+    return TorchLoaderArgs(
+        config, batch_sampler if batch_sampler is not None else sampler, generator
+    )
+
+
+def _options(
+    num_workers: int,
+    prefetch_factor: int | None,
+    timeout: float,
+    start_method: str | None,
+    persistent_workers: bool,
+    worker_init_fn: Callable[[int], None] | None,
+    in_order: bool,
+) -> dict[str, Any]:
+    """The :class:`LoaderConfig` fields torch's worker options become."""
+    return {
+        "num_workers": num_workers,
+        "prefetch_factor": 2 if prefetch_factor is None else max(1, prefetch_factor),
+        "timeout_ms": timeout * 1000.0 if timeout > 0 else None,
+        "worker_backend": "process" if start_method is not None else "auto",
+        "start_method": start_method,
+        "persistent_workers": bool(persistent_workers) or num_workers == 0,
+        "worker_init_fn": worker_init_fn,
+        "in_order": bool(in_order),
+    }
+
+
+def _iterable_args(
+    dataset: Any,
+    batch_size: int | None,
+    shuffle: bool,
+    sampler: Any,
+    batch_sampler: Any,
+    collate_fn: Callable[[Any], Any] | None,
+    drop_last: bool,
+    generator: torch.Generator | None,
+    pin_memory: bool,
+    **options: Any,
+) -> TorchLoaderArgs:
+    """torch's rules for an ``IterableDataset`` (no sampler, batch sampler or shuffle); without
+    automatic batching the collate function is an :class:`Unbatched` (batch_size 1 marks it)."""
+    for name, value in (("shuffle", shuffle or None), ("sampler", sampler),
+                        ("batch_sampler", batch_sampler)):  # fmt: skip
+        if value is not None:
+            raise ValueError(
+                f"DataLoader with IterableDataset: expected unspecified {name} option, but got "
+                f"{name}={value!r:.60}"
+            )
+    collate: Callable[[Any], Any] = (
+        Unbatched(collate_fn or torch.utils.data.default_convert)
+        if batch_size is None
+        else collate_fn or torch.utils.data.default_collate
+    )
+    config = LoaderConfig(
+        batch_size=1 if batch_size is None else batch_size,
+        shuffle=False,
+        drop_last=drop_last,
+        collate_fn=collate,
+        pin_memory=bool(pin_memory),
+        **options,
+    )
+    return TorchLoaderArgs(config, None, generator)
