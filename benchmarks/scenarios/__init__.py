@@ -9,6 +9,7 @@ from benchmarks.scenarios import (
     s6_memory,
     s7_instrumentation,
     s8_resume,
+    s9_decode,
 )
 
 SCENARIOS = {
@@ -20,4 +21,5 @@ SCENARIOS = {
     6: s6_memory,
     7: s7_instrumentation,
     8: s8_resume,
+    9: s9_decode,
 }

@@ -3,7 +3,8 @@
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
 the loader (:func:`dataloader`), distributed sharding (:func:`distributed_sampler`,
 :func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
-:func:`pad_collate`) and :func:`cleanup_data`.
+:func:`pad_collate`), :func:`cleanup_data`, and :func:`start_forkserver` (done at import in
+IPython and Jupyter, see :mod:`~clorch_nb.data.workers.warm_start`).
 
 Example:
     >>> import torch
@@ -40,6 +41,8 @@ from clorch_nb.data.distributed import (
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
+from clorch_nb.data.workers import warm_start
+from clorch_nb.data.workers.warm_start import start_forkserver
 
 __all__ = [
     "BatchedDataset",
@@ -67,5 +70,10 @@ __all__ = [
     "sample_indices",
     "set_epoch",
     "shard_plan",
+    "start_forkserver",
     "tensor_dataset",
 ]
+
+# In IPython / Jupyter (or with CLORCH_NB_START_FORKSERVER=1): the forkserver process workers
+# fork from starts now, in the background, so the first process loader finds it ready.
+warm_start.start_at_import()

@@ -20,6 +20,7 @@ class BackgroundStart:
     """
 
     _starter: threading.Thread | None
+    _start_done: threading.Event
     _start_error: BaseException | None
     _closed: bool
     _workers: list[Any]
@@ -37,6 +38,7 @@ class BackgroundStart:
         """
         if self._starter is not None or self._closed:
             return
+        self._start_done = threading.Event()
         self._starter = threading.Thread(
             target=self._start_all, daemon=True, name="clorch_nb-worker-start"
         )
@@ -51,9 +53,15 @@ class BackgroundStart:
                     self._spawn(wid)
         except BaseException as exc:  # noqa: BLE001 - raised by start_epoch on the caller's thread
             self._start_error = exc
+        finally:
+            self._start_done.set()
 
     def _join_starter(self) -> None:
         if self._starter is not None:
+            # An Event, not Thread.join(): a Ctrl-C that interrupts join() makes CPython 3.11
+            # mark the thread finished while it runs (threading's bpo-45274 handling), so a
+            # second join() would return at once and close() would miss the worker it starts.
+            self._start_done.wait()
             self._starter.join()
             self._starter = None
         if self._start_error is not None:
