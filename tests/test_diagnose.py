@@ -1,6 +1,7 @@
-"""Issue 12's verdict: the wall-time split on synthetic events with exact numbers, and real loops
-with a known bottleneck (slow items, slow collate, huge batches, a slow loop body, too few
-workers), each of which must get the right verdict."""
+"""Issue 12's verdict: the wall-time split on synthetic events with exact numbers; each known
+bottleneck (slow items, slow collate, huge batches, a slow loop body, too few workers) pinned on
+synthetic events; and the same five as real loops, a smoke test of the whole path (marked slow:
+their timings come from sleeps on a shared machine)."""
 
 from __future__ import annotations
 
@@ -67,6 +68,63 @@ def test_verdict_kinds_on_synthetic_splits() -> None:
     )
 
 
+def _synthetic(
+    backend: str,
+    num_workers: int,
+    *,
+    fetch_s: float,
+    collate_s: float = 0.0,
+    transport_s: float = 0.0,
+    body_s: float = 0.0,
+    n: int = 8,
+) -> Any:
+    """The verdict for one epoch of ``n`` batches, each built only once asked for (nothing
+    prefetched): the loop waits ``fetch_s + collate_s + transport_s`` per batch, then runs its
+    body for ``body_s``."""
+    stats = ThroughputStats()
+    stats.add(EpochEvent("start", 0, n, backend, num_workers, 0.0))
+    t = 0.0
+    for i in range(n):
+        sent = t + fetch_s + collate_s
+        got = sent + transport_s
+        worker = -1 if num_workers == 0 else i % num_workers
+        stats.add(BatchEvent(0, i, worker, 8, fetch_s, collate_s, got - t, 0, got, t, t, sent))
+        t = got + body_s
+    stats.add(EpochEvent("end", 0, n, backend, num_workers, t))
+    return stats.verdict()
+
+
+def test_slow_items_without_workers_on_synthetic_events() -> None:
+    v = _synthetic("inline", 0, fetch_s=0.016)
+    assert (v.kind, v.stage) == ("data-bound", "items"), v.to_text()
+    assert "num_workers=0" in v.line and "workers" in v.line
+
+
+def test_slow_collate_on_synthetic_events() -> None:
+    v = _synthetic("thread", 2, fetch_s=0.001, collate_s=0.02)
+    assert (v.kind, v.stage) == ("data-bound", "collate"), v.to_text()
+    assert "collate_fn" in v.line
+
+
+def test_huge_batches_on_synthetic_events() -> None:
+    v = _synthetic("process", 2, fetch_s=0.005, collate_s=0.005, transport_s=0.05)
+    assert (v.kind, v.stage) == ("data-bound", "transport"), v.to_text()
+
+
+def test_slow_loop_body_on_synthetic_events() -> None:
+    v = _synthetic("thread", 2, fetch_s=0.0005, body_s=0.02)
+    assert v.kind == "compute-bound", v.to_text()
+    assert v.body_share > 0.9
+
+
+def test_too_few_workers_on_synthetic_events() -> None:
+    # one worker needs 32 ms a batch, the loop body 5 ms: the worker is the bottleneck
+    v = _synthetic("thread", 1, fetch_s=0.032, body_s=0.005)
+    assert (v.kind, v.stage) == ("data-bound", "items"), v.to_text()
+    assert v.busy_share > 0.8
+    assert "1 thread worker busy" in v.line and "more workers" in v.line
+
+
 def _run(loader: Any, *, body_s: float = 0.0, epochs: int = 1) -> Any:
     stats = ThroughputStats()
     unsubscribe = loader.subscribe(stats.add)
@@ -85,6 +143,7 @@ def _run(loader: Any, *, body_s: float = 0.0, epochs: int = 1) -> Any:
     return v
 
 
+@pytest.mark.slow  # a smoke test: timings built from sleeps
 @pytest.mark.timeout(60)
 def test_slow_items_without_workers() -> None:
     v = _run(data.dataloader(sleepy(48, 0.002), batch_size=8))
@@ -92,6 +151,7 @@ def test_slow_items_without_workers() -> None:
     assert "num_workers=0" in v.line and "workers" in v.line
 
 
+@pytest.mark.slow  # a smoke test: timings built from sleeps
 @pytest.mark.timeout(60)
 def test_slow_collate() -> None:
     loader = data.dataloader(
@@ -102,6 +162,7 @@ def test_slow_collate() -> None:
     assert "collate_fn" in v.line
 
 
+@pytest.mark.slow  # a smoke test: timings built from sleeps
 @pytest.mark.timeout(120)
 def test_huge_batches_are_transport_bound() -> None:
     loader = data.dataloader(
@@ -111,6 +172,7 @@ def test_huge_batches_are_transport_bound() -> None:
     assert (v.kind, v.stage) == ("data-bound", "transport"), v.to_text()
 
 
+@pytest.mark.slow  # a smoke test: timings built from sleeps
 @pytest.mark.timeout(60)
 def test_slow_loop_body_is_compute_bound() -> None:
     loader = data.dataloader(sleepy(64), batch_size=8, num_workers=2, worker_backend="thread")
@@ -119,6 +181,7 @@ def test_slow_loop_body_is_compute_bound() -> None:
     assert v.body_share > 0.9
 
 
+@pytest.mark.slow  # a smoke test: timings built from sleeps
 @pytest.mark.timeout(60)
 def test_too_few_workers() -> None:
     # one worker needs 8 x 4 ms a batch; the loop needs 5 ms: the worker is the bottleneck

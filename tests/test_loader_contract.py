@@ -96,7 +96,7 @@ def test_prefetch_bound(backend: dict[str, Any]) -> None:
     if backend["name"] == "inline":
         pytest.skip("no workers")
     dl = loader(spec_ds("numbers", 40), backend, batch_size=2, shuffle=False, prefetch_factor=3)
-    pool = dl._ensure_pool()
+    pool = dl.start_workers()
     submitted: list[int] = []
     real_submit = pool.submit
     pool.submit = lambda task: (submitted.append(task.batch_index), real_submit(task))[1]  # type: ignore[method-assign]
@@ -199,7 +199,7 @@ def test_break_then_next_epoch_starts_clean(backend: dict[str, Any]) -> None:
     epoch yields all batches from its first. Healthy process workers are kept (same pids)."""
     with loader(spec_ds("numbers", 20), backend, batch_size=2, shuffle=False) as dl:
         full = [idx(b) for b in dl]
-        pids = dl._pool.pids() if backend["name"] == "process" else None
+        pids = dl.worker_pids() if backend["name"] == "process" else None
         for b in dl:
             if idx(b) == [4, 5]:
                 break
@@ -215,7 +215,7 @@ def test_break_then_next_epoch_starts_clean(backend: dict[str, Any]) -> None:
         gc.collect()
         assert [idx(b) for b in dl] == full
         if pids is not None:
-            assert dl._pool.pids() == pids
+            assert dl.worker_pids() == pids
 
 
 def test_keyboard_interrupt_in_loop(backend: dict[str, Any]) -> None:

@@ -166,7 +166,7 @@ def test_nb04_process_loader_is_checked_then_closed() -> None:
     ds = augmented_digits(work=8, seed=0)
     loader = data.dataloader(ds, batch_size=128, seed=1, num_workers=2, worker_backend="process")
     passes(nb04.exercise_1(loader))
-    assert loader._pool is None  # the check closed it: no worker process left
+    assert loader.worker_pool is None  # the check closed it: no worker process left
     wrong_seed = data.dataloader(
         ds, batch_size=128, seed=2, num_workers=2, worker_backend="process"
     )

@@ -163,7 +163,7 @@ def test_a_killed_worker_leaves_no_slot_files() -> None:
     it = iter(dl)
     held = [next(it), next(it)]
     assert any(f.endswith("-a0") for f in _slot_files())
-    os.kill(dl._pool.pids()[1], signal.SIGKILL)  # type: ignore[union-attr]
+    os.kill(dl.worker_pids()[1], signal.SIGKILL)
     with pytest.raises(WorkerError, match=r"process worker 1 \(pid \d+\) died with signal"):
         for b in it:
             held.append(b)
@@ -179,9 +179,9 @@ def test_workers_start_when_the_loader_is_made_and_stop_if_never_iterated() -> N
     dl = data.dataloader(
         fixtures.numbers(8, WIDTH), batch_size=4, num_workers=2, worker_backend="process"
     )
-    pool = dl._pool
+    pool = dl.worker_pool
     assert pool is not None
-    pool._join_starter()  # type: ignore[attr-defined]
+    pool.wait_started()  # type: ignore[attr-defined]
     pids = pool.pids()  # type: ignore[attr-defined]
     assert len(pids) == 2 and all(psutil.pid_exists(p) for p in pids)
     del dl, pool

@@ -267,7 +267,7 @@ def test_full_dev_shm_is_a_clear_error() -> None:
 
 
 def _worker_uss(dl: data.DataLoader) -> int:
-    return sum(psutil.Process(p).memory_full_info().uss for p in dl._pool.pids())
+    return sum(psutil.Process(p).memory_full_info().uss for p in dl.worker_pids())
 
 
 @pytest.mark.slow
@@ -334,7 +334,7 @@ _SCRIPT = textwrap.dedent("""
                              num_workers=2, worker_backend="process")
         it = iter(dl)
         next(it)
-        print("PIDS", *dl._pool.pids(), flush=True)
+        print("PIDS", *dl.worker_pids(), flush=True)
         if mode == "sigint":
             try:
                 for b in it:
@@ -344,7 +344,7 @@ _SCRIPT = textwrap.dedent("""
                 print("INTERRUPTED", flush=True)
             full = [fixtures.idx(b) for b in dl]
             assert full == [[i, i + 1] for i in range(0, 40, 2)], full
-            print("NEXT EPOCH OK", *dl._pool.pids(), flush=True)
+            print("NEXT EPOCH OK", *dl.worker_pids(), flush=True)
             dl.close()
         elif mode == "killed":
             time.sleep(60)
@@ -413,13 +413,13 @@ def test_worker_killed_between_epochs_is_replaced() -> None:
     epoch is whole and nothing is raised."""
     with proc_loader(fixtures.numbers(10), batch_size=2, shuffle=False) as dl:
         assert [idx(b) for b in dl][-1] == [8, 9]
-        victim = dl._pool.pids()[1]
+        victim = dl.worker_pids()[1]
         os.kill(victim, signal.SIGKILL)
         deadline = time.monotonic() + 5.0
         while not _gone(victim) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
-        assert victim not in dl._pool.pids()
+        assert victim not in dl.worker_pids()
 
 
 @pytest.mark.timeout(120)
@@ -432,14 +432,14 @@ def test_worker_killed_before_it_began_the_epoch_is_replaced() -> None:
     ds = fixtures.SlowSetEpoch(10, 3.0)
     with proc_loader(ds, batch_size=2, shuffle=False) as dl:
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
-        victim = dl._pool.pids()[1]
+        victim = dl.worker_pids()[1]
         killer = threading.Timer(0.5, os.kill, (victim, signal.SIGKILL))
         killer.start()
         try:
             assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
         finally:
             killer.cancel()
-        assert victim not in dl._pool.pids() and len(dl._pool.pids()) == 2
+        assert victim not in dl.worker_pids() and len(dl.worker_pids()) == 2
 
 
 @pytest.mark.timeout(120)

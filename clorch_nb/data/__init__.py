@@ -1,7 +1,8 @@
 """``clorch_nb.data``: the Python edition of ``clorch.data``.
 
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
-the loader (:func:`dataloader`), distributed sharding (:func:`distributed_sampler`,
+the loader (:func:`dataloader` -> :class:`DataLoader`; one ``iter()`` is an
+:class:`~clorch_nb.data.epoch.Epoch`), distributed sharding (:func:`distributed_sampler`,
 :func:`set_epoch`, :func:`sample_indices`), collation (:func:`default_collate`,
 :func:`pad_collate`), :func:`cleanup_data`, and :func:`start_forkserver` (done at import in
 IPython and Jupyter, see :mod:`~clorch_nb.data.workers.warm_start`).
@@ -17,7 +18,7 @@ Example:
 """
 
 from clorch_nb.data.collate import cleanup_data, default_collate, pad_collate
-from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.config import LoaderConfig, WorkerBackend, WorkerBackendChoice
 from clorch_nb.data.dataset import (
     BatchedDataset,
     Dataset,
@@ -32,16 +33,21 @@ from clorch_nb.data.defdataset import defdataset, derived
 from clorch_nb.data.distributed import (
     DistributedSampler,
     SamplerSettings,
+    ShardMode,
     ShardPlan,
     distributed_sampler,
     sample_indices,
     set_epoch,
     shard_plan,
 )
-from clorch_nb.data.loader import DataLoader, dataloader
+from clorch_nb.data.epoch import EpochPosition, Stage
+from clorch_nb.data.epoch_iter import EpochIterator
+from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.state import LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 from clorch_nb.data.workers import warm_start
+from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.warm_start import start_forkserver
 
 __all__ = [
@@ -49,12 +55,21 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "DistributedSampler",
+    "EpochIterator",
+    "EpochPosition",
     "LoaderConfig",
+    "LoaderEngine",
+    "LoaderState",
     "ProcessSpec",
     "SamplerSettings",
+    "ShardMode",
     "ShardPlan",
+    "Stage",
     "TensorDataset",
+    "WorkerBackend",
+    "WorkerBackendChoice",
     "WorkerInfo",
+    "WorkerPool",
     "as_dataset",
     "cleanup_data",
     "dataloader",

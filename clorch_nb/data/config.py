@@ -205,7 +205,7 @@ def loader_config(
             )
         _check_sampler("sampler", sampler)
         if isinstance(sampler, torch.utils.data.BatchSampler):
-            raise ConfigError(_yields_batches(sampler))
+            raise ConfigError(yields_batches_message(sampler))
         shuffle = False
     elif shuffle is UNSET:
         shuffle = True
@@ -217,7 +217,8 @@ def loader_config(
     )
 
 
-def _yields_batches(sampler: Any) -> str:
+def yields_batches_message(sampler: Any) -> str:
+    """The error text for a batch sampler passed as ``sampler=`` (it yields lists of indices)."""
     return (
         f"sampler {type(sampler).__name__} yields batches (lists of indices, e.g. [0, 1, 2, 3]), "
         "not dataset indices: pass it as batch_sampler= (without batch_size, shuffle, sampler "

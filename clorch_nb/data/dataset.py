@@ -96,7 +96,7 @@ def check_index(idx: Any, size: int) -> int:
     return i
 
 
-class _TorchInterop:
+class TorchInterop:
     """Mixin: ``len()`` and ``[]`` so torch's DataLoader accepts clorch datasets, and ``iter()``.
 
     ``iter()`` is defined (items ``0..size-1``) rather than left to Python's fallback, which calls
@@ -122,7 +122,7 @@ class _TorchInterop:
             yield item
 
 
-class FunctionDataset(_TorchInterop):
+class FunctionDataset(TorchInterop):
     """A dataset made of two functions; built by :func:`dataset`."""
 
     __slots__ = ("_size", "_get_item", "process_spec", "thread_safe")
@@ -204,8 +204,9 @@ def dataset(
     return FunctionDataset(size, get_item, as_process_spec(process_spec), thread_safe)
 
 
-class TensorDataset(_TorchInterop):
-    """Items ``{"data": X[i], "target": y[i]}`` over two tensors; built by :func:`tensor_dataset`.
+class TensorDataset(TorchInterop):
+    """Built by :func:`tensor_dataset` (torch's ``TensorDataset(X, y)`` call is not accepted):
+    items ``{"data": X[i], "target": y[i]}`` over two tensors.
 
     ``get_batch`` indexes each tensor once per batch (``index_select``) instead of item by item.
     """
@@ -289,7 +290,7 @@ def tensor_dataset(
     return TensorDataset(X, y, as_process_spec(process_spec))
 
 
-class TorchMapDataset(_TorchInterop):
+class TorchMapDataset(TorchInterop):
     """A torch map-style dataset (``__len__``/``__getitem__``) seen as a :class:`Dataset`."""
 
     __slots__ = ("wrapped",)

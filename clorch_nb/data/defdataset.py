@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from clorch_nb.data.dataset import _TorchInterop
+from clorch_nb.data.dataset import TorchInterop
 from clorch_nb.errors import ConfigError
 
 __all__ = ["defdataset", "derived"]
@@ -155,5 +155,5 @@ def defdataset(cls: type[T]) -> type[T]:
     cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
     for name in ("__len__", "__getitem__"):
         if name not in vars(cls):
-            setattr(cls, name, getattr(_TorchInterop, name))
+            setattr(cls, name, getattr(TorchInterop, name))
     return dataclasses.dataclass(frozen=True, eq=False)(cls)

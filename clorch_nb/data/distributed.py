@@ -16,8 +16,19 @@ torch keeps their exact shards:
 by at most one (rank ``r`` gets ``ceil((N - r) / R)``). Use it for evaluation, where padding
 repeats would double-count; not for DDP training, where uneven batch counts hang collectives.
 
-**Resume**, elastic across world sizes (``state_dict`` / ``load_state_dict``): the rule is
-in :mod:`clorch_nb.data.state`.
+**Resume** (``state_dict`` / ``load_state_dict``) is elastic across world sizes.
+
+**The elastic rule** (a :func:`~clorch_nb.data.distributed_sampler`'s state loaded where
+``num_replicas`` differs). An epoch's
+positions are dealt round robin, so when every rank of ``R`` has consumed ``d`` indices, the
+consumed positions are exactly the first ``min(d * R, real)`` of the arranged order: a prefix
+``c`` of the epoch's base order. A state loaded with the same ``num_replicas`` continues each
+rank's shard at index ``d`` (bit-identical, padding included). Loaded with another
+``num_replicas`` ``R'``, the rest of that epoch is the base order's positions ``c..N-1``, dealt
+to the ``R'`` ranks by the same rule as a fresh epoch (even: padded with repeats of the rest's
+head, or cut with ``drop_last``; disjoint: uneven counts): every item exactly once over the
+whole epoch, padding aside. Epochs after it (``set_epoch`` to another epoch) are the usual
+torch-exact shards for ``R'``.
 """
 
 from __future__ import annotations
@@ -38,9 +49,11 @@ from clorch_nb.data.shard_plan import (
     base_order,
     check_mode,
     check_seed,
+    consumed_prefix,
+    layout_count,
     shard_plan,
 )
-from clorch_nb.data.state import layout_count, sampler_restore, sampler_snapshot
+from clorch_nb.data.state import check_same
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -122,7 +135,8 @@ class SamplerSettings:
 
 
 class DistributedSampler:
-    """This rank's indices, epoch by epoch; built by :func:`distributed_sampler`.
+    """Built by :func:`distributed_sampler` (torch's ``DistributedSampler(dataset, ...)`` call is
+    not accepted): this rank's indices, epoch by epoch, and its own resumable state.
 
     Iterating it (or :meth:`sample_indices`) gives the same indices as
     ``torch.utils.data.DistributedSampler`` with the same settings; it can be passed as
@@ -168,23 +182,84 @@ class DistributedSampler:
 
     def state_dict(self, num_consumed: int = 0) -> dict[str, Any]:
         """The epoch's position as plain data after this rank consumed ``num_consumed`` of its
-        indices (the loader passes its count). Example: data/state.py ``sampler_snapshot``."""
-        return sampler_snapshot(self, num_consumed)
+        indices (the loader passes its count): the settings it is valid for, the epoch, where
+        the epoch's layout starts in the base order and how many of this rank's indices are done.
+
+        Example:
+            >>> s = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
+            >>> s.state_dict(3)["done"], s.state_dict(3)["start"]
+            (3, 0)
+        """
+        start, skip = self.layout()
+        return {
+            **self._settings_dict(),
+            "epoch": self.epoch,
+            "num_replicas": self.num_replicas,
+            "start": start,
+            "done": skip + check_int("num_consumed", num_consumed, minimum=0),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue the saved epoch: the rest of this rank's shard, or with another
-        ``num_replicas`` its share of the rest (elastic rule: data/state.py). ConfigError for a
-        state of another size, seed, shuffle, drop_last or shard_mode (both values named)."""
-        self._resumed = sampler_restore(self, state)
+        """Continue the saved epoch: set the sampler's epoch to the saved one and iterate the
+        rest of this rank's shard (same ``num_replicas``), or with another ``num_replicas`` this
+        rank's share of the rest (the elastic rule, module docstring).
 
-    def _layout(self) -> tuple[int, int]:
+        Raises:
+            ConfigError: not a dict; a state of another size, seed, shuffle, drop_last or
+                shard_mode (both values named); a missing or out-of-range field.
+
+        Example:
+            >>> a = distributed_sampler(10, num_replicas=2, rank=0, seed=0)
+            >>> a1 = distributed_sampler(10, num_replicas=2, rank=1, seed=0)
+            >>> b = distributed_sampler(10, num_replicas=1, rank=0, seed=0)
+            >>> b.load_state_dict(a.state_dict(3))  # 2 ranks x 3 consumed: 4 items left
+            >>> seen = a.sample_indices()[:3] + a1.sample_indices()[:3] + b.sample_indices()
+            >>> len(b), sorted(seen)
+            (4, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+        """
+        if not isinstance(state, dict):
+            raise ConfigError(f"state={state!r:.60} must be a dict from sampler.state_dict()")
+        check_same(
+            "DistributedSampler",
+            state,
+            self._settings_dict(),
+            "build the sampler with the same dataset and settings as the one that saved it",
+        )
+        try:
+            epoch, start, done, old_w = (
+                int(state[k]) for k in ("epoch", "start", "done", "num_replicas")
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigError(f"sampler state {state!r:.120} is incomplete: {exc!r}") from None
+        if not (0 <= start <= self.size and done >= 0 and old_w >= 1 and epoch >= 0):
+            raise ConfigError(f"sampler state {state!r:.120} is out of range; was it edited?")
+        self.set_epoch(epoch)
+        if old_w != self.num_replicas:  # elastic: deal the rest of the epoch anew
+            start = consumed_prefix(self.size, start, old_w, done, self.drop_last, self.shard_mode)
+            done = 0
+        self._resumed = (epoch, start, done)
+
+    def _settings_dict(self) -> dict[str, Any]:
+        # what a saved state must agree on (num_replicas may differ: the elastic rule)
+        return {
+            "size": self.size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "drop_last": self.drop_last,
+            "shard_mode": self.shard_mode,
+        }
+
+    def layout(self) -> tuple[int, int]:
+        """``(start, skip)`` of the current epoch: where its layout starts in the epoch's base
+        order and how many of this rank's indices are skipped; ``(0, 0)`` unless a loaded state
+        resumes this epoch. A resuming loader skips as many of its batch positions."""
         r = self._resumed  # (epoch, start of the layout in the base order, indices skipped)
         return (r[1], r[2]) if r is not None and r[0] == self.epoch else (0, 0)
 
     def index_tensor(self) -> torch.Tensor:
         """This rank's indices for the current epoch: int64, shape ``(len(self),)``."""
         order = base_order(self.size, seed=self.seed, epoch=self.epoch, shuffle=self.shuffle)
-        start, skip = self._layout()
+        start, skip = self.layout()
         arranged = arrange_order(order[start:], self.num_replicas, self.drop_last, self.shard_mode)
         return arranged[self.rank :: self.num_replicas][skip:]
 
@@ -214,7 +289,9 @@ class DistributedSampler:
         """Every rank's shard for the current epoch (what the shard view draws)."""
         return self.settings.plan(self.epoch)
 
-    def _note_iteration(self, stacklevel: int = 3) -> None:
+    def note_iteration(self, stacklevel: int = 3) -> None:
+        """Record that the current epoch is being iterated; warn (once) when a shuffling
+        sampler is iterated twice at the same epoch (``set_epoch`` forgotten)."""
         if self.shuffle and self._last_iterated_epoch == self.epoch and not self._warned_same_epoch:
             self._warned_same_epoch = True
             warnings.warn(
@@ -226,11 +303,11 @@ class DistributedSampler:
         self._last_iterated_epoch = self.epoch
 
     def __iter__(self) -> Iterator[int]:
-        self._note_iteration()
+        self.note_iteration()
         return iter(self.sample_indices())
 
     def __len__(self) -> int:
-        start, skip = self._layout()
+        start, skip = self.layout()
         n = self.size - start
         return max(
             0, layout_count(n, self.num_replicas, self.rank, self.drop_last, self.shard_mode) - skip

@@ -193,7 +193,12 @@ def release_frames(tb: TracebackType | None, owner: object) -> None:
         >>> import sys; sys.getrefcount(o)  # the doctest's name, and getrefcount's argument
         2
     """
-    codes = {f.__code__ for f in vars(type(owner)).values() if hasattr(f, "__code__")}
+    codes = {
+        f.__code__
+        for cls in type(owner).__mro__  # methods of its base classes too
+        for f in vars(cls).values()
+        if hasattr(f, "__code__")
+    }
     while tb is not None:
         frame = tb.tb_frame
         if frame.f_code in codes:
@@ -230,16 +235,24 @@ def rng_untouched(generator: torch.Generator | None) -> Iterator[None]:
                 generator.set_state(gen_state)
 
 
-def peek_batch(loader: Any, plan: Sequence[torch.Tensor] | None, batch_index: int) -> Any:
-    """What :meth:`DataLoader.peek` returns: batch ``batch_index`` of ``plan`` (the open
-    epoch's), or with ``plan=None`` of the epoch the next ``iter(loader)`` would start, built on
-    this thread from ``loader.dataset``.
+def peek_batch(
+    dataset: Any,
+    collate_fn: Callable[[list[Any]], Any],
+    plan: Sequence[torch.Tensor],
+    batch_index: int,
+    *,
+    use_get_batch: bool,
+    generator: torch.Generator | None,
+) -> Any:
+    """What :meth:`DataLoader.peek <clorch_nb.data.DataLoader.peek>` returns: batch
+    ``batch_index`` of ``plan`` (the open epoch's, or the one the next ``iter()`` would start),
+    built on this thread from ``dataset``.
 
     No epoch starts or stops; no worker, event, statistic or epoch counter is touched, nor any
-    RNG: the next epoch's plan and ``get_item``'s random draws are made under
-    :func:`rng_untouched`, and a ``DistributedSampler`` is not told it was iterated. With a
-    shuffling loader and no ``seed=``, "the next epoch" assumes nothing else draws from torch's
-    global RNG first.
+    RNG: ``get_item``'s random draws are made under :func:`rng_untouched` (``generator``, the
+    loader's, included), and the loader plans a next epoch under it too, without telling a
+    ``DistributedSampler`` it was iterated. With a shuffling loader and no ``seed=``, "the next
+    epoch" assumes nothing else draws from torch's global RNG first.
 
     Raises:
         IndexError: ``batch_index`` is outside the epoch's batches.
@@ -251,23 +264,23 @@ def peek_batch(loader: Any, plan: Sequence[torch.Tensor] | None, batch_index: in
         >>> peeked = loader.peek()["target"].tolist()
         >>> peeked == next(iter(loader))["target"].tolist()
         True
+        >>> ds = data.tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+        >>> plan = [torch.tensor([3, 1]), torch.tensor([0, 2])]
+        >>> peek_batch(ds, data.default_collate, plan, -1, use_get_batch=False,
+        ...            generator=None)["target"].tolist()
+        [0, 2]
     """
-    if plan is None:
-        with rng_untouched(loader.generator):
-            loader._draw_seed()  # as iter() does before planning, so the plan is the same
-            plan = loader._plan(note=False)
-    assert plan is not None
     if not -len(plan) <= batch_index < len(plan):
         raise IndexError(
             f"batch_index={batch_index} is outside the epoch's {len(plan)} batches "
             f"(valid 0..{len(plan) - 1})"
         )
-    with rng_untouched(loader.generator):
+    with rng_untouched(generator):
         batch, _, _ = build_batch(
-            loader.dataset,
-            loader.config.collate_fn,
+            dataset,
+            collate_fn,
             plan[batch_index],
-            use_get_batch=loader._use_get_batch,
+            use_get_batch=use_get_batch,
             batch_index=batch_index,
             worker="the main thread (peek)",
         )

@@ -6,25 +6,27 @@ Each ``iter(loader)`` is one epoch:
 1. **plan** (:mod:`~clorch_nb.data.plan`): the epoch's index order (the sampler's, a fresh
    permutation, or ``0..N-1``) as one int64 tensor, cut into batches of ``batch_size``;
 2. **build**: each batch is made by :func:`~clorch_nb.data.workers.base.build_batch`, on this
-   thread (``num_workers=0``) or in the worker pool that :mod:`~clorch_nb.data.workers.select`
-   chose, with at most ``prefetch_factor * num_workers`` batches in flight;
+   thread (``num_workers=0``, the inline pool) or in the worker pool that
+   :mod:`~clorch_nb.data.workers.select` chose, with at most ``prefetch_factor * num_workers``
+   batches in flight;
 3. **deliver**: in plan order, whatever finishes first; every handover is recorded
    (:class:`~clorch_nb.instrumentation.BatchEvent`) for the subscribed views.
 
-Every option lives in one frozen :class:`~clorch_nb.data.config.LoaderConfig`.
+Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.Epoch`, made here per ``iter()``. The
+loader owns what outlives an epoch: the options (one frozen
+:class:`~clorch_nb.data.config.LoaderConfig`), its seed and generator, the worker pool (a
+:class:`~clorch_nb.data.workers.select.PoolSlot`), the event bus, and the position that
+``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.Epoch.position`).
 """
 
 from __future__ import annotations
 
-import time
 import weakref
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from clorch_nb._signals import deferred_sigint
-from clorch_nb.data import state as _state
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
@@ -33,21 +35,27 @@ from clorch_nb.data.config import (
     WorkerBackendChoice,
     loader_config,
 )
-from clorch_nb.data.dataset import TensorDataset, as_dataset, get_process_spec
-from clorch_nb.data.deliver import deliver_from_pool, deliver_inline
+from clorch_nb.data.dataset import as_dataset, get_process_spec
+from clorch_nb.data.distributed import DistributedSampler
+from clorch_nb.data.epoch import Epoch, EpochPosition, Stage
 from clorch_nb.data.epoch_hooks import EpochHooks
-from clorch_nb.data.epoch_iter import EpochIterator, StopRequest, peek_batch, release_frames
-from clorch_nb.data.plan import check_sampler_size, epoch_plan
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.workers.base import (
-    WorkerPool,
-    close_pool,
+from clorch_nb.data.epoch_iter import (
+    EpochIterator,
+    StopRequest,
+    peek_batch,
+    release_frames,
+    rng_untouched,
 )
-from clorch_nb.data.workers.select import choose_worker_backend, make_pool, uses_get_batch
+from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
+from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
+from clorch_nb.data.state import LoaderState
+from clorch_nb.data.workers.base import WorkerPool
+from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
-from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
+from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "dataloader"]
+__all__ = ["DataLoader", "LoaderEngine", "dataloader"]
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -57,8 +65,9 @@ def _short(text: str, limit: int = 80) -> str:
     return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
 
 
-class DataLoader(_state.Resumable):
-    """A re-iterable loader over a dataset; built by :func:`dataloader` (see it for arguments).
+class LoaderEngine:
+    """The loader itself, built from a validated :class:`LoaderConfig`: what
+    :class:`DataLoader` (the public front, made by :func:`dataloader`) does.
 
     ``iter(loader)`` starts an epoch and stops one still open (:mod:`.epoch_iter`; :meth:`peek`
     looks without starting one); ``len()`` is the batches an epoch yields. Worker pools persist
@@ -93,16 +102,16 @@ class DataLoader(_state.Resumable):
         self.events = EventBus()
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
+        self._run: Epoch | None = None  # the last epoch that started delivering (its position)
+        self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
-        self._draws = not isinstance(dataset, TensorDataset)  # ours draws no random numbers
-        self._pool: WorkerPool | None = None
-        self._pool_finalizer: weakref.finalize | None = None
+        self._workers = PoolSlot(self, worker_backend, dataset, process_spec, config)
         self._active: weakref.ref[EpochIterator] | None = None
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
-        if worker_backend == "process":
-            # Workers start now, in the background: a loader made in one notebook cell and
-            # iterated in the next has them ready (nothing leaks if it is never iterated).
-            self._ensure_pool().prestart()  # type: ignore[attr-defined]
+        # Delivery stages (pinning memory, copying to a device) applied to each batch as it is
+        # received, in plan order: the place a later stage plugs in (data/epoch.py).
+        self._stages: tuple[Stage, ...] = ()
+        self._workers.prestart()  # process workers start now, in the background
 
     # read-only views of the config, under torch's names
     batch_size = property(lambda self: self.config.batch_size)
@@ -120,26 +129,35 @@ class DataLoader(_state.Resumable):
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
-        epoch, start, skip = _state.next_epoch(self)  # a loaded state's, or the next one
+        epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
         self._stop_active(superseded_by=epoch)
         if self._hooks.before_epoch(epoch) == "restart":
             self.close()  # a replaced shared tensor: fresh workers map the new one
         self._epoch = epoch
         self.stats.epochs_started += 1
         try:
-            base_seed = self._draw_seed()
-            batches = _state.pad_skipped(self._plan(), skip, self.config.drop_last)
+            base_seed = draw_base_seed(self.generator)
+            batches = pad_skipped(self._plan(), skip, self.config.drop_last)
         except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
             release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
             del self, exc
             raise
+        run = Epoch(
+            epoch,
+            batches,
+            self._workers.open,
+            self.config,
+            self.events,
+            self.stats,
+            backend=self.worker_backend,
+            num_workers=self.config.num_workers,
+            start=start,
+            base_seed=base_seed,
+            stages=self._stages,
+        )
+        self._run = run
         stop = StopRequest()
-        self._position = (epoch, start, start, len(batches))
-        if self.worker_backend == "inline":
-            gen = deliver_inline(self, epoch, batches, start, base_seed, stop)
-        else:
-            gen = deliver_from_pool(self, epoch, batches, start, base_seed, stop)
-        it = EpochIterator(gen, stop, epoch, batches)
+        it = EpochIterator(run.batches(stop), stop, epoch, batches)
         self._active = weakref.ref(it)
         return it
 
@@ -147,9 +165,89 @@ class DataLoader(_state.Resumable):
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
         see :func:`~clorch_nb.data.epoch_iter.peek_batch` (Raises, Example)."""
         it = self._active() if self._active is not None else None
+        plan = None if it is None or it.delivered >= len(it) else it.plan
+        if plan is None:  # the plan the next iter() makes, drawn without moving any RNG
+            with rng_untouched(self.generator):
+                draw_base_seed(self.generator)  # as iter() does before planning
+                plan = self._plan(note=False)
         return peek_batch(
-            self, None if it is None or it.delivered >= len(it) else it.plan, batch_index
+            self.dataset,
+            self.config.collate_fn,
+            plan,
+            batch_index,
+            use_get_batch=self._use_get_batch,
+            generator=self.generator,
         )
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last delivered batch: plain data (JSON-serialisable, < 1 KB;
+        fields: :mod:`~clorch_nb.data.state`). An epoch delivered to its end saves the start of
+        the next one.
+
+        Example:
+            >>> import json, torch
+            >>> from clorch_nb import data
+            >>> ds = data.tensor_dataset(torch.zeros(10, 1), torch.arange(10))
+            >>> loader = data.dataloader(ds, batch_size=2, seed=0)
+            >>> it = iter(loader); _ = next(it); _ = next(it)
+            >>> fresh = data.dataloader(ds, batch_size=2, seed=0)
+            >>> fresh.load_state_dict(json.loads(json.dumps(loader.state_dict())))
+            >>> [b["target"].tolist() for b in fresh] == [b["target"].tolist() for b in it]
+            True
+        """
+        if self._resume is not None:  # loaded, not yet iterated: the same position again
+            return self._resume.to_dict()
+        return self._saved_state(self.position).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next ``iter()`` continue exactly where the saver stopped: the rest of that
+        epoch (no batch before it fetched; its order recomputed from the seed), then the
+        following epochs; on any backend and ``num_workers``, and with a
+        ``distributed_sampler`` on another ``num_replicas`` (its elastic rule). An iterator
+        still open raises :class:`~clorch_nb.errors.StaleIteratorError` on its next ``next()``.
+
+        Raises:
+            ConfigError: not a loader state; or one of another dataset size, batch size,
+                drop_last, shuffle, sampler kind or ``seed=`` (named with both values). A loader
+                built without ``seed=`` adopts the saved seed.
+        """
+        saved = LoaderState.from_dict(state)
+        here = LoaderState.from_dict(self.state_dict())
+        saved.check_matches(here, seed_fixed=self.config.seed is not None)
+        if isinstance(self.sampler, DistributedSampler) and saved.sampler is not None:
+            self.sampler.load_state_dict(saved.sampler)
+        why = (
+            f"load_state_dict() moved the loader to epoch {saved.epoch}, batch {saved.batches_done}"
+        )
+        self._stop_active(superseded_by=saved.epoch, why=why)
+        if self._epoch is not None and saved.epoch <= self._epoch:
+            self.close()  # back to an epoch its workers saw (they drop cancelled epochs' tasks)
+        self.seed = saved.seed
+        self._resume = saved
+
+    @property
+    def position(self) -> EpochPosition:
+        """Where the last epoch stands (epoch 0, nothing delivered, before the first
+        ``iter()``). Read-only."""
+        if self._run is None:
+            return EpochPosition(0, 0, 0, len(self) if self._epoch is None else 0)
+        return self._run.position
+
+    @property
+    def worker_pool(self) -> WorkerPool | None:
+        """The worker pool, or None while none is running (before the first epoch, or after
+        :meth:`close`). Read-only: for tests and diagnostics."""
+        return self._workers.pool
+
+    def start_workers(self) -> WorkerPool:
+        """Start the workers now (else they start with the first epoch, or for processes in the
+        background when the loader is made) and return the pool."""
+        return self._workers.open()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live worker processes (``[]`` for threads, inline, or none)."""
+        pool = self._workers.pool
+        return [] if pool is None else pool.pids()
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
@@ -165,15 +263,9 @@ class DataLoader(_state.Resumable):
         (Ctrl-C), a second one finishes what the first began.
         """
         self._stop_active()
-        pool = self._pool
-        if pool is not None:
-            pool.close()  # idempotent in full: repeats whatever an interrupted call left
-            if self._pool_finalizer is not None:
-                self._pool_finalizer.detach()
-        self._pool = None
-        self._pool_finalizer = None
+        self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> LoaderEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -190,54 +282,68 @@ class DataLoader(_state.Resumable):
 
     # -- plan -------------------------------------------------------------------------------
 
-    def _draw_seed(self) -> int:
-        # per epoch, from the loader's own generator: the base of its batches' RNG seeds
-        return int(torch.empty((), dtype=torch.int64).random_(generator=self.generator).item())
-
     def _plan(self, note: bool = True) -> Any:
         return epoch_plan(
             self.dataset.get_size(), self.config, self.sampler, self.generator, note=note
         )
 
-    # -- build + deliver (clorch_nb.data.deliver) -------------------------------------------
+    def _next_epoch(self) -> tuple[int, int, int]:
+        """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
+        loaded state is applied once (the generator fast-forwarded to its epoch)."""
+        saved, self._resume = self._resume, None
+        if saved is None:
+            return (0 if self._epoch is None else self._epoch + 1), 0, 0
+        own_perm = self.config.shuffle and self.sampler is None
+        self.generator = fast_forward(
+            saved.seed, saved.epoch, self.dataset.get_size() if own_perm else None
+        )
+        if isinstance(self.sampler, DistributedSampler):  # as a sampler=: batch_size is set
+            skip = self.sampler.layout()[1]  # the sampler yields only the rest of its shard
+            return saved.epoch, -(-skip // self._batch_size), skip
+        return saved.epoch, saved.batches_done, 0
 
-    def _record(self, ev: BatchEvent) -> None:
-        st = self.stats
-        st.batches += 1
-        st.items += ev.num_items
-        st.wait_s += ev.wait_s
-        st.per_worker_batches[ev.worker_id] = st.per_worker_batches.get(ev.worker_id, 0) + 1
-        if self.events:
-            self.events.emit(ev)
+    @property
+    def _batch_size(self) -> Any:
+        # None with a batch_sampler: such a state saves batch_size=None, which
+        # LoaderState.from_dict refuses on load (naming the field)
+        return self.config.batch_size
 
-    def _epoch_event(self, kind: Literal["start", "end", "stopped"], epoch: int, n: int) -> None:
-        if self.events:
-            self.events.emit(
-                EpochEvent(
-                    kind,
-                    epoch,
-                    n,
-                    self.worker_backend,
-                    self.config.num_workers,
-                    time.perf_counter(),
-                )
-            )
-
-    def _ensure_pool(self) -> WorkerPool:
-        if self._pool is None:
-            # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
-            # once, and an unrecorded pool could never be closed.
-            with deferred_sigint():
-                pool = make_pool(self.worker_backend, self.dataset, self.process_spec, self.config)
-                self._pool = pool
-                self._pool_finalizer = weakref.finalize(self, close_pool, pool)
-        return self._pool
+    def _saved_state(self, pos: EpochPosition) -> LoaderState:
+        epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
+        sampler_state = None
+        if isinstance(self.sampler, DistributedSampler):
+            consumed = min((done - start) * self._batch_size, len(self.sampler))
+            sampler_state = self.sampler.state_dict(consumed)
+        if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
+            epoch, done = epoch + 1, 0
+        return LoaderState(
+            epoch=epoch,
+            batches_done=done,
+            seed=self.seed,
+            size=self.dataset.get_size(),
+            batch_size=self._batch_size,
+            drop_last=self.config.drop_last,
+            shuffle=self.config.shuffle,
+            num_batches=max(n, done),
+            sampler=sampler_state,
+        )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
         it = self._active() if self._active is not None else None
         self._active = None
         if it is not None:
             it.supersede(superseded_by, why)  # None: just stop it (close())
+
+
+class DataLoader(LoaderEngine):
+    """Built by :func:`dataloader` (see it for the arguments; torch's ``DataLoader(dataset,
+    ...)`` call is not accepted yet): a re-iterable loader over a dataset, torch's name.
+
+    A thin front over :class:`LoaderEngine`, which is built from the dataset and one validated
+    :class:`~clorch_nb.data.config.LoaderConfig`; everything it does (``iter()``, ``len()``,
+    :meth:`~LoaderEngine.peek`, :meth:`~LoaderEngine.state_dict`, :meth:`~LoaderEngine.close`,
+    :meth:`~LoaderEngine.subscribe`) is the engine's. Example: :func:`dataloader`.
+    """
 
 
 def dataloader(
@@ -290,9 +396,9 @@ def dataloader(
         timeout_ms (float | None): with workers, the longest wait for one batch, in ms (> 0), not
             counting start-up; beyond it ``WorkerTimeoutError``. Ignored when ``num_workers=0``.
         seed (int | None): every epoch's order and every batch's RNG seed derive from it (so
-            augmentation is the same for any ``num_workers`` and after a resume; state.py).
+            augmentation is the same for any ``num_workers`` and after a resume; seeds.py).
         generator (torch.Generator | None): the seed is drawn once from it (not with ``seed``).
-            Without either: :func:`~clorch_nb.data.state.resolve_seed`.
+            Without either: :func:`~clorch_nb.data.seeds.resolve_seed`.
         batch_sampler (iterable of lists of int, with len): each batch's indices, as torch's
             (``BatchSampler``, length buckets); ``len(loader) == len(batch_sampler)``; refused
             with batch_size, shuffle, sampler or drop_last, as in torch.
@@ -345,7 +451,7 @@ def dataloader(
         ds,
         config,
         sampler=sampler if batch_sampler is None else batch_sampler,
-        seed=_state.resolve_seed(seed, generator, config.shuffle),
+        seed=resolve_seed(seed, generator, config.shuffle),
         process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
     )

@@ -8,17 +8,26 @@ items, so a plan is cheap whatever the dataset.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
 import numpy as np
 import torch
 
-from clorch_nb.data.config import LoaderConfig, _yields_batches
+from clorch_nb.data.config import LoaderConfig, yields_batches_message
 from clorch_nb.data.distributed import DistributedSampler
 from clorch_nb.errors import ConfigError
 
-__all__ = ["BatchListPlan", "EpochPlan", "check_sampler_size", "epoch_order", "epoch_plan"]
+__all__ = [
+    "BatchListPlan",
+    "EpochPlan",
+    "check_sampler_size",
+    "epoch_order",
+    "epoch_plan",
+    "iter_from",
+    "pad_skipped",
+]
 
 
 def epoch_plan(
@@ -136,12 +145,12 @@ def epoch_order(
 def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
     if isinstance(s, DistributedSampler):
         if note:
-            s._note_iteration(stacklevel=7)  # the warning points at the user's ``for``/``iter()``
+            s.note_iteration(stacklevel=7)  # the warning points at the user's ``for``/``iter()``
         order = s.index_tensor()
     else:
         indices = list(iter(s))
         if indices and not _is_index(indices[0]):
-            raise ConfigError(_yields_batches(s))
+            raise ConfigError(yields_batches_message(s))
         order = torch.as_tensor(indices, dtype=torch.int64)
     if order.numel() != len(s):
         raise ConfigError(
@@ -291,3 +300,26 @@ class EpochPlan(Sequence[torch.Tensor]):
         step = 1024 * bs
         for start in range(first * bs, total, step):
             yield from self.order[start : min(start + step, total)].split(bs)
+
+
+def pad_skipped(plan: Any, skip: int, drop_last: bool) -> Any:
+    """``plan`` (an :class:`~clorch_nb.data.plan.EpochPlan`) with ``skip`` placeholder indices in
+    front, so a resumed sampler's rest keeps its batch positions (the placeholders' batches are
+    never built).
+
+    Example:
+        >>> [b.tolist() for b in pad_skipped(EpochPlan(torch.tensor([7, 8]), 2, False), 2, False)]
+        [[0, 0], [7, 8]]
+    """
+    if not skip:
+        return plan
+    full = torch.cat([torch.zeros(skip, dtype=torch.int64), plan.order])
+    return EpochPlan(full, plan.batch_size, drop_last)
+
+
+def iter_from(plan: Any, first: int) -> Any:
+    """``plan``'s batches from batch ``first`` on (an :class:`EpochPlan` slices; any other plan,
+    e.g. a batch sampler's lists, is walked: indices only, no item is fetched)."""
+    if hasattr(plan, "iter_from"):
+        return plan.iter_from(first)
+    return itertools.islice(iter(plan), first, None)

@@ -16,7 +16,6 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb._checks import check_int
-from clorch_nb.data.state import even_layout
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -26,6 +25,9 @@ __all__ = [
     "base_order",
     "check_mode",
     "check_seed",
+    "consumed_prefix",
+    "even_layout",
+    "layout_count",
     "shard_plan",
 ]
 
@@ -60,6 +62,62 @@ def base_order(size: int, *, seed: int, epoch: int, shuffle: bool) -> torch.Tens
     g = torch.Generator()
     g.manual_seed(seed + epoch)  # exactly torch's DistributedSampler.__iter__
     return torch.randperm(size, generator=g)
+
+
+def even_layout(size: int, num_replicas: int, drop_last: bool) -> tuple[int, int]:
+    """(num_samples per rank, total positions) of torch's even sharding.
+
+    Example:
+        >>> even_layout(10, 3, False), even_layout(10, 3, True)
+        ((4, 12), (3, 9))
+    """
+    if drop_last and size % num_replicas != 0:
+        num_samples = math.ceil((size - num_replicas) / num_replicas)
+    else:
+        num_samples = math.ceil(size / num_replicas)
+    num_samples = max(num_samples, 0)
+    return num_samples, num_samples * num_replicas
+
+
+def layout_count(remaining: int, num_replicas: int, rank: int, drop_last: bool, mode: str) -> int:
+    """Indices rank ``rank`` gets when ``remaining`` positions are dealt to ``num_replicas``
+    ranks by torch's rule (even: equal counts with padding, or cut with ``drop_last``;
+    disjoint: ``ceil((remaining - rank) / num_replicas)``).
+
+    Example:
+        >>> [layout_count(7, 3, r, False, "even") for r in range(3)]
+        [3, 3, 3]
+        >>> [layout_count(7, 3, r, False, "disjoint") for r in range(3)]
+        [3, 2, 2]
+    """
+    if mode == "disjoint":
+        return max(0, -(-(remaining - rank) // num_replicas))
+    return even_layout(remaining, num_replicas, drop_last)[0]
+
+
+def consumed_prefix(
+    size: int, start: int, num_replicas: int, done: int, drop_last: bool, mode: str
+) -> int:
+    """How many positions of an epoch's base order are consumed when ranks dealt the positions
+    ``start..`` round robin (``num_replicas`` of them) have each consumed ``done`` indices.
+
+    The elastic rule rests on this being a prefix: rank ``r`` takes layout positions
+    ``r, r + R, r + 2R, ...``, so after ``done`` each, exactly the positions ``< done * R`` are
+    consumed (capped at the real, non-padding positions).
+
+    Example:
+        >>> consumed_prefix(10, 0, 3, 2, False, "even")  # 3 ranks x 2 = positions 0..5
+        6
+        >>> consumed_prefix(10, 6, 2, 5, False, "even")  # all of the last 4 (and padding)
+        10
+    """
+    remaining = size - start
+    real = (
+        remaining
+        if mode == "disjoint" or not drop_last
+        else (layout_count(remaining, num_replicas, 0, drop_last, mode) * num_replicas)
+    )
+    return start + min(done * num_replicas, min(real, remaining))
 
 
 def arrange_order(
@@ -130,7 +188,16 @@ def shard_plan(
 ) -> ShardPlan:
     """All ranks' shards for one epoch, as :class:`DistributedSampler` computes them.
 
-    Args: as :func:`distributed_sampler`, plus ``epoch``.
+    Args:
+        size (int): dataset size ``N`` >= 0.
+        num_replicas (int): ranks ``R`` >= 1.
+        seed (int): base seed of the shuffle (the order's generator is seeded with
+            ``seed + epoch``, as torch's); ``seed + epoch`` must fit a ``torch.Generator``.
+        epoch (int): the epoch the plan is for.
+        shuffle (bool): permute before sharding.
+        drop_last (bool): even mode only: cut the tail instead of padding.
+        shard_mode ("even" | "disjoint"): torch's equal shards (padding repeats), or every item
+            exactly once with counts differing by at most one.
 
     Returns:
         ShardPlan: per-rank indices, padding marks and dropped items.

@@ -299,7 +299,7 @@ class ShapeReport:
                 flag = f"  <- PARTIAL: {g.first.num_items} of {self.batch_size} items"
             each = " each" if len(g.batch_indices) > 1 else ""
             lines.append(f"{g.label}: {format_bytes(g.first.nbytes)}{each}{flag}")
-            lines.extend(_tree(g.first.fields, ragged))
+            lines.extend(tree(g.first.fields, ragged))
         if self.failure is not None and include_failure:
             f = self.failure
             lines.append(f"batch {f.batch_index}: COLLATE ERROR at {f.where}")
@@ -333,7 +333,7 @@ class ShapeReport:
         return "\n".join(lines)
 
 
-def _tree(fields: tuple[Field, ...], ragged: Mapping[str, Any]) -> list[str]:
+def tree(fields: tuple[Field, ...], ragged: Mapping[str, Any]) -> list[str]:
     """Fields as an indented tree: shared path prefixes printed once."""
     lines: list[str] = []
     printed: list[Any] = []

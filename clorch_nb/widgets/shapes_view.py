@@ -17,7 +17,7 @@ from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure
-from clorch_nb.widgets.shapes import ShapeReport, _tree, batch_shapes, format_bytes
+from clorch_nb.widgets.shapes import ShapeReport, batch_shapes, format_bytes, tree
 from clorch_nb.widgets.shapes_failure import (
     ERROR,
     MARGIN,
@@ -216,7 +216,7 @@ def _side_text(report: ShapeReport, selected: int | None) -> str:
     head = f"selected batch {selected}: {format_bytes(b.nbytes)}"
     if report.is_partial(b):
         head += f"  PARTIAL ({b.num_items} of {report.batch_size})"
-    return "\n".join([head, *_tree(b.fields, report.ragged)])
+    return "\n".join([head, *tree(b.fields, report.ragged)])
 
 
 def _unit(max_bytes: int) -> tuple[float, str]:

@@ -21,26 +21,26 @@ from matplotlib.ticker import MaxNLocator
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import RANK_COLORS, new_figure
 from clorch_nb.widgets.shard_figures import (
-    _FONT,
-    _MARGIN,
     ALARM,
+    FONT,
+    MARGIN,
     MAX_LABELLED,
     PAD_EDGE,
-    _check_lines,
-    _draw_lines,
-    _grid_axes,
-    _heading,
-    _heading_height,
-    _legend_height,
-    _legend_row,
-    _lines_height,
-    _mark_labelled,
-    _marker_handle,
-    _overlap_cells,
-    _paint_rank_cells,
-    _rank_color,
-    _wrapped,
+    check_lines,
+    draw_lines,
+    grid_axes,
+    heading,
+    heading_height,
+    legend_height,
+    legend_row,
+    lines_height,
+    mark_labelled,
+    marker_handle,
+    overlap_cells,
+    paint_rank_cells,
+    rank_color,
     triangle,
+    wrapped,
 )
 from clorch_nb.widgets.shards import ShardTable
 
@@ -62,16 +62,16 @@ class _Frame:
 
     @property
     def head(self) -> float:
-        return _heading_height(self.subtitle) + 0.1 + _legend_height(self.handles, self.width)
+        return heading_height(self.subtitle) + 0.1 + legend_height(self.handles, self.width)
 
     @property
     def foot(self) -> float:
-        return _lines_height(self.footer) + 0.15
+        return lines_height(self.footer) + 0.15
 
     def draw(self, fig: Figure, title: str) -> None:
-        _heading(fig, title, self.subtitle)
-        _legend_row(fig, self.handles, fig.get_figheight() - _heading_height(self.subtitle))
-        _draw_lines(fig, self.footer, self.foot - 0.05)
+        heading(fig, title, self.subtitle)
+        legend_row(fig, self.handles, fig.get_figheight() - heading_height(self.subtitle))
+        draw_lines(fig, self.footer, self.foot - 0.05)
 
 
 def draw_epochs(table: ShardTable, epoch: int = 0, *, checks: bool = True) -> Figure:
@@ -115,32 +115,32 @@ def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
     npos = max(max(e.num_positions for e in table.epochs), 1)
     n = len(table.epochs)
     panel_w, panel_h = npos * _CELL_W, nrep * _CELL_H
-    room = 10.0 - 2 * _MARGIN - _RANK_LABELS + _PANEL_GAP
+    room = 10.0 - 2 * MARGIN - _RANK_LABELS + _PANEL_GAP
     per_row = max(1, min(n, int(room // (panel_w + _PANEL_GAP))))
     rows = -(-n // per_row)
-    width = max(8.5, 2 * _MARGIN + _RANK_LABELS + per_row * (panel_w + _PANEL_GAP) - _PANEL_GAP)
+    width = max(8.5, 2 * MARGIN + _RANK_LABELS + per_row * (panel_w + _PANEL_GAP) - _PANEL_GAP)
     flags = [_repeat_flag(table, r) for r in table.repeats()]
-    title_w = panel_w if per_row > 1 else width - _RANK_LABELS - 2 * _MARGIN
+    title_w = panel_w if per_row > 1 else width - _RANK_LABELS - 2 * MARGIN
     titles = [
-        wrap_to(f"epoch {e.epoch}" + (f" {f}" if f else ""), title_w, _FONT, weight="bold")
+        wrap_to(f"epoch {e.epoch}" + (f" {f}" if f else ""), title_w, FONT, weight="bold")
         for e, f in zip(table.epochs, flags, strict=True)
     ]
-    pitch = max(text_size(t, _FONT)[1] for t in titles) + 0.05 + panel_h + _XAXIS
+    pitch = max(text_size(t, FONT)[1] for t in titles) + 0.05 + panel_h + _XAXIS
     frame = _frames(table, shown, checks, width, _panel_handles(table), "colour = rank")
     fig = new_figure(width, frame.head + rows * pitch + 0.2 + frame.foot)
     for k, e in enumerate(table.epochs):
         row, col = divmod(k, per_row)
-        x = _MARGIN + _RANK_LABELS + col * (panel_w + _PANEL_GAP)
+        x = MARGIN + _RANK_LABELS + col * (panel_w + _PANEL_GAP)
         y = frame.foot + 0.2 + _XAXIS + (rows - 1 - row) * pitch
         ax = fig.add_axes(rect_in(fig, x, y, panel_w, panel_h))
-        faces = _paint_rank_cells(ax, e, max(table.size - 1, 1), labelled=True)
-        _grid_axes(ax, nrep, npos, labelled=True)
+        faces = paint_rank_cells(ax, e, max(table.size - 1, 1), labelled=True)
+        grid_axes(ax, nrep, npos, labelled=True)
         if col:
             ax.set_yticks([])
-        _mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
+        mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
         _panel_title(ax, titles[k], alarm=bool(flags[k]), shown=n > 1 and e.epoch == shown)
         if row == rows - 1 or k + per_row >= n:  # the lowest panel of its column
-            ax.set_xlabel("position", fontsize=_FONT)
+            ax.set_xlabel("position", fontsize=FONT)
     frame.draw(fig, _epochs_title(table, "dataset index each rank reads"))
     return fig
 
@@ -153,7 +153,7 @@ def _panel_title(ax: Any, text: str, *, alarm: bool, shown: bool) -> None:
         xycoords="axes fraction",
         xytext=(0, 5),
         textcoords="offset points",
-        fontsize=_FONT,
+        fontsize=FONT,
         va="bottom",
         ha="left",
         fontweight="bold" if shown else None,
@@ -179,7 +179,7 @@ def _panel_title(ax: Any, text: str, *, alarm: bool, shown: bool) -> None:
 
 def _panel_handles(table: ShardTable) -> list[Any]:
     pads = sum(len(e.padding_cells) for e in table.epochs)
-    overlaps = sum(len(_overlap_cells(e)) for e in table.epochs)
+    overlaps = sum(len(overlap_cells(e)) for e in table.epochs)
     handles: list[Any] = []
     if pads:
         handles.append(
@@ -199,8 +199,8 @@ def _panel_handles(table: ShardTable) -> list[Any]:
 def _frames(
     table: ShardTable, shown: int, checks: bool, width: float, handles: list[Any], key: str
 ) -> _Frame:
-    subtitle = wrap_to(f"{table.title()}; {key}", width - 2 * _MARGIN, _FONT)
-    footer = _wrapped(_check_lines(table, shown), width - 2 * _MARGIN) if checks else []
+    subtitle = wrap_to(f"{table.title()}; {key}", width - 2 * MARGIN, FONT)
+    footer = wrapped(check_lines(table, shown), width - 2 * MARGIN) if checks else []
     return _Frame(width, subtitle, handles, footer)
 
 
@@ -214,9 +214,9 @@ def _draw_strips(table: ShardTable, shown: int, checks: bool) -> Figure:
     width = 10.0
     strips = [e.strip() for e in table.epochs]
     flags = [_repeat_flag(table, r) for r in table.repeats()]
-    flag_w = max((text_size(f, _FONT, weight="bold")[0] for f in flags if f), default=0.0)
+    flag_w = max((text_size(f, FONT, weight="bold")[0] for f in flags if f), default=0.0)
     flag_w = min(flag_w + 0.15, 3.2) if flag_w else 0.0
-    strip_w = width - 2 * _MARGIN - _STRIP_LABEL - flag_w
+    strip_w = width - 2 * MARGIN - _STRIP_LABEL - flag_w
     handles = _strip_handles(table, strips)
     key = "colour = the rank that reads each item"
     frame = _frames(table, shown, checks, width, handles, key)
@@ -226,7 +226,7 @@ def _draw_strips(table: ShardTable, shown: int, checks: bool) -> Figure:
     fig = new_figure(width, frame.head + body + frame.foot)
     for k, (e, strip) in enumerate(zip(table.epochs, strips, strict=True)):
         y = frame.foot + xaxis + (n - 1 - k) * (_STRIP_H + _STRIP_GAP)
-        ax = fig.add_axes(rect_in(fig, _MARGIN + _STRIP_LABEL, y, strip_w, _STRIP_H))
+        ax = fig.add_axes(rect_in(fig, MARGIN + _STRIP_LABEL, y, strip_w, _STRIP_H))
         _paint_strip(ax, strip, table.size)
         _mark_strip(ax, strip, table.size, strip_w)
         _strip_labels(ax, e.epoch, flags[k], shown=n > 1 and e.epoch == shown)
@@ -234,14 +234,14 @@ def _draw_strips(table: ShardTable, shown: int, checks: bool) -> Figure:
             ax.set_xticks([])
         else:
             ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
-            ax.set_xlabel("dataset index", fontsize=_FONT)
+            ax.set_xlabel("dataset index", fontsize=FONT)
     frame.draw(fig, _epochs_title(table, "which rank reads each dataset index"))
     return fig
 
 
 def _paint_strip(ax: Any, strip: Any, size: int) -> None:
     rgba = np.zeros((1, max(size, 1), 4))
-    colors = [to_rgba(_rank_color(r)) for r in range(len(RANK_COLORS))]
+    colors = [to_rgba(rank_color(r)) for r in range(len(RANK_COLORS))]
     for i, r in enumerate(strip.owner):
         rgba[0, i] = to_rgba(ALARM) if r is None else colors[r % len(colors)]
     ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, max(size, 1), 0, 1))
@@ -287,7 +287,7 @@ def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
         transform=ax.transAxes,
         ha="right",
         va="center",
-        fontsize=_FONT + 0.5,
+        fontsize=FONT + 0.5,
         fontweight="bold" if shown else None,
     )
     if flag:
@@ -298,7 +298,7 @@ def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
             transform=ax.transAxes,
             ha="left",
             va="center",
-            fontsize=_FONT,
+            fontsize=FONT,
             color=ALARM,
             fontweight="bold",
         )
@@ -306,7 +306,7 @@ def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
 
 def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
     handles: list[Any] = [
-        Patch(facecolor=_rank_color(r), label=f"rank {r}") for r in range(table.num_replicas)
+        Patch(facecolor=rank_color(r), label=f"rank {r}") for r in range(table.num_replicas)
     ]
     pads = sum(sum(s.padded) for s in strips)
     if pads:
@@ -323,5 +323,5 @@ def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
     if any(s.dropped for s in strips):
         handles.append(Patch(facecolor=ALARM, label="dropped by drop_last"))
     if any(any(s.overlap) for s in strips):
-        handles.append(_marker_handle(ALARM, "OVERLAP: read by 2+ ranks"))
+        handles.append(marker_handle(ALARM, "OVERLAP: read by 2+ ranks"))
     return handles

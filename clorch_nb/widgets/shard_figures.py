@@ -29,18 +29,18 @@ PAD_EDGE = "black"
 ALARM = "#D00000"
 _OK = "#006400"
 _EMPTY = "#EEEEEE"
-_FONT = 9  # heading subtitle, legend, check lines
-_MARGIN = 0.12  # figure edge, inches
+FONT = 9  # heading subtitle, legend, check lines
+MARGIN = 0.12  # figure edge, inches
 
 
 # -- shared steps ------------------------------------------------------------------------------
 
 
-def _rank_color(r: int) -> str:
+def rank_color(r: int) -> str:
     return RANK_COLORS[r % len(RANK_COLORS)]
 
 
-def _overlap_cells(e: EpochShards) -> list[tuple[int, int]]:
+def overlap_cells(e: EpochShards) -> list[tuple[int, int]]:
     """``(rank, position)`` of every cell that reads an overlapping index (padding apart)."""
     return [
         (r, p)
@@ -50,7 +50,7 @@ def _overlap_cells(e: EpochShards) -> list[tuple[int, int]]:
     ]
 
 
-def _check_lines(table: ShardTable, shown: int) -> list[tuple[str, str, bool]]:
+def check_lines(table: ShardTable, shown: int) -> list[tuple[str, str, bool]]:
     """(text, colour, bold) of every epoch's check line and the repeat warning."""
     lines = [
         (
@@ -66,43 +66,43 @@ def _check_lines(table: ShardTable, shown: int) -> list[tuple[str, str, bool]]:
     return lines
 
 
-def _wrapped(lines: list[tuple[str, str, bool]], width: float) -> list[tuple[str, str, bool]]:
-    return [(wrap_to(t, width, _FONT, weight="bold" if b else "normal"), c, b) for t, c, b in lines]
+def wrapped(lines: list[tuple[str, str, bool]], width: float) -> list[tuple[str, str, bool]]:
+    return [(wrap_to(t, width, FONT, weight="bold" if b else "normal"), c, b) for t, c, b in lines]
 
 
-def _lines_height(lines: list[tuple[str, str, bool]]) -> float:
-    return sum(text_size(t, _FONT)[1] for t, _, _ in lines)
+def lines_height(lines: list[tuple[str, str, bool]]) -> float:
+    return sum(text_size(t, FONT)[1] for t, _, _ in lines)
 
 
-def _draw_lines(fig: Figure, lines: list[tuple[str, str, bool]], top: float) -> None:
+def draw_lines(fig: Figure, lines: list[tuple[str, str, bool]], top: float) -> None:
     """Text lines from ``top`` (inches from the bottom) downwards, at the left margin."""
     h = fig.get_figheight()
     for text, color, bold in lines:
         fig.text(
-            _MARGIN / fig.get_figwidth(),
+            MARGIN / fig.get_figwidth(),
             top / h,
             text,
-            fontsize=_FONT,
+            fontsize=FONT,
             va="top",
             color=color,
             fontweight="bold" if bold else None,
         )
-        top -= text_size(text, _FONT)[1]
+        top -= text_size(text, FONT)[1]
 
 
-def _heading(fig: Figure, title: str, subtitle: str) -> float:
+def heading(fig: Figure, title: str, subtitle: str) -> float:
     """Bold title and grey subtitle at the top; returns the height used (inches)."""
     w, h = fig.get_size_inches()
-    fig.text(_MARGIN / w, 1 - 0.08 / h, title, fontsize=12, fontweight="bold", va="top")
-    fig.text(_MARGIN / w, 1 - 0.36 / h, subtitle, fontsize=_FONT, va="top", color="#333333")
-    return 0.36 + text_size(subtitle, _FONT)[1]
+    fig.text(MARGIN / w, 1 - 0.08 / h, title, fontsize=12, fontweight="bold", va="top")
+    fig.text(MARGIN / w, 1 - 0.36 / h, subtitle, fontsize=FONT, va="top", color="#333333")
+    return 0.36 + text_size(subtitle, FONT)[1]
 
 
-def _heading_height(subtitle: str) -> float:
-    return 0.36 + text_size(subtitle, _FONT)[1]
+def heading_height(subtitle: str) -> float:
+    return 0.36 + text_size(subtitle, FONT)[1]
 
 
-def _paint_rank_cells(ax: Any, e: EpochShards, vmax: int, labelled: bool) -> np.ndarray:
+def paint_rank_cells(ax: Any, e: EpochShards, vmax: int, labelled: bool) -> np.ndarray:
     """Cells in their rank's colour (shaded by dataset index when unlabelled); returns RGBA."""
     nrep, npos = e.num_replicas, max(e.num_positions, 1)
     rgba = np.ones((nrep, npos, 4))
@@ -111,9 +111,9 @@ def _paint_rank_cells(ax: Any, e: EpochShards, vmax: int, labelled: bool) -> np.
         if not row:
             continue
         if labelled:
-            rgba[r, : len(row)] = to_rgba(_rank_color(r))
+            rgba[r, : len(row)] = to_rgba(rank_color(r))
         else:  # one colour per rank, shaded by dataset index: the shuffle stays visible
-            rgba[r, : len(row)] = _rank_shades(_rank_color(r))(np.asarray(row) / vmax)
+            rgba[r, : len(row)] = _rank_shades(rank_color(r))(np.asarray(row) / vmax)
     ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, npos, nrep, 0))
     if labelled:  # white gaps between cells
         for gx in range(1, npos):
@@ -131,7 +131,7 @@ def _rank_shades(color: str) -> Any:
     return LinearSegmentedColormap.from_list("rank", [pale, (r, g, b), deep])
 
 
-def _grid_axes(ax: Any, nrep: int, npos: int, *, labelled: bool, xticks: bool = True) -> None:
+def grid_axes(ax: Any, nrep: int, npos: int, *, labelled: bool, xticks: bool = True) -> None:
     """Rank 0 on top, rank labels, position ticks (every one when labelled), no frame."""
     ax.set_xlim(0, npos)
     ax.set_ylim(nrep, 0)
@@ -144,7 +144,7 @@ def _grid_axes(ax: Any, nrep: int, npos: int, *, labelled: bool, xticks: bool = 
         ax.spines[side].set_visible(False)
 
 
-def _mark_labelled(ax: Any, e: EpochShards, faces: np.ndarray, fontsize: float) -> None:
+def mark_labelled(ax: Any, e: EpochShards, faces: np.ndarray, fontsize: float) -> None:
     """Numbers in the cells; padding repeats pale, hatched in their colour, dashed border;
     overlaps outlined red."""
     for r, p, _ in e.padding_cells:
@@ -179,7 +179,7 @@ def _mark_labelled(ax: Any, e: EpochShards, faces: np.ndarray, fontsize: float) 
         for p, i in enumerate(row):
             style = pad_style if e.is_padding[r][p] else {"color": text_color_on(faces[r, p])}
             ax.text(p + 0.5, r + 0.5, str(i), ha="center", va="center", fontsize=fontsize, **style)
-    for r, p in _overlap_cells(e):
+    for r, p in overlap_cells(e):
         ax.add_patch(
             Rectangle((p + 0.04, r + 0.04), 0.92, 0.92, fill=False, edgecolor=ALARM, linewidth=3)
         )
@@ -217,13 +217,13 @@ def triangle(ax: Any, x: float, y: float, color: str, *, size: float = 7) -> Non
     )
 
 
-def _marker_handle(color: str, label: str, marker: str = "v") -> Line2D:
+def marker_handle(color: str, label: str, marker: str = "v") -> Line2D:
     return Line2D([], [], marker=marker, color=color, linestyle="none", markersize=8, label=label)
 
 
 # legend entries side by side, as the matplotlib legend draws them
 LEGEND_STYLE: dict[str, Any] = {
-    "fontsize": _FONT,
+    "fontsize": FONT,
     "frameon": False,
     "borderaxespad": 0.0,
     "handlelength": 1.6,
@@ -234,11 +234,11 @@ LEGEND_STYLE: dict[str, Any] = {
 
 def _legend_cols(handles: list[Any], width: float) -> int:
     """How many legend entries fit side by side in ``width`` inches."""
-    widest = max(text_size(x.get_label(), _FONT)[0] for x in handles) + 0.55
-    return max(1, min(len(handles), int((width - 2 * _MARGIN) // widest)))
+    widest = max(text_size(x.get_label(), FONT)[0] for x in handles) + 0.55
+    return max(1, min(len(handles), int((width - 2 * MARGIN) // widest)))
 
 
-def _legend_row(fig: Figure, handles: list[Any], top: float) -> None:
+def legend_row(fig: Figure, handles: list[Any], top: float) -> None:
     """A legend in rows across the figure, its top ``top`` inches from the bottom."""
     if not handles:
         return
@@ -246,13 +246,13 @@ def _legend_row(fig: Figure, handles: list[Any], top: float) -> None:
     fig.legend(
         handles=handles,
         loc="upper left",
-        bbox_to_anchor=(_MARGIN / w, top / h),
+        bbox_to_anchor=(MARGIN / w, top / h),
         ncol=_legend_cols(handles, w),
         **LEGEND_STYLE,
     )
 
 
-def _legend_height(handles: list[Any], width: float) -> float:
+def legend_height(handles: list[Any], width: float) -> float:
     if not handles:
         return 0.0
     return -(-len(handles) // _legend_cols(handles, width)) * 0.27 + 0.08
@@ -291,19 +291,19 @@ def draw_shards(
     subtitle = _grid_subtitle(table, color_by, labelled)
     footer = _grid_footer(table, e, checks, width)
     handles = _grid_handles(e, labelled)
-    head = _heading_height(subtitle) + 0.12 + (0.3 if handles else 0.0)
-    foot = 0.62 + _lines_height(footer)
+    head = heading_height(subtitle) + 0.12 + (0.3 if handles else 0.0)
+    foot = 0.62 + lines_height(footer)
     fig = new_figure(width, head + grid_h + foot + 0.1)
     ax = fig.add_axes(rect_in(fig, 1.0, foot, grid_w, grid_h))
     faces = _paint_grid(fig, ax, table, e, color_by, labelled)
-    _grid_axes(ax, nrep, npos, labelled=labelled)
+    grid_axes(ax, nrep, npos, labelled=labelled)
     ax.set_xlabel("position in the rank's shard (the order the rank reads it)", loc="left")
     ax.set_ylabel("rank")
     if labelled:
-        _mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
+        mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
     else:
         _mark_narrow(ax, [(r, p) for r, p, _ in e.padding_cells], PAD_EDGE)
-        _mark_narrow(ax, _overlap_cells(e), ALARM)
+        _mark_narrow(ax, overlap_cells(e), ALARM)
     if handles:
         ax.legend(
             handles=handles,
@@ -313,8 +313,8 @@ def draw_shards(
             **LEGEND_STYLE,
         )
     what = "dataset index each rank reads" + (" (recorded)" if table.source == "records" else "")
-    _heading(fig, f"Epoch {e.epoch}: {what}", subtitle)
-    _draw_lines(fig, footer, foot - 0.6)
+    heading(fig, f"Epoch {e.epoch}: {what}", subtitle)
+    draw_lines(fig, footer, foot - 0.6)
     return fig
 
 
@@ -335,26 +335,26 @@ def _grid_footer(
             (f"dropped by drop_last (no rank reads them): {ranges(e.dropped)}", "#D55E00", False)
         )
     if checks:
-        lines.extend(_check_lines(table, e.epoch))
-    return _wrapped(lines, width - 2 * _MARGIN)
+        lines.extend(check_lines(table, e.epoch))
+    return wrapped(lines, width - 2 * MARGIN)
 
 
 def _grid_handles(e: EpochShards, labelled: bool) -> list[Any]:
-    pads, overlaps = len(e.padding_cells), len(_overlap_cells(e))
+    pads, overlaps = len(e.padding_cells), len(overlap_cells(e))
     handles: list[Any] = []
     if pads:
         label = f"padding repeat ({pads})"
         handles.append(
             Patch(facecolor="white", edgecolor=PAD_EDGE, hatch="///", linestyle="--", label=label)
             if labelled
-            else _marker_handle(PAD_EDGE, label)
+            else marker_handle(PAD_EDGE, label)
         )
     if overlaps:
         label = f"overlap ({overlaps} cells)"
         handles.append(
             Patch(facecolor="white", edgecolor=ALARM, linewidth=2, label=label)
             if labelled
-            else _marker_handle(ALARM, label)
+            else marker_handle(ALARM, label)
         )
     return handles
 
@@ -365,7 +365,7 @@ def _paint_grid(
     """The cells' colours (by rank, or by dataset index with a colour bar); returns RGBA."""
     vmax = max(table.size - 1, 1)
     if color_by == "rank":
-        return _paint_rank_cells(ax, e, vmax, labelled)
+        return paint_rank_cells(ax, e, vmax, labelled)
     from matplotlib import colormaps
 
     grid = np.full((e.num_replicas, max(e.num_positions, 1)), np.nan)

@@ -44,7 +44,7 @@ from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.widgets._base import View
 from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import Verdict
-from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
+from clorch_nb.widgets.throughput import HistoryPoint, ThroughputSnapshot, ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
 
@@ -60,7 +60,7 @@ def _in_kernel() -> bool:
     return ip is not None and getattr(ip, "kernel", None) is not None
 
 
-class ThroughputMonitor(StallWatch, View):
+class ThroughputMonitor(View):
     """Wraps iteration over a loader and shows its throughput live; see :func:`monitor`.
 
     Args:
@@ -127,9 +127,49 @@ class ThroughputMonitor(StallWatch, View):
         # the stall watch (in a kernel): a thread that, while no event arrives, says so
         self._lock = threading.Lock()  # one chart/widget update at a time
         self._last_event = [0.0]  # perf_counter of the last event (a list: set by a closure)
-        self._stall_stop: threading.Event | None = None
         self._last_snap: ThroughputSnapshot | None = None  # of the last update (stall watch)
-        self.stall_frames = 0
+        self.stall_frames = 0  # stall frames drawn (stalled())
+        self._stall = StallWatch(self._last_event, self._interval, self.stalled)
+
+    @property
+    def stall_thread(self) -> threading.Thread | None:
+        """The running stall watch's thread, or None (read-only)."""
+        return self._stall.thread
+
+    def _watch_stalls(self) -> None:
+        # A kernel cannot run timers while the cell blocks, and no event arrives while the loop
+        # waits: a daemon thread, for the epoch, shows that wait (title + a 100 % point).
+        self._stall.start()
+
+    def _stop_stall_watch(self) -> None:
+        self._stall.stop()
+
+    def stalled(self, now: float) -> bool:
+        """Show that nothing arrived since the last event (called by the stall watch in a
+        kernel, about ``refresh_hz`` times a second while the loop waits): the title says for
+        how long, and the chart gets a 100 %-waiting point (not kept). Returns whether it drew.
+        """
+        box = self._widget
+        if box is None or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            waited = now - self._last_event[0]
+            t = self.stats.elapsed(now)
+            last = self.stats.history[-1] if self.stats.history else None
+            point = HistoryPoint(t, 0.0, 1.0, last.queue_depth if last else 0.0, {})
+            snap = self._last_snap  # never snapshot() here: that folds events (main thread)
+            if snap is None:
+                return False
+            png = self._chart.render(self.stats, snap, extra=[point])
+            with box.hold_sync():
+                self.title.value = (
+                    f"<b>Running</b>: no batch for {waited:.1f} s: the loop is waiting for data"
+                )
+                self.image.value = png
+            self.stall_frames += 1
+            return True
+        finally:
+            self._lock.release()
 
     @property
     def _chart(self) -> ThroughputChart:

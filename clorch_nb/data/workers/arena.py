@@ -35,13 +35,16 @@ import ctypes
 import errno
 import mmap
 import os
+import tempfile
 import weakref
 from typing import Any
 
 import torch
 
-__all__ = ["ALIGN", "ParentArena", "WorkerArena"]
+__all__ = ["ALIGN", "SHM_DIR", "ParentArena", "WorkerArena", "tensor_views"]
 
+#: where shared-memory files live (the arena's slots and shm.py's one-off segments)
+SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 ALIGN = 64  # every tensor starts on a cache line (and on its dtype's alignment)
 _PAGE = mmap.PAGESIZE
 _ZEROS = bytes(1 << 20)
@@ -96,7 +99,7 @@ class WorkerArena:
             self.free.remove(victim)
             slot = self.slots.pop(victim)  # unmapped once its views are gone
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(_shm_dir(), slot.name))
+                os.unlink(os.path.join(SHM_DIR, slot.name))
 
     def close(self) -> None:
         """Unlink every slot file (mappings still in use stay valid until freed)."""
@@ -110,7 +113,7 @@ class WorkerArena:
         size = -(-(nbytes + nbytes // 8) // _PAGE) * _PAGE  # room for a slightly larger batch
         sid, self._next_id = self._next_id, self._next_id + 1
         name = f"{self.prefix}-a{sid}"
-        path = os.path.join(_shm_dir(), name)
+        path = os.path.join(SHM_DIR, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             # Reserve every page with write(): a full /dev/shm fails here with ENOSPC, where a
@@ -208,12 +211,6 @@ class WorkerArena:
         return off if off >= 0 and off + _nbytes(t) <= self._bump else None
 
 
-def _shm_dir() -> str:
-    from clorch_nb.data.workers.shm import SHM_DIR
-
-    return SHM_DIR
-
-
 _libc: Any = None
 
 
@@ -284,16 +281,14 @@ class ParentArena:
         ``nbytes`` bytes; no fd kept). When they are all freed, the mapping goes and the slot
         is queued as free."""
         size = -(-nbytes // _PAGE) * _PAGE
-        addr = _map_file(os.path.join(_shm_dir(), name), size)
+        addr = _map_file(os.path.join(SHM_DIR, name), size)
         mv = memoryview((ctypes.c_ubyte * size).from_address(addr))
         fin = weakref.finalize(mv, _unmap_and_free, addr, size, self.freed, sid)
         fin.atexit = False  # never unmap under a tensor still alive at exit; the OS frees it
         # One storage over the memoryview; the tensors are set_() onto it (not views of a base
         # tensor, whose ``_base`` would keep the storage alive after cleanup_data empties them).
         storage = torch.frombuffer(mv, dtype=torch.uint8).untyped_storage()
-        from clorch_nb.data.workers.shm import _views  # shm imports this module
-
-        return _views(storage, metas)
+        return tensor_views(storage, metas)
 
     def discard(self, sid: int) -> None:
         """A batch nobody will read (stale epoch): its slot is free at once."""
@@ -305,3 +300,32 @@ class ParentArena:
         while self.freed:
             out.append(self.freed.popleft())
         return out
+
+
+def tensor_views(storage: torch.UntypedStorage | bytearray, metas: list[Any]) -> list[torch.Tensor]:
+    """Tensors over ``storage`` at the offsets in ``metas`` (no copy).
+
+    ``metas`` holds ``(dtype, shape, offset_in_bytes)`` per tensor. A ``bytearray`` (a batch that
+    came through the pipe) is read with ``torch.frombuffer``; an ``UntypedStorage`` (a shared
+    segment or an arena slot) gets each tensor ``set_()`` onto it, so no tensor has a ``_base``
+    that would keep the mapping alive after the batch is freed.
+
+    Example:
+        >>> buf = bytearray(torch.arange(3, dtype=torch.int32).numpy().tobytes())
+        >>> tensor_views(buf, [(torch.int32, (3,), 0)])[0].tolist()
+        [0, 1, 2]
+    """
+    out = []
+    for dtype, shape, offset in metas:
+        numel = 1
+        for s in shape:
+            numel *= s
+        if numel == 0:
+            out.append(torch.empty(shape, dtype=dtype))
+        elif isinstance(storage, bytearray):
+            flat = torch.frombuffer(storage, dtype=dtype, count=numel, offset=offset)
+            out.append(flat.view(shape))
+        else:
+            itemsize = torch.empty((), dtype=dtype).element_size()
+            out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape, ()))
+    return out

@@ -5,65 +5,66 @@ overlaps whatever the caller does next (in a notebook: the next cell)."""
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
 
 __all__ = ["BackgroundStart"]
 
 
 class BackgroundStart:
-    """Mixed into :class:`~clorch_nb.data.workers.process.ProcessPool`: :meth:`prestart` starts
-    every worker in a daemon thread; the pool's ``start_epoch`` and ``close`` wait for it
-    (``_join_starter``), and an error it met is raised on the caller's thread.
+    """One background run of a pool's start-up: :meth:`begin` runs ``start`` in a daemon thread
+    and returns at once; :meth:`join` waits for it and raises, on the caller's thread, the error
+    it met. The pool owns one and calls :meth:`join` before it starts an epoch or closes.
 
-    The pool provides ``_starter``, ``_start_error``, ``_closed``, ``_workers``, ``num_workers``
-    and ``_spawn(worker_id)``.
+    Args:
+        start (Callable[[], None]): starts the pool's missing workers; it stops early by itself
+            when the pool is closed meanwhile (the pool checks between two workers).
+        name (str): the thread's name (seen in ``threading.enumerate()`` and debuggers).
+
+    Example:
+        >>> started = []
+        >>> bg = BackgroundStart(lambda: started.append(1))
+        >>> bg.begin(); bg.join(); started
+        [1]
+        >>> bg = BackgroundStart(lambda: 1 / 0)
+        >>> bg.begin(); bg.join()
+        Traceback (most recent call last):
+        ...
+        ZeroDivisionError: division by zero
     """
 
-    _starter: threading.Thread | None
-    _start_done: threading.Event
-    _start_error: BaseException | None
-    _closed: bool
-    _workers: list[Any]
-    num_workers: int
+    def __init__(self, start: Callable[[], None], name: str = "clorch_nb-worker-start") -> None:
+        self._start = start
+        self._name = name
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._error: BaseException | None = None
 
-    def _spawn(self, worker_id: int) -> Any:  # pragma: no cover - the pool's
-        raise NotImplementedError
-
-    def prestart(self) -> None:
-        """Start every worker now, in a background thread, and return at once.
-
-        The loader calls this when it is made. ``start_epoch`` and ``close`` wait for the
-        thread; an error it met is raised by ``start_epoch``. Nothing leaks if the loader is
-        never iterated: ``close`` (or the loader's finalizer) stops the workers.
-        """
-        if self._starter is not None or self._closed:
+    def begin(self) -> None:
+        """Run ``start`` in a daemon thread, unless a run is already under way or unjoined."""
+        if self._thread is not None:
             return
-        self._start_done = threading.Event()
-        self._starter = threading.Thread(
-            target=self._start_all, daemon=True, name="clorch_nb-worker-start"
-        )
-        self._starter.start()
+        self._done.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
+        self._thread.start()
 
-    def _start_all(self) -> None:
+    def _run(self) -> None:
         try:
-            for wid in range(self.num_workers):
-                if self._closed:
-                    return
-                if self._workers[wid] is None:
-                    self._spawn(wid)
-        except BaseException as exc:  # noqa: BLE001 - raised by start_epoch on the caller's thread
-            self._start_error = exc
+            self._start()
+        except BaseException as exc:  # noqa: BLE001 - raised by join() on the caller's thread
+            self._error = exc
         finally:
-            self._start_done.set()
+            self._done.set()
 
-    def _join_starter(self) -> None:
-        if self._starter is not None:
-            # An Event, not Thread.join(): a Ctrl-C that interrupts join() makes CPython 3.11
-            # mark the thread finished while it runs (threading's bpo-45274 handling), so a
-            # second join() would return at once and close() would miss the worker it starts.
-            self._start_done.wait()
-            self._starter.join()
-            self._starter = None
-        if self._start_error is not None:
-            exc, self._start_error = self._start_error, None
+    def join(self) -> None:
+        """Wait for the run (if any) to end; raise the error it met (once)."""
+        if self._thread is not None:
+            # The Event first, not Thread.join() alone: a Ctrl-C that interrupts join() makes
+            # CPython 3.11 mark the thread finished while it still runs (threading's bpo-45274
+            # handling), so a second join() would return at once and close() would miss the
+            # worker the thread is starting (a leaked process, found by the soak under load).
+            self._done.wait()
+            self._thread.join()
+            self._thread = None
+        if self._error is not None:
+            exc, self._error = self._error, None
             raise exc

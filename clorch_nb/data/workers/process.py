@@ -23,7 +23,6 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
-import threading
 import time
 from multiprocessing.connection import wait
 from typing import Any
@@ -56,7 +55,7 @@ _HIGHEST = pickle.HIGHEST_PROTOCOL
 CANCEL_GRACE_S = 1.0
 
 
-class ProcessPool(BackgroundStart):
+class ProcessPool:
     """Process workers implementing :class:`~clorch_nb.data.workers.base.WorkerPool`.
 
     Workers start in the background when the loader is made (:meth:`prestart`), or else at the
@@ -101,8 +100,7 @@ class ProcessPool(BackgroundStart):
         self._waiting_for: list[WorkerHandle] = []  # the key of _waitables()' cache
         self._by_obj: dict[Any, WorkerHandle] = {}
         self._waitable_list: list[Any] = []
-        self._starter: threading.Thread | None = None  # see BackgroundStart.prestart()
-        self._start_error: BaseException | None = None
+        self._background = BackgroundStart(self._start_missing)  # see prestart()
         # wake(): another thread makes a get() blocked in wait() return None at once
         self._wake_r, self._wake_w = mp.Pipe(duplex=False)  # closed by GC if close() never runs
 
@@ -174,7 +172,7 @@ class ProcessPool(BackgroundStart):
         an interrupted call (Ctrl-C), a second one finishes what the first began."""
         self._closed = True  # a starter thread stops after the worker it is starting
         with contextlib.suppress(Exception):
-            self._join_starter()
+            self._background.join()
         self._epoch = None
         self._pending.clear()
         live = [w for w in self._workers if w is not None]
@@ -189,6 +187,28 @@ class ProcessPool(BackgroundStart):
         self._wake_r.close()
         self._wake_w.close()
 
+    def prestart(self) -> None:
+        """Start every worker now, in a background thread, and return at once.
+
+        The loader calls this when it is made. ``start_epoch`` and ``close`` wait for the
+        thread; an error it met is raised by ``start_epoch``. Nothing leaks if the loader is
+        never iterated: ``close`` (or the loader's finalizer) stops the workers.
+        """
+        if not self._closed:
+            self._background.begin()
+
+    def wait_started(self) -> None:
+        """Wait for the background start of :meth:`prestart` (if any) to end; raise the error
+        it met (once). ``start_epoch`` and ``close`` call it first."""
+        self._background.join()
+
+    def _start_missing(self) -> None:  # the background thread's work (see prestart)
+        for wid in range(self.num_workers):
+            if self._closed:
+                return
+            if self._workers[wid] is None:
+                self._spawn(wid)
+
     def pids(self) -> list[int]:
         """Process ids of the live workers (for tests and the throughput view)."""
         return [w.pid for w in self._workers if w is not None]
@@ -200,7 +220,7 @@ class ProcessPool(BackgroundStart):
         torch from ``batch_seed(base_seed, batch_index)`` and sets its ``get_worker_info()``."""
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
-        self._join_starter()
+        self._background.join()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
         for wid, w in enumerate(self._workers):

@@ -2,24 +2,30 @@
 needs before any worker starts, and the pool for the chosen backend.
 
 The loader never decides where batches are built: it asks :func:`choose_worker_backend` once,
-when it is made, and :func:`make_pool` when an epoch first needs workers.
+when it is made, and holds a :class:`PoolSlot`, which makes the pool (:func:`make_pool`) when an
+epoch first needs it. A new backend is a new :class:`~clorch_nb.data.workers.base.WorkerPool`
+module in ``workers/``, chosen here.
 """
 
 from __future__ import annotations
 
 import pickle
 import sys
+import weakref
 from typing import Any
 
+from clorch_nb._signals import deferred_sigint
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
+from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.thread_safety import check_thread_safe
 from clorch_nb.data.workers.base import WorkerPool
+from clorch_nb.data.workers.inline import InlinePool
 from clorch_nb.data.workers.sources import SharedTensors
 from clorch_nb.errors import ConfigError
 
-__all__ = ["choose_worker_backend", "make_pool", "sendable", "uses_get_batch"]
+__all__ = ["PoolSlot", "choose_worker_backend", "make_pool", "sendable", "uses_get_batch"]
 
 
 def sendable(fn: Any) -> bool:
@@ -99,12 +105,19 @@ def choose_worker_backend(
 def make_pool(
     backend: WorkerBackend, dataset: Any, spec: ProcessSpec | None, config: LoaderConfig
 ) -> WorkerPool:
-    """The worker pool for ``backend`` ("thread" or "process"; "inline" has none).
+    """The worker pool for ``backend``: "inline" builds on the consuming thread
+    (:class:`~clorch_nb.data.workers.inline.InlinePool`), "thread" and "process" in workers.
 
     A process pool rebuilds the dataset from its ``process_spec``; without one (only tensor
     datasets get that far, see :func:`choose_worker_backend`) the tensors move to shared memory
     once and every worker maps them.
     """
+    if backend == "inline":
+        # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
+        draws = not isinstance(dataset, TensorDataset)
+        return InlinePool(
+            dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
+        )
     if backend == "thread":
         from clorch_nb.data.workers.thread import ThreadPool
 
@@ -114,4 +127,74 @@ def make_pool(
 
         source = spec or SharedTensors.from_dataset(dataset)
         return ProcessPool(source, config, use_get_batch=config.collate_fn is default_collate)
-    raise ValueError(f"no worker pool for backend {backend!r}")  # internal: inline has none
+    raise ValueError(f"no worker pool for backend {backend!r}")  # internal: a Literal
+
+
+class PoolSlot:
+    """A loader's worker pool: made on first :meth:`open`, kept across epochs, stopped by
+    :meth:`close` and, without one, when the loader is garbage collected (also at interpreter
+    exit). It holds no reference to the loader, so an epoch (or an error's traceback through
+    it) that holds the slot never keeps the loader alive.
+
+    Args:
+        owner (object): the loader; when it is collected, the pool is closed.
+        backend ("inline" | "thread" | "process"), dataset, spec, config: what
+            :func:`make_pool` builds the pool from.
+
+    Attributes:
+        pool (WorkerPool | None): the pool, or None before the first :meth:`open` and after
+            :meth:`close`.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb.data import tensor_dataset
+        >>> owner = type("Owner", (), {})()
+        >>> ds = tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+        >>> slot = PoolSlot(owner, "inline", ds, None, LoaderConfig(batch_size=2))
+        >>> slot.pool is None, type(slot.open()).__name__, slot.close(), slot.pool
+        (True, 'InlinePool', None, None)
+    """
+
+    def __init__(
+        self,
+        owner: object,
+        backend: WorkerBackend,
+        dataset: Any,
+        spec: ProcessSpec | None,
+        config: LoaderConfig,
+    ) -> None:
+        self.backend, self.dataset, self.spec, self.config = backend, dataset, spec, config
+        self.pool: WorkerPool | None = None
+        weakref.finalize(owner, _close_slot, self)
+
+    def open(self) -> WorkerPool:
+        """The pool, made now if there is none."""
+        if self.pool is None:
+            # Ctrl-C held back until the pool is recorded: a thread pool starts its threads at
+            # once, and an unrecorded pool could never be closed.
+            with deferred_sigint():
+                self.pool = make_pool(self.backend, self.dataset, self.spec, self.config)
+        return self.pool
+
+    def prestart(self) -> None:
+        """Process workers start now, in the background, so a loader made in one notebook cell
+        and iterated in the next has them ready (nothing leaks if it is never iterated); the
+        other backends start nothing before their first epoch."""
+        if self.backend == "process":
+            self.open().prestart()
+
+    def close(self) -> None:
+        """Stop the pool's workers; idempotent in full: after an interrupted call (Ctrl-C) the
+        pool stays here and a second call repeats whatever the first left."""
+        pool = self.pool
+        if pool is not None:
+            pool.close()
+        self.pool = None
+
+
+def _close_slot(slot: PoolSlot) -> None:
+    # What a dropped loader's finalizer runs (at garbage collection, at any instant): Ctrl-C held
+    # back, since an interrupt there would be printed and lost with the pool half-closed and no
+    # second call to finish it.
+    with deferred_sigint():
+        slot.close()

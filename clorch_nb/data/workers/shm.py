@@ -29,13 +29,12 @@ import io
 import itertools
 import os
 import pickle
-import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from clorch_nb.data.workers.arena import ParentArena, WorkerArena
+from clorch_nb.data.workers.arena import SHM_DIR, ParentArena, WorkerArena, tensor_views
 from clorch_nb.errors import SharedMemoryError
 
 __all__ = [
@@ -49,7 +48,6 @@ __all__ = [
     "sweep",
 ]
 
-SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 PREFIX = "clorch_nb"
 #: batches whose tensors total at most this many bytes are copied through the pipe
 INLINE_MAX_BYTES = 32 * 1024
@@ -148,24 +146,6 @@ def _layout(tensors: list[torch.Tensor]) -> tuple[list[_Meta], int]:
     return metas, offset
 
 
-def _views(storage: torch.UntypedStorage | bytearray, metas: list[Any]) -> list[torch.Tensor]:
-    """Tensors over ``storage`` at the offsets in ``metas`` (no copy)."""
-    out = []
-    for dtype, shape, offset in metas:
-        numel = 1
-        for s in shape:
-            numel *= s
-        if numel == 0:
-            out.append(torch.empty(shape, dtype=dtype))
-        elif isinstance(storage, bytearray):
-            flat = torch.frombuffer(storage, dtype=dtype, count=numel, offset=offset)
-            out.append(flat.view(shape))
-        else:
-            itemsize = torch.empty((), dtype=dtype).element_size()
-            out.append(torch.empty(0, dtype=dtype).set_(storage, offset // itemsize, shape, ()))
-    return out
-
-
 def shm_full_error(nbytes: int, where: str, cause: OSError) -> SharedMemoryError:
     """The error for a failed shared-memory allocation of ``nbytes`` bytes in ``where``."""
     try:
@@ -207,7 +187,7 @@ def encode_batch(
     metas, nbytes = _layout(tensors)
     if nbytes <= INLINE_MAX_BYTES:
         payload = bytearray(nbytes)
-        for t, view in zip(tensors, _views(payload, metas), strict=True):
+        for t, view in zip(tensors, tensor_views(payload, metas), strict=True):
             if view.numel():
                 view.copy_(t)
         return EncodedBatch(struct, metas, nbytes, None, bytes(payload))
@@ -266,7 +246,7 @@ def decode_batch(enc: EncodedBatch, arena: ParentArena | None = None) -> Any:
     else:
         assert enc.payload is not None
         storage = bytearray(enc.payload)  # writable: users may modify batches in place
-    return _Unpacker(io.BytesIO(enc.struct), _views(storage, enc.metas)).load()
+    return _Unpacker(io.BytesIO(enc.struct), tensor_views(storage, enc.metas)).load()
 
 
 def discard_batch(enc: EncodedBatch, arena: ParentArena | None) -> None:

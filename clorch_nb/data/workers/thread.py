@@ -214,6 +214,13 @@ class ThreadPool:
             self._spawn(w)
         self._assigned.clear()
 
+    def prestart(self) -> None:
+        """Nothing to do ahead: threads start with the pool."""
+
+    def pids(self) -> list[int]:
+        """No worker processes: ``[]`` (the threads run in this process)."""
+        return []
+
     def close(self) -> None:
         """Stop all threads (waits briefly for them); idempotent in full: after an interrupted
         call (Ctrl-C), a second one finishes what the first began."""

@@ -280,7 +280,7 @@ def test_dropped_loader_is_collected_while_its_error_is_kept(backend: dict[str, 
         list(dl)
     kept = ei.value
     del ei
-    pool = dl._pool
+    pool = dl.worker_pool
     pids = pool.pids() if isinstance(pool, ProcessPool) else []
     ref = weakref.ref(dl)
     del dl, pool
@@ -322,7 +322,7 @@ def test_second_close_finishes_an_interrupted_one(
     fds_before = open_fds()
     dl = data.dataloader(fixtures.numbers(8), batch_size=2, num_workers=2, worker_backend=name)
     assert len(list(dl)) == 4
-    pool = dl._pool
+    pool = dl.worker_pool
     fired: list[bool] = []
     if name == "thread":
         assert isinstance(pool, ThreadPool)
@@ -370,12 +370,12 @@ def test_hostile_exception_is_reported_with_index_and_type(
     else:
         assert type(err) is cls, repr(type(err))
     assert "dataset index 5 (batch 5)" in "\n".join(err.__notes__)
-    pids = dl._pool.pids() if backend["name"] == "process" else []
+    pids = dl.worker_pids() if backend["name"] == "process" else []
     with pytest.raises(BaseException) as again:
         list(dl)
     assert "dataset index 5" in "\n".join(again.value.__notes__)
     if pids:
-        assert dl._pool.pids() == pids  # no worker died or was replaced
+        assert dl.worker_pids() == pids  # no worker died or was replaced
     dl.close()
 
 
@@ -411,7 +411,7 @@ def test_sampler_error_at_iter_does_not_keep_the_workers(name: str) -> None:
         iter(dl)
     kept = ei.value
     del ei
-    pids = dl._pool.pids() if name == "process" else []
+    pids = dl.worker_pids() if name == "process" else []
     ref = weakref.ref(dl)
     del dl
     gc.collect()
