@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import random
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "GilFreeItemsTorch",
     "ImageItemsTorch",
     "IntItemsTorch",
+    "JpegItemsTorch",
     "PngItemsTorch",
     "RecordsTorch",
     "cpu_item",
@@ -32,6 +34,8 @@ __all__ = [
     "gil_free_items",
     "image_items",
     "int_items",
+    "jpeg_files",
+    "jpeg_items",
     "png_files",
     "png_items",
     "records",
@@ -154,6 +158,90 @@ class PngItemsTorch(torch.utils.data.Dataset):
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         return {"data": decode_png(self.files[idx]), "target": idx}
+
+
+# -- (9) decode-bound: JPEG photos decoded and augmented ----------------------------------------
+
+
+def jpeg_files(root: str, count: int, side: int = 224) -> list[str]:
+    """Write ``count`` JPEG files of ``side``×``side`` under ``root`` (once; kept) and list them.
+
+    Each is a crop of one of scikit-learn's two bundled sample photos (``load_sample_images``:
+    a Chinese temple and a flower, 427×640 RGB), at a position drawn from a fixed seed, mirrored
+    for every other file, saved at quality 90 (about 15–25 KB each)."""
+    from PIL import Image
+
+    done = os.path.join(root, f"done-{count}-{side}")
+    names = [os.path.join(root, f"{i:05d}.jpg") for i in range(count)]
+    if os.path.exists(done):
+        return names
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images  # two (427, 640, 3) uint8 arrays
+    rng = np.random.default_rng(0)
+    os.makedirs(root, exist_ok=True)
+    for i, name in enumerate(names):
+        photo = photos[i % len(photos)]
+        y = int(rng.integers(0, photo.shape[0] - side + 1))
+        x = int(rng.integers(0, photo.shape[1] - side + 1))
+        crop = photo[y : y + side, x : x + side]
+        if i % 4 >= 2:
+            crop = crop[:, ::-1]
+        Image.fromarray(np.ascontiguousarray(crop)).save(name, quality=90)
+    Path(done).touch()
+    return names
+
+
+#: ImageNet's channel means and standard deviations (what torchvision's examples normalise with)
+_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(3, 1, 1)
+_STD = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+
+
+def jpeg_item(path: str, idx: int, out_side: int) -> dict[str, Any]:
+    """Decode one JPEG (Pillow) and augment it as a training pipeline would: a random crop of
+    7/8 of the side, resized (bilinear) to ``out_side``, a random horizontal flip, to float,
+    normalised: ``{"image": (3, out_side, out_side) float32, "target": int}``. Draws from
+    Python's ``random`` (seeded per batch by our process workers, per worker by torch's)."""
+    from PIL import Image
+
+    with Image.open(path) as im:
+        im = im.convert("RGB")
+        w, h = im.size
+        c = w * 7 // 8
+        x, y = random.randint(0, w - c), random.randint(0, h - c)
+        im = im.resize((out_side, out_side), Image.BILINEAR, box=(x, y, x + c, y + c))
+        if random.random() < 0.5:
+            im = im.transpose(Image.FLIP_LEFT_RIGHT)
+        arr = np.array(im)  # a writable copy
+    t = torch.from_numpy(arr).permute(2, 0, 1).float().div_(255.0)
+    return {"image": (t - _MEAN) / _STD, "target": idx % 2}
+
+
+def jpeg_items(root: str, count: int, out_side: int, size: int) -> Any:
+    """The first ``size`` JPEG files of :func:`jpeg_files` (``count`` in the folder), decoded
+    and augmented on every ``get_item``."""
+    files = jpeg_files(root, count)[:size]
+    return data.dataset(
+        size=len(files),
+        get_item=lambda i: jpeg_item(files[i], i, out_side),
+        process_spec={
+            "factory": "benchmarks.datasets:jpeg_items",
+            "args": [root, count, out_side, size],
+        },
+    )
+
+
+class JpegItemsTorch(torch.utils.data.Dataset):
+    """torch twin of :func:`jpeg_items`."""
+
+    def __init__(self, root: str, count: int, out_side: int, size: int) -> None:
+        self.files, self.out_side = jpeg_files(root, count)[:size], out_side
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, idx: int) -> dict[str, Any]:
+        return jpeg_item(self.files[idx], idx, self.out_side)
 
 
 # -- (4) large items for transport: 3 x 224 x 224 float32 images --------------------------------

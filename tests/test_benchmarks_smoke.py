@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SCENARIOS = range(1, 10)
+SCENARIOS = range(1, 11)
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ from benchmarks.scenarios import (
     s7_instrumentation,
     s8_resume,
     s9_shards,
+    s10_decode,
 )
 
 SCENARIOS = {
@@ -22,4 +23,5 @@ SCENARIOS = {
     7: s7_instrumentation,
     8: s8_resume,
     9: s9_shards,
+    10: s10_decode,
 }

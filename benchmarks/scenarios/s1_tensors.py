@@ -10,6 +10,7 @@ a parallel copy, so the ceiling moves with the threads.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ from benchmarks.harness import (
     DEFAULT_TORCH_THREADS,
     Context,
     Row,
+    Series,
     close_loader,
     comparators,
     epoch_seconds,
@@ -137,6 +139,8 @@ def _run(
                     why=whys.get(key, ""),
                 )
             )
+        if bs == 32:
+            rows.append(_overhead_row(case, bs, res["clorch_nb"], res["index_select"]))
         rows.append(
             versus(
                 ctx,
@@ -152,3 +156,31 @@ def _run(
             )
         )
     return rows
+
+
+#: issue 23: the loader's own bookkeeping per batch, inline, on top of the gather
+GOAL_OVERHEAD_S = 3e-6
+
+
+def _overhead_row(case: str, bs: int, ours: Series, isel: Series) -> Row:
+    """Ours minus bare index_select, in s/batch: the median of the differences within each round
+    (both ran back to back, so a change in the machine's load falls on both)."""
+    pairs = [bs / o - bs / i for o, i in zip(ours.values, isel.values, strict=False) if o and i]
+    diff = statistics.median(pairs) if pairs and ours.error is None and isel.error is None else None
+    return Row(
+        TITLE,
+        f"{case}: inline overhead over index_select",
+        "time/batch ↓",
+        "s",
+        "clorch_nb inline − index_select",
+        diff,
+        "issue 23 goal",
+        GOAL_OVERHEAD_S,
+        (
+            f"≤ {GOAL_OVERHEAD_S * 1e6:g} µs (issue 23)",
+            None if diff is None else diff <= GOAL_OVERHEAD_S,
+        ),
+        note="median over rounds of (ours − index_select) µs/batch, "
+        + f"{len(pairs)} rounds: "
+        + ", ".join(f"{p * 1e6:.1f}" for p in sorted(pairs)),
+    )

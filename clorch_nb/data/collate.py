@@ -12,6 +12,7 @@ mappings: collated position by position, so a torch dataset's ``(x, y)`` items g
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -76,17 +77,13 @@ stack_out: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None 
 
 
 def _out_for(items: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """A place in the worker's arena to stack ``items`` into, when they are plain tensors of one
+    dtype (``torch.stack`` checks the rest: shape, device, layout, autograd; a failure there
+    falls back to a plain stack)."""
     first = items[0]
     dtype = first.dtype
-    for t in items:
-        if (
-            type(t) is not torch.Tensor
-            or t.dtype != dtype
-            or t.requires_grad
-            or t.device.type != "cpu"
-            or t.layout != torch.strided
-        ):
-            return None
+    if not all(type(t) is torch.Tensor for t in items) or len({t.dtype for t in items}) != 1:
+        return None  # a subclass, or mixed dtypes (promoted by a plain stack, never cast)
     assert stack_out is not None
     return stack_out((len(items), *first.shape), dtype)
 
@@ -96,8 +93,11 @@ def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
     try:
         out = _out_for(items) if stack_out is not None else None
         if out is not None:
-            return torch.stack(list(items), 0, out=out)
-        return torch.stack(list(items), 0)
+            try:
+                return torch.stack(items, 0, out=out)  # type: ignore[arg-type]
+            except RuntimeError:
+                pass  # requires_grad, another device or layout: the plain stack decides
+        return torch.stack(items, 0)  # type: ignore[arg-type]
     except RuntimeError:
         pass
     shape = items[0].shape
@@ -119,11 +119,50 @@ def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
     return torch.stack(list(items), 0)  # same shapes, so re-raise torch's own error (e.g. dtype)
 
 
+#: the kind of the commonest exact types, without an isinstance chain (a subclass, or a type
+#: registered with an ABC later, takes _kind's path)
+_KIND_OF_TYPE: dict[type, str] = {
+    torch.Tensor: "Tensor",
+    dict: "Mapping",
+    tuple: "tuple",
+    int: "other",
+    float: "other",
+    str: "other",
+    bool: "other",
+    bytes: "other",
+    list: "other",
+    type(None): "other",
+}
+
+
 def _collate(items: Sequence[Any], path: KeyPath) -> Any:
     first = items[0]
-    kind = _kind(first)
-    # Fast path: items of one concrete type (the usual case) need one kind check, not B.
-    kinds = [kind] if len(set(map(type, items))) == 1 else [_kind(x) for x in items]
+    t = type(first)
+    if len(set(map(type, items))) == 1:
+        # Fast path, the usual case: every item of one concrete type, so one kind check, and
+        # each level's work done by C loops (no per-item isinstance or method call).
+        kind = _KIND_OF_TYPE.get(t) or _kind(first)
+        if kind == "Tensor":
+            return _stack(items, path)
+        if t is dict:
+            first_keys = first.keys()
+            if list(map(dict.keys, items)).count(first_keys) == len(items):
+                keys = list(first_keys)
+                if len(keys) <= 1:  # itemgetter of one key gives no tuple, of none fails
+                    return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
+                columns = zip(*map(operator.itemgetter(*keys), items), strict=True)
+                return {k: _collate(col, (*path, k)) for k, col in zip(keys, columns, strict=True)}
+            return _collate_mapping(items, path)  # raises, naming the item and the keys
+        if kind == "other":
+            return list(items)
+        if t is tuple and len(set(map(len, items))) == 1 and len(first) > 0:
+            return tuple(
+                _collate(col, (*path, j)) for j, col in enumerate(zip(*items, strict=True))
+            )
+        kinds = [kind]
+    else:
+        kind = _kind(first)
+        kinds = [_kind(x) for x in items]
     if any(k != kind for k in kinds):
         # plain values mixed with tuples are "anything else": a list, whichever comes first
         if set(kinds) <= {"other", "tuple"}:
@@ -132,22 +171,7 @@ def _collate(items: Sequence[Any], path: KeyPath) -> Any:
     if kind == "Tensor":
         return _stack(items, path)
     if kind == "Mapping":
-        keys = list(first.keys())
-        first_keys = first.keys()
-        key_set = set(keys)
-        for i, x in enumerate(items):
-            if x.keys() != first_keys and set(x.keys()) != key_set:
-                raise CollateError(
-                    f"cannot collate {key_path_text(path)}: item {i} has keys {_keys(x)} but "
-                    f"item 0 has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
-                    f"{_keys(set(x) - key_set)}); every item must have the same keys (nothing "
-                    "is dropped)",
-                    key_path=path,
-                    positions=(i,),
-                    found=((f"keys {_keys(keys)}", (0,)), (f"keys {_keys(x)}", (i,))),
-                    num_items=len(items),
-                )
-        return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
+        return _collate_mapping(items, path)
     if kind == "tuple":
         n = len(first)
         for i, x in enumerate(items):
@@ -193,6 +217,26 @@ def _collate_dataclass(items: Sequence[Any], path: KeyPath) -> Any:
     )
 
 
+def _collate_mapping(items: Sequence[Any], path: KeyPath) -> dict[Any, Any]:
+    first = items[0]
+    keys = list(first.keys())
+    first_keys = first.keys()
+    key_set = set(keys)
+    for i, x in enumerate(items):
+        if x.keys() != first_keys and set(x.keys()) != key_set:
+            raise CollateError(
+                f"cannot collate {key_path_text(path)}: item {i} has keys {_keys(x)} but "
+                f"item 0 has {_keys(keys)} (missing {_keys(key_set - set(x))}, extra "
+                f"{_keys(set(x) - key_set)}); every item must have the same keys (nothing "
+                "is dropped)",
+                key_path=path,
+                positions=(i,),
+                found=((f"keys {_keys(keys)}", (0,)), (f"keys {_keys(x)}", (i,))),
+                num_items=len(items),
+            )
+    return {k: _collate([x[k] for x in items], (*path, k)) for k in keys}
+
+
 def default_collate(items: Sequence[Any]) -> Any:
     """Merge a list of items into one batch (``data/default-collate``).
 
@@ -224,7 +268,9 @@ def default_collate(items: Sequence[Any]) -> Any:
         >>> b["data"].shape, b["target"], b["id"]
         (torch.Size([2, 3]), tensor([0, 1]), ['a', 'b'])
     """
-    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+    if type(items) is not list and (
+        not isinstance(items, Sequence) or isinstance(items, str | bytes)
+    ):
         raise ConfigError(f"collate expects a list of items, got {type(items).__name__}")
     if len(items) == 0:
         raise ConfigError("collate got an empty list of items; a batch needs at least one item")

@@ -148,6 +148,9 @@ class FunctionDataset(TorchInterop):
 
     def get_item(self, idx: int) -> Any:
         """Item ``idx``, after checking it lies in ``[0, get_size())``."""
+        size = self._size
+        if type(idx) is int and type(size) is int and 0 <= idx < size:
+            return self._get_item(idx)  # the usual case, checked without a call
         return self._get_item(check_index(idx, self.get_size()))
 
     def __repr__(self) -> str:

@@ -234,7 +234,7 @@ class Epoch:
                 for stage in stages:
                     batch = stage(batch)
                 t1 = time.perf_counter()
-                self._record(_event(epoch, next_yield, result, len(ready), t_asked, t0, t1))
+                self._record(next_yield, result, len(ready), t_asked, t0, t1)
                 next_yield += 1
                 self._delivered = next_yield
                 yield batch
@@ -302,13 +302,15 @@ class Epoch:
                         result = self._pick(ready, in_order)
                 if result.error is not None:
                     raise result.error
+                if result.skipped and self.budget is not None:
+                    self.budget.add(result.skipped)  # SkipBudgetError once it is spent
                 index = result.batch_index
                 pending.discard(index)
                 batch = result.batch
                 for stage in self.stages:
                     batch = stage(batch)
                 t1 = time.perf_counter()
-                self._record(_event(epoch, index, result, len(ready), t_asked, t0, t1))
+                self._record(index, result, len(ready), t_asked, t0, t1)
                 self._ahead.add(index)
                 self._advance(n)
                 yield batch
@@ -340,14 +342,18 @@ class Epoch:
             self._ahead.discard(self._delivered)
             self._delivered += 1
 
-    def _record(self, ev: BatchEvent) -> None:
+    def _record(
+        self, index: int, result: BatchResult, depth: int, t_asked: float, t0: float, t1: float
+    ) -> None:
+        # The totals from the result itself: the event is made only for a subscriber.
         st = self.stats
         st.batches += 1
-        st.items += ev.num_items
-        st.wait_s += ev.wait_s
-        st.per_worker_batches[ev.worker_id] = st.per_worker_batches.get(ev.worker_id, 0) + 1
+        st.items += result.num_items
+        st.wait_s += t1 - t0
+        wid = result.worker_id
+        st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
         if self.events:
-            self.events.emit(ev)
+            self.events.emit(_event(self.epoch, index, result, depth, t_asked, t0, t1))
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], n: int) -> None:
         if self.events:

@@ -1,19 +1,23 @@
 """The process worker's side: rebuild the dataset, then build batches until told to stop.
 
 Runs in a forkserver or spawn child (never a fork of the caller: a Jupyter kernel holds threads).
-Two threads:
+Two pipes come in from the parent, read by two threads:
 
-* a **reader** that moves every message from the task pipe into an in-process queue at once, so
-  the parent never blocks writing tasks while this worker blocks writing a result, and a
-  ``cancel`` takes effect between two ``get_item`` calls instead of after a whole queue of
-  stale tasks. It also notices the parent dying (EOF on the pipe) and ends the process, so no
-  worker outlives its loader even when the parent is SIGKILLed;
-* the **main** thread, which builds batches with :func:`~clorch_nb.data.workers.base.build_batch`
-  and sends them through :mod:`~clorch_nb.data.workers.shm`.
+* the **task pipe**, read by the **main** thread between batches: epochs, tasks, and a
+  ``cancel`` in order with them (its ``ack`` tells the parent every earlier task is done with).
+  The main thread builds batches with :func:`~clorch_nb.data.workers.base.build_batch` and sends
+  them through :mod:`~clorch_nb.data.workers.shm`. Nothing else touches a task on its way, so a
+  batch costs one wake-up here. The parent never blocks writing this pipe
+  (:mod:`~clorch_nb.data.workers.task_pipe`), so a busy or hung worker cannot stall it;
+* the **control pipe**, read by a **watcher** thread that sleeps until the parent cancels an
+  epoch (noticed between two ``get_item`` calls, not after a whole queue of stale tasks), says
+  ``stop``, or dies (EOF): then the process ends at once, even while the main thread is stuck
+  in ``get_item``, so no worker outlives its loader even when the parent is SIGKILLed.
 
-Messages (pickled tuples). Parent -> worker: ``("epoch", epoch, base_seed)``,
-``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``,
-``("stop",)``, ``("free", arena slots freed)`` (sent at once after a ``"short"``).
+Messages (pickled tuples). Parent -> worker, task pipe: ``("epoch", epoch, base_seed)``,
+``("task", epoch, batch_index, int64 index bytes, arena slots freed)``, ``("cancel", epoch)``;
+control pipe: ``("cancel", epoch)``, ``("stop",)``, ``("free", arena slots freed)`` (sent at
+once after a ``"short"``, to the watcher, since the main thread may be waiting for them).
 Worker -> parent: ``("ok", epoch, batch_index, num_items, fetch_s, collate_s, EncodedBatch,
 t_start, t_sent, skipped, warnings)`` (the worker's ``perf_counter`` when it began building
 and when it sent; the items skipped under ``max_failures``; the batch's warnings,
@@ -217,7 +221,6 @@ class _State:
 
     def __init__(self) -> None:
         self.cancelled = -1  # highest epoch token the parent cancelled
-        self.inbox: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         # arena slots the parent freed in a ("free", ids) message: taken by the main thread
         self.freed: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
 
@@ -251,10 +254,18 @@ def _waiter(state: _State, results: Connection) -> Any:
     return wait_free
 
 
-def _read(tasks: Connection, state: _State, parent_pid: int) -> None:
+def _leave(parent_pid: int) -> None:
+    """End this worker now, even if the main thread is stuck in ``get_item``; first remove any
+    segment written but not yet handed over (the parent may be gone)."""
+    shm.sweep(parent_pid, os.getpid())
+    os._exit(0)
+
+
+def _watch(control: Connection, state: _State, parent_pid: int) -> None:
+    """The watcher thread: a cancel, a stop, or the parent's death (EOF on the control pipe)."""
     while True:
         try:
-            msg = pickle.loads(tasks.recv_bytes())  # type: ignore[arg-type]
+            msg = pickle.loads(control.recv_bytes())  # type: ignore[arg-type]
         except (EOFError, OSError):
             msg = ("stop",)  # the parent closed the pipe or died
         if msg[0] == "free":  # /dev/shm is short: the main thread may be waiting for these
@@ -262,12 +273,16 @@ def _read(tasks: Connection, state: _State, parent_pid: int) -> None:
             continue
         if msg[0] == "cancel":
             state.cancelled = max(state.cancelled, msg[1])
-        elif msg[0] == "stop":
-            # Leave at once, even if the main thread is stuck in get_item; first remove any
-            # segment written but not yet handed over (the parent may be gone).
-            shm.sweep(parent_pid, os.getpid())
-            os._exit(0)
-        state.inbox.put(msg)
+        else:
+            _leave(parent_pid)
+
+
+def _next_message(tasks: Connection, parent_pid: int) -> tuple[Any, ...]:
+    try:
+        return pickle.loads(tasks.recv_bytes())  # type: ignore[no-any-return]
+    except (EOFError, OSError):  # the parent closed the pipe or died
+        _leave(parent_pid)
+        raise  # pragma: no cover - _leave does not return
 
 
 def _begin_epoch(
@@ -298,14 +313,18 @@ def _init_worker(cfg: WorkerConfig, dataset: Any) -> None:
         pickle.loads(cfg.init_blob)(cfg.worker_id)
 
 
-def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Connection) -> None:
+def worker_main(
+    cfg: WorkerConfig, source: Any, tasks: Connection, results: Connection, control: Connection
+) -> None:
     """Entry point of a process worker (the ``target`` of its ``multiprocessing.Process``).
 
     Args:
         cfg (WorkerConfig): identity and options.
         source (ProcessSpec | SharedTensors): has ``build()`` returning the dataset.
-        tasks (Connection): receives parent -> worker messages.
+        tasks (Connection): receives epochs, tasks and cancels (read by the main thread).
         results (Connection): sends worker -> parent messages.
+        control (Connection): receives cancels and stop; EOF means the parent is gone (read by
+            the watcher thread).
     """
     # Ctrl-C in a terminal goes to the whole process group; the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -314,7 +333,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     _tune_malloc()
     state = _State()
     threading.Thread(
-        target=_read, args=(tasks, state, cfg.parent_pid), daemon=True, name="clorch_nb-task-reader"
+        target=_watch, args=(control, state, cfg.parent_pid), daemon=True, name="clorch_nb-watcher"
     ).start()
     where = f"process worker {cfg.worker_id} (pid {os.getpid()})"
     try:
@@ -343,7 +362,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
     base_seed = 0
     epoch_error: BaseException | None = None  # the dataset's set_epoch failed: every task says so
     while True:
-        msg = state.inbox.get()
+        msg = _next_message(tasks, cfg.parent_pid)
         kind = msg[0]
         if kind == "task":
             _, task_epoch, batch_index, raw, freed = msg
@@ -389,6 +408,7 @@ def worker_main(cfg: WorkerConfig, source: Any, tasks: Connection, results: Conn
             epoch_error = _begin_epoch(dataset, cfg, epoch, base_seed, where)
             results.send_bytes(pickle.dumps(("ready", epoch), _HIGHEST))
         elif kind == "cancel":
+            state.cancelled = max(state.cancelled, msg[1])
             results.send_bytes(pickle.dumps(("ack", msg[1]), _HIGHEST))
 
 

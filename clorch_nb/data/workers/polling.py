@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import select
+from collections.abc import Sequence
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -32,18 +33,21 @@ class PollSet:
         self._poller: Any = None
         self._fds: dict[int, Any] = {}
 
-    def wait(self, objects: list[Any], timeout_s: float | None) -> list[Any]:
-        """The objects ready to read (or at EOF / exited), waiting at most ``timeout_s`` seconds
-        (None: no limit)."""
+    def wait(
+        self, objects: list[Any], timeout_s: float | None, writable: Sequence[Any] = ()
+    ) -> list[Any]:
+        """The objects ready to read (or at EOF / exited), and those of ``writable`` with room to
+        write, waiting at most ``timeout_s`` seconds (None: no limit)."""
         if not hasattr(select, "poll"):  # pragma: no cover - Windows
-            return wait(objects, timeout_s)
-        key = tuple(objects)
+            return wait([*objects, *writable], timeout_s)
+        key = (*objects, None, *writable)
         if self._key != key:
             poller, fds = select.poll(), {}
-            for obj in key:
-                fd = obj if isinstance(obj, int) else obj.fileno()
-                poller.register(fd, select.POLLIN)  # POLLHUP and POLLERR are always reported
-                fds[fd] = obj
+            for events, objs in ((select.POLLIN, objects), (select.POLLOUT, writable)):
+                for obj in objs:
+                    fd = obj if isinstance(obj, int) else obj.fileno()
+                    poller.register(fd, events)  # POLLHUP and POLLERR are always reported
+                    fds[fd] = obj
             self._poller, self._fds, self._key = poller, fds, key
         ms = None if timeout_s is None else math.ceil(timeout_s * 1000)
         return [self._fds[fd] for fd, _ in self._poller.poll(ms)]

@@ -36,12 +36,14 @@ class BackgroundStart:
         self._start = start
         self._name = name
         self._thread: threading.Thread | None = None
+        self._done = threading.Event()
         self._error: BaseException | None = None
 
     def begin(self) -> None:
         """Run ``start`` in a daemon thread, unless a run is already under way or unjoined."""
         if self._thread is not None:
             return
+        self._done.clear()
         self._thread = threading.Thread(target=self._run, daemon=True, name=self._name)
         self._thread.start()
 
@@ -50,6 +52,8 @@ class BackgroundStart:
             self._start()
         except BaseException as exc:  # noqa: BLE001 - raised by join() on the caller's thread
             self._error = exc
+        finally:
+            self._done.set()
 
     def running(self) -> bool:
         """Whether a run is under way now."""
@@ -58,6 +62,11 @@ class BackgroundStart:
     def join(self) -> None:
         """Wait for the run (if any) to end; raise the error it met (once)."""
         if self._thread is not None:
+            # The Event first, not Thread.join() alone: a Ctrl-C that interrupts join() makes
+            # CPython 3.11 mark the thread finished while it still runs (threading's bpo-45274
+            # handling), so a second join() would return at once and close() would miss the
+            # worker the thread is starting (a leaked process, found by the soak under load).
+            self._done.wait()
             self._thread.join()
             self._thread = None
         if self._error is not None:

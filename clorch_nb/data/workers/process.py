@@ -47,6 +47,7 @@ from clorch_nb.data.workers.process_handle import (
 )
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.data.workers.task_pipe import TaskPipe, flush_all
 from clorch_nb.data.workers.twins import pool_key, retire_idle_twins
 from clorch_nb.data.workers.worker_world import WorkerWorld, code_files
 from clorch_nb.errors import WorkerError
@@ -172,6 +173,7 @@ class ProcessPool:
             shm.sweep(os.getpid(), w.pid)
             w.tasks.close()
             w.results.close()
+            w.control.close()
             w.status = exit_text(w.proc.exitcode)
         w.proc.close()  # idempotent; after it, the process object can no longer be asked
         if self._workers[w.worker_id] is w:
@@ -367,9 +369,10 @@ class ProcessPool:
                 raise WorkerError(  # an internal invariant, reported rather than hung on
                     "no batch is in flight in the process pool; the loader and pool disagree"
                 )
+            full = flush_all([w.tasks for w in live])  # rare: tasks waiting for room
             by_obj, waitables = self._waitables(live)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = self._polls.wait(waitables, remaining)
+            ready = self._polls.wait(waitables, remaining, writable=full)
             if not ready:
                 return None
             if self._wake_r in ready:
@@ -378,6 +381,8 @@ class ProcessPool:
                 return None
             dead: list[WorkerHandle] = []
             for obj in ready:
+                if type(obj) is TaskPipe:
+                    continue  # room to write: flushed at the top of the loop
                 w = by_obj[obj]
                 if obj is w.results:
                     try:
@@ -525,12 +530,19 @@ class ProcessPool:
                         self._reap(w, kill=True)
                 return
             for w in busy:
+                # the control pipe's cancel is seen between two get_item calls; the task pipe's,
+                # after every task sent before it, is acknowledged
                 self._send_quiet(w, ("cancel", token))
+                w.tasks.drop_unsent()  # tasks of the abandoned epoch not sent yet
+                with contextlib.suppress(OSError):  # it is dead; the wait below sees EOF
+                    w.tasks.send_bytes(pickle.dumps(("cancel", token), _HIGHEST))
             waiting: dict[Any, WorkerHandle] = {
                 w.results: w for w in busy if self._workers[w.worker_id] is w
             }
             deadline = time.monotonic() + CANCEL_GRACE_S
             while waiting and (left := deadline - time.monotonic()) > 0:
+                if flush_all([w.tasks for w in waiting.values()]):
+                    left = min(left, 0.005)  # a cancel still waits for room: retry soon
                 for conn in wait(list(waiting), left):
                     w = waiting[conn]
                     try:
@@ -564,5 +576,6 @@ class ProcessPool:
                     w.queued.clear()
 
     def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
+        """Send ``msg`` on ``w``'s control pipe (its watcher thread reads it at once)."""
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
-            w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
+            w.control.send_bytes(pickle.dumps(msg, _HIGHEST))

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
 from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
+from clorch_nb.data.workers.task_pipe import TaskPipe
 from clorch_nb.errors import WorkerError
 
 __all__ = ["StartMethod", "WorkerHandle", "death_error", "start_worker", "worker_context"]
@@ -46,8 +47,9 @@ class WorkerHandle:
     worker_id: int
     pid: int
     proc: Any  # multiprocessing.process.BaseProcess
-    tasks: Connection  # parent's send end
+    tasks: TaskPipe  # parent's send end (never blocks: see task_pipe.py)
     results: Connection  # parent's receive end
+    control: Connection  # parent's send end of the worker's control pipe (cancel, stop)
     arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
     outstanding: dict[int, list[int]] = field(default_factory=dict)
@@ -87,11 +89,13 @@ def start_worker(
     with deferred_sigint():
         task_r, task_w = mp.Pipe(duplex=False)
         result_r, result_w = mp.Pipe(duplex=False)
+        control_r, control_w = mp.Pipe(duplex=False)
+        pipes = (task_r, task_w, result_r, result_w, control_r, control_w)
 
         def make() -> Any:
             return ctx.Process(
                 target=worker_main,
-                args=(cfg, source, task_r, result_w),
+                args=(cfg, source, task_r, result_w, control_r),
                 name=f"clorch_nb-worker-{cfg.worker_id}",
                 daemon=True,
             )
@@ -99,15 +103,22 @@ def start_worker(
         try:
             proc = start_process(make, ctx.get_start_method())
         except BaseException:
-            for conn in (task_r, task_w, result_r, result_w):
+            for conn in pipes:
                 conn.close()
             raise
         # Close our copies of the child's ends: its death then reads as EOF here, ours as EOF
         # there.
         task_r.close()
         result_w.close()
+        control_r.close()
         w = WorkerHandle(
-            cfg.worker_id, proc.pid, proc, task_w, result_r, arena=arena or ParentArena()
+            cfg.worker_id,
+            proc.pid,
+            proc,
+            TaskPipe(task_w),
+            result_r,
+            control_w,
+            arena=arena or ParentArena(),
         )
         record(w)
     return w

@@ -182,6 +182,8 @@ def encode_batch(
         pickle.PicklingError | TypeError: a non-tensor part of the batch cannot be pickled.
     """
     struct, tensors = _pickle_struct(batch)
+    if not tensors:  # nothing to lay out (ints, strings): the pickle is the batch
+        return EncodedBatch(struct, [], 0, None, None)
     metas, nbytes = _layout(tensors)
     if nbytes <= INLINE_MAX_BYTES:
         payload = bytearray(nbytes)
@@ -228,6 +230,8 @@ def decode_batch(enc: EncodedBatch, arena: ParentArena | None = None) -> Any:
 
     An arena batch (``enc.slot >= 0``) becomes views of the worker's slot in ``arena``, the
     parent's side of that worker's arena."""
+    if not enc.metas:  # no tensor in it (see encode_batch)
+        return pickle.loads(enc.struct)
     if enc.slot >= 0:
         assert arena is not None
         assert enc.segment is not None
