@@ -36,6 +36,7 @@ from clorch_nb.data.dataset import TorchMapDataset, as_dataset
 from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.seeds import draw_base_seed, fast_forward
+from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.data.state import FORMAT, LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, batch_seed, get_worker_info, set_worker_info
 from clorch_nb.errors import ConfigError
@@ -152,6 +153,7 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
             "batch_sampler, whose batches its own code decides (replay its indices by hand with "
             "loader.dataset and collate_fn)"
         )
+    _refuse_shards(loader.dataset)
     sibling = None
     if isinstance(sampler, DistributedSampler):
         sibling = _sibling(
@@ -187,6 +189,19 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
     )
 
 
+def _refuse_shards(dataset: Any) -> None:
+    """A shard dataset's batch order follows the worker count (batch ``b`` is cut from worker
+    ``b % num_workers``'s work items), which a rebuilt loader cannot know: refused, never a
+    batch that was not delivered."""
+    if isinstance(dataset, ShardDataset):
+        raise ConfigError(
+            "replay() cannot rebuild a batch of a shard_dataset yet: its batches are cut from "
+            "each worker's work items, so the order depends on num_workers and the shard plan; "
+            "read the batch's dataset indices from the loader's BatchEvent (loader.subscribe) "
+            "and build it with loader.dataset.get_batch(indices)"
+        )
+
+
 def _sibling(
     size: int,
     num_replicas: int,
@@ -215,6 +230,7 @@ def _twin_from_state(
             "replay(state, ...) needs dataset= (the dataset the saving loader read; a state "
             "holds positions and seeds, not data)"
         )
+    _refuse_shards(dataset)
     sibling = None
     if saved.sampler is not None:
         s = saved.sampler
