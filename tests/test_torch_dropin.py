@@ -442,3 +442,32 @@ def test_dataloader_keeps_its_own_rules() -> None:
     assert (loader.batch_size, loader.shuffle, loader.persistent_workers) == (32, True, True)
     with pytest.raises(ConfigError, match="timeout_ms"):
         data.dataloader(_tensors(), timeout=1)
+
+
+class _FailsAt3(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> int:
+        if i == 3:
+            raise ValueError("bad item 3")
+        return i
+
+
+def test_clorch_options_on_torchs_front_work_or_are_refused_by_name() -> None:
+    """Not a torch test: clorch_nb's own `max_failures=`, `device=` and `prefetch_to_device=` are
+    keyword options of `data.DataLoader` too (a user switching fronts keeps them), checked as
+    `dataloader()` checks them; an IterableDataset refuses them by name."""
+    dl = DataLoader(_FailsAt3(), batch_size=4, max_failures=1)
+    assert [b.tolist() for b in dl] == [[0, 1, 2, 0], [4, 5, 6, 7]]
+    assert DataLoader(_FailsAt3(), batch_size=4, device="cpu").describe().endswith("(no copy)")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="device='cuda'"):
+            DataLoader(_FailsAt3(), batch_size=4, device="cuda")
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter(range(4))
+
+    with pytest.raises(ConfigError, match="max_failures=1"):
+        DataLoader(Stream(), batch_size=2, max_failures=1)

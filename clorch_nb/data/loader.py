@@ -452,6 +452,10 @@ class LoaderEngine:
             it.supersede(superseded_by, why)  # None: just stop it (close())
 
 
+#: clorch_nb's own options on torch's front, and their defaults (as in dataloader())
+_EXTRA_DEFAULTS: dict[str, Any] = {"device": None, "prefetch_to_device": 2, "max_failures": None}
+
+
 class DataLoader(LoaderEngine):
     """torch's ``DataLoader(dataset, ...)``, same signature and defaults (torch 2.13), built on
     the engine :func:`dataloader` builds (:class:`LoaderEngine`): the drop-in. Replace the
@@ -498,6 +502,11 @@ class DataLoader(LoaderEngine):
         in_order (bool): True: batches in sampler order. False: with workers, whichever batch
             is built first; ``state_dict()`` stays exact (it records the batches delivered
             ahead of the first missing one).
+        device (str | torch.device | None): clorch_nb's option (not torch's), as in
+            :func:`dataloader`: copy each batch's tensors there on a side stream.
+        prefetch_to_device (int): clorch_nb's option: batches copied to ``device`` ahead.
+        max_failures (int | float | None): clorch_nb's option: items whose ``get_item`` may
+            fail per epoch, skipped and replaced (:func:`dataloader`).
 
     Raises:
         ValueError: the combinations torch refuses (same conditions); ConfigError (a
@@ -544,6 +553,9 @@ class DataLoader(LoaderEngine):
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
+        device: str | torch.device | None = None,
+        prefetch_to_device: int = 2,
+        max_failures: int | float | None = None,
     ) -> None:
         args = torch_loader_args(
             dataset,
@@ -564,16 +576,26 @@ class DataLoader(LoaderEngine):
             pin_memory_device=pin_memory_device,
             in_order=in_order,
         )
+        extras: dict[str, Any] = {"device": device, "prefetch_to_device": prefetch_to_device,
+                  "max_failures": max_failures}  # fmt: skip
         if isinstance(dataset, torch.utils.data.IterableDataset):
+            given = [f"{k}={v!r}" for k, v in extras.items() if v != _EXTRA_DEFAULTS[k]]
+            if given:
+                raise ConfigError(
+                    f"{', '.join(given)}: not available for a torch IterableDataset (its items "
+                    "come from each worker's own iterator); move batches to the device in the "
+                    "loop, or use data.shard_dataset"
+                )
             self._init_stream(dataset, args)
             return
+        config = replace(args.config, **extras)  # clorch_nb's options, validated
         ds = as_dataset(dataset)
         if args.sampler is not None:
             check_sampler_size(ds.get_size(), args.sampler)
         spec = get_process_spec(ds)
         super().__init__(
             ds,
-            args.config,
+            config,
             sampler=args.sampler,
             seed=resolve_seed(None, generator, args.config.shuffle),
             process_spec=spec,
