@@ -37,8 +37,8 @@ def test_quick_run_writes_every_scenario_row(tmp_path: Path) -> None:
     assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-6000:]}"
     text = out.read_text()
     assert "## Machine" in text and "torch" in text
-    rows = [line for line in text.splitlines() if re.match(r"^\| \d ", line)]
-    seen = {int(line[2]) for line in rows}
+    rows = [line for line in text.splitlines() if re.match(r"^\| \d+ ", line)]
+    seen = {int(line[2:].split(" ", 1)[0]) for line in rows}
     assert seen == set(SCENARIOS), f"scenarios with rows: {sorted(seen)}"
     for line in rows:
         cells = [c.strip() for c in line.strip("|").split("|")]

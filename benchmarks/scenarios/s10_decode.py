@@ -21,7 +21,7 @@ from benchmarks import datasets
 from benchmarks.harness import Context, Row, torch_threads, versus
 from benchmarks.scenarios._workers import process_note, run_group
 
-TITLE = "9 decode-bound JPEG"
+TITLE = "10 decode-bound JPEG"
 
 
 def run(ctx: Context) -> list[Row]:
