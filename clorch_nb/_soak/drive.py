@@ -90,8 +90,10 @@ def _drop(ep: Episode, out: Outcome) -> None:
     out.complete.append(False)
     out.errors.append(None)
     dl = make_loader(ep)
-    it = iter(dl)
+    it = None
     try:
+        # inside the try: an endless sampler whose last batch is its first is refused at iter()
+        it = iter(dl)
         for i, batch in enumerate(it):
             seen.extend(targets(batch))
             if i + 1 >= max(ep.k, 1):
