@@ -329,6 +329,44 @@ def test_b46_a_retired_loader_still_loads(backend: dict[str, Any]) -> None:
             assert [idx(b) for b in old] == [[0, 1, 2, 3], [4, 5, 6, 7]]
 
 
+@pytest.mark.timeout(90)
+def test_b46_a_twin_left_after_a_failed_batch_gives_up_its_workers_and_still_finishes() -> None:
+    """The soak's finding (seed 15, episode 141): a cell whose loop raised on a bad item keeps
+    the error, and with it the epoch, open (IPython's ``sys.last_traceback``), so the re-run
+    cell's new loader found its twin busy and left its workers running: one loader's worth more
+    per re-run. Now the twin's workers stop when the new loader is made, and the kept iterator,
+    resumed, still delivers the rest of its epoch: batches 3-7, exactly as built before."""
+    make = lambda: data.dataloader(fixtures.faulty(16, "raise", 5), batch_size=2, shuffle=False,  # noqa: E731
+                                   num_workers=2, prefetch_factor=2, worker_backend="process")  # fmt: skip
+    got: list[list[int]] = []
+    with make() as old:
+        it = iter(old)
+        with pytest.raises(ValueError, match="bad item 5"):
+            for b in it:
+                got.append(idx(b))
+        assert got == [[0, 1], [2, 3]]
+        old_pids = old.worker_pids()
+        assert len(old_pids) == 2
+        with make() as new:
+            new.start_workers()
+            assert old.worker_pids() == []  # retired: the new loader's twin took over
+            deadline = time.monotonic() + 10.0
+            while any(_alive(p) for p in old_pids) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not any(_alive(p) for p in old_pids)
+            assert [idx(b) for b in it] == [[6, 7], [8, 9], [10, 11], [12, 13], [14, 15]]
+            assert len(old.worker_pids()) == 2  # fresh workers built the rest
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 # -- a worker death blamed on the right batch ---------------------------------------------------
 
 

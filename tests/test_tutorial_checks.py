@@ -38,6 +38,9 @@ from clorch_nb.tutorial import (
     nb11,
     nb12,
     nb13,
+    nb14,
+    nb15,
+    nb16,
 )
 
 X, Y = digits_tensors(flat=False)
@@ -889,3 +892,187 @@ def test_nb13_bucket_batches() -> None:
     hints(nb13.exercise_1(unseeded), "same arguments gave different batches")
     hints(nb13.exercise_1(drops_short), "every index exactly once")
     hints(nb13.exercise_1(lambda lengths, b, epoch, seed=0: None), "returned None")
+
+
+# -- notebook 14: sharded streams ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shards14(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """Seven WebDataset tars of uneven size (as the notebook's digits), 180 items in all."""
+    from clorch_nb.data.shards import shard_dataset
+    from tests.shard_fixtures import numbered_tars
+
+    folder = tmp_path_factory.mktemp("shards14")
+    paths = [str(p) for p in numbered_tars(folder, [30, 30, 30, 30, 30, 25, 5])]
+
+    def open_shards(block_items: int = 64) -> Any:
+        return shard_dataset(paths, cache_dir=folder, block_items=block_items, progress=False)
+
+    return open_shards
+
+
+def _rank_loaders14(ds: Any, ranks: int, num_workers: int) -> list[data.DataLoader]:
+    return [
+        data.dataloader(ds, batch_size=32, num_workers=num_workers, worker_backend="thread",
+                        sampler=data.distributed_sampler(ds, num_replicas=ranks, rank=r, seed=0))
+        for r in range(ranks)
+    ]  # fmt: skip
+
+
+def _readers14(loaders: list[data.DataLoader], shard: int = 6) -> list[tuple[int, int]]:
+    plan = loaders[0].sampler.work_plan()
+    return [
+        (r, w)
+        for r, rank in enumerate(plan.ranks)
+        for w, items in enumerate(rank.workers)
+        if any(run.shard == shard for run in items)
+    ]
+
+
+def test_nb14_exercise_1_readers_of_the_last_shard(shards14: Any) -> None:
+    ds = shards14()
+    loaders3 = _rank_loaders14(ds, 2, 3)
+    readers = _readers14(loaders3)
+    passes(nb14.exercise_1(loaders3, readers))
+    passes(nb14.exercise_1(tuple(loaders3), set(readers)))  # a tuple and a set are fine
+    everyone = [(r, w) for r in range(2) for w in range(3)]
+    hints(nb14.exercise_1(_rank_loaders14(ds, 2, 2), readers), "num_workers=2", "asks for 3")
+    hints(nb14.exercise_1(loaders3[:1], readers), "two ranks' loaders")
+    hints(nb14.exercise_1(loaders3[::-1], readers), "is rank 1 of 2; want rank 0")
+    hints(nb14.exercise_1(loaders3, everyone), "is not who reads digits-00006")
+    hints(nb14.exercise_1(loaders3, readers[0]), "not a (rank, worker) pair")
+    hints(nb14.exercise_1(loaders3, "rank 1 worker 0"), "give a list of (rank, worker) pairs")
+    plain = data.dataloader(ds, batch_size=32, num_workers=3, worker_backend="thread")
+    hints(nb14.exercise_1([plain, plain], readers), "data.distributed_sampler(shard_dataset")
+
+
+def test_nb14_exercise_1_names_the_two_worker_plan() -> None:
+    """A 4-worker plan whose last shard moves between the 2- and 3-worker plans: the hint for
+    the 2-worker answer says so (checked on a shard set where they differ)."""
+    import tempfile
+    from pathlib import Path
+
+    from clorch_nb.data.shards import shard_dataset
+    from tests.shard_fixtures import numbered_tars
+
+    with tempfile.TemporaryDirectory() as d:
+        for counts in ([30, 30, 30, 30, 30, 25, 5], [64, 64, 64, 64, 64, 64, 9], [40] * 6 + [7]):
+            folder = Path(d) / str(len(list(Path(d).iterdir())))
+            folder.mkdir()
+            paths = [str(p) for p in numbered_tars(folder, counts)]
+            ds = shard_dataset(paths, cache_dir=folder, block_items=64, progress=False)
+            three, two = _rank_loaders14(ds, 2, 3), _rank_loaders14(ds, 2, 2)
+            if set(_readers14(three)) != set(_readers14(two)):
+                hints(nb14.exercise_1(three, _readers14(two)), "2-worker plan of section 4")
+                return
+    pytest.skip("no shard set here has readers that differ between 2 and 3 workers")
+
+
+def test_nb14_exercise_2_blocks_of_eight(shards14: Any) -> None:
+    ds8 = shards14(block_items=8)
+    s = data.distributed_sampler(ds8, num_replicas=2, rank=0, seed=0)
+    data.dataloader(ds8, batch_size=32, sampler=s, num_workers=2, worker_backend="thread")
+    first = s.work_plan().order(0)[:32].tolist()
+    where = [ds8.locate(i) for i in first]
+    blocks = {(sh, item // 8) for sh, item in where}
+    passes(nb14.exercise_2(ds8, blocks))
+    passes(nb14.exercise_2(ds8, sorted([list(b) for b in blocks])))  # lists of lists are fine
+    hints(nb14.exercise_2(shards14(block_items=64), blocks), "block_items=64", "block_items=8")
+    sixty_four = {(sh, item // 64) for sh, item in where}
+    assert sixty_four != blocks  # else the next line would test nothing
+    hints(nb14.exercise_2(ds8, sixty_four), "you divided by 64")
+    hints(nb14.exercise_2(ds8, set(list(blocks)[1:])), "are not the blocks of rank 0's first batch")
+    hints(nb14.exercise_2(ds8, len(blocks)), "give the (shard, block) pairs")
+    hints(nb14.exercise_2([1, 2], blocks), "pass the shard_dataset you opened")
+
+
+def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
+    ds = shards14()
+    consumed: list[int] = []
+    states = []
+    for loader in _rank_loaders14(ds, 2, 2):
+        it = iter(loader)
+        for _ in range(2):
+            consumed += [int(c) for c in next(it)["cls"]]
+        states.append(loader.state_dict())
+        it.close()
+
+    def resumed(num_workers: int, *, load: bool = True) -> tuple[data.DataLoader, list[int]]:
+        (loader1,) = _rank_loaders14(ds, 1, num_workers)
+        if load:
+            loader1.load_state_dict(states[0])
+        return loader1, [int(c) for b in loader1 for c in b["cls"]]
+
+    loader1, rest1 = resumed(0)
+    passes(nb14.exercise_3(consumed, rest1, loader1))
+    (loader1b,) = _rank_loaders14(ds, 1, 0)
+    loader1b.load_state_dict(states[1])  # any rank's state describes the whole epoch
+    passes(nb14.exercise_3(consumed, [int(c) for b in loader1b for c in b["cls"]], loader1b))
+    fresh, whole = resumed(0, load=False)
+    hints(nb14.exercise_3(consumed, whole, fresh), "a whole epoch", "load_state_dict(states[0])")
+    hints(nb14.exercise_3(consumed, rest1[:-3], loader1), "3 items were never seen")
+    hints(nb14.exercise_3(consumed, rest1 + rest1[:2], loader1), "seen twice")
+    hints(nb14.exercise_3(consumed, [rest1[:5], rest1[5:]], loader1), "flat list")
+    two_workers, rest2 = resumed(2)
+    hints(nb14.exercise_3(consumed, rest2, two_workers), "num_workers=2", "asks for 0")
+    (rank_of_two,) = _rank_loaders14(ds, 2, 0)[:1]
+    hints(nb14.exercise_3(consumed, rest1, rank_of_two), "num_replicas=2", "resume on 1 rank")
+
+
+# -- notebook 15: feeding a GPU (no GPU needed: the checks read describe() and events) ----------
+
+
+def test_nb15_exercise_1_pinning_path() -> None:
+    passes(nb15.exercise_1("pinned ring", 8))
+    passes(nb15.exercise_1("pinned ring", np.int64(8)))
+    hints(nb15.exercise_1("registered arena", 8), "not the path of thread workers")
+    hints(nb15.exercise_1("pinned ring", 0), "0 batches copied", "how many of them")
+    hints(nb15.exercise_1("pinned ring", 1797), "batches of 256 has 8")
+    hints(nb15.exercise_1(["pinned ring"], 8), "copy the name as a str")
+
+
+def _nb15_run(lead_s: float, copy_s: float) -> list[Any]:
+    from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
+
+    mb = 2**20
+    run: list[Any] = [EpochEvent("start", 0, 6, "process", 2, 0.0)]
+    for i in range(6):
+        t = 0.1 * i
+        run.append(BatchEvent(0, i, i % 2, 256, 0.02, 0.01, 0.0, 1, t, t, t - 0.05, t - 0.01))
+        start = t - lead_s
+        run.append(CopyEvent("copy", 0, i, 150 * mb, start, start, start + copy_s, t + 0.01))
+    run.append(EpochEvent("end", 0, 6, "process", 2, 0.6))
+    return run
+
+
+def test_nb15_exercise_2_copies_ahead() -> None:
+    passes(nb15.exercise_2(_nb15_run(0.2, 0.01)))
+    passes(nb15.exercise_2(_nb15_run(0.25, 0.005)))  # earlier and faster: also no wait
+    hints(nb15.exercise_2(_nb15_run(0.0, 0.01)), "starts 10 ms before", "two steps")  # pinned only
+    hints(nb15.exercise_2(_nb15_run(0.2, 0.04)), "takes 40 ms, not 10")  # pageable speed
+    hints(nb15.exercise_2(_nb15_run(0.1, 0.01)), "starts 110 ms before")  # one step ahead
+    hints(nb15.exercise_2(_nb15_run(0.2, 0.01)[:-4]), "CopyEvents; one for each of the 6")
+    hints(nb15.exercise_2(tuple(_nb15_run(0.2, 0.01))), "build a list")
+
+
+# -- notebook 16: replaying a batch of a two-rank job -------------------------------------------
+
+
+def test_nb16_exercise_1_replay() -> None:
+    ds = digits_dataset()
+
+    def loader(rank: int, **kw: Any) -> data.DataLoader:
+        s = data.distributed_sampler(ds, num_replicas=2, rank=rank, seed=kw.pop("seed", 0))
+        return data.dataloader(ds, batch_size=kw.pop("batch_size", 64), sampler=s, **kw)
+
+    passes(nb16.exercise_1(data.replay(loader(0), epoch=1, rank=1, batch=5)))
+    passes(nb16.exercise_1(data.replay(loader(1, num_workers=2, worker_backend="thread"),
+                                       epoch=1, rank=1, batch=5)))  # fmt: skip
+    hints(nb16.exercise_1(data.replay(loader(0), epoch=1, rank=0, batch=5)), "epoch 1, rank 1")
+    hints(nb16.exercise_1(data.replay(loader(0), epoch=0, rank=1, batch=5)), "epoch 1, rank 1")
+    hints(nb16.exercise_1(data.replay(loader(0, seed=1), epoch=1, rank=1, batch=5)),
+          "not rank 1's batch 5 of epoch 1")  # fmt: skip
+    hints(nb16.exercise_1(data.replay(loader(0, batch_size=32), epoch=1, rank=1, batch=5)),
+          "batch_size=64")  # fmt: skip
+    hints(nb16.exercise_1([0, 1, 2]), "pass what data.replay(...) returned")

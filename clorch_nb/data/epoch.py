@@ -220,6 +220,7 @@ class Epoch:
                     result = None
                     next_yield += 1
                     self._delivered = next_yield
+                    pool.after_failure()  # the consumer may not come back (a kept traceback)
                     yield FailedBatch(failure)
                     continue
                 if result.skipped and self.budget is not None:

@@ -51,6 +51,12 @@ def _exercise_2(events: Any) -> str:
     for e in copies:
         took = e.t_end_s - e.t_start_s
         require(took <= 0.0101, f"batch {e.batch_index}'s copy takes {1000 * took:.0f} ms, not 10")
+        ahead = e.t_needed_s - e.t_start_s
+        require(
+            ahead >= 0.2 - 1e-9,
+            f"batch {e.batch_index}'s copy starts {1000 * ahead:.0f} ms before its step needs "
+            "it: prefetch_to_device=2 starts it two steps (200 ms) earlier than in section 4",
+        )
         require(
             e.t_end_s <= e.t_needed_s,
             f"batch {e.batch_index}'s copy ends {1000 * (e.t_end_s - e.t_needed_s):.0f} ms after "

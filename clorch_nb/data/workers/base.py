@@ -333,6 +333,14 @@ class WorkerPool(Protocol):
         """
         ...
 
+    def after_failure(self) -> None:
+        """The consumer is being handed a failed batch and may never ask again: a notebook
+        keeps the error's traceback, and with it this epoch, for as long as it likes. A pool
+        whose workers are worth reclaiming (processes, B46) may then stop them when a twin
+        needs them, keeping the unfinished tasks to resend at the next ``submit``/``get``; the
+        next call of any kind ends this state."""
+        ...
+
     def wake(self) -> None:
         """Make a ``get`` blocked on another thread return None at once (thread-safe)."""
         ...

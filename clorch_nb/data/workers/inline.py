@@ -136,6 +136,9 @@ class InlinePool:
         """Drop the submitted task."""
         self._task = None
 
+    def after_failure(self) -> None:
+        """Nothing held between calls: nothing to release."""
+
     def wake(self) -> None:
         """Make the next (or the running) :meth:`get` return None: the epoch was closed."""
         self._wake = True

@@ -120,6 +120,10 @@ class ProcessPool:
         # start_epoch, closed by retire() (an idle pool holds no fd); closed by GC otherwise
         self._wake_r: Any = None
         self._wake_w: Any = None
+        # after_failure(): the consumer may never come back, so a twin may take the workers;
+        # retire() then keeps each worker's unfinished tasks here, resent at the next call
+        self._away = False
+        self._parked: dict[int, tuple[dict[int, bytes], dict[int, list[int]]]] = {}
         self.key = pool_key(source, config, use_get_batch)
         retire_idle_twins(self)
 
@@ -205,6 +209,7 @@ class ProcessPool:
             self._background.join()
         self._epoch = None
         self._pending.clear()
+        self._parked.clear()
         live = [w for w in self._workers if w is not None]
         for w in live:
             if w.status is None:
@@ -224,15 +229,35 @@ class ProcessPool:
         self._waiting_for = []  # the cached waitables name the old pipe
 
     def idle(self) -> bool:
-        """No epoch work in flight and no start-up under way: retiring loses nothing."""
-        starting = self._background.running()
+        """No start-up under way, and either no epoch work in flight or a consumer that left
+        after a failed batch (:meth:`after_failure`): retiring loses nothing."""
+        if self._closed or self._background.running():
+            return False
         busy = any(w is not None and w.outstanding for w in self._workers)
-        return not (self._closed or starting or busy or self._pending)
+        return self._away or not (busy or self._pending)
+
+    def after_failure(self) -> None:
+        """The consumer was handed a failed batch and may never come back (a notebook keeps
+        the error, and this epoch, alive): a twin may now take the workers (:meth:`retire`)."""
+        self._away = True
 
     def retire(self) -> None:
         """Stop the workers of an idle pool and free their pipes; unlike :meth:`close` the pool
-        stays usable: the next ``start_epoch`` starts fresh workers (B46)."""
+        stays usable: the next ``start_epoch`` starts fresh workers (B46).
+
+        Mid-epoch (after :meth:`after_failure`) the batches already built are kept for
+        :meth:`get` and each worker's unfinished tasks are parked: the next ``submit`` or
+        ``get`` starts fresh workers and resends them, so an epoch resumed after its failure
+        still delivers every batch, the same ones (each batch's seed is its own).
+        """
         live = [w for w in self._workers if w is not None]
+        if self._epoch is not None:
+            for w in live:
+                if w.status is None:
+                    self._drain(w, keep=True)  # finished batches: delivered later, not rebuilt
+                if w.outstanding:
+                    tasks = {bi: w.queued[bi] for bi in w.outstanding if bi in w.queued}
+                    self._parked[w.worker_id] = (tasks, dict(w.outstanding))
         for w in live:
             if w.status is None:
                 self._send_quiet(w, ("stop",))
@@ -270,6 +295,15 @@ class ProcessPool:
         """Process ids of the live workers (for tests and the throughput view)."""
         return [w.pid for w in self._workers if w is not None]
 
+    def _unpark(self) -> None:
+        """The consumer is back: resend the tasks :meth:`retire` parked, to fresh workers."""
+        self._away = False
+        if self._wake_r is None:  # retired: get() waits on a fresh wake pipe
+            self._wake_r, self._wake_w = mp.Pipe(duplex=False)
+        parked, self._parked = self._parked, {}
+        for wid, (tasks, held) in sorted(parked.items()):
+            self._resend(wid, tasks, held)
+
     # -- WorkerPool -----------------------------------------------------------------------------
 
     def start_epoch(self, epoch: int, base_seed: int) -> None:
@@ -280,6 +314,8 @@ class ProcessPool:
         self._background.join()
         self._epoch, self._base_seed = epoch, base_seed
         self._pending.clear()
+        self._away = False
+        self._parked.clear()  # an earlier epoch's unfinished tasks
         if self._wake_r is None:
             self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         twins.track(self)
@@ -311,6 +347,8 @@ class ProcessPool:
         Raises:
             WorkerError: that worker has died (named, with its exit status).
         """
+        if self._away:
+            self._unpark()
         if self._short:
             self._send_freed()
         wid = task.batch_index % self.num_workers
@@ -361,6 +399,8 @@ class ProcessPool:
                 ``BatchResult.error``, rebuilt (see :func:`rebuild_exception`).
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        if self._away:
+            self._unpark()
         if self._short:
             self._send_freed()
         while not self._pending:
@@ -519,6 +559,8 @@ class ProcessPool:
         (after a timeout or a death) every worker is; replacements start at the next epoch."""
         token, self._epoch = self._epoch, None
         self._pending.clear()
+        self._away = False
+        self._parked.clear()
         if self._closed:
             return
         busy = [w for w in self._workers if w is not None and w.outstanding]

@@ -212,6 +212,9 @@ class ThreadPool:
         finally:
             self.rng_watch.consumer_waits(False, got)
 
+    def after_failure(self) -> None:
+        """Threads hold no process or file descriptor: nothing worth releasing."""
+
     def wake(self) -> None:
         """Make a :meth:`get` blocked on another thread return None at once (the loader's
         cross-thread ``close()``)."""
