@@ -336,8 +336,14 @@ def test_b46_a_twin_left_after_a_failed_batch_gives_up_its_workers_and_still_fin
     cell's new loader found its twin busy and left its workers running: one loader's worth more
     per re-run. Now the twin's workers stop when the new loader is made, and the kept iterator,
     resumed, still delivers the rest of its epoch: batches 3-7, exactly as built before."""
-    make = lambda: data.dataloader(fixtures.faulty(16, "raise", 5), batch_size=2, shuffle=False,  # noqa: E731
-                                   num_workers=2, prefetch_factor=2, worker_backend="process")  # fmt: skip
+
+    def make() -> data.DataLoader:
+        ds = fixtures.faulty(16, "raise", 5)
+        return data.dataloader(
+            ds, batch_size=2, shuffle=False, num_workers=2, prefetch_factor=2,
+            worker_backend="process",
+        )  # fmt: skip
+
     got: list[list[int]] = []
     with make() as old:
         it = iter(old)

@@ -240,17 +240,11 @@ class Epoch:
                 self._delivered = next_yield
                 yield batch
         except BaseException:
-            try:
-                ready.clear()
-                result = batch = None
-                pool.stop_epoch(discard_workers=broken)
-            finally:
-                if started:
-                    self._epoch_event("stopped", n)
+            ready.clear()  # this frame lives on in the error's traceback: hold no batch
+            result = batch = None
+            self._abandon(pool, broken=broken, started=started)
             raise
-        self._epoch_event("end", n)
-        if self.on_end is not None:
-            self.on_end()
+        self._finish()
 
     def _any_order(self, stop: StopRequest) -> Iterator[Any]:
         """:meth:`batches` for ``in_order=False`` (whichever batch is built first is handed
@@ -316,15 +310,25 @@ class Epoch:
                 self._advance(n)
                 yield batch
         except BaseException:
-            try:
-                ready.clear()
-                result = batch = None
-                pool.stop_epoch(discard_workers=broken)
-            finally:
-                if started:
-                    self._epoch_event("stopped", n)
+            ready.clear()  # this frame lives on in the error's traceback: hold no batch
+            result = batch = None
+            self._abandon(pool, broken=broken, started=started)
             raise
-        self._epoch_event("end", n)
+        self._finish()
+
+    def _abandon(self, pool: WorkerPool, *, broken: bool, started: bool) -> None:
+        """The epoch ends early (an error, a stop, the consumer left): stop the pool's epoch
+        (``broken``: a timeout or a dead worker, so its busy workers are not waited for) and,
+        if it had started, emit ``EpochEvent("stopped")`` even if stopping was interrupted."""
+        try:
+            pool.stop_epoch(discard_workers=broken)
+        finally:
+            if started:
+                self._epoch_event("stopped", len(self.plan))
+
+    def _finish(self) -> None:
+        """The epoch was delivered to its end: ``EpochEvent("end")``, then ``on_end``."""
+        self._epoch_event("end", len(self.plan))
         if self.on_end is not None:
             self.on_end()
 

@@ -96,8 +96,9 @@ def _exercise_1(loaders: Any, readers: Any) -> str:
     missing = size - len(seen)
     require(missing == 0, f"{missing} items are in no rank's plan")  # the library's promise
     steps = {len(d) for d in loaders}
+    who = ", ".join(f"rank {r} worker {w}" for r, w in sorted(truth))
     return (
-        f"digits-{LAST_SHARD:05d}.tar is read by {', '.join(f'rank {r} worker {w}' for r, w in sorted(truth))}; "
+        f"digits-{LAST_SHARD:05d}.tar is read by {who}; "
         f"with 3 workers per rank all {size} items are still planned, "
         f"{sum(seen.values()) - size} of them twice (torch's padding), and both ranks take "
         f"{steps.pop()} steps."
@@ -126,6 +127,7 @@ def _exercise_2(digits8: Any, blocks8: Any) -> str:
         f"digits8 has block_items={digits8.block_items}; open it with block_items=8",
     )
     sampler = data.distributed_sampler(digits8, num_replicas=2, rank=0, seed=0)
+    assert isinstance(sampler, ShardSampler)  # a shard dataset's sampler plans work items
     data.dataloader(digits8, batch_size=BATCH_SIZE, sampler=sampler, num_workers=2,
                     worker_backend="thread")  # fmt: skip  # binds the sampler to the loader
     first = sampler.work_plan().order(0)[:BATCH_SIZE].tolist()
@@ -180,7 +182,7 @@ def _exercise_3(consumed: Any, rest1: Any, loader1: Any) -> str:
         require(
             isinstance(value, list) and all(isinstance(i, int) for i in value),
             f"{name} should be a flat list of dataset indices (ints); flatten the batches' "
-            "\"index\" lists into one list",
+            '"index" lists into one list',
         )
     size = loader1.dataset.get_size()
     require(
