@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import torch
 
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.cuda_seam import CudaSeam
 from clorch_nb.data.workers.arena import ALIGN, SHM_DIR, ParentArena, map_file, unmap
 
@@ -111,7 +112,7 @@ def check_pin_memory(pin_memory: bool, cuda: CudaSeam) -> bool:
             "False): batches stay in ordinary memory, as with torch's DataLoader. Drop "
             "pin_memory on this machine, or install a CUDA build of torch on one with a GPU",
             UserWarning,
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
         return False
     return bool(pin_memory)

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
@@ -197,7 +198,7 @@ class StreamLoader:
                 "(id, num_workers) in __iter__, or use data.shard_dataset for exactness and "
                 "resume",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
 
     def state_dict(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
 from clorch_nb.errors import ConfigError
 
@@ -138,7 +139,7 @@ def check_worker_number(num_workers: int) -> None:
         "might get DataLoader running slow or even freeze, lower the worker number to avoid "
         "potential slowness/freeze if necessary.",
         UserWarning,
-        stacklevel=4,
+        stacklevel=user_stacklevel(),
     )
 
 

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.shards.formats import Scan, ShardFormat
 from clorch_nb.data.shards.storage import Storage
 from clorch_nb.errors import ConfigError, ShardError
@@ -246,7 +247,7 @@ def _stale(
         warnings.warn(
             f"shard {path!r} changed since it was counted ({saved} -> {now}); recounting it",
             UserWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
         todo.append(i)
     return todo

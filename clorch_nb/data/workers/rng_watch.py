@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import random
 import threading
-import warnings
 from typing import Any
 
 import numpy as np
 import torch
+
+from clorch_nb._warn import warn_user
 
 __all__ = ["RngWatch"]
 
@@ -106,4 +107,4 @@ class RngWatch:
             if _warned or self.found is None:
                 return
             _warned = True
-        warnings.warn(MESSAGE.format(which=self.found), RuntimeWarning, stacklevel=5)
+        warn_user(MESSAGE.format(which=self.found), RuntimeWarning)
