@@ -5,6 +5,7 @@
 notebook views.
 """
 
+from clorch_nb import _forkserver_signals  # noqa: F401, I001 - first: before torch is imported
 from clorch_nb import data, dist, errors
 
 __version__ = "0.1.0"

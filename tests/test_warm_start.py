@@ -112,3 +112,54 @@ def test_a_loader_built_after_the_early_start_uses_it() -> None:
     out = _run("1", build=True)
     assert _forkserver_pid(out) != "None", out
     assert f"ITEMS {' '.join(map(str, range(12)))}" in out, out
+
+
+# Starts the forkserver in the background, waits until it ignores SIGINT, notes whether torch
+# was mapped into it by then, interrupts it (as interrupting a kernel does: SIGINT to the whole
+# process group), then builds a process loader and prints which forkserver served it.
+_INTERRUPTED = """
+import os, signal, time
+from multiprocessing import forkserver
+if __name__ == "__main__":
+    from clorch_nb.data.workers.warm_start import start_forkserver
+    start_forkserver(background=True)
+    deadline = time.monotonic() + 30
+    while getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.002)
+    pid = forkserver._forkserver._forkserver_pid
+    def ignores_sigint():
+        with open(f"/proc/{{pid}}/status") as f:
+            line = next(ln for ln in f if ln.startswith("SigIgn:"))
+        return bool(int(line.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    while not ignores_sigint():
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    with open(f"/proc/{{pid}}/maps") as f:
+        torch_loaded = "libtorch" in f.read()
+    os.kill(pid, signal.SIGINT)
+    import torch
+    from clorch_nb import data
+    ds = data.tensor_dataset(torch.arange(8.0), torch.arange(8))
+    with data.dataloader(ds, batch_size=4, num_workers=1, worker_backend="process") as dl:
+        items = sorted(i for b in dl for i in b["target"].tolist())
+    print("RESULT", torch_loaded, forkserver._forkserver._forkserver_pid == pid, items, flush=True)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+@pytest.mark.timeout(120)
+def test_an_interrupt_while_the_forkserver_imports_torch_leaves_it_running(tmp_path: Path) -> None:
+    """Interrupting a kernel sends SIGINT to its process group. The forkserver used to ignore it
+    only after importing torch (~1 s), so an interrupt in that second killed it mid-import with a
+    KeyboardInterrupt traceback on the kernel's stderr, and the first loader started another.
+    Now it ignores SIGINT before torch is mapped, survives, and serves the loader."""
+    script = tmp_path / "interrupted_forkserver.py"
+    script.write_text(_INTERRUPTED.format())
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=110,
+        env=env, check=False,
+    )  # fmt: skip
+    assert "KeyboardInterrupt" not in p.stderr, p.stderr[-2000:]
+    assert "RESULT False True [0, 1, 2, 3, 4, 5, 6, 7]" in p.stdout, p.stdout + p.stderr[-2000:]

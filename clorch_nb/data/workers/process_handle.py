@@ -36,7 +36,9 @@ def worker_context(start_method: StartMethod | None) -> Any:
 
         current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
         if "clorch_nb.data.workers.child" not in current:
-            ctx.set_forkserver_preload([*current, "clorch_nb.data.workers.child"])
+            # ours first: clorch_nb's first import makes the server ignore SIGINT before any
+            # module imports torch (clorch_nb/_forkserver_signals.py)
+            ctx.set_forkserver_preload(["clorch_nb.data.workers.child", *current])
     return ctx
 
 
