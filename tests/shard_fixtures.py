@@ -89,6 +89,12 @@ def augmented(item: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def image_of(item: dict[str, Any]) -> dict[str, Any]:
+    """Transform: an ``(1, 8, 8)`` image of a tar item's ``cls`` value, and the value."""
+    value = int(item["cls"])
+    return {"image": torch.full((1, 8, 8), float(value)), "target": torch.tensor(value)}
+
+
 def i_of(item: dict[str, Any]) -> int:
     """Transform: the ``i`` field of a JSONL item."""
     return int(item["i"])

@@ -15,12 +15,27 @@ a sibling sampler with the same settings), loads the state "epoch ``e``, ``b`` b
 it (``load_state_dict``: no earlier batch is fetched) and takes one batch on this thread, which
 seeds the global RNGs with the batch's seed as a process worker does. The original loader is not
 touched. While the batch is built, ``get_worker_info()`` describes a worker of the original
-loader (``worker_id = batch % num_workers``, the batch's seed) when it had workers, and is None
-when it built batches inline, so dataset code takes the same branch as it did. Augmentation that
+loader when it had workers (the batch's seed; ``worker_id = batch % num_workers``, the process
+worker that built it; thread workers take batches from one shared queue, so for them the id is
+nominal), and is None when it built batches inline, so dataset code takes the same branch as it
+did. Augmentation that
 draws from the global RNGs (inline, process workers) or from the batch's generators
 (``get_worker_info().torch_generator()`` / ``numpy_rng()``, any backend) comes out bit-identical;
 a thread worker drawing from the *global* RNGs is not reproducible in the first place (threads
 share them). From a saved state, the batch is built as an inline loader would build it.
+
+**Shard datasets** (``shard_dataset`` read through its ``distributed_sampler``): the indices are
+not a cut of one order but batch ``b`` of the epoch's *work plan* (cut from worker
+``b % num_workers``'s stretch of shards), so the order follows ``num_workers`` and, in a resumed
+epoch, the plan re-made from what was left. :func:`replay` asks the sampler which plan delivered
+the batch (:meth:`~clorch_nb.data.ShardSampler.delivered_plan`: the epoch's plan for this
+loader's ranks and workers, or in the epoch it resumed, the re-planned rest and before it the
+saving run's plan) and builds that batch from a replica of the dataset (its own read cache:
+the loop's is left alone), with the same seed and, for workers, ``get_worker_info()`` naming
+the plan's worker of the batch. Each sample's provenance adds where it is stored
+(:class:`ShardItem`: shard and offset in it). From a state, the saved epoch's batches are those
+of the saving run's plan (:meth:`~clorch_nb.data.ShardSampler.saved_plan`). Batches a run
+delivered before it resumed from an earlier state are refused, naming that state.
 """
 
 from __future__ import annotations
@@ -301,19 +316,22 @@ def replay(
         batch (int): the batch's position in the epoch, in ``0..num_batches-1``.
         rank (int | None): the rank that delivered it; default the loader's own (its
             ``distributed_sampler``'s rank), 0 for a state. Another rank's batch is rebuilt from
-            a sampler with the same settings for that rank.
+            a sampler with the same settings for that rank (a shard dataset: from the same
+            plan, which holds every rank's batches).
         sampler_epoch (int | None): what ``set_epoch`` gave the ``distributed_sampler`` in that
             epoch; default ``epoch`` (the documented loop calls ``set_epoch(sampler, epoch)``).
         dataset (Dataset | None): with a state only: the dataset.
         collate_fn (Callable): with a state only: the run's ``collate_fn``.
 
     Returns:
-        ReplayedBatch: the batch, its items' dataset indices and its seed.
+        ReplayedBatch: the batch, its items' dataset indices and its seed (and for a
+        ``shard_dataset``, each item's shard and offset: ``shard_items``).
 
     Raises:
         ConfigError: a bad ``epoch``/``batch``/``rank`` (named with the valid range), a state
-            without ``dataset=``, or a loader whose order replay cannot rebuild (a
-            ``batch_sampler`` or another sampler type).
+            without ``dataset=``, a loader whose order replay cannot rebuild (a
+            ``batch_sampler`` or another sampler type), or a shard batch delivered before the
+            run that saved the state had itself resumed (replay it from the earlier state).
 
     Example:
         >>> import torch
