@@ -71,6 +71,7 @@ def test_shard_samples_are_labelled_with_shard_and_offset(tmp_path) -> None:
     from tests.shard_fixtures import augmented, image_of, numbered_tars
 
     tars = [str(t) for t in numbered_tars(tmp_path, [5, 7])]
+
     def target_of(item: dict) -> dict:
         return {"target": torch.tensor(int(item["cls"]))}
 

@@ -215,7 +215,9 @@ def replay_report(
             if key is not None:
                 kind = "text"
                 texts = [_as_text(s[key], decode) for s in samples]
-    where = replayed.shard_items or [None] * n
+    where: list[ShardItem | None] = [None] * n
+    if replayed.shard_items is not None:
+        where = list(replayed.shard_items)
     rows = [
         SampleRow(
             i, replayed.indices[i], replayed.seed, {k: _short(v) for k, v in s.items()}, where[i]
