@@ -166,3 +166,19 @@ def test_replay_leaves_the_loop_s_read_cache_alone(tmp_path: Path) -> None:
     batches = [data.replay(loader, epoch=0, batch=b).indices for b in range(6)]
     assert any({1, 2, 3} & set(b) for b in batches)  # a replayed batch holds some of them
     assert ds.cached_items == 3
+
+
+@pytest.mark.timeout(120)
+def test_a_shard_dataset_read_without_its_sampler_replays_too(tmp_path: Path, backend) -> None:
+    """Without a ``distributed_sampler`` the loader's own shuffle orders the items (random
+    access, one read per item): replay rebuilds it as for any dataset, with shards named."""
+    ds = _tars(tmp_path)
+    opts = {k: v for k, v in backend.items() if k != "name"}
+    with data.dataloader(ds, batch_size=5, shuffle=True, seed=2, timeout_ms=60_000,
+                         **opts) as loader:  # fmt: skip
+        delivered = [list(loader) for _ in range(2)]  # epochs 0 and 1
+    for epoch, batches in enumerate(delivered):
+        for b, batch in enumerate(batches):
+            again = data.replay(loader, epoch=epoch, batch=b)
+            assert_same(again.batch, batch)
+            _check_provenance(again, batch)
