@@ -9,6 +9,10 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from clorch_nb import data
+
 
 def write_tar(path: Path, items: list[dict[str, bytes]]) -> Path:
     """A WebDataset tar: for each item, one file ``{__key__}.{ext}`` per other field."""
@@ -64,6 +68,31 @@ def cls_of(item: dict[str, Any]) -> int:
     """Transform: the ``cls`` field of a tar item as an int (module level: process workers
     import it by name)."""
     return int(item["cls"])
+
+
+def augmented(item: dict[str, Any]) -> dict[str, Any]:
+    """Transform with a random augmentation, for replay: a tar item's ``cls`` and key, two
+    uniform draws (from torch's global RNG, seeded per batch inline and in process workers; in a
+    thread worker from the batch's generator, as threads share the globals), the batch seed
+    ``get_worker_info()`` reports (-1 without a worker) and a process worker's id (batch ``b``
+    goes to process ``b % num_workers``; a thread worker takes whichever batch is next in the
+    pool's shared queue, so its id is left out: -1)."""
+    info = data.get_worker_info()
+    thread = info is not None and info.worker_backend == "thread"
+    process = info is not None and info.worker_backend == "process"
+    return {
+        "cls": torch.tensor(int(item["cls"])),
+        "key": item["__key__"],
+        "noise": torch.rand(2, generator=info.torch_generator() if thread else None),
+        "seed": torch.tensor(-1 if info is None else info.seed),
+        "worker_id": torch.tensor(info.worker_id if process else -1),
+    }
+
+
+def image_of(item: dict[str, Any]) -> dict[str, Any]:
+    """Transform: an ``(1, 8, 8)`` image of a tar item's ``cls`` value, and the value."""
+    value = int(item["cls"])
+    return {"image": torch.full((1, 8, 8), float(value)), "target": torch.tensor(value)}
 
 
 def i_of(item: dict[str, Any]) -> int:

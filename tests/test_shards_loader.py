@@ -270,17 +270,3 @@ def test_disjoint_shards_are_refused_for_a_shard_dataset(tmp_path) -> None:
     ds = _tars(tmp_path, [3])
     with pytest.raises(ConfigError, match=r"shard_mode='disjoint': a shard dataset is planned"):
         data.distributed_sampler(ds, num_replicas=2, rank=0, shard_mode="disjoint")
-
-
-def test_replay_refuses_a_shard_batch_instead_of_rebuilding_another(tmp_path) -> None:
-    """A shard dataset's batch order follows num_workers: replay says so rather than return a
-    batch the loader never delivered (found by a fresh-user trial: indices [3, 20, 19])."""
-    ds = _tars(tmp_path)
-    sampler = data.distributed_sampler(ds, num_replicas=2, rank=0, seed=5)
-    loader = data.dataloader(ds, batch_size=3, sampler=sampler)
-    with loader:
-        state = loader.state_dict()
-        with pytest.raises(ConfigError, match="shard_dataset"):
-            data.replay(loader, epoch=0, batch=2)
-        with pytest.raises(ConfigError, match="shard_dataset"):
-            data.replay(state, epoch=0, batch=2, dataset=ds)

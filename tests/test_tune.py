@@ -12,11 +12,13 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
-from clorch_nb.widgets.autotune import Setting, TuneReport, tune_report
+from clorch_nb.widgets import tune
+from clorch_nb.widgets.autotune import BUDGET_TOLERANCE_S, MARGIN, Setting, TuneReport, tune_report
 from tests import tune_fixtures
 
 
@@ -85,6 +87,58 @@ def test_budget_is_respected_and_the_rest_skipped() -> None:
     assert report.skipped and report.choice is not None
     assert len(report.runs) < 2 * len(report.planned)
     assert "not probed (budget spent)" in report.to_text()
+
+
+def _children() -> set[int]:
+    """Live processes under this one (process workers are the forkserver's children)."""
+    out = set()
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                out.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+@pytest.mark.timeout(60)
+def test_process_probes_fit_the_budget_with_their_start_up_and_close() -> None:
+    """3 s over process probes only (1, 2 and 4 workers, two prefetch factors): the wall time
+    around ``tune()``, every probe loader's start-up and close included, stays within the budget
+    plus the documented ``BUDGET_TOLERANCE_S``, and no worker process is left behind."""
+    before = _children()
+    ds = tune_fixtures.gil_held(10_000, 0.002)
+    t0 = time.perf_counter()
+    opts = tune(
+        lambda **kw: data.dataloader(ds, batch_size=8, seed=0, **kw),
+        budget_s=3.0,
+        backends=["process"],
+        num_workers=[1, 2, 4],
+        show=False,
+    )
+    wall_s = time.perf_counter() - t0
+    report = opts.report
+    assert wall_s <= 3.0 + BUDGET_TOLERANCE_S, (wall_s, report.to_text())
+    assert report.done and report.elapsed_s <= wall_s
+    assert any(p.ok for p in report.probes) and report.choice is not None  # it measured
+    assert _children() <= before  # every probe's workers stopped and reaped
+
+
+@pytest.mark.timeout(60)
+def test_a_probe_whose_start_up_would_not_fit_is_skipped() -> None:
+    """Process workers that take 0.6 s each to build their dataset: once the first probe (one
+    worker) has measured that, four of them (predicted 4 x 0.6 x MARGIN = 3.6 s to start) cannot
+    fit in what is left of 3 s and are never started; the wall time stays within the budget."""
+    assert 4 * 0.6 * MARGIN > 3.0
+    before = _children()
+    report, wall_s = _tune(
+        tune_fixtures.slow_start(10_000, 0.6, 0.002), 3.0, backends=["process"], num_workers=[1, 4]
+    )
+    assert wall_s <= 3.0 + BUDGET_TOLERANCE_S, (wall_s, report.to_text())
+    assert report.runs[0].setting == Setting("process", 1, 2)
+    assert Setting("process", 4, 2) in report.skipped
+    assert Setting("process", 4, 2) not in {p.setting for p in report.runs}
+    assert _children() <= before
 
 
 @pytest.mark.timeout(60)

@@ -65,3 +65,27 @@ def test_split_batch_keeps_list_batches_and_scalars() -> None:
         {"0": torch.tensor(1), "1": "a", "2": 7},
         {"0": torch.tensor(2), "1": "b", "2": 7},
     ]
+
+
+def test_shard_samples_are_labelled_with_shard_and_offset(tmp_path) -> None:
+    from tests.shard_fixtures import augmented, image_of, numbered_tars
+
+    tars = [str(t) for t in numbered_tars(tmp_path, [5, 7])]
+
+    def target_of(item: dict) -> dict:
+        return {"target": torch.tensor(int(item["cls"]))}
+
+    for transform, kind in [(image_of, "images"), (augmented, "text"), (target_of, "table")]:
+        ds = data.shard_dataset(tars, transform=transform, cache_dir=tmp_path, progress=False)
+        sampler = data.distributed_sampler(ds, num_replicas=1, rank=0, seed=0)
+        loader = data.dataloader(ds, batch_size=4, sampler=sampler)
+        view = widgets.ReplayView.from_loader(loader, epoch=0, batch=1)
+        report = view.report
+        assert report.kind == kind and report.has_shards
+        expected = [(i, *ds.where(i)) for i in data.replay(loader, epoch=0, batch=1).indices]
+        assert [r.label for r in report.rows] == [f"#{i} s{s}:{o}" for i, s, _, o in expected]
+        lines = view.to_text().splitlines()
+        assert lines[1].split()[:3] == ["pos", "index", "shard:offset"]
+        for line, (i, s, _, o) in zip(lines[2:], expected, strict=True):
+            assert line.split()[1:3] == [str(i), f"shard-{s:05d}.tar:{o}"]
+        assert view.to_png()[:4] == b"\x89PNG"

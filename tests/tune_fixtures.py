@@ -58,3 +58,20 @@ def sleepy(n: int, sleep_s: float) -> Any:
 def trivial(n: int) -> Any:
     """Items that cost nothing: a tensor dataset (batched fast path)."""
     return data.tensor_dataset(torch.zeros(n, 4), torch.arange(n), process_spec=_spec("trivial", n))
+
+
+def slow_start(n: int, start_s: float, sleep_s: float) -> Any:
+    """:func:`sleepy` items from a dataset that takes ``start_s`` to build in a worker process
+    (like one that opens files or loads an index as it starts): a process probe's start-up."""
+    import multiprocessing
+
+    if multiprocessing.parent_process() is not None:
+        time.sleep(start_s)
+
+    def get_item(i: int) -> dict[str, Any]:
+        time.sleep(sleep_s)
+        return {"x": torch.tensor(float(i)), "target": torch.tensor(i)}
+
+    return data.dataset(
+        size=n, get_item=get_item, process_spec=_spec("slow_start", n, start_s, sleep_s)
+    )

@@ -45,7 +45,7 @@ from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
 from clorch_nb.data.loader import DataLoader, IterableDataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.replay import BatchRef, ReplayedBatch, batch_ref, replay
+from clorch_nb.data.replay import BatchRef, ReplayedBatch, ShardItem, batch_ref, replay
 from clorch_nb.data.shards import ShardDataset, shard_dataset
 from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.state import LoaderState
@@ -71,6 +71,7 @@ __all__ = [
     "SamplerSettings",
     "ShardDataset",
     "ShardMode",
+    "ShardItem",
     "ShardPlan",
     "ShardSampler",
     "Stage",

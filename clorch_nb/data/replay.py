@@ -15,19 +15,36 @@ a sibling sampler with the same settings), loads the state "epoch ``e``, ``b`` b
 it (``load_state_dict``: no earlier batch is fetched) and takes one batch on this thread, which
 seeds the global RNGs with the batch's seed as a process worker does. The original loader is not
 touched. While the batch is built, ``get_worker_info()`` describes a worker of the original
-loader (``worker_id = batch % num_workers``, the batch's seed) when it had workers, and is None
-when it built batches inline, so dataset code takes the same branch as it did. Augmentation that
+loader when it had workers (the batch's seed; ``worker_id = batch % num_workers``, the process
+worker that built it; thread workers take batches from one shared queue, so for them the id is
+nominal), and is None when it built batches inline, so dataset code takes the same branch as it
+did. Augmentation that
 draws from the global RNGs (inline, process workers) or from the batch's generators
 (``get_worker_info().torch_generator()`` / ``numpy_rng()``, any backend) comes out bit-identical;
 a thread worker drawing from the *global* RNGs is not reproducible in the first place (threads
 share them). From a saved state, the batch is built as an inline loader would build it.
+
+**Shard datasets** (``shard_dataset`` read through its ``distributed_sampler``): the indices are
+not a cut of one order but batch ``b`` of the epoch's *work plan* (cut from worker
+``b % num_workers``'s stretch of shards), so the order follows ``num_workers`` and, in a resumed
+epoch, the plan re-made from what was left. :func:`replay` asks the sampler which plan delivered
+the batch (:meth:`~clorch_nb.data.ShardSampler.delivered_plan`: the epoch's plan for this
+loader's ranks and workers, or in the epoch it resumed, the re-planned rest and before it the
+saving run's plan) and builds that batch from a replica of the dataset (its own read cache:
+the loop's is left alone), with the same seed and, for workers, ``get_worker_info()`` naming
+the plan's worker of the batch. Each sample's provenance adds where it is stored
+(:class:`ShardItem`: shard and offset in it). From a state, the saved epoch's batches are those
+of the saving run's plan (:meth:`~clorch_nb.data.ShardSampler.saved_plan`). Batches a run
+delivered before it resumed from an earlier state are refused, naming that state.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import torch
 
 from clorch_nb import dist
 from clorch_nb._checks import check_int
@@ -37,12 +54,21 @@ from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.seeds import draw_base_seed, fast_forward
 from clorch_nb.data.shards.dataset import ShardDataset
+from clorch_nb.data.shards.sampler import ShardSampler
+from clorch_nb.data.shards.work_plan import WorkPlan
 from clorch_nb.data.state import FORMAT, LoaderState
-from clorch_nb.data.worker_info import WorkerInfo, batch_seed, get_worker_info, set_worker_info
+from clorch_nb.data.worker_info import (
+    WorkerInfo,
+    batch_seed,
+    get_worker_info,
+    seeded_globals,
+    set_worker_info,
+)
+from clorch_nb.data.workers.base import build_batch
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
 
-__all__ = ["BatchRef", "ReplayedBatch", "batch_ref", "epoch_base_seed", "replay"]
+__all__ = ["BatchRef", "ReplayedBatch", "ShardItem", "batch_ref", "epoch_base_seed", "replay"]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -68,6 +94,28 @@ class BatchRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardItem:
+    """Where a sample of a ``shard_dataset`` is stored.
+
+    Attributes:
+        shard (int): the shard's position in the dataset's source list.
+        path (str): the shard file (or URL).
+        offset (int): the item's position inside the shard, from 0.
+
+    Example:
+        >>> str(ShardItem(2, "/data/shard-00002.tar", 17))
+        'shard-00002.tar:17'
+    """
+
+    shard: int
+    path: str
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.path.rstrip('/').rsplit('/', 1)[-1]}:{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
 class ReplayedBatch:
     """A batch rebuilt by :func:`replay`, with its provenance.
 
@@ -77,6 +125,8 @@ class ReplayedBatch:
         indices (list[int]): the dataset index of each of its items, in batch order.
         seed (int): the batch's RNG seed (``batch_seed``), the same for every item of it.
         sampler_epoch (int | None): the ``distributed_sampler``'s epoch used, or None.
+        shard_items (list[ShardItem] | None): with a ``shard_dataset``: where each item is
+            stored (shard and offset), parallel to ``indices``; else None.
     """
 
     ref: BatchRef
@@ -84,6 +134,7 @@ class ReplayedBatch:
     indices: list[int]
     seed: int
     sampler_epoch: int | None = None
+    shard_items: list[ShardItem] | None = None
 
 
 def _loader_rank(loader: DataLoader) -> int:
@@ -137,6 +188,8 @@ def _isolated(dataset: Any) -> Any:
     """``dataset``, or a shallow copy of it when it has ``set_epoch``: the twin loader calls
     ``set_epoch(epoch)`` on its dataset, and the original loader's dataset (the same object) must
     keep its own epoch (a curriculum level, a shard) while a loop may still be running."""
+    if isinstance(dataset, ShardDataset):
+        return dataset.replica()  # its own read cache: the loop's is left as it was
     ds = as_dataset(dataset)
     owner = ds.wrapped if isinstance(ds, TorchMapDataset) else ds
     if not callable(getattr(owner, "set_epoch", None)):
@@ -153,7 +206,6 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
             "batch_sampler, whose batches its own code decides (replay its indices by hand with "
             "loader.dataset and collate_fn)"
         )
-    _refuse_shards(loader.dataset)
     sibling = None
     if isinstance(sampler, DistributedSampler):
         sibling = _sibling(
@@ -189,19 +241,6 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
     )
 
 
-def _refuse_shards(dataset: Any) -> None:
-    """A shard dataset's batch order follows the worker count (batch ``b`` is cut from worker
-    ``b % num_workers``'s work items), which a rebuilt loader cannot know: refused, never a
-    batch that was not delivered."""
-    if isinstance(dataset, ShardDataset):
-        raise ConfigError(
-            "replay() cannot rebuild a batch of a shard_dataset yet: its batches are cut from "
-            "each worker's work items, so the order depends on num_workers and the shard plan; "
-            "read the batch's dataset indices from the loader's BatchEvent (loader.subscribe) "
-            "and build it with loader.dataset.get_batch(indices)"
-        )
-
-
 def _sibling(
     size: int,
     num_replicas: int,
@@ -230,7 +269,6 @@ def _twin_from_state(
             "replay(state, ...) needs dataset= (the dataset the saving loader read; a state "
             "holds positions and seeds, not data)"
         )
-    _refuse_shards(dataset)
     sibling = None
     if saved.sampler is not None:
         s = saved.sampler
@@ -278,19 +316,22 @@ def replay(
         batch (int): the batch's position in the epoch, in ``0..num_batches-1``.
         rank (int | None): the rank that delivered it; default the loader's own (its
             ``distributed_sampler``'s rank), 0 for a state. Another rank's batch is rebuilt from
-            a sampler with the same settings for that rank.
+            a sampler with the same settings for that rank (a shard dataset: from the same
+            plan, which holds every rank's batches).
         sampler_epoch (int | None): what ``set_epoch`` gave the ``distributed_sampler`` in that
             epoch; default ``epoch`` (the documented loop calls ``set_epoch(sampler, epoch)``).
         dataset (Dataset | None): with a state only: the dataset.
         collate_fn (Callable): with a state only: the run's ``collate_fn``.
 
     Returns:
-        ReplayedBatch: the batch, its items' dataset indices and its seed.
+        ReplayedBatch: the batch, its items' dataset indices and its seed (and for a
+        ``shard_dataset``, each item's shard and offset: ``shard_items``).
 
     Raises:
         ConfigError: a bad ``epoch``/``batch``/``rank`` (named with the valid range), a state
-            without ``dataset=``, or a loader whose order replay cannot rebuild (a
-            ``batch_sampler`` or another sampler type).
+            without ``dataset=``, a loader whose order replay cannot rebuild (a
+            ``batch_sampler`` or another sampler type), or a shard batch delivered before the
+            run that saved the state had itself resumed (replay it from the earlier state).
 
     Example:
         >>> import torch
@@ -320,6 +361,15 @@ def replay(
     s_epoch = (
         epoch if sampler_epoch is None else check_int("sampler_epoch", sampler_epoch, minimum=0)
     )
+    ref = BatchRef(epoch, rank, batch)
+    if isinstance(loader_or_state, DataLoader) and isinstance(
+        loader_or_state.sampler, ShardSampler
+    ):
+        return _shard_from_loader(loader_or_state, ref, s_epoch)
+    if isinstance(loader_or_state, dict) and isinstance(dataset, ShardDataset):
+        saved = LoaderState.from_dict(loader_or_state)
+        if ShardSampler.is_state(saved.sampler):
+            return _shard_from_state(saved, dataset, collate_fn, ref, s_epoch)
     workers: tuple[str, int] | None = None  # (backend, num_workers) of the original loader
     if isinstance(loader_or_state, DataLoader):
         twin = _twin_from_loader(loader_or_state, rank, s_epoch)
@@ -328,7 +378,113 @@ def replay(
     else:
         twin = _twin_from_state(loader_or_state, dataset, collate_fn, rank, s_epoch)
     with twin:
-        return _take(twin, BatchRef(epoch, rank, batch), s_epoch, workers)
+        out = _take(twin, ref, s_epoch, workers)
+    if isinstance(twin.dataset, ShardDataset):  # a shard dataset read without its sampler
+        out = replace(out, shard_items=[ShardItem(*twin.dataset.where(i)) for i in out.indices])
+    return out
+
+
+def _shard_from_loader(loader: DataLoader, ref: BatchRef, sampler_epoch: int) -> ReplayedBatch:
+    """A batch of a loader over a ``ShardSampler``: its indices from the plan that delivered it
+    (:meth:`ShardSampler.delivered_plan`: the worker count and a resume decide the order)."""
+    sampler = loader.sampler
+    assert isinstance(sampler, ShardSampler)
+    _check_rank(ref.rank, sampler.num_replicas)
+    plan, position = sampler.delivered_plan(sampler_epoch, ref.batch)
+    workers = None
+    if loader.worker_backend != "inline" and plan.settings.num_workers > 0:
+        workers = loader.worker_backend
+    return _shard_batch(
+        loader.dataset, loader.config.collate_fn, loader.seed, plan, position, ref,
+        sampler_epoch, workers,
+    )  # fmt: skip
+
+
+def _shard_from_state(
+    saved: LoaderState, dataset: ShardDataset, collate_fn: Any, ref: BatchRef, sampler_epoch: int
+) -> ReplayedBatch:
+    """A batch of the run that saved ``saved``, over a ``ShardSampler``: in the saved epoch, the
+    saving loader's plan (:meth:`ShardSampler.saved_plan`), else a fresh epoch's plan for its
+    ranks, workers and batch size; built as an inline loader builds it."""
+    state = saved.sampler
+    assert state is not None
+    _check_rank(ref.rank, state["num_replicas"])
+    sampler = dataset.distributed_sampler(
+        num_replicas=state["num_replicas"],
+        rank=ref.rank,
+        seed=state["seed"],
+        shuffle=state["shuffle"],
+        drop_last=state["drop_last"],
+    )
+    sampler.bind_loader(batch_size=state["batch_size"], num_workers=state["num_workers"],
+                        drop_last=state["drop_last_batch"])  # fmt: skip
+    if sampler_epoch == state["epoch"]:
+        plan, first = sampler.saved_plan(state), int(state["before"])
+        if ref.batch < first:
+            raise ConfigError(
+                f"batch={ref.batch} of epoch {ref.epoch} was delivered before the plan this "
+                f"state saved began (at batch {first}: the saving run had resumed from an "
+                "earlier state); replay it from that earlier state"
+            )
+    else:
+        sampler.set_epoch(sampler_epoch)
+        plan, first = sampler.work_plan(), 0
+    n = first + (plan.ranks[0].num_batches if plan.ranks else 0)
+    if ref.batch >= n:
+        raise ConfigError(
+            f"batch={ref.batch} is outside epoch {ref.epoch}'s {n} batches (valid 0..{n - 1})"
+        )
+    return _shard_batch(dataset, collate_fn, saved.seed, plan, ref.batch - first, ref,
+                        sampler_epoch, None)  # fmt: skip
+
+
+def _check_rank(rank: int, num_replicas: int) -> None:
+    if not 0 <= rank < num_replicas:
+        raise ConfigError(
+            f"rank={rank} is outside the sampler's {num_replicas} ranks "
+            f"(valid 0..{num_replicas - 1})"
+        )
+
+
+def _shard_batch(
+    dataset: ShardDataset,
+    collate_fn: Any,
+    loader_seed: int,
+    plan: WorkPlan,
+    position: int,
+    ref: BatchRef,
+    sampler_epoch: int,
+    backend: str | None,
+) -> ReplayedBatch:
+    """Build batch ``position`` of ``plan`` for ``ref.rank`` on this thread from a replica of
+    ``dataset`` (its own read cache), with the batch's seed in the global RNGs and, when
+    ``backend`` names the workers that built it, ``get_worker_info()`` describing the worker of
+    the plan that built it (``plan.settings.lane``)."""
+    replica = dataset.replica()
+    indices = plan.batch(ref.rank, position)
+    seed = batch_seed(epoch_base_seed(loader_seed, ref.epoch, permutation_size=None), ref.batch)
+    info = None
+    if backend is not None:
+        s = plan.settings
+        info = WorkerInfo(s.lane(position), s.num_workers, seed, backend, replica, ref.epoch,
+                          ref.batch)  # fmt: skip
+    before = get_worker_info()
+    set_worker_info(info, process=False)  # thread-local: touches no other thread
+    try:
+        with seeded_globals(seed):  # as an inline loader or a process worker seeds the batch
+            out, _, _ = build_batch(
+                replica,
+                collate_fn,
+                torch.from_numpy(indices),
+                use_get_batch=collate_fn is default_collate,  # ShardDataset has get_batch
+                batch_index=ref.batch,
+                worker=f"replay of {ref}",
+            )
+    finally:
+        set_worker_info(before, process=False)
+    ids = [int(i) for i in indices.tolist()]
+    where = [ShardItem(*replica.where(i)) for i in ids]
+    return ReplayedBatch(ref, out, ids, seed, sampler_epoch, where)
 
 
 def _take(

@@ -11,7 +11,13 @@ How a run goes:
    keeps its fastest run) while the budget allows: build a loader with ``loader_factory(**kwargs)``,
    run the loop (``step(batch)`` per batch) until the probe's deadline, close it. The deadline is
    enforced from a timer thread with ``loader.close()`` (a consumer waiting in ``next()`` gets
-   ``LoaderClosedError`` at once). The first batches
+   ``LoaderClosedError`` at once). **The budget counts everything**: before each run the tuner
+   predicts what it costs besides measuring (its loader's start-up, from ``loader_factory`` to
+   the first batch; the stop after its deadline; closing it and every loader still open; the
+   last ``on_probe`` call), each from the largest seen so far for its backend (start-up and close
+   per worker) times :data:`MARGIN`, or from :data:`START_PRIOR_S` / :data:`CLOSE_PRIOR_S` until
+   one is seen; a run that would not fit is skipped (a cheaper one later may still fit), and its
+   deadline leaves the predicted close time free. The first batches
    (one per worker: start-up and the first fill of the prefetch queue) are left out; the rest
    go through :class:`~clorch_nb.widgets.throughput.ThroughputStats`, which gives items/s, the
    loop's wait share and the verdict;
@@ -51,9 +57,51 @@ from clorch_nb.widgets.throughput import ThroughputStats
 __all__ = ["Probe", "Setting", "TuneReport", "tune_report"]
 
 MIN_PROBE_S = 0.25  # a shorter probe measures start-up, not throughput
-#: seconds kept free at the end of the budget for closing a probe's loader, per backend, until a
-#: slower close is seen
-CLOSE_RESERVE_S = {"inline": 0.05, "thread": 0.15, "process": 1.0}
+#: a probe loader's start-up (``loader_factory`` to its first batch) and close, in seconds per
+#: worker (inline: per loader), assumed for a backend until one of its probes is measured
+START_PRIOR_S = {"inline": 0.02, "thread": 0.05, "process": 0.25}
+CLOSE_PRIOR_S = {"inline": 0.02, "thread": 0.05, "process": 0.1}
+#: seconds from a probe's deadline to the loop having stopped, per backend, until measured
+STOP_PRIOR_S = 0.05
+#: a measured cost is predicted as the largest seen so far times this (machine load drifts)
+MARGIN = 1.5
+#: what the budget may be exceeded by when every cost is as predicted: a timer's wake-up and
+#: the scheduler of a loaded machine (see ``tune_report``'s ``budget_s``)
+BUDGET_TOLERANCE_S = 0.1
+
+
+class _Costs:
+    """What a probe costs besides its measuring time, per backend: start-up, the stop after its
+    deadline, and the loader's close; the largest seen so far (per worker for start-up and
+    close) times :data:`MARGIN`, or the prior until one is seen."""
+
+    def __init__(self) -> None:
+        self.start: dict[str, float] = {}  # seconds per worker
+        self.close: dict[str, float] = {}  # seconds per worker
+        self.stop: dict[str, float] = {}  # seconds
+
+    @staticmethod
+    def _per(setting: Setting) -> int:
+        return max(1, setting.num_workers)
+
+    def start_s(self, setting: Setting) -> float:
+        seen = self.start.get(setting.worker_backend)
+        per = START_PRIOR_S[setting.worker_backend] if seen is None else MARGIN * seen
+        return per * self._per(setting)
+
+    def close_s(self, setting: Setting) -> float:
+        seen = self.close.get(setting.worker_backend)
+        per = CLOSE_PRIOR_S[setting.worker_backend] if seen is None else MARGIN * seen
+        return per * self._per(setting)
+
+    def stop_s(self, setting: Setting) -> float:
+        seen = self.stop.get(setting.worker_backend)
+        return STOP_PRIOR_S if seen is None else max(STOP_PRIOR_S, MARGIN * seen)
+
+    def saw(self, kind: str, setting: Setting, seconds: float) -> None:
+        table = {"start": self.start, "close": self.close, "stop": self.stop}[kind]
+        value = max(0.0, seconds) / (1 if kind == "stop" else self._per(setting))
+        table[setting.worker_backend] = max(table.get(setting.worker_backend, 0.0), value)
 
 
 def _measure(events: list[Any], warmup: int, t_end: float) -> tuple[float, float, int, str]:
@@ -91,9 +139,10 @@ def _open(factory: Callable[..., Any], setting: Setting) -> DataLoader:
 
 def _probe(
     loader: DataLoader, setting: Setting, step: Callable[[Any], Any] | None, deadline: float
-) -> Probe:
+) -> tuple[Probe, float | None]:
     """Run the loop on ``loader`` until ``deadline`` (a ``perf_counter`` time); the loader stays
-    open (its workers persist into the setting's next round)."""
+    open (its workers persist into the setting's next round). Returns the probe and when its
+    first batch was handed over (None: none was)."""
     t_begin = time.perf_counter()
     events: list[Any] = []
     current: list[Any] = []  # the open epoch's iterator, for the timer
@@ -135,7 +184,8 @@ def _probe(
         unsubscribe()
     warmup = max(1, setting.num_workers)
     per_s, wait, n, line = _measure(events, warmup, t_end)
-    return Probe(setting, per_s, wait, n, time.perf_counter() - t_begin, line, error)
+    first = next((e.t_s for e in events if isinstance(e, BatchEvent)), None)
+    return Probe(setting, per_s, wait, n, time.perf_counter() - t_begin, line, error), first
 
 
 def tune_report(
@@ -158,9 +208,14 @@ def tune_report(
             a fresh loader, e.g. ``lambda **kw: data.dataloader(ds, batch_size=64, **kw)``.
         step (Callable[[batch], Any] | None): the loop body to run per batch (your training step,
             or a stand-in of the same cost); None: the loop only loads.
-        budget_s (float): seconds the whole run may take, > 0; never exceeded by more than one
-            ``get_item`` of an inline probe (a probe is stopped at its deadline), once the
-            forkserver runs (see the module docstring: a fresh kernel's first process worker).
+        budget_s (float): seconds the whole run may take, start-up and close of every probe
+            loader included, > 0. Exceeded by at most :data:`BUDGET_TOLERANCE_S` (0.1 s: a
+            timer's wake-up on a loaded machine) when every cost is as predicted (see the
+            module docstring); beyond that only by a cost larger than predicted: one
+            ``step(batch)`` or inline batch running at the deadline, or a start-up (a process
+            worker's, which no deadline can interrupt) or close slower than ``MARGIN`` times
+            any seen before (or than the prior, for a backend's first probe). Run one process
+            loader first in a fresh kernel: the forkserver's own start is not predicted.
         num_workers (Sequence[int] | None): worker counts to try; default 1, 2, 4, ... up to the
             CPU count.
         prefetch_factors (Sequence[int]): the first is tried with every setting, the others
@@ -205,35 +260,26 @@ def tune_report(
     report = TuneReport(float(budget_s), tolerance, list(main))
     # every round in alternate order, so a drift in machine load does not favour one end
     queue = [s for r in range(rounds) for s in (main if r % 2 == 0 else main[::-1])]
-    if on_probe is not None:
-        on_probe(report)  # the plan, before the first run
-    reserve = dict(CLOSE_RESERVE_S)  # grows to the slowest close seen, per backend
+    costs = _Costs()
+    hook_s = [0.0]  # the slowest on_probe call: one more comes at the end
+
+    def tell() -> None:
+        if on_probe is not None:
+            t = time.perf_counter()
+            on_probe(report)
+            hook_s[0] = max(hook_s[0], time.perf_counter() - t)
+
+    tell()  # the plan, before the first run
     loaders: dict[Setting, DataLoader] = {}  # open until the setting's last run
+    started: set[Setting] = set()  # loaders that delivered a batch (their workers are up)
     try:
-        while queue:
-            setting = queue.pop(0)
-            closing = sum(reserve[s.worker_backend] for s in {*loaders, setting})
-            left = end - time.perf_counter() - closing
-            if left < MIN_PROBE_S:
-                probed = {p.setting for p in report.runs}
-                report.skipped = [s for s in report.planned if s not in probed]
-                break
-            # the runs still to come: this one, the queue, and the prefetch variants after it
-            to_come = 1 + len(queue) + (rounds * (len(prefetch_factors) - 1) if later else 0)
-            slice_s = max(MIN_PROBE_S, left / to_come)
-            deadline = time.perf_counter() + slice_s
-            if setting not in loaders:
-                loaders[setting] = _open(loader_factory, setting)
-            probe = _probe(loaders[setting], setting, step, deadline)
-            report.runs.append(probe)
-            overrun = time.perf_counter() - deadline  # stopping the epoch after its deadline
-            reserve[setting.worker_backend] = max(reserve[setting.worker_backend], overrun)
-            if setting not in queue:  # its last run: free its workers now
-                _close(loaders.pop(setting), reserve)
-            report.elapsed_s = time.perf_counter() - t0
-            if not queue and later:  # prefetch variants, around the best worker setting so far
+        while queue or later:
+            if not queue:  # prefetch variants, around the best worker setting so far
                 best = report.best()
-                if best is not None:
+                if (
+                    best is not None
+                    and end - time.perf_counter() - MARGIN * hook_s[0] > MIN_PROBE_S
+                ):
                     near = (best.setting.worker_backend, best.setting.num_workers)
                     extra = [s for s in later if (s.worker_backend, s.num_workers) == near]
                     report.planned += extra
@@ -241,21 +287,56 @@ def tune_report(
                         s for r in range(rounds) for s in (extra if r % 2 == 0 else extra[::-1])
                     ]
                 later = []
-            if on_probe is not None:
-                on_probe(report)
+                continue
+            setting = queue.pop(0)
+            opening = setting not in loaders
+            # kept free: closing every open loader and this one, stopping this run after its
+            # deadline, and the last on_probe call
+            after = (
+                sum(costs.close_s(s) for s in {*loaders, setting})
+                + costs.stop_s(setting)
+                + MARGIN * hook_s[0]
+            )
+            # a run stopped before its first batch may have stopped its workers' start: again
+            start_s = 0.0 if setting in started else costs.start_s(setting)
+            now = time.perf_counter()
+            left = end - now - after  # for this run: its start-up and its measuring
+            if left < start_s + MIN_PROBE_S:  # it would not fit: skip it (a cheaper one may)
+                if not opening and setting not in queue:
+                    _close(loaders.pop(setting), setting, costs)
+                continue
+            # the runs still to come share what is left: this one, the queue, the variants
+            to_come = 1 + len(queue) + (rounds * (len(prefetch_factors) - 1) if later else 0)
+            run_s = max(MIN_PROBE_S, (left - start_s) / to_come)
+            deadline = now + min(left, start_s + run_s)
+            if opening:
+                loaders[setting] = _open(loader_factory, setting)
+            probe, first_t = _probe(loaders[setting], setting, step, deadline)
+            report.runs.append(probe)
+            done_t = time.perf_counter()
+            if first_t is not None and first_t < deadline:  # else the start-up ran over
+                costs.saw("stop", setting, done_t - deadline)
+            if setting not in started:  # no first batch by the deadline: at least that long
+                costs.saw("start", setting, (done_t if first_t is None else first_t) - now)
+            if first_t is not None:
+                started.add(setting)
+            if setting not in queue:  # its last run: free its workers now
+                _close(loaders.pop(setting), setting, costs)
+            report.elapsed_s = time.perf_counter() - t0
+            tell()
     finally:
-        for loader in loaders.values():
-            _close(loader, reserve)
+        for setting, loader in loaders.items():
+            _close(loader, setting, costs)
+    probed = {p.setting for p in report.runs}
+    report.skipped = [s for s in report.planned if s not in probed]
     choose(report)
     report.elapsed_s = time.perf_counter() - t0
     report.done = True
-    if on_probe is not None:
-        on_probe(report)
+    tell()
     return report
 
 
-def _close(loader: DataLoader, reserve: dict[str, float]) -> None:
+def _close(loader: DataLoader, setting: Setting, costs: _Costs) -> None:
     t = time.perf_counter()
     loader.close()
-    backend = loader.worker_backend
-    reserve[backend] = max(reserve[backend], 1.5 * (time.perf_counter() - t))  # with a margin
+    costs.saw("close", setting, time.perf_counter() - t)

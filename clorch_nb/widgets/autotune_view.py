@@ -42,6 +42,7 @@ class TuneView(View):
     def __init__(self, report: TuneReport) -> None:
         self.report = report
         self._handle: Any = None
+        self._final_png: bytes | None = None  # drawn by the last update, reused by finish()
 
     @classmethod
     def from_report(cls, report: TuneReport) -> TuneView:
@@ -61,8 +62,11 @@ class TuneView(View):
         if report is not None:
             self.report = report
         if self.has_widget:
-            self.image.value = self.to_png()
+            png = self.to_png()
+            self.image.value = png
             self.text.value = self._text_html()
+            # the tuner's last call (reserved in its budget): finish() shows this PNG again
+            self._final_png = png if self.report.done else None
 
     def to_text(self) -> str:
         """Per setting: items/s, wait share, batches measured, the monitor's verdict; then the
@@ -72,7 +76,8 @@ class TuneView(View):
     def static_bundle(self) -> dict[str, Any]:
         """``text/plain`` + ``image/png``, and ``text/html`` with both (JupyterLab shows one
         MIME type per output)."""
-        text, png = self.to_text(), png_b64(self.to_png())
+        final = self._final_png if self.report.done else None
+        text, png = self.to_text(), png_b64(final if final is not None else self.to_png())
         return {
             "text/plain": text,
             "image/png": png,

@@ -10,7 +10,8 @@ field) and shown the way its content reads best:
   turns one row of token ids into text: the decoded tokens;
 * **anything else**: a table of each sample's fields.
 
-Every sample carries its provenance: its dataset index and the batch's RNG seed.
+Every sample carries its provenance: its dataset index and the batch's RNG seed, and for a
+``shard_dataset`` where it is stored (shard file and offset in it: ``shard-00004.tar:17``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from clorch_nb.data import ReplayedBatch
+from clorch_nb.data import ReplayedBatch, ShardItem
 
 __all__ = ["ReplayReport", "SampleRow", "replay_report", "split_batch"]
 
@@ -38,12 +39,26 @@ class SampleRow:
         index (int): its dataset index.
         seed (int): the batch's RNG seed (every sample of a batch shares it).
         fields (dict[str, str]): each field of the sample, shortened for a table.
+        shard_item (ShardItem | None): a ``shard_dataset`` sample's shard and offset, else None.
     """
 
     position: int
     index: int
     seed: int
     fields: dict[str, str]
+    shard_item: ShardItem | None = None
+
+    @property
+    def label(self) -> str:
+        """Its short name in a grid: ``#index``, plus ``s{shard}:{offset}`` for a shard sample.
+
+        Example:
+            >>> from clorch_nb.data import ShardItem
+            >>> SampleRow(0, 25, 7, {}, ShardItem(4, "/d/shard-00004.tar", 2)).label
+            '#25 s4:2'
+        """
+        item = self.shard_item
+        return f"#{self.index}" if item is None else f"#{self.index} s{item.shard}:{item.offset}"
 
 
 @dataclass(frozen=True)
@@ -69,18 +84,25 @@ class ReplayReport:
     images: list[np.ndarray]
     texts: list[str]
 
+    @property
+    def has_shards(self) -> bool:
+        """The samples come from a ``shard_dataset`` (each has a shard and offset)."""
+        return bool(self.rows) and self.rows[0].shard_item is not None
+
     def to_text(self) -> str:
-        """The provenance line, then one line per sample: position, dataset index, seed and
-        fields (or its text)."""
+        """The provenance line, then one line per sample: position, dataset index, shard file
+        and offset (a ``shard_dataset``), seed and fields (or its text)."""
         lines = [
             f"Replayed batch ({self.title}): {len(self.rows)} samples, seed {self.seed}; "
             "same indices and seed as delivered, so the same augmentation"
         ]
         keys = [k for k in (self.rows[0].fields if self.rows else {}) if k != self.key]
         shown = {"text": f"{self.key} (text)", "images": f"{self.key} (image)"}.get(self.kind)
-        table = [["pos", "index", "seed", *keys, *([shown] if shown else [])]]
+        where = ["shard:offset"] if self.has_shards else []
+        table = [["pos", "index", *where, "seed", *keys, *([shown] if shown else [])]]
         for r in self.rows:
-            cells = [str(r.position), str(r.index), str(r.seed), *(r.fields[k] for k in keys)]
+            at = [str(r.shard_item)] if self.has_shards else []
+            cells = [str(r.position), str(r.index), *at, str(r.seed), *(r.fields[k] for k in keys)]
             if self.kind == "text":
                 cells.append(repr(self.texts[r.position]))
             elif self.kind == "images" and self.key is not None:
@@ -193,8 +215,13 @@ def replay_report(
             if key is not None:
                 kind = "text"
                 texts = [_as_text(s[key], decode) for s in samples]
+    where: list[ShardItem | None] = [None] * n
+    if replayed.shard_items is not None:
+        where = list(replayed.shard_items)
     rows = [
-        SampleRow(i, replayed.indices[i], replayed.seed, {k: _short(v) for k, v in s.items()})
+        SampleRow(
+            i, replayed.indices[i], replayed.seed, {k: _short(v) for k, v in s.items()}, where[i]
+        )
         for i, s in enumerate(samples)
     ]
     return ReplayReport(str(replayed.ref), replayed.seed, kind, key, rows, images, texts)

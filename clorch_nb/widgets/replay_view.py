@@ -1,5 +1,6 @@
 """A replayed batch as a view: its samples as an image grid, decoded text or a table, each with
-its dataset index and the batch's seed (widget, PNG, text). The samples come from
+its dataset index (and for a ``shard_dataset``, its shard and offset) and the batch's seed
+(widget, PNG, text). The samples come from
 :func:`~clorch_nb.widgets.replay.replay_report`."""
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def _draw_images(r: ReplayReport) -> Any:
     ax.imshow(mosaic, cmap=None if rgb else "gray", vmin=0, vmax=1, interpolation="nearest")
     for i, row in enumerate(r.rows):
         y, x = (i // cols) * cell_h, (i % cols) * cell_w
-        ax.text(x + w / 2, y - pad / 2, f"#{row.index}", ha="center", va="bottom", fontsize=8)
+        ax.text(x + w / 2, y - pad / 2, row.label, ha="center", va="bottom", fontsize=8)
     ax.set_ylim(rows * cell_h, -pad * 3)
     ax.axis("off")
     fig.text(
@@ -125,8 +126,8 @@ def _draw_texts(r: ReplayReport) -> Any:
         y = 1 - (0.55 + 0.28 * i) / fig.get_figheight()
         shown = text.replace("\n", " ")
         shown = shown if len(shown) <= 100 else shown[:97] + "..."
-        fig.text(0.01, y, f"#{row.index:<6}", fontsize=9, family="monospace", va="top")
-        fig.text(0.09, y, shown, fontsize=9, family="monospace", va="top")
+        fig.text(0.01, y, f"{row.label:<6}", fontsize=9, family="monospace", va="top")
+        fig.text(0.19 if r.has_shards else 0.09, y, shown, fontsize=9, family="monospace", va="top")
     return fig
 
 
@@ -139,12 +140,20 @@ def _draw_table(r: ReplayReport) -> Any:
     ax = fig.add_axes((0.01, 0.02, 0.98, 1 - 0.55 / fig.get_figheight()))
     ax.axis("off")
     if r.rows:
-        cells = [[str(row.index), *(row.fields[k] for k in keys)] for row in r.rows]
+        where = ["shard:offset"] if r.has_shards else []
+        cells = [
+            [
+                str(row.index),
+                *([str(row.shard_item)] if where else []),
+                *(row.fields[k] for k in keys),
+            ]
+            for row in r.rows
+        ]
         row_h = 0.26 / (fig.get_figheight() - 0.55)  # one row, in axes fraction
         height = min(1.0, row_h * (len(cells) + 1))
         table = ax.table(
             cellText=cells,
-            colLabels=["index", *keys],
+            colLabels=["index", *where, *keys],
             cellLoc="left",
             bbox=Bbox.from_bounds(0.0, 1.0 - height, 0.97, height),
         )

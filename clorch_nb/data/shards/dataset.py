@@ -281,6 +281,53 @@ class ShardDataset:
             drop_last=drop_last,
         )
 
+    def replica(self) -> ShardDataset:
+        """A copy that reads the same shards the same way (index, formats, storage, transform,
+        block sizes) with a cache of its own: reading from it leaves this one's cache as it was
+        (:func:`~clorch_nb.data.replay` rebuilds a batch from one while a loop may be reading).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> from clorch_nb.data.shards import shard_dataset
+            >>> d = pathlib.Path(tempfile.mkdtemp())
+            >>> _ = (d / "a.jsonl").write_text("".join(f"{i}\\n" for i in range(6)))
+            >>> ds = shard_dataset(str(d / "a.jsonl"), cache_dir=d, progress=False)
+            >>> twin = ds.replica()
+            >>> twin.get_items([4, 5]), twin.cached_items, ds.cached_items
+            ([4, 5], 0, 0)
+        """
+        return ShardDataset(
+            self._index,
+            self._formats,
+            self.storage,
+            transform=self.transform,
+            block_items=self.block_items,
+            cache_items=self.cache_items,
+            spec_kwargs=self._spec_kwargs,
+        )
+
+    def where(self, idx: int) -> tuple[int, str, int]:
+        """``(shard position, shard path, item offset in it)`` of global index ``idx``: a
+        sample's provenance (see :meth:`locate`).
+
+        Raises:
+            IndexError: ``idx`` outside ``[0, get_size())``.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> from clorch_nb.data.shards import shard_dataset
+            >>> d = pathlib.Path(tempfile.mkdtemp())
+            >>> for name, n in [("a", 3), ("b", 4)]:
+            ...     _ = (d / f"{name}.jsonl").write_text("".join(f"{i}\\n" for i in range(n)))
+            >>> ds = shard_dataset([str(d / "a.jsonl"), str(d / "b.jsonl")], cache_dir=d,
+            ...                    progress=False)
+            >>> shard, path, offset = ds.where(5)
+            >>> shard, pathlib.Path(path).name, offset
+            (1, 'b.jsonl', 2)
+        """
+        shard, offset = self.locate(idx)
+        return shard, self.paths[shard], offset
+
     @property
     def index(self) -> ShardIndex:
         """The counted index (pass ``index=ds.index.to_dict()`` to skip counting elsewhere)."""

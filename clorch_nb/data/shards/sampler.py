@@ -90,6 +90,8 @@ class ShardSampler(DistributedSampler):
         self.batch_size, self.num_workers, self.drop_last_batch = 1, 0, False
         self._continue: tuple[int, tuple[Run, ...], int] | None = None  # epoch, stream, before
         self._cached: tuple[WorkSettings, WorkPlan] | None = None
+        # the last resumed epoch, for replay: (epoch, the saving run's plan, stream, before)
+        self._resume_record: tuple[int, WorkPlan, tuple[Run, ...], int] | None = None
 
     def bind_loader(self, *, batch_size: int, num_workers: int, drop_last: bool) -> None:
         """Plan for this loader: batches of ``batch_size`` dealt to ``num_workers`` workers, the
@@ -104,24 +106,82 @@ class ShardSampler(DistributedSampler):
         c = self._continue
         return (c[1], c[2]) if c is not None and c[0] == self.epoch else (None, 0)
 
-    def work_plan(self) -> WorkPlan:
-        """Every rank's work items for the current epoch (cached per settings)."""
-        stream, before = self._resumed_here()
-        settings = WorkSettings(
+    def _settings(self, epoch: int, first_batch: int) -> WorkSettings:
+        return WorkSettings(
             num_replicas=self.num_replicas,
             num_workers=self.num_workers,
             batch_size=self.batch_size,
             seed=self.seed,
-            epoch=self.epoch,
+            epoch=epoch,
             shuffle=self.shuffle,
             drop_last=self.drop_last,
             drop_last_batch=self.drop_last_batch,
             block_items=self.block_items,
-            first_batch=before,
+            first_batch=first_batch,
         )
+
+    def work_plan(self) -> WorkPlan:
+        """Every rank's work items for the current epoch (cached per settings)."""
+        stream, before = self._resumed_here()
+        settings = self._settings(self.epoch, before)
         if self._cached is None or self._cached[0] != settings or stream is not None:
             self._cached = (settings, plan_epoch(self.counts, settings, stream))
         return self._cached[1]
+
+    def delivered_plan(self, epoch: int, batch: int) -> tuple[WorkPlan, int]:
+        """The plan that gave this sampler's loader its batch ``batch`` of sampler epoch
+        ``epoch``, and that batch's position in it (:meth:`WorkPlan.batch`; any rank's).
+
+        * an epoch started afresh: the epoch's plan for this loader's settings (``batch``);
+        * the epoch this sampler resumed (:meth:`load_state_dict`): from the resume on, the
+          re-planned rest (``batch - first_batch``); before it, the batches the run that saved
+          the state delivered since its own plan began: that run's plan (:meth:`saved_plan`).
+
+        Raises:
+            ConfigError: ``batch`` outside the epoch's batches, or delivered before the saved
+                run's plan began (that run resumed from an earlier state: replay from it).
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> from clorch_nb.data.shards import shard_dataset
+            >>> d = pathlib.Path(tempfile.mkdtemp())
+            >>> _ = (d / "a.jsonl").write_text("".join(f"{i}\\n" for i in range(8)))
+            >>> ds = shard_dataset(str(d / "a.jsonl"), cache_dir=d, progress=False)
+            >>> a = ShardSampler(ds, num_replicas=1, rank=0, seed=0, shuffle=False,
+            ...                  drop_last=False)
+            >>> a.bind_loader(batch_size=2, num_workers=2, drop_last=False)
+            >>> b = ShardSampler(ds, num_replicas=1, rank=0, seed=0, shuffle=False,
+            ...                  drop_last=False)
+            >>> b.bind_loader(batch_size=2, num_workers=0, drop_last=False)
+            >>> b.load_state_dict(a.state_dict(2))  # a delivered batch 0; b delivers the rest
+            >>> [b.delivered_plan(0, k)[1] for k in range(4)]  # positions in their plans
+            [0, 0, 1, 2]
+            >>> [(lambda p, j: p.batch(0, j).tolist())(*b.delivered_plan(0, k)) for k in range(4)]
+            [[0, 1], [2, 3], [4, 5], [6, 7]]
+        """
+        check_int("epoch", epoch, minimum=0)
+        check_int("batch", batch, minimum=0)
+        if self._resume_record is None or self._resume_record[0] != epoch:
+            plan, first = plan_epoch(self.counts, self._settings(epoch, 0)), 0
+        else:
+            _, saved, stream, before = self._resume_record
+            if batch >= before:
+                plan, first = plan_epoch(self.counts, self._settings(epoch, before), stream), before
+            else:
+                plan, first = saved, saved.settings.first_batch
+                if batch < first:
+                    raise ConfigError(
+                        f"batch={batch} of epoch {epoch} was delivered before the run that "
+                        f"saved this sampler's state began its plan (at batch {first}: it had "
+                        "resumed from an earlier state); replay it from that earlier state"
+                    )
+        nb = plan.ranks[0].num_batches if plan.ranks else 0
+        if batch - first >= nb:
+            raise ConfigError(
+                f"batch={batch} is outside epoch {epoch}'s {first + nb} batches "
+                f"(valid 0..{first + nb - 1})"
+            )
+        return plan, batch - first
 
     def layout(self) -> tuple[int, int]:
         """``(0, skip)``: a resumed epoch's batches before this plan, as items to skip (the
@@ -168,6 +228,9 @@ class ShardSampler(DistributedSampler):
         """A real epoch starts (not a peek): the base class's check, then :meth:`check_ranks`
         (a collective when ``torch.distributed`` is initialised: every rank starts its epoch)."""
         super().note_iteration(stacklevel + 1)
+        fresh = self._resumed_here() == (None, 0)
+        if fresh and self._resume_record is not None and self._resume_record[0] == self.epoch:
+            self._resume_record = None  # the resumed epoch runs again afresh
         self.check_ranks()
 
     # -- state ----------------------------------------------------------------------------------
@@ -219,7 +282,45 @@ class ShardSampler(DistributedSampler):
             >>> a.sample_indices()[:2] + b.sample_indices()[:2] + c.sample_indices()
             [0, 1, 3, 4, 2, 5]
         """
-        if not isinstance(state, dict) or state.get("kind") != _KIND:
+        old = self.saved_plan(state)
+        rest = remaining_stream(old, state["consumed"])
+        self.set_epoch(state["epoch"])
+        before = state["before"] + state["consumed"]
+        self._continue = (state["epoch"], tuple(rest), before)
+        self._resume_record = (state["epoch"], old, tuple(rest), before)
+        self._cached = None
+
+    @staticmethod
+    def is_state(state: Any) -> bool:
+        """True when ``state`` is a shard sampler's :meth:`state_dict` (not another sampler's).
+
+        Example:
+            >>> ShardSampler.is_state({"epoch": 0}), ShardSampler.is_state(None)
+            (False, False)
+        """
+        return isinstance(state, dict) and state.get("kind") == _KIND
+
+    def saved_plan(self, state: dict[str, Any]) -> WorkPlan:
+        """The plan of the epoch ``state`` was saved in, as the saving run's loader planned it
+        (its ranks, workers and batch size): batch ``j`` of it is that loader's batch
+        ``state["before"] + j``.
+
+        Raises:
+            ConfigError: as :meth:`load_state_dict`.
+
+        Example:
+            >>> import tempfile, pathlib
+            >>> from clorch_nb.data.shards import shard_dataset
+            >>> d = pathlib.Path(tempfile.mkdtemp())
+            >>> _ = (d / "a.jsonl").write_text("".join(f"{i}\\n" for i in range(6)))
+            >>> ds = shard_dataset(str(d / "a.jsonl"), cache_dir=d, progress=False)
+            >>> s = ShardSampler(ds, num_replicas=1, rank=0, seed=0, shuffle=False,
+            ...                  drop_last=False)
+            >>> s.bind_loader(batch_size=2, num_workers=2, drop_last=False)
+            >>> [b.tolist() for b in s.saved_plan(s.state_dict(2)).batches(0)]
+            [[2, 3], [0, 1], [4, 5]]
+        """
+        if not self.is_state(state):
             raise ConfigError(
                 f"state={state!r:.80} is not a shard sampler state (from ShardSampler.state_dict)"
             )
@@ -244,11 +345,7 @@ class ShardSampler(DistributedSampler):
             first_batch=state["before"],
         )
         stream = None if state["stream"] is None else [Run.from_list(r) for r in state["stream"]]
-        old = plan_epoch(self.counts, saved, stream)
-        rest = remaining_stream(old, state["consumed"])
-        self.set_epoch(state["epoch"])
-        self._continue = (state["epoch"], tuple(rest), state["before"] + state["consumed"])
-        self._cached = None
+        return plan_epoch(self.counts, saved, stream)
 
     def set_epoch(self, epoch: int) -> None:
         """As :meth:`DistributedSampler.set_epoch`; a resumed epoch's rest is kept only for

@@ -246,6 +246,32 @@ class WorkPlan:
             out.append(per_worker[s.lane(b)][j * s.batch_size : (j + 1) * s.batch_size])
         return out
 
+    def batch(self, rank: int, position: int) -> np.ndarray:
+        """Batch ``position`` of this plan for rank ``rank`` (``batches(rank)[position]``,
+        reading only its worker's items): int64 global indices.
+
+        Raises:
+            ConfigError: ``rank`` or ``position`` outside the plan (valid range named).
+
+        Example:
+            >>> p = plan_epoch([6], WorkSettings(num_workers=2, batch_size=2, shuffle=False))
+            >>> p.batch(0, 1).tolist(), [b.tolist() for b in p.batches(0)]
+            ([0, 1], [[2, 3], [0, 1], [4, 5]])
+        """
+        s = self.settings
+        if not 0 <= check_int("rank", rank) < len(self.ranks):
+            raise ConfigError(
+                f"rank={rank} is outside the plan's ranks (valid 0..{len(self.ranks) - 1})"
+            )
+        nb = self.ranks[rank].num_batches
+        if not 0 <= check_int("position", position) < nb:
+            raise ConfigError(
+                f"position={position} is outside this plan's {nb} batches (valid 0..{nb - 1})"
+            )
+        j = position // s.lanes
+        items = self.worker_items(rank, s.lane(position))
+        return items[j * s.batch_size : (j + 1) * s.batch_size]
+
     def order(self, rank: int) -> np.ndarray:
         """Rank ``rank``'s indices in order: its batches, concatenated."""
         parts = self.batches(rank)
