@@ -251,6 +251,17 @@ class ShardDataset:
             )
             raise
 
+    def shard_of(self, indices: torch.Tensor | Sequence[int]) -> str:
+        """The shard (path or URL) holding the last of ``indices``: for a batch, the shard its
+        worker is reading. The loader puts it in each ``BatchEvent.shard``, which the
+        throughput monitor shows per worker. ``""`` for no indices.
+
+        Raises:
+            IndexError: the last index is outside ``[0, get_size())``.
+        """
+        flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return self.paths[self.locate(int(flat[-1]))[0]] if flat.size else ""
+
     @property
     def last_shard(self) -> str | None:
         """The shard this copy read from last (None before its first read)."""
