@@ -83,6 +83,8 @@ class Epoch:
         on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
             before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
             there, as torch's do).
+        shard_of (Callable[[torch.Tensor], str] | None): names the shard a batch's indices
+            were read from, for its event's ``shard`` (the dataset's ``shard_of``; None: ``""``).
 
     Example:
         >>> import torch
@@ -115,6 +117,7 @@ class Epoch:
         skipped: Sequence[Skipped] = (),
         on_end: Callable[[], None] | None = None,
         skip: Collection[int] = (),
+        shard_of: Callable[[torch.Tensor], str] | None = None,
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
@@ -122,6 +125,7 @@ class Epoch:
         self.stages = tuple(stages)
         self.on_end = on_end
         self.skip = frozenset(skip)
+        self.shard_of = shard_of
         self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
         self._open_pool = open_pool
         self._delivered = start
@@ -358,7 +362,8 @@ class Epoch:
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
         if self.events:
-            self.events.emit(_event(self.epoch, index, result, depth, t_asked, t0, t1))
+            shard = "" if self.shard_of is None else self.shard_of(self.plan[index])
+            self.events.emit(_event(self.epoch, index, result, depth, t_asked, t0, t1, shard))
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], n: int) -> None:
         if self.events:
@@ -368,13 +373,20 @@ class Epoch:
 
 
 def _event(
-    epoch: int, index: int, result: BatchResult, depth: int, t_asked: float, t0: float, t1: float
+    epoch: int,
+    index: int,
+    result: BatchResult,
+    depth: int,
+    t_asked: float,
+    t0: float,
+    t1: float,
+    shard: str = "",
 ) -> BatchEvent:
     """The record of batch ``index`` handed over at ``t1`` after waiting since ``t0``."""
     return BatchEvent(
         epoch, index, result.worker_id, result.num_items, result.fetch_s, result.collate_s,
         t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent,
-        tuple(s.index for s in result.skipped),
+        tuple(s.index for s in result.skipped), shard,
     )  # fmt: skip
 
 

@@ -206,6 +206,7 @@ class LoaderEngine:
             skipped=() if saved is None else skipped_records(saved.skipped),
             on_end=None if self.config.persistent_workers else self._workers.close,
             skip=also_done,
+            shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
         )
         self._run = run
         stop = StopRequest()

@@ -39,6 +39,9 @@ class BatchEvent(NamedTuple):
             processes on Linux). 0.0 when unknown (events made by older code or by hand).
         skipped (tuple[int, ...]): dataset indices of this batch whose ``get_item`` failed and
             were replaced under ``max_failures``; ``()`` for none.
+        shard (str): the shard file (path or URL) its last item came from, so the shard its
+            worker is reading, for a dataset that names them (``shard_of(indices)``, as a
+            :func:`~clorch_nb.data.shards.shard_dataset` does); ``""`` for other datasets.
     """
 
     epoch: int
@@ -54,6 +57,7 @@ class BatchEvent(NamedTuple):
     t_start_s: float = 0.0
     t_sent_s: float = 0.0
     skipped: tuple[int, ...] = ()
+    shard: str = ""
 
 
 class EpochEvent(NamedTuple):

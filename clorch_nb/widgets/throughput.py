@@ -20,7 +20,14 @@ from typing import Any
 from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
 from clorch_nb.widgets.diagnose import Breakdown, Verdict, verdict
 
-__all__ = ["HistoryPoint", "ThroughputSnapshot", "ThroughputStats", "WorkerRate", "worker_name"]
+__all__ = [
+    "HistoryPoint",
+    "ThroughputSnapshot",
+    "ThroughputStats",
+    "WorkerRate",
+    "shard_name",
+    "worker_name",
+]
 
 
 def worker_name(worker_id: int) -> str:
@@ -28,10 +35,21 @@ def worker_name(worker_id: int) -> str:
     return "main thread" if worker_id < 0 else f"worker {worker_id}"
 
 
+def shard_name(shard: str) -> str:
+    """A shard's path or URL as shown per worker: its last path component.
+
+    Example:
+        >>> shard_name("s3://bucket/train/train-00003.tar"), shard_name("")
+        ('train-00003.tar', '')
+    """
+    return shard.rstrip("/").rsplit("/", 1)[-1]
+
+
 @dataclass(frozen=True)
 class WorkerRate:
     """One worker's share. ``items_per_s`` is its items over the run's wall time (the workers'
-    rates add up to the overall rate); ``busy_share`` is fetch + collate time over wall time."""
+    rates add up to the overall rate); ``busy_share`` is fetch + collate time over wall time;
+    ``shard`` is the shard file its latest batch came from (a shard dataset), else ``""``."""
 
     worker_id: int
     batches: int
@@ -39,6 +57,7 @@ class WorkerRate:
     items_per_s: float
     busy_s: float
     busy_share: float
+    shard: str = ""
 
 
 @dataclass(frozen=True)
@@ -107,6 +126,7 @@ class ThroughputSnapshot:
                     "items": w.items,
                     "items_per_s": round(w.items_per_s, 1),
                     "busy_share": round(w.busy_share, 4),
+                    **({"shard": w.shard} if w.shard else {}),
                 }
                 for w in self.workers
             },
@@ -128,12 +148,15 @@ class ThroughputSnapshot:
             lines.append(
                 f"  {worker_name(w.worker_id)}: {w.items_per_s:,.0f} items/s "
                 f"({w.items:,} items, {w.batches:,} batches, busy {w.busy_share:.0%})"
+                + (f", reading {shard_name(w.shard)}" if w.shard else "")
             )
         return "\n".join(lines)
 
 
 _NAMES = BatchEvent._fields
-_COLUMNS = ("worker_id", "num_items", "fetch_s", "collate_s", "wait_s", "queue_depth", "t_s")
+_COLUMNS = (
+    "worker_id", "num_items", "fetch_s", "collate_s", "wait_s", "queue_depth", "t_s", "shard",
+)  # fmt: skip
 _GET = {name: itemgetter(_NAMES.index(name)) for name in _COLUMNS}  # the fields folded
 
 
@@ -190,6 +213,8 @@ class ThroughputStats:
         self._t0: float | None = None  # first start: history's time origin
         self._t_last = 0.0
         self._workers: dict[int, list[float]] = {}  # id -> [batches, items, busy_s]
+        #: per ``worker_id``, the shard its latest batch came from (shard datasets only)
+        self.worker_shards: dict[int, str] = {}
         # per worker, this epoch: chunks (t_last, items, batches) of its recent batches, one
         # per fold, oldest first; the first chunk is the anchor (the epoch's start, or the
         # batches before the window), whose items do not count
@@ -286,6 +311,10 @@ class ThroughputStats:
         self.queue_last = queue[-1]
         worker_ids, times = col["worker_id"], col["t_s"]
         self._t_last = max(self._t_last, times[-1])
+        if any(col["shard"]):  # a shard dataset: each worker's latest shard (last one wins)
+            self.worker_shards.update(
+                (w, sh) for w, sh in zip(worker_ids, col["shard"], strict=True) if sh
+            )
         if len(set(worker_ids)) == 1:
             w = worker_ids[0]
             acc = self._workers.setdefault(w, [0, 0, 0.0])
@@ -428,10 +457,12 @@ class ThroughputStats:
         self.flush(now)
         elapsed = self.elapsed(now)
         per_s = (lambda x: x / elapsed) if elapsed > 0 else (lambda x: 0.0)
+        shards = self.worker_shards
         workers = tuple(
-            WorkerRate(w, int(v[0]), int(v[1]), per_s(v[1]), v[2], min(1.0, per_s(v[2])))
+            WorkerRate(w, int(v[0]), int(v[1]), per_s(v[1]), v[2], min(1.0, per_s(v[2])),
+                       shards.get(w, ""))
             for w, v in sorted(self._workers.items())
-        )
+        )  # fmt: skip
         return ThroughputSnapshot(
             elapsed_s=elapsed,
             epochs=self.epochs,

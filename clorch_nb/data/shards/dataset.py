@@ -53,10 +53,18 @@ _SERVED: Any = object()
 class ShardDataset:
     """Items stored in shard files; built by :func:`shard_dataset` (see the module docstring).
 
+    Memory: a copy (one per worker) keeps at most ``cache_items`` raw items read but not yet
+    handed out (each its payload plus about 1 KiB of tar header and dict), so while streaming a
+    worker's RSS grows by at most ``cache_items * (item_nbytes + 1 KiB)`` plus the
+    ``prefetch_factor`` batches on their way out, and the consuming process's by the
+    ``prefetch_factor * num_workers`` batches in flight, plus the allocator's slack (16 MiB in
+    ``tests/test_shards_memory.py``); nothing grows with the number or size of the shards.
+
     Attributes:
         paths (tuple[str, ...]): the shards, in source order.
         counts (tuple[int, ...]): items per shard.
         block_items (int): the largest block a worker permutes and keeps in memory.
+        cache_items (int): the most raw items a copy keeps (default ``8 * block_items``).
     """
 
     def __init__(
@@ -250,6 +258,17 @@ class ShardDataset:
                 + (f" (key {key!r})" if key is not None else ""),
             )
             raise
+
+    def shard_of(self, indices: torch.Tensor | Sequence[int]) -> str:
+        """The shard (path or URL) holding the last of ``indices``: for a batch, the shard its
+        worker is reading. The loader puts it in each ``BatchEvent.shard``, which the
+        throughput monitor shows per worker. ``""`` for no indices.
+
+        Raises:
+            IndexError: the last index is outside ``[0, get_size())``.
+        """
+        flat = np.asarray(indices, dtype=np.int64).reshape(-1)
+        return self.paths[self.locate(int(flat[-1]))[0]] if flat.size else ""
 
     @property
     def last_shard(self) -> str | None:
