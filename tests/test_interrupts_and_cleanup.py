@@ -82,6 +82,18 @@ def warm_forkserver() -> int:
 # -- Ctrl-C during worker start-up ---------------------------------------------------------------
 
 
+@pytest.fixture
+def python_ctrl_c() -> Any:
+    """Python's own SIGINT handler for the test (restored after): these tests send a real
+    SIGINT and expect Python's KeyboardInterrupt, whatever handler an earlier test or library
+    of this long-lived pytest process left installed (one full-suite run on a loaded machine saw
+    none raised)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_ctrl_c_during_worker_start_keeps_the_forkserver(monkeypatch: pytest.MonkeyPatch) -> None:
     """A real SIGINT landing while a worker's file descriptors are being sent to the forkserver
     surfaces as KeyboardInterrupt once the start is complete: the forkserver survives (same pid,
@@ -114,6 +126,7 @@ def test_ctrl_c_during_worker_start_keeps_the_forkserver(monkeypatch: pytest.Mon
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.usefixtures("python_ctrl_c")
 def test_ctrl_c_while_thread_workers_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """A real SIGINT landing just after the first worker thread started: KeyboardInterrupt once
     the pool is complete and recorded, so close() (or gc) stops every thread it started."""
