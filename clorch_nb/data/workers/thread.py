@@ -59,6 +59,11 @@ class ThreadPool:
         self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
         self._assigned: dict[int, int] = {}  # batch_index -> worker building it now
         self._busy: dict[int, int] = {}  # worker_id -> batch_index it is building now
+        # Held while a thread checks whether it still owns its slot and while stop_epoch()
+        # replaces the busy ones: without it a thread finishing just as it was replaced went on
+        # serving the queue beside its replacement, and close() (one stop per slot) left it
+        # blocked on the queue for good (a 10-minute soak under load found one).
+        self._slots = threading.Lock()
         self._threads: list[threading.Thread | None] = [None] * self.num_workers
         self._closed = False
         self.rng_watch = RngWatch()  # B33: a get_item drawing from a global RNG
@@ -128,9 +133,10 @@ class ThreadPool:
             )
             snap = self.rng_watch.before()
             me = threading.current_thread()
-            if self._threads[worker_id] is me:
-                self._busy[worker_id] = task.batch_index
-                self._assigned[task.batch_index] = worker_id
+            with self._slots:
+                if self._threads[worker_id] is me:
+                    self._busy[worker_id] = task.batch_index
+                    self._assigned[task.batch_index] = worker_id
             skipped: list[Skipped] | None = [] if self.skip_failures else None
             try:
                 batch, fetch_s, collate_s = build_batch(
@@ -164,10 +170,11 @@ class ThreadPool:
                 result = BatchResult(
                     task.epoch, task.batch_index, worker_id, None, len(task.indices), 0.0, 0.0, exc
                 )
-            replaced = self._threads[worker_id] is not me
-            if not replaced:
-                self._busy.pop(worker_id, None)
-                self._assigned.pop(task.batch_index, None)
+            with self._slots:
+                replaced = self._threads[worker_id] is not me
+                if not replaced:
+                    self._busy.pop(worker_id, None)
+                    self._assigned.pop(task.batch_index, None)
             if result is not None:
                 # Delivered even by a replaced thread: a current-epoch result is valid whoever
                 # built it, and get() drops stale ones. Dropping it could lose a batch when a
@@ -253,11 +260,12 @@ class ThreadPool:
         deadline = time.monotonic() + 0.05
         while self._busy and time.monotonic() < deadline:
             time.sleep(0.002)
-        for w in list(self._busy):
-            # A thread cannot be interrupted: it exits when its call returns (it sees it was
-            # replaced); a fresh thread takes its slot now.
-            self._busy.pop(w, None)
-            self._spawn(w)
+        with self._slots:
+            for w in list(self._busy):
+                # A thread cannot be interrupted: it exits when its call returns (it sees it was
+                # replaced); a fresh thread takes its slot now.
+                self._busy.pop(w, None)
+                self._spawn(w)
         self._assigned.clear()
 
     def prestart(self) -> None:
