@@ -41,7 +41,9 @@ def _bounds(cache_items: int, num_workers: int, prefetch_factor: int = 2) -> tup
 def _stream(folder: Path, shards: int) -> tuple[int, int, int, int]:
     """Stream ``shards`` tars of 512 8-KiB items through 2 process workers; returns (items,
     parent growth, largest worker growth, data bytes), growth measured from after the first
-    batch (workers started, their imports done) to the epoch's peak."""
+    two batches of each worker (every worker started, its imports and first block read done:
+    under load the second worker may not have begun when the first batch arrives) to the
+    epoch's peak."""
     import psutil
 
     folder.mkdir()
@@ -58,7 +60,7 @@ def _stream(folder: Path, shards: int) -> tuple[int, int, int, int]:
     with data.dataloader(ds, batch_size=BATCH, sampler=sampler, num_workers=2,
                          worker_backend="process", timeout_ms=60_000) as loader:  # fmt: skip
         it = iter(loader)
-        n = len(next(it))
+        n = sum(len(next(it)) for _ in range(2 * 2))  # batch b is built by worker b % 2
         procs = [me] + [psutil.Process(pid) for pid in loader.worker_pids()]
         assert len(procs) == 3
         base = [p.memory_info().rss for p in procs]
