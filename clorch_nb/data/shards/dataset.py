@@ -95,6 +95,8 @@ class ShardDataset:
         self._stripes = [threading.Lock() for _ in range(64)]  # one reader per block at a time
         self._spec_kwargs = spec_kwargs
         self._last_shard: str | None = None
+        # remote shards: one request per block, not per batch span (a request costs ~ms)
+        self._whole_blocks = storage.remote(self.paths)
 
     # -- the dataset protocol -------------------------------------------------------------------
 
@@ -136,8 +138,12 @@ class ShardDataset:
             IndexError: an index outside the dataset.
             ShardError: a shard is unreadable or corrupt (names the shard and item offset).
         """
-        keys = [self.locate(int(i)) for i in (np.asarray(indices, dtype=np.int64).tolist())]
-        raws = self._take(keys, whole_block)
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.get_size()):
+            self.locate(int(idx[(idx < 0) | (idx >= self.get_size())][0]))  # raises, naming it
+        shards = np.searchsorted(self._offsets, idx, side="right") - 1
+        keys = list(zip(shards.tolist(), (idx - self._offsets[shards]).tolist(), strict=True))
+        raws = self._take(keys, whole_block or self._whole_blocks)
         return [self._decode(s, i, raws[(s, i)]) for s, i in keys]
 
     # -- reading --------------------------------------------------------------------------------
