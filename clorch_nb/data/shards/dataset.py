@@ -144,7 +144,24 @@ class ShardDataset:
         shards = np.searchsorted(self._offsets, idx, side="right") - 1
         keys = list(zip(shards.tolist(), (idx - self._offsets[shards]).tolist(), strict=True))
         raws = self._take(keys, whole_block or self._whole_blocks)
-        return [self._decode(s, i, raws[(s, i)]) for s, i in keys]
+        formats, paths, transform = self._formats, self.paths, self.transform
+        out = []
+        for key in keys:
+            s, i = key
+            item = formats[s].decode(raws[key], paths[s], i)
+            if transform is not None:
+                try:
+                    item = transform(item)
+                except Exception as exc:
+                    key_name = item.get("__key__") if isinstance(item, dict) else None
+                    add_note(
+                        exc,
+                        f"[clorch_nb] in transform for shard {paths[s]!r}, item {i}"
+                        + (f" (key {key_name!r})" if key_name is not None else ""),
+                    )
+                    raise
+            out.append(item)
+        return out
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -169,13 +186,15 @@ class ShardDataset:
         got: dict[tuple[int, int], Any],
     ) -> None:
         with self._lock:
+            cache = self._cache
             missing = []
             for i in items:
-                raw = self._cache.get((s, i), _SERVED)
+                key = (s, i)
+                raw = cache.get(key, _SERVED) if cache else _SERVED
                 if raw is not _SERVED:
-                    got[(s, i)] = raw
-                    self._cache[(s, i)] = _SERVED  # handed out: a later span skips it
-                elif (s, i) not in got:
+                    got[key] = raw
+                    cache[key] = _SERVED  # handed out: a later span skips it
+                elif key not in got:
                     missing.append(i)
         if not missing:
             return
@@ -184,16 +203,20 @@ class ShardDataset:
             hi = min(self.counts[s], lo + self.block_items) - 1
         else:
             lo, hi = min(missing), max(missing)
-        read = self._read_span(s, lo, hi, set(missing))
-        for i in set(missing):
+        need = set(missing)
+        read = self._read_span(s, lo, hi, need)
+        for i in need:
             got[(s, i)] = read.pop(i)
-        self._keep(s, read, served=set(missing))
+        self._keep(s, read, served=need)
 
     def _read_span(self, shard: int, lo: int, hi: int, need: set[int]) -> dict[int, Any]:
         """Items ``lo..hi`` of a shard, one ranged read per gap, skipping those cached or
         already handed out (unless in ``need``: a padding repeat is read again)."""
         with self._lock:
-            cached = {i for i in range(lo, hi + 1) if (shard, i) in self._cache and i not in need}
+            cache = self._cache
+            cached = {i for i in range(lo, hi + 1) if (shard, i) in cache and i not in need}
+        if not cached:  # the usual case: one read
+            return dict(zip(range(lo, hi + 1), self._read(shard, lo, hi + 1), strict=True))
         out: dict[int, Any] = {}
         i = lo
         while i <= hi:
@@ -248,22 +271,6 @@ class ShardDataset:
                 self._cache[(shard, i)] = raw
             while len(self._cache) > self.cache_items:
                 self._cache.popitem(last=False)  # the oldest: a block abandoned mid-way
-
-    def _decode(self, shard: int, offset: int, raw: Any) -> Any:
-        path = self.paths[shard]
-        item = self._formats[shard].decode(raw, path, offset)
-        if self.transform is None:
-            return item
-        try:
-            return self.transform(item)
-        except Exception as exc:
-            key = item.get("__key__") if isinstance(item, dict) else None
-            add_note(
-                exc,
-                f"[clorch_nb] in transform for shard {path!r}, item {offset}"
-                + (f" (key {key!r})" if key is not None else ""),
-            )
-            raise
 
     def shard_of(self, indices: torch.Tensor | Sequence[int]) -> str:
         """The shard (path or URL) holding the last of ``indices``: for a batch, the shard its
