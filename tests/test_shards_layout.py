@@ -84,7 +84,9 @@ def test_a_shard_rewritten_in_place_since_counting_is_refused(tmp_path: Path) ->
     (tar,) = numbered_tars(tmp_path, [4])
     ds = shard_dataset(str(tar), cache_dir=tmp_path, progress=False)
     tar.write_bytes(bytes(tar.stat().st_size))  # same size, no headers where they were
-    with pytest.raises(ShardError, match=r"shard-00000.tar.*item 0: no valid tar header.*changed") as err:
+    with pytest.raises(
+        ShardError, match=r"shard-00000.tar.*item 0: no valid tar header.*changed"
+    ) as err:
         ds.get_item(2)
     assert err.value.shard == str(tar) and err.value.offset == 0  # item 2's block starts at 0
 

@@ -7,8 +7,10 @@ seen by the loader as one map-style dataset of ``get_size()`` items, read sequen
    work items over the counts (:mod:`.work_plan`), so batch ``b`` of a rank is cut from worker
    ``b % W``'s own contiguous stretch of shards.
 3. **read** (in the workers): :meth:`ShardDataset.get_batch` maps global indices to (shard, item)
-   and reads what it lacks with one ranged read per gap inside a block, keeping the raw items it
-   read but has not yet handed out in a small cache (``cache_items``, popped on use). A worker
+   and reads what it lacks with one ranged read per gap inside a block (from a URL, the whole
+   block in one request: a request costs milliseconds there), keeping the raw items it read but
+   has not yet handed out in a small cache (``cache_items``, popped on use). A tar item is cut
+   from the read by slicing, at the places its counting recorded (no header parsed again). A worker
    therefore reads each block of its stretch once, front to back, whatever the shuffle inside
    the block; memory holds the blocks in flight, never a shard.
 
@@ -54,11 +56,13 @@ class ShardDataset:
     """Items stored in shard files; built by :func:`shard_dataset` (see the module docstring).
 
     Memory: a copy (one per worker) keeps at most ``cache_items`` raw items read but not yet
-    handed out (each its payload plus about 1 KiB of tar header and dict), so while streaming a
-    worker's RSS grows by at most ``cache_items * (item_nbytes + 1 KiB)`` plus the
-    ``prefetch_factor`` batches on their way out, and the consuming process's by the
-    ``prefetch_factor * num_workers`` batches in flight, plus the allocator's slack (16 MiB in
-    ``tests/test_shards_memory.py``); nothing grows with the number or size of the shards.
+    handed out (each its payload plus about 1 KiB of tar header and dict; from a URL a whole
+    block is read at once, and with ``cache_items < block_items`` what does not fit is dropped
+    and read again later), so while streaming a worker's RSS grows by at most
+    ``cache_items * (item_nbytes + 1 KiB)`` plus the ``prefetch_factor`` batches on their way
+    out, and the consuming process's by the ``prefetch_factor * num_workers`` batches in
+    flight, plus the allocator's slack (16 MiB in ``tests/test_shards_memory.py``); nothing grows
+    with the number or size of the shards.
 
     Attributes:
         paths (tuple[str, ...]): the shards, in source order.
