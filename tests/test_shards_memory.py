@@ -40,8 +40,8 @@ def _bounds(cache_items: int, num_workers: int, prefetch_factor: int = 2) -> tup
 
 def _stream(folder: Path, shards: int) -> tuple[int, int, int, int]:
     """Stream ``shards`` tars of 512 8-KiB items through 2 process workers; returns (items,
-    parent growth, largest worker growth, data bytes), growth measured from after the first
-    batch (workers started, their imports done) to the epoch's peak."""
+    parent growth, largest worker growth, data bytes), growth measured from after each worker's
+    first batch (workers started, the dataset rebuilt, imports done) to the epoch's peak."""
     import psutil
 
     folder.mkdir()
@@ -58,7 +58,7 @@ def _stream(folder: Path, shards: int) -> tuple[int, int, int, int]:
     with data.dataloader(ds, batch_size=BATCH, sampler=sampler, num_workers=2,
                          worker_backend="process", timeout_ms=60_000) as loader:  # fmt: skip
         it = iter(loader)
-        n = len(next(it))
+        n = len(next(it)) + len(next(it))  # batch b comes from worker b % 2: both have started
         procs = [me] + [psutil.Process(pid) for pid in loader.worker_pids()]
         assert len(procs) == 3
         base = [p.memory_info().rss for p in procs]

@@ -361,11 +361,14 @@ def memory_bounds_mib(
 
 def _rss_growth_mib(loader: Any) -> tuple[float, float, int]:
     """Iterate ``loader``; the growth of the parent's RSS and of the largest worker's over the
-    epoch, from their RSS after the first batch (workers started, imports done), and items."""
+    epoch, from their RSS after each worker's first batch (workers started, the dataset rebuilt
+    from its index, imports done: batch ``b`` comes from worker ``b % W``), and items."""
     me = psutil.Process()
     it = iter(loader)
     n = len(next(it))
     procs = [psutil.Process(pid) for pid in loader.worker_pids()]
+    for _ in range(len(procs) - 1):
+        n += len(next(it))
     base = [me.memory_info().rss] + [p.memory_info().rss for p in procs]
     peak = list(base)
     for k, batch in enumerate(it):

@@ -55,12 +55,14 @@ class TarLayout:
 
     Attributes:
         exts (tuple[str, ...]): the distinct (lower-cased) extensions, in order of appearance.
-        fields (np.ndarray): int64 ``(M, 3)``: each file's ``(extension id, data offset, size)``
-            in bytes from the start of the shard, over all ``M`` files of the shard's items.
-        field_starts (np.ndarray): int64 ``(count + 1,)``: item ``i``'s files are
+        fields (np.ndarray): ``(M, 3)``: each file's ``(extension id, data offset, size)``, the
+            offset in bytes from the start of its item, over all ``M`` files of the shard's items.
+        field_starts (np.ndarray): ``(count + 1,)``: item ``i``'s files are
             ``fields[field_starts[i]:field_starts[i + 1]]``.
-        keys (np.ndarray): int64 ``(count, 2)``: each item's key as ``(byte offset, nbytes)``
-            of its UTF-8 bytes in the shard (the start of its first file's name).
+        keys (np.ndarray): ``(count, 2)``: each item's key as ``(byte offset, nbytes)`` of its
+            UTF-8 bytes from the start of its item (where its first file's name lies).
+
+    The arrays are int32 when every value fits (about 36 bytes an item of two files), else int64.
     """
 
     exts: tuple[str, ...]
@@ -139,11 +141,15 @@ class TarFormat:
                         starts.append(member.header_offset)
                         last_key = key
                         field_starts.append(len(fields))
-                        keys.append((member.name_offset, len(key.encode("utf-8"))))
+                        keys.append((member.name_offset - starts[-1], len(key.encode("utf-8"))))
                     contiguous = contiguous and member.name_offset >= 0
                     ext = member.name[len(key) + 1 :].lower()
                     fields.append(
-                        (exts.setdefault(ext, len(exts)), member.data_offset, member.size)
+                        (
+                            exts.setdefault(ext, len(exts)),
+                            member.data_offset - starts[-1],
+                            member.size,
+                        )
                     )
                     end = member.end_offset
             except TarError as exc:
@@ -158,12 +164,12 @@ class TarFormat:
                 ) from exc
         layout = None
         if contiguous:
-            layout = TarLayout(
-                tuple(exts),
-                np.asarray(fields, dtype=np.int64).reshape(-1, 3),
-                np.asarray([*field_starts, len(fields)], dtype=np.int64),
-                np.asarray(keys, dtype=np.int64).reshape(-1, 2),
-            )
+            arrays = [
+                np.asarray(a, dtype=np.int64) for a in (fields, [*field_starts, len(fields)], keys)
+            ]
+            small = all(a.size == 0 or int(a.max()) < 2**31 for a in arrays)
+            fa, sa, ka = (a.astype(np.int32) if small else a for a in arrays)
+            layout = TarLayout(tuple(exts), fa.reshape(-1, 3), sa, ka.reshape(-1, 2))
         return Scan(len(starts), np.asarray([*starts, end], dtype=np.int64), tar_layout=layout)
 
     def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
@@ -187,16 +193,23 @@ class TarFormat:
                 shard=path,
                 offset=first,
             )
-        lo, hi = int(layout.field_starts[first]), int(layout.field_starts[stop])
-        cuts = layout.fields[lo:hi].copy()
-        cuts[:, 1] -= base
-        cuts[:, 2] += cuts[:, 1]
+        starts = layout.field_starts[first : stop + 1].astype(np.int64)
+        item_at = scan.offsets[first:stop] - base  # each item's start in the read
+        cuts = layout.fields[starts[0] : starts[-1]].astype(np.int64)
+        data_at = np.repeat(item_at, np.diff(starts)) + cuts[:, 1]
         exts = layout.exts
-        pieces = [(exts[e], blob[a:b]) for e, a, b in cuts.tolist()]
-        bounds = (layout.field_starts[first : stop + 1] - lo).tolist()
+        pieces = [
+            (exts[e], blob[a:b])
+            for e, a, b in zip(
+                cuts[:, 0].tolist(), data_at.tolist(), (data_at + cuts[:, 2]).tolist(), strict=True
+            )
+        ]
+        bounds = (starts - starts[0]).tolist()
+        keys = layout.keys[first:stop].astype(np.int64)
+        key_at = (item_at + keys[:, 0]).tolist()
         out: list[Any] = []
         try:
-            for k, (at, n) in enumerate((layout.keys[first:stop] - (base, 0)).tolist()):
+            for k, (at, n) in enumerate(zip(key_at, keys[:, 1].tolist(), strict=True)):
                 out.append((blob[at : at + n].decode("utf-8"), pieces[bounds[k] : bounds[k + 1]]))
         except UnicodeDecodeError as exc:
             raise ShardError(

@@ -46,12 +46,13 @@ OnChange = Literal["recount", "error"]
 _VERSION = 2  # 2: a tar's layout (where each file's data and each key lie)
 
 
-def _b64(a: np.ndarray) -> str:
-    return base64.b64encode(a.astype("<i8").tobytes()).decode()
+def _b64(a: np.ndarray, dtype: str = "<i8") -> str:
+    return base64.b64encode(a.astype(dtype).tobytes()).decode()
 
 
-def _unb64(text: str) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<i8").astype(np.int64)
+def _unb64(text: str, dtype: str = "<i8") -> np.ndarray:
+    out = np.frombuffer(base64.b64decode(text), dtype=dtype)
+    return out.astype(np.int64 if dtype == "<i8" else np.int32)
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,13 @@ class ShardIndex:
                 entry["offsets"] = _b64(scan.offsets)
             if scan is not None and scan.tar_layout is not None:
                 lay = scan.tar_layout
+                dtype = "<i4" if lay.fields.dtype == np.int32 else "<i8"
                 entry["tar_layout"] = {
                     "exts": list(lay.exts),
-                    "fields": _b64(lay.fields),
-                    "field_starts": _b64(lay.field_starts),
-                    "keys": _b64(lay.keys),
+                    "dtype": dtype,
+                    "fields": _b64(lay.fields, dtype),
+                    "field_starts": _b64(lay.field_starts, dtype),
+                    "keys": _b64(lay.keys, dtype),
                 }
             if scan is not None and scan.row_groups is not None:
                 entry["row_groups"] = list(scan.row_groups)
@@ -115,11 +118,14 @@ def _entry_layout(entry: Mapping[str, Any]) -> TarLayout | None:
     if not isinstance(lay, Mapping):
         return None
     try:
+        dtype = lay["dtype"]
+        if dtype not in ("<i4", "<i8"):
+            return None
         layout = TarLayout(
             tuple(str(e) for e in lay["exts"]),
-            _unb64(lay["fields"]).reshape(-1, 3),
-            _unb64(lay["field_starts"]),
-            _unb64(lay["keys"]).reshape(-1, 2),
+            _unb64(lay["fields"], dtype).reshape(-1, 3),
+            _unb64(lay["field_starts"], dtype),
+            _unb64(lay["keys"], dtype).reshape(-1, 2),
         )
     except (KeyError, TypeError, ValueError):
         return None
