@@ -48,8 +48,9 @@ __all__ = ["REBUILD", "ShardDataset", "replace_block"]
 REBUILD = "clorch_nb.data.shards.build:rebuild_shard_dataset"
 
 
-#: in the cache, an item already handed out: a read spanning it skips it (it is not kept twice)
-_SERVED: Any = object()
+#: the most blocks whose handed-out items a copy remembers (a byte per item of each)
+_SERVED_BLOCKS = 256
+_MISSING: Any = object()
 
 
 class ShardDataset:
@@ -94,7 +95,9 @@ class ShardDataset:
         self._scans: list[Scan | None] = list(index.scans)
         self._formats = list(formats)
         self._offsets = np.concatenate([[0], np.cumsum(index.counts, dtype=np.int64)])
-        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()  # raw items not handed out
+        # per block, a byte per item: 1 once handed out (a later read spanning it skips it)
+        self._served: OrderedDict[tuple[int, int], bytearray] = OrderedDict()
         self._lock = threading.Lock()  # guards the cache
         self._stripes = [threading.Lock() for _ in range(64)]  # one reader per block at a time
         self._spec_kwargs = spec_kwargs
@@ -189,36 +192,56 @@ class ShardDataset:
         whole_block: bool,
         got: dict[tuple[int, int], Any],
     ) -> None:
+        b0 = block * self.block_items
         with self._lock:
             cache = self._cache
             missing = []
-            for i in items:
-                key = (s, i)
-                raw = cache.get(key, _SERVED) if cache else _SERVED
-                if raw is not _SERVED:
-                    got[key] = raw
-                    cache[key] = _SERVED  # handed out: a later span skips it
-                elif key not in got:
-                    missing.append(i)
+            if cache:
+                served = self._served_of(s, block)
+                for i in items:
+                    key = (s, i)
+                    raw = cache.pop(key, _MISSING)
+                    if raw is not _MISSING:
+                        got[key] = raw
+                        served[i - b0] = 1
+                    elif key not in got:
+                        missing.append(i)
+            else:
+                missing = [i for i in items if (s, i) not in got] if got else list(items)
         if not missing:
             return
         if whole_block:
-            lo = block * self.block_items
-            hi = min(self.counts[s], lo + self.block_items) - 1
+            lo, hi = b0, min(self.counts[s], b0 + self.block_items) - 1
         else:
             lo, hi = min(missing), max(missing)
         need = set(missing)
-        read = self._read_span(s, lo, hi, need)
+        read = self._read_span(s, block, lo, hi, need)
         for i in need:
             got[(s, i)] = read.pop(i)
-        self._keep(s, read, served=need)
+        self._keep(s, block, read, served=need)
 
-    def _read_span(self, shard: int, lo: int, hi: int, need: set[int]) -> dict[int, Any]:
-        """Items ``lo..hi`` of a shard, one ranged read per gap, skipping those cached or
-        already handed out (unless in ``need``: a padding repeat is read again)."""
+    def _served_of(self, shard: int, block: int) -> bytearray:
+        """The block's handed-out bytes (made on first use; the oldest blocks are forgotten)."""
+        served = self._served.get((shard, block))
+        if served is None:
+            served = self._served[(shard, block)] = bytearray(self.block_items)
+            while len(self._served) > _SERVED_BLOCKS:
+                self._served.popitem(last=False)
+        return served
+
+    def _read_span(
+        self, shard: int, block: int, lo: int, hi: int, need: set[int]
+    ) -> dict[int, Any]:
+        """Items ``lo..hi`` of a shard's block, one ranged read per gap, skipping those cached
+        or already handed out (unless in ``need``: a padding repeat is read again)."""
+        b0 = block * self.block_items
         with self._lock:
             cache = self._cache
-            cached = {i for i in range(lo, hi + 1) if (shard, i) in cache and i not in need}
+            cached = {i for i in range(lo, hi + 1) if (shard, i) in cache} if cache else set()
+            served = self._served.get((shard, block))
+            if served is not None and served.find(1, lo - b0, hi - b0 + 1) >= 0:
+                cached.update(i for i in range(lo, hi + 1) if served[i - b0])
+            cached -= need
         if not cached:  # the usual case: one read
             return dict(zip(range(lo, hi + 1), self._read(shard, lo, hi + 1), strict=True))
         out: dict[int, Any] = {}
@@ -267,10 +290,12 @@ class ShardDataset:
             self._scans[shard] = scan
         return scan
 
-    def _keep(self, shard: int, read: dict[int, Any], *, served: set[int]) -> None:
+    def _keep(self, shard: int, block: int, read: dict[int, Any], *, served: set[int]) -> None:
+        b0 = block * self.block_items
         with self._lock:
+            marks = self._served_of(shard, block)
             for i in served:
-                self._cache[(shard, i)] = _SERVED
+                marks[i - b0] = 1
             for i, raw in read.items():
                 self._cache[(shard, i)] = raw
             while len(self._cache) > self.cache_items:
@@ -296,7 +321,7 @@ class ShardDataset:
     def cached_items(self) -> int:
         """Raw items read but not yet handed out (at most ``cache_items``)."""
         with self._lock:
-            return sum(1 for raw in self._cache.values() if raw is not _SERVED)
+            return len(self._cache)
 
     # -- plans and rebuilding -------------------------------------------------------------------
 
