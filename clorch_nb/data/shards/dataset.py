@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -197,15 +197,17 @@ class ShardDataset:
             cache = self._cache
             missing = []
             if cache:
-                served = self._served_of(s, block)
+                hits = []
                 for i in items:
                     key = (s, i)
                     raw = cache.pop(key, _MISSING)
                     if raw is not _MISSING:
                         got[key] = raw
-                        served[i - b0] = 1
+                        hits.append(i)
                     elif key not in got:
                         missing.append(i)
+                if hits:
+                    self._mark_served(s, block, hits)
             else:
                 missing = [i for i in items if (s, i) not in got] if got else list(items)
         if not missing:
@@ -220,14 +222,20 @@ class ShardDataset:
             got[(s, i)] = read.pop(i)
         self._keep(s, block, read, served=need)
 
-    def _served_of(self, shard: int, block: int) -> bytearray:
-        """The block's handed-out bytes (made on first use; the oldest blocks are forgotten)."""
+    def _mark_served(self, shard: int, block: int, items: Iterable[int]) -> None:
+        """Remember ``items`` of the block as handed out (call with the lock held); a block
+        whose every item is handed out is forgotten (its next read, next epoch, is whole)."""
+        b0 = block * self.block_items
         served = self._served.get((shard, block))
         if served is None:
-            served = self._served[(shard, block)] = bytearray(self.block_items)
+            size = min(self.block_items, self.counts[shard] - b0)
+            served = self._served[(shard, block)] = bytearray(size)
             while len(self._served) > _SERVED_BLOCKS:
-                self._served.popitem(last=False)
-        return served
+                self._served.popitem(last=False)  # the oldest: a block abandoned mid-way
+        for i in items:
+            served[i - b0] = 1
+        if served.find(0) < 0:
+            del self._served[(shard, block)]
 
     def _read_span(
         self, shard: int, block: int, lo: int, hi: int, need: set[int]
@@ -291,11 +299,8 @@ class ShardDataset:
         return scan
 
     def _keep(self, shard: int, block: int, read: dict[int, Any], *, served: set[int]) -> None:
-        b0 = block * self.block_items
         with self._lock:
-            marks = self._served_of(shard, block)
-            for i in served:
-                marks[i - b0] = 1
+            self._mark_served(shard, block, served)
             for i, raw in read.items():
                 self._cache[(shard, i)] = raw
             while len(self._cache) > self.cache_items:
