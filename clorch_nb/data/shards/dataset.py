@@ -7,8 +7,10 @@ seen by the loader as one map-style dataset of ``get_size()`` items, read sequen
    work items over the counts (:mod:`.work_plan`), so batch ``b`` of a rank is cut from worker
    ``b % W``'s own contiguous stretch of shards.
 3. **read** (in the workers): :meth:`ShardDataset.get_batch` maps global indices to (shard, item)
-   and reads what it lacks with one ranged read per gap inside a block, keeping the raw items it
-   read but has not yet handed out in a small cache (``cache_items``, popped on use). A worker
+   and reads what it lacks with one ranged read per gap inside a block (from a URL, the whole
+   block in one request: a request costs milliseconds there), keeping the raw items it read but
+   has not yet handed out in a small cache (``cache_items``, popped on use). A tar item is cut
+   from the read by slicing, at the places its counting recorded (no header parsed again). A worker
    therefore reads each block of its stretch once, front to back, whatever the shuffle inside
    the block; memory holds the blocks in flight, never a shard.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -46,19 +48,22 @@ __all__ = ["REBUILD", "ShardDataset", "replace_block"]
 REBUILD = "clorch_nb.data.shards.build:rebuild_shard_dataset"
 
 
-#: in the cache, an item already handed out: a read spanning it skips it (it is not kept twice)
-_SERVED: Any = object()
+#: the most blocks whose handed-out items a copy remembers (a byte per item of each)
+_SERVED_BLOCKS = 256
+_MISSING: Any = object()
 
 
 class ShardDataset:
     """Items stored in shard files; built by :func:`shard_dataset` (see the module docstring).
 
     Memory: a copy (one per worker) keeps at most ``cache_items`` raw items read but not yet
-    handed out (each its payload plus about 1 KiB of tar header and dict), so while streaming a
-    worker's RSS grows by at most ``cache_items * (item_nbytes + 1 KiB)`` plus the
-    ``prefetch_factor`` batches on their way out, and the consuming process's by the
-    ``prefetch_factor * num_workers`` batches in flight, plus the allocator's slack (16 MiB in
-    ``tests/test_shards_memory.py``); nothing grows with the number or size of the shards.
+    handed out (each its payload plus about 1 KiB of tar header and dict; from a URL a whole
+    block is read at once, and with ``cache_items < block_items`` what does not fit is dropped
+    and read again later), so while streaming a worker's RSS grows by at most
+    ``cache_items * (item_nbytes + 1 KiB)`` plus the ``prefetch_factor`` batches on their way
+    out, and the consuming process's by the ``prefetch_factor * num_workers`` batches in
+    flight, plus the allocator's slack (16 MiB in ``tests/test_shards_memory.py``); nothing grows
+    with the number or size of the shards.
 
     Attributes:
         paths (tuple[str, ...]): the shards, in source order.
@@ -90,11 +95,15 @@ class ShardDataset:
         self._scans: list[Scan | None] = list(index.scans)
         self._formats = list(formats)
         self._offsets = np.concatenate([[0], np.cumsum(index.counts, dtype=np.int64)])
-        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int], Any] = OrderedDict()  # raw items not handed out
+        # per block, a byte per item: 1 once handed out (a later read spanning it skips it)
+        self._served: OrderedDict[tuple[int, int], bytearray] = OrderedDict()
         self._lock = threading.Lock()  # guards the cache
         self._stripes = [threading.Lock() for _ in range(64)]  # one reader per block at a time
         self._spec_kwargs = spec_kwargs
         self._last_shard: str | None = None
+        # remote shards: one request per block, not per batch span (a request costs ~ms)
+        self._whole_blocks = storage.remote(self.paths)
 
     # -- the dataset protocol -------------------------------------------------------------------
 
@@ -136,9 +145,30 @@ class ShardDataset:
             IndexError: an index outside the dataset.
             ShardError: a shard is unreadable or corrupt (names the shard and item offset).
         """
-        keys = [self.locate(int(i)) for i in (np.asarray(indices, dtype=np.int64).tolist())]
-        raws = self._take(keys, whole_block)
-        return [self._decode(s, i, raws[(s, i)]) for s, i in keys]
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if idx.size and (int(idx.min()) < 0 or int(idx.max()) >= self.get_size()):
+            self.locate(int(idx[(idx < 0) | (idx >= self.get_size())][0]))  # raises, naming it
+        shards = np.searchsorted(self._offsets, idx, side="right") - 1
+        keys = list(zip(shards.tolist(), (idx - self._offsets[shards]).tolist(), strict=True))
+        raws = self._take(keys, whole_block or self._whole_blocks)
+        formats, paths, transform = self._formats, self.paths, self.transform
+        out = []
+        for key in keys:
+            s, i = key
+            item = formats[s].decode(raws[key], paths[s], i)
+            if transform is not None:
+                try:
+                    item = transform(item)
+                except Exception as exc:
+                    key_name = item.get("__key__") if isinstance(item, dict) else None
+                    add_note(
+                        exc,
+                        f"[clorch_nb] in transform for shard {paths[s]!r}, item {i}"
+                        + (f" (key {key_name!r})" if key_name is not None else ""),
+                    )
+                    raise
+            out.append(item)
+        return out
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -162,32 +192,66 @@ class ShardDataset:
         whole_block: bool,
         got: dict[tuple[int, int], Any],
     ) -> None:
+        b0 = block * self.block_items
         with self._lock:
+            cache = self._cache
             missing = []
-            for i in items:
-                raw = self._cache.get((s, i), _SERVED)
-                if raw is not _SERVED:
-                    got[(s, i)] = raw
-                    self._cache[(s, i)] = _SERVED  # handed out: a later span skips it
-                elif (s, i) not in got:
-                    missing.append(i)
+            if cache:
+                hits = []
+                for i in items:
+                    key = (s, i)
+                    raw = cache.pop(key, _MISSING)
+                    if raw is not _MISSING:
+                        got[key] = raw
+                        hits.append(i)
+                    elif key not in got:
+                        missing.append(i)
+                if hits:
+                    self._mark_served(s, block, hits)
+            else:
+                missing = [i for i in items if (s, i) not in got] if got else list(items)
         if not missing:
             return
         if whole_block:
-            lo = block * self.block_items
-            hi = min(self.counts[s], lo + self.block_items) - 1
+            lo, hi = b0, min(self.counts[s], b0 + self.block_items) - 1
         else:
             lo, hi = min(missing), max(missing)
-        read = self._read_span(s, lo, hi, set(missing))
-        for i in set(missing):
+        need = set(missing)
+        read = self._read_span(s, block, lo, hi, need)
+        for i in need:
             got[(s, i)] = read.pop(i)
-        self._keep(s, read, served=set(missing))
+        self._keep(s, block, read, served=need)
 
-    def _read_span(self, shard: int, lo: int, hi: int, need: set[int]) -> dict[int, Any]:
-        """Items ``lo..hi`` of a shard, one ranged read per gap, skipping those cached or
-        already handed out (unless in ``need``: a padding repeat is read again)."""
+    def _mark_served(self, shard: int, block: int, items: Iterable[int]) -> None:
+        """Remember ``items`` of the block as handed out (call with the lock held); a block
+        whose every item is handed out is forgotten (its next read, next epoch, is whole)."""
+        b0 = block * self.block_items
+        served = self._served.get((shard, block))
+        if served is None:
+            size = min(self.block_items, self.counts[shard] - b0)
+            served = self._served[(shard, block)] = bytearray(size)
+            while len(self._served) > _SERVED_BLOCKS:
+                self._served.popitem(last=False)  # the oldest: a block abandoned mid-way
+        for i in items:
+            served[i - b0] = 1
+        if served.find(0) < 0:
+            del self._served[(shard, block)]
+
+    def _read_span(
+        self, shard: int, block: int, lo: int, hi: int, need: set[int]
+    ) -> dict[int, Any]:
+        """Items ``lo..hi`` of a shard's block, one ranged read per gap, skipping those cached
+        or already handed out (unless in ``need``: a padding repeat is read again)."""
+        b0 = block * self.block_items
         with self._lock:
-            cached = {i for i in range(lo, hi + 1) if (shard, i) in self._cache and i not in need}
+            cache = self._cache
+            cached = {i for i in range(lo, hi + 1) if (shard, i) in cache} if cache else set()
+            served = self._served.get((shard, block))
+            if served is not None and served.find(1, lo - b0, hi - b0 + 1) >= 0:
+                cached.update(i for i in range(lo, hi + 1) if served[i - b0])
+            cached -= need
+        if not cached:  # the usual case: one read
+            return dict(zip(range(lo, hi + 1), self._read(shard, lo, hi + 1), strict=True))
         out: dict[int, Any] = {}
         i = lo
         while i <= hi:
@@ -234,30 +298,13 @@ class ShardDataset:
             self._scans[shard] = scan
         return scan
 
-    def _keep(self, shard: int, read: dict[int, Any], *, served: set[int]) -> None:
+    def _keep(self, shard: int, block: int, read: dict[int, Any], *, served: set[int]) -> None:
         with self._lock:
-            for i in served:
-                self._cache[(shard, i)] = _SERVED
+            self._mark_served(shard, block, served)
             for i, raw in read.items():
                 self._cache[(shard, i)] = raw
             while len(self._cache) > self.cache_items:
                 self._cache.popitem(last=False)  # the oldest: a block abandoned mid-way
-
-    def _decode(self, shard: int, offset: int, raw: Any) -> Any:
-        path = self.paths[shard]
-        item = self._formats[shard].decode(raw, path, offset)
-        if self.transform is None:
-            return item
-        try:
-            return self.transform(item)
-        except Exception as exc:
-            key = item.get("__key__") if isinstance(item, dict) else None
-            add_note(
-                exc,
-                f"[clorch_nb] in transform for shard {path!r}, item {offset}"
-                + (f" (key {key!r})" if key is not None else ""),
-            )
-            raise
 
     def shard_of(self, indices: torch.Tensor | Sequence[int]) -> str:
         """The shard (path or URL) holding the last of ``indices``: for a batch, the shard its
@@ -279,7 +326,7 @@ class ShardDataset:
     def cached_items(self) -> int:
         """Raw items read but not yet handed out (at most ``cache_items``)."""
         with self._lock:
-            return sum(1 for raw in self._cache.values() if raw is not _SERVED)
+            return len(self._cache)
 
     # -- plans and rebuilding -------------------------------------------------------------------
 

@@ -7,8 +7,9 @@ Every format does three things:
    the byte offset of every item (``offsets``, ``count + 1`` of them: item ``i`` is bytes
    ``offsets[i]:offsets[i+1]``); Parquet records its row groups' sizes; a callable format
    records only the count (reaching item ``k`` then costs reading ``k`` items).
-2. **read** items ``[first, stop)`` as *raw* values (the bytes of a tar group or a JSON line, a
-   Parquet row): one ranged read, what a worker keeps in its block cache.
+2. **read** items ``[first, stop)`` as *raw* values (a tar group's key and file contents, cut
+   from the read by the layout, or its bytes without one; a JSON line; a Parquet row): one
+   ranged read, what a worker keeps in its block cache.
 3. **decode** one raw value into the item (``{"__key__": ..., "jpg": bytes, ...}`` for a tar,
    the parsed object for JSONL, the row dict for Parquet), before the user's ``transform``.
 
@@ -27,7 +28,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from clorch_nb.data.shards.storage import Storage
-from clorch_nb.data.shards.tar import TarError, group_key, read_members
+from clorch_nb.data.shards.tar import TarError, group_key, header_ok, read_members
 from clorch_nb.errors import ConfigError, ShardError
 
 __all__ = [
@@ -38,12 +39,36 @@ __all__ = [
     "Scan",
     "ShardFormat",
     "TarFormat",
+    "TarLayout",
     "format_for",
 ]
 
 FormatName = Literal["auto", "webdataset", "jsonl", "parquet"]
 
 _EXTENSIONS = {".tar": "webdataset", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
+
+
+@dataclass(frozen=True)
+class TarLayout:
+    """Where the files of a tar's items lie, found when counting: an item is cut from a ranged
+    read by slicing, without parsing its headers again.
+
+    Attributes:
+        exts (tuple[str, ...]): the distinct (lower-cased) extensions, in order of appearance.
+        fields (np.ndarray): ``(M, 3)``: each file's ``(extension id, data offset, size)``, the
+            offset in bytes from the start of its item, over all ``M`` files of the shard's items.
+        field_starts (np.ndarray): ``(count + 1,)``: item ``i``'s files are
+            ``fields[field_starts[i]:field_starts[i + 1]]``.
+        keys (np.ndarray): ``(count, 2)``: each item's key as ``(byte offset, nbytes)`` of its
+            UTF-8 bytes from the start of its item (where its first file's name lies).
+
+    The arrays are int32 when every value fits (about 36 bytes an item of two files), else int64.
+    """
+
+    exts: tuple[str, ...]
+    fields: np.ndarray
+    field_starts: np.ndarray
+    keys: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -54,11 +79,15 @@ class Scan:
         count (int): items in the shard (0 for an empty shard).
         offsets (np.ndarray | None): int64 ``(count + 1,)`` byte offsets (tar, JSONL).
         row_groups (tuple[int, ...] | None): rows per row group (Parquet).
+        tar_layout (TarLayout | None): where each tar item's files and key lie (None for other
+            formats, for a tar with a name not stored in one piece, and in an index written
+            before it existed: such items are parsed from their bytes).
     """
 
     count: int
     offsets: np.ndarray | None = None
     row_groups: tuple[int, ...] | None = None
+    tar_layout: TarLayout | None = None
 
 
 class ShardFormat(Protocol):
@@ -92,10 +121,16 @@ class TarFormat:
     name = "webdataset"
 
     def scan(self, storage: Storage, path: str) -> Scan:
-        """Read every header (data is skipped by seeking) and record each group's start."""
+        """Read every header (data is skipped by seeking) and record each group's start, and
+        where each file's data and each key lie (:class:`TarLayout`)."""
         starts: list[int] = []
         last_key: str | None = None
         end = 0
+        exts: dict[str, int] = {}
+        fields: list[tuple[int, int, int]] = []
+        field_starts: list[int] = []
+        keys: list[tuple[int, int]] = []
+        contiguous = True
         with storage.open(path) as f:
             try:
                 for member in read_members(f, with_data=False):
@@ -105,6 +140,17 @@ class TarFormat:
                     if key != last_key:
                         starts.append(member.header_offset)
                         last_key = key
+                        field_starts.append(len(fields))
+                        keys.append((member.name_offset - starts[-1], len(key.encode("utf-8"))))
+                    contiguous = contiguous and member.name_offset >= 0
+                    ext = member.name[len(key) + 1 :].lower()
+                    fields.append(
+                        (
+                            exts.setdefault(ext, len(exts)),
+                            member.data_offset - starts[-1],
+                            member.size,
+                        )
+                    )
                     end = member.end_offset
             except TarError as exc:
                 # a file of the item being read, or the first file of the next one
@@ -116,16 +162,71 @@ class TarFormat:
                     shard=path,
                     offset=at,
                 ) from exc
-        return Scan(len(starts), np.asarray([*starts, end], dtype=np.int64))
+        layout = None
+        if contiguous:
+            arrays = [
+                np.asarray(a, dtype=np.int64) for a in (fields, [*field_starts, len(fields)], keys)
+            ]
+            small = all(a.size == 0 or int(a.max()) < 2**31 for a in arrays)
+            fa, sa, ka = (a.astype(np.int32) if small else a for a in arrays)
+            layout = TarLayout(tuple(exts), fa.reshape(-1, 3), sa, ka.reshape(-1, 2))
+        return Scan(len(starts), np.asarray([*starts, end], dtype=np.int64), tar_layout=layout)
 
     def read(self, storage: Storage, path: str, scan: Scan, first: int, stop: int) -> list[Any]:
-        """Raw bytes of items ``[first, stop)``: one ranged read."""
+        """Raw items ``[first, stop)`` from one ranged read: ``(key, [(ext, bytes), ...])`` cut
+        by the layout (the first header's checksum checked: the shard still has a header where
+        it was counted), or each group's bytes without a layout.
+
+        Raises:
+            ShardError: the read does not start with a valid header (the shard changed).
+        """
         assert scan.offsets is not None
-        blob = storage.read_range(path, int(scan.offsets[first]), int(scan.offsets[stop]))
-        return _split(blob, scan.offsets, first, stop)
+        base = int(scan.offsets[first])
+        blob = storage.read_range(path, base, int(scan.offsets[stop]))
+        layout = scan.tar_layout
+        if layout is None:
+            return _split(blob, scan.offsets, first, stop)
+        if stop > first and not header_ok(blob[:512]):
+            raise ShardError(
+                f"shard {path!r}, item {first}: no valid tar header where it was counted; the "
+                "shard changed since it was counted or is corrupt",
+                shard=path,
+                offset=first,
+            )
+        starts = layout.field_starts[first : stop + 1].astype(np.int64)
+        item_at = scan.offsets[first:stop] - base  # each item's start in the read
+        cuts = layout.fields[starts[0] : starts[-1]].astype(np.int64)
+        data_at = np.repeat(item_at, np.diff(starts)) + cuts[:, 1]
+        exts = layout.exts
+        pieces = [
+            (exts[e], blob[a:b])
+            for e, a, b in zip(
+                cuts[:, 0].tolist(), data_at.tolist(), (data_at + cuts[:, 2]).tolist(), strict=True
+            )
+        ]
+        bounds = (starts - starts[0]).tolist()
+        keys = layout.keys[first:stop].astype(np.int64)
+        key_at = (item_at + keys[:, 0]).tolist()
+        out: list[Any] = []
+        try:
+            for k, (at, n) in enumerate(zip(key_at, keys[:, 1].tolist(), strict=True)):
+                out.append((blob[at : at + n].decode("utf-8"), pieces[bounds[k] : bounds[k + 1]]))
+        except UnicodeDecodeError as exc:
+            raise ShardError(
+                f"shard {path!r}, item {first + len(out)}: its key is not where it was counted "
+                f"({exc}); the shard changed since it was counted or is corrupt",
+                shard=path,
+                offset=first + len(out),
+            ) from exc
+        return out
 
     def decode(self, raw: Any, path: str, offset: int) -> Any:
-        """The item dict of one group's bytes."""
+        """The item dict of one group: from its cut ``(key, fields)``, or parsed from its bytes."""
+        if isinstance(raw, tuple):
+            key, fields = raw
+            cut: dict[str, Any] = {"__url__": path, "__key__": key}
+            cut.update(fields)
+            return cut
         item: dict[str, Any] = {"__url__": path}
         try:
             for member in read_members(io.BytesIO(raw), with_data=True, require_end=False):

@@ -6,8 +6,10 @@ cached in a small JSON index keyed by each shard's identity.
    rewritten.
 2. **count**: shards not in the index (or whose identity changed) are scanned in parallel
    threads, with a tqdm progress bar when tqdm is installed.
-3. **cache**: the index is written as JSON (``{"version": 1, "shards": {path: {...}}}``; byte
-   offsets as base64 int64) to ``cache_dir``; the next use stats each shard and reuses its count.
+3. **cache**: the index is written as JSON (``{"version": 2, "shards": {path: {...}}}``; byte
+   offsets and a tar's layout as base64 int64) to ``cache_dir``; a cached index of another
+   version (version 1 had no tar layout) is ignored and the shards are counted again. The next
+   use stats each shard and reuses its count.
    A shard that changed is recounted with a warning naming it (``on_change="recount"``) or
    refused with :class:`~clorch_nb.errors.ShardError` (``on_change="error"``): never planned with
    a stale count.
@@ -34,14 +36,23 @@ from typing import Any, Literal
 import numpy as np
 
 from clorch_nb._warn import user_stacklevel
-from clorch_nb.data.shards.formats import Scan, ShardFormat
+from clorch_nb.data.shards.formats import Scan, ShardFormat, TarLayout
 from clorch_nb.data.shards.storage import Storage
 from clorch_nb.errors import ConfigError, ShardError
 
 __all__ = ["OnChange", "ShardIndex", "build_index", "default_cache_dir"]
 
 OnChange = Literal["recount", "error"]
-_VERSION = 1
+_VERSION = 2  # 2: a tar's layout (where each file's data and each key lie)
+
+
+def _b64(a: np.ndarray, dtype: str = "<i8") -> str:
+    return base64.b64encode(a.astype(dtype).tobytes()).decode()
+
+
+def _unb64(text: str, dtype: str = "<i8") -> np.ndarray:
+    out = np.frombuffer(base64.b64decode(text), dtype=dtype)
+    return out.astype(np.int64 if dtype == "<i8" else np.int32)
 
 
 @dataclass(frozen=True)
@@ -74,7 +85,17 @@ class ShardIndex:
         ):
             entry: dict[str, Any] = {"count": count, "identity": ident}
             if scan is not None and scan.offsets is not None:
-                entry["offsets"] = base64.b64encode(scan.offsets.astype("<i8").tobytes()).decode()
+                entry["offsets"] = _b64(scan.offsets)
+            if scan is not None and scan.tar_layout is not None:
+                lay = scan.tar_layout
+                dtype = "<i4" if lay.fields.dtype == np.int32 else "<i8"
+                entry["tar_layout"] = {
+                    "exts": list(lay.exts),
+                    "dtype": dtype,
+                    "fields": _b64(lay.fields, dtype),
+                    "field_starts": _b64(lay.field_starts, dtype),
+                    "keys": _b64(lay.keys, dtype),
+                }
             if scan is not None and scan.row_groups is not None:
                 entry["row_groups"] = list(scan.row_groups)
             shards[path] = entry
@@ -84,11 +105,34 @@ class ShardIndex:
 def _entry_scan(entry: Mapping[str, Any]) -> Scan:
     count = int(entry["count"])
     if "offsets" in entry:
-        offsets = np.frombuffer(base64.b64decode(entry["offsets"]), dtype="<i8").astype(np.int64)
-        return Scan(count, offsets=offsets)
+        return Scan(count, offsets=_unb64(entry["offsets"]), tar_layout=_entry_layout(entry))
     if "row_groups" in entry:
         return Scan(count, row_groups=tuple(int(n) for n in entry["row_groups"]))
     return Scan(count)  # a count only: a tar/JSONL/Parquet reader scans the shard when it reads
+
+
+def _entry_layout(entry: Mapping[str, Any]) -> TarLayout | None:
+    """A tar's layout from an index entry; None when the entry has none (or a malformed one:
+    the items are then parsed from their bytes, as without a layout)."""
+    lay = entry.get("tar_layout")
+    if not isinstance(lay, Mapping):
+        return None
+    try:
+        dtype = lay["dtype"]
+        if dtype not in ("<i4", "<i8"):
+            return None
+        layout = TarLayout(
+            tuple(str(e) for e in lay["exts"]),
+            _unb64(lay["fields"], dtype).reshape(-1, 3),
+            _unb64(lay["field_starts"], dtype),
+            _unb64(lay["keys"], dtype).reshape(-1, 2),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    count = int(entry["count"])
+    if len(layout.field_starts) != count + 1 or len(layout.keys) != count:
+        return None
+    return layout
 
 
 def default_cache_dir() -> Path:

@@ -92,6 +92,16 @@ class Storage:
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"{name}={value!r} must be a number of seconds > 0")
 
+    def remote(self, paths: tuple[str, ...] | list[str]) -> bool:
+        """True when any of ``paths`` is a URL (read over a network, where each request costs
+        milliseconds: readers then fetch whole blocks, not batch spans).
+
+        Example:
+            >>> Storage().remote(["a.tar", "s3://b/c.tar"]), Storage().remote(["a.tar"])
+            (True, False)
+        """
+        return any(is_url(p) for p in paths)
+
     # -- the three operations -------------------------------------------------------------------
 
     def identity(self, path: str) -> dict[str, Any]:

@@ -38,12 +38,19 @@ class TarMember:
         header_offset (int): where its first header (pax or long-name header included) starts.
         end_offset (int): where the next header starts (its data rounded up to 512 bytes).
         data (bytes | None): its content, when read with ``with_data=True``.
+        data_offset (int): where its content starts.
+        size (int): its content's length, in bytes.
+        name_offset (int): where the bytes of ``name`` (UTF-8) lie in the stream, or -1 when
+            they are not one contiguous run (a ustar name with a prefix).
     """
 
     name: str
     header_offset: int
     end_offset: int
     data: bytes | None
+    data_offset: int = 0
+    size: int = 0
+    name_offset: int = -1
 
 
 def group_key(name: str) -> str:
@@ -72,13 +79,37 @@ def _checked(header: bytes, offset: int) -> None:
         raise TarError(f"bad header checksum at byte {offset}")
 
 
-def _pax_path(data: bytes) -> str | None:
+def _pax_path(data: bytes) -> tuple[str, int] | None:
+    """The ``path`` record of pax data, and where its value starts in ``data``."""
+    at = 0
     for record in data.split(b"\n"):
-        _, _, kv = record.partition(b" ")
+        length, _, kv = record.partition(b" ")
         key, _, value = kv.partition(b"=")
         if key == b"path":
-            return value.decode("utf-8")
+            return value.decode("utf-8"), at + len(length) + 1 + len(key) + 1
+        at += len(record) + 1
     return None
+
+
+def header_ok(header: bytes) -> bool:
+    """True when ``header`` is one 512-byte tar header block with a valid checksum: the cheap
+    check that a ranged read still starts where an item's header was counted.
+
+    Example:
+        >>> import io, tarfile
+        >>> buf = io.BytesIO()
+        >>> with tarfile.open(fileobj=buf, mode="w") as t:
+        ...     t.addfile(tarfile.TarInfo("a.txt"), io.BytesIO(b""))
+        >>> header_ok(buf.getvalue()[:512]), header_ok(bytes(512))
+        (True, False)
+    """
+    if len(header) != _BLOCK or header == b"\0" * _BLOCK:
+        return False
+    try:
+        _checked(header, 0)
+    except (TarError, ValueError):
+        return False
+    return True
 
 
 def read_members(f: IO[bytes], *, with_data: bool, require_end: bool = True) -> Iterator[TarMember]:
@@ -99,7 +130,7 @@ def read_members(f: IO[bytes], *, with_data: bool, require_end: bool = True) -> 
     """
     total = f.seek(0, 2)
     pos = f.seek(0)
-    start, long_name = None, None
+    start, long_name, long_at = None, None, -1
     while True:
         header = f.read(_BLOCK)
         if header == b"\0" * _BLOCK:
@@ -114,10 +145,11 @@ def read_members(f: IO[bytes], *, with_data: bool, require_end: bool = True) -> 
             raise TarError(f"stream ends inside a header at byte {pos}")
         _checked(header, pos)
         start = pos if start is None else start
+        header_at, data_at = pos, pos + _BLOCK
         size = _octal(header[124:136])
         kind = header[156:157]
-        data_end = pos + _BLOCK + size
-        padded_end = pos + _BLOCK + -(-size // _BLOCK) * _BLOCK
+        data_end = data_at + size
+        padded_end = data_at + -(-size // _BLOCK) * _BLOCK
         if data_end > total or padded_end > total:
             raise TarError(
                 f"member at byte {pos} needs {size} bytes of data; the stream ends first",
@@ -129,14 +161,22 @@ def read_members(f: IO[bytes], *, with_data: bool, require_end: bool = True) -> 
         pos = padded_end
         if kind in (b"x", b"L"):
             assert data is not None
-            long_name = _pax_path(data) if kind == b"x" else data.rstrip(b"\0").decode("utf-8")
+            if kind == b"L":
+                long_name, long_at = data.rstrip(b"\0").decode("utf-8"), data_at
+            else:
+                found = _pax_path(data)
+                long_name, long_at = (None, -1) if found is None else (found[0], data_at + found[1])
             continue
         if kind not in (b"0", b"\0", b"7"):
             start, long_name = None, None  # directory, link, global header: no item
             continue
-        name = long_name or _name(header)
-        yield TarMember(name, start, padded_end, data)
-        start, long_name = None, None
+        if long_name:
+            name, name_at = long_name, long_at
+        else:
+            prefixed = header[257:262] == b"ustar" and header[345:346] not in (b"\0", b"")
+            name, name_at = _name(header), -1 if prefixed else header_at
+        yield TarMember(name, start, padded_end, data, data_at, size, name_at)
+        start, long_name, long_at = None, None, -1
 
 
 def _name(header: bytes) -> str:
