@@ -111,3 +111,11 @@ def test_a_ready_index_must_cover_every_shard(tmp_path: Path) -> None:
         shard_dataset([str(t) for t in tars], index={str(tars[0]): 2})
     with pytest.raises(ConfigError, match=r"negative count"):
         shard_dataset([str(t) for t in tars], index={str(tars[0]): 2, str(tars[1]): -1})
+
+
+def test_a_transform_that_is_not_callable_is_refused_at_once(tmp_path) -> None:
+    """A user's slip (the function's name as a string) is a ConfigError naming transform when
+    the dataset is made, not a bare TypeError at the first item read."""
+    paths = [str(p) for p in numbered_jsonl(tmp_path, [3])]
+    with pytest.raises(ConfigError, match=r"transform='decode' is not callable; pass a function"):
+        shard_dataset(paths, transform="decode", cache_dir=tmp_path, progress=False)

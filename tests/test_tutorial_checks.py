@@ -984,6 +984,7 @@ def test_nb14_exercise_2_blocks_of_eight(shards14: Any) -> None:
     hints(nb14.exercise_2(ds8, sixty_four), "you divided by 64")
     hints(nb14.exercise_2(ds8, set(list(blocks)[1:])), "are not the blocks of rank 0's first batch")
     hints(nb14.exercise_2(ds8, len(blocks)), "give the (shard, block) pairs")
+    hints(nb14.exercise_2(ds8, first), "is not a (shard, block) pair", "digits8.locate")
     hints(nb14.exercise_2([1, 2], blocks), "pass the shard_dataset you opened")
 
 

@@ -137,6 +137,12 @@ def _exercise_2(digits8: Any, blocks8: Any) -> str:
         isinstance(blocks8, (set, list, tuple)),
         f"blocks8 is a {type(blocks8).__name__}; give the (shard, block) pairs as a set or list",
     )
+    for p in blocks8:
+        require(
+            isinstance(p, (tuple, list)) and len(p) == 2,
+            f"{p!r} is not a (shard, block) pair: map each index of the batch with "
+            "digits8.locate(i) to (shard, item) and keep (shard, item // 8)",
+        )
     got = {tuple(p) for p in blocks8}
     require(
         got != {(s, item // 64) for s, item in where} or got == truth,

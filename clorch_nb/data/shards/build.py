@@ -117,6 +117,11 @@ def shard_dataset(
         >>> ds.get_size(), ds.get_item(4)
         (6, {'x': 4})
     """
+    if transform is not None and not callable(transform):
+        raise ConfigError(
+            f"transform={transform!r} is not callable; pass a function item -> item (a "
+            "module-level one, so process workers can import it), or None"
+        )
     opts = dict(storage_options or {})
     storage = Storage(opts, timeout_s=timeout_s, retries=retries)
     paths = expand_sources(sources, storage_options=opts)
