@@ -121,7 +121,7 @@ _INTERRUPTED = """
 import os, signal, time
 from multiprocessing import forkserver
 if __name__ == "__main__":
-    from clorch_nb.data.workers.warm_start import start_forkserver
+    from clorch_nb.warm_start import start_forkserver
     start_forkserver(background=True)
     deadline = time.monotonic() + 30
     while getattr(forkserver._forkserver, "_forkserver_pid", None) is None:

@@ -6,7 +6,7 @@ shard files on disk or in a bucket (:func:`shard_dataset`), the loader (:func:`d
 sharding (:func:`distributed_sampler`, :func:`set_epoch`, :func:`sample_indices`), batch replay
 (:func:`replay`, :func:`batch_ref`), collation (:func:`default_collate`, :func:`pad_collate`),
 :func:`cleanup_data`, and :func:`start_forkserver` (done at import in IPython and Jupyter, see
-:mod:`~clorch_nb.data.workers.warm_start`).
+:mod:`~clorch_nb.warm_start`).
 
 Example:
     >>> import torch
@@ -50,9 +50,8 @@ from clorch_nb.data.shards import ShardDataset, shard_dataset
 from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
-from clorch_nb.data.workers import warm_start
 from clorch_nb.data.workers.base import WorkerPool
-from clorch_nb.data.workers.warm_start import start_forkserver
+from clorch_nb.warm_start import start_forkserver
 
 __all__ = [
     "BatchRef",
@@ -101,7 +100,3 @@ __all__ = [
     "start_forkserver",
     "tensor_dataset",
 ]
-
-# In IPython / Jupyter (or with CLORCH_NB_START_FORKSERVER=1): the forkserver process workers
-# fork from starts now, in the background, so the first process loader finds it ready.
-warm_start.start_at_import()

@@ -16,6 +16,7 @@ from clorch_nb.data.workers.child import WorkerConfig, worker_main
 from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
 from clorch_nb.data.workers.task_pipe import TaskPipe
 from clorch_nb.errors import WorkerError
+from clorch_nb.warm_start import forkserver_context
 
 __all__ = ["StartMethod", "WorkerHandle", "death_error", "start_worker", "worker_context"]
 
@@ -27,19 +28,9 @@ def worker_context(start_method: StartMethod | None) -> Any:
     worker module, so a start costs a fork) where available, else spawn; never fork."""
     methods = mp.get_all_start_methods()
     method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
-    ctx = mp.get_context(method)
     if method == "forkserver":
-        # Preload torch + the worker module in the server once, so a worker starts in
-        # milliseconds. Only takes effect if the server is not running yet; keeps the caller's
-        # own preload list.
-        from multiprocessing import forkserver
-
-        current = list(getattr(forkserver._forkserver, "_preload_modules", ["__main__"]))
-        if "clorch_nb.data.workers.child" not in current:
-            # ours first: clorch_nb's first import makes the server ignore SIGINT before any
-            # module imports torch (clorch_nb/_forkserver_signals.py)
-            ctx.set_forkserver_preload(["clorch_nb.data.workers.child", *current])
-    return ctx
+        return forkserver_context()  # torch and the worker module preloaded, ours first
+    return mp.get_context(method)
 
 
 @dataclass(eq=False)

@@ -106,15 +106,7 @@ class WorkerWorld:
     @classmethod
     def capture(cls, files: tuple[str, ...]) -> WorkerWorld:
         """The kernel's world now, for the code ``files`` (from :func:`code_files`)."""
-        stats = []
-        for path in files:
-            try:
-                st = os.stat(path)
-            except OSError:
-                stats.append((path, -1, -1))
-            else:
-                stats.append((path, st.st_mtime_ns, st.st_size))
-        return cls(tuple(sorted(os.environ.items())), tuple(stats))
+        return cls(tuple(sorted(os.environ.items())), tuple((p, *_stamp(p)) for p in files))
 
     def changes(self) -> list[str]:
         """What differs in the kernel now from when this world was captured, in words
@@ -127,9 +119,17 @@ class WorkerWorld:
             out.append(
                 f"os.environ changed ({', '.join(keys[:5])}{'...' if len(keys) > 5 else ''})"
             )
-        edited = [
-            path for path, *was in self.files if [*WorkerWorld.capture((path,)).files[0][1:]] != was
-        ]
+        # one stat per file (checked at every epoch start of every process worker)
+        edited = [path for path, *was in self.files if _stamp(path) != tuple(was)]
         if edited:
             out.append(f"code edited ({', '.join(os.path.basename(p) for p in edited)})")
         return out
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    """``(mtime_ns, size)`` of ``path``; ``(-1, -1)`` when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return -1, -1
+    return st.st_mtime_ns, st.st_size
