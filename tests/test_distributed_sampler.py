@@ -483,3 +483,26 @@ def test_shard_plan_validation():
         data.shard_plan(10, 0)
     with pytest.raises(ConfigError, match=r"size=-3 must be >= 0"):
         data.shard_plan(-3, 2)
+
+
+@pytest.mark.parametrize("args", [(2, 0, False), (2, 0, True, 42), (2, 0, False, 7, True)])
+def test_torchs_positional_order_is_refused_not_misread(args):
+    """torch's DistributedSampler takes (dataset, num_replicas, rank, shuffle, seed, ...); ours
+    has seed before shuffle (clorch.data's order). torch's positional call used to run with
+    seed=False (0) and shuffle=True, a silently different order; now the bool seed is refused
+    naming both orders and the fix."""
+    with pytest.raises(ConfigError, match=r"seed=(False|True) is a bool.*by keyword"):
+        data.distributed_sampler(10, *args)
+    # the keyword call gives torch's indices
+    ours = data.distributed_sampler(10, num_replicas=2, rank=0, shuffle=False, seed=7)
+    theirs = torch.utils.data.DistributedSampler(range(10), 2, 0, False, 7)
+    assert ours.sample_indices() == list(theirs)
+
+
+def test_a_rank_without_num_replicas_says_to_pass_the_world_size(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(ConfigError, match=r"rank=1 is outside 0\.\.0 .*pass num_replicas="):
+        data.distributed_sampler(10, rank=1)
+    with pytest.raises(ConfigError, match=r"rank=2 is outside 0\.\.1 for num_replicas=2; pass"):
+        data.distributed_sampler(10, num_replicas=2, rank=2)

@@ -107,9 +107,23 @@ class SamplerSettings:
         check_int("size", self.size, minimum=0)
         check_int("num_replicas", self.num_replicas, minimum=1)
         if not 0 <= check_int("rank", self.rank) < self.num_replicas:
+            alone = (
+                " (one rank: no process group, WORLD_SIZE or num_replicas= said more): pass "
+                "num_replicas= (the world size) with rank=, or launch with torchrun"
+                if self.num_replicas == 1 and self.rank > 0
+                else ""
+            )
             raise ConfigError(
                 f"rank={self.rank} is outside 0..{self.num_replicas - 1} for "
-                f"num_replicas={self.num_replicas}; pass the global rank (RANK, not LOCAL_RANK)"
+                f"num_replicas={self.num_replicas}{alone}; pass the global rank (RANK, not "
+                "LOCAL_RANK)"
+            )
+        if isinstance(self.seed, bool):  # torch's order puts shuffle where ours has seed
+            raise ConfigError(
+                f"seed={self.seed!r} is a bool: torch's DistributedSampler takes (dataset, "
+                "num_replicas, rank, shuffle, seed, drop_last) but distributed_sampler takes "
+                "(n_or_dataset, num_replicas, rank, seed, shuffle, drop_last), as clorch.data "
+                "does; pass shuffle= and seed= by keyword"
             )
         check_seed(self.seed)
         check_bool("shuffle", self.shuffle)
@@ -335,7 +349,9 @@ def distributed_sampler(
 
     Same indices as ``torch.utils.data.DistributedSampler(dataset, num_replicas, rank,
     shuffle, seed, drop_last)`` for every setting (see the module docstring for the algorithm
-    and which positions are padding).
+    and which positions are padding). Mind the order: here ``seed`` comes before ``shuffle``
+    (``clorch.data``'s order); a bool where the seed goes is refused, so torch's positional
+    call fails loudly instead of shuffling with the wrong seed. Pass them by keyword.
 
     Args:
         n_or_dataset (int | Dataset): the dataset size ``N``, or a dataset (its size is read).
@@ -354,7 +370,8 @@ def distributed_sampler(
     Raises:
         ConfigError (a ValueError): ``num_replicas < 1``; ``rank`` outside ``0..R-1``; malformed
             or half-set ``WORLD_SIZE``/``RANK``; ``drop_last=True`` with ``shard_mode="disjoint"``;
-            a seed that is not an int in ``-2**63..2**64-1`` (what ``torch.Generator`` takes);
+            a seed that is not an int in ``-2**63..2**64-1`` (what ``torch.Generator`` takes),
+            or a bool there (torch's positional ``shuffle``);
             ``n_or_dataset`` neither a size nor a dataset.
 
     Example:
