@@ -81,11 +81,14 @@ def table(rows: list[Row]) -> str:
 
 
 def _title(path: Path) -> str:
-    """The first heading of a results file (without its ``#``), or its name."""
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("#"):
-            return line.lstrip("#").strip()
-    return path.name
+    """What a results file is: its first heading, or for a file this command wrote (they all
+    share one heading) the line saying which command wrote it and when."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    heading = next((ln.lstrip("#").strip() for ln in lines if ln.startswith("#")), path.name)
+    written = next((ln for ln in lines if ln.startswith("Written by `")), None)
+    if written is not None:  # "Written by `cmd` on date in N s; do not edit ..."
+        return "a run of this command: " + written.split(";", 1)[0][len("Written by ") :]
+    return heading
 
 
 def render(

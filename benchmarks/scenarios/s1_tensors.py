@@ -180,6 +180,10 @@ def _overhead_row(case: str, bs: int, ours: Series, isel: Series) -> Row:
             f"≤ {GOAL_OVERHEAD_S * 1e6:g} µs (issue 23)",
             None if diff is None else diff <= GOAL_OVERHEAD_S,
         ),
+        why="the Python of the one Epoch loop every backend shares (generator and next() with "
+        "its lock, a BatchTask and a BatchResult, the autograd check, the stats) plus the y "
+        "gather the bare baseline does not do; no piece is above ~3 µs "
+        "(profile: benchmarks/results/issue23.md)",
         note="median over rounds of (ours − index_select) µs/batch, "
         + f"{len(pairs)} rounds: "
         + ", ".join(f"{p * 1e6:.1f}" for p in sorted(pairs)),
