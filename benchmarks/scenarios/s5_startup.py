@@ -280,6 +280,10 @@ def run(ctx: Context) -> list[Row]:
                 None if v is None else v <= NOTEBOOK_GOAL_S,
             ),
             note=process_note(ctx) or "workers start in the background when the loader is made",
+            why="a script (not IPython, not opted in) starts the forkserver when the loader is "
+            f"built, and its torch import ({t_torch:.2f} s in this run) outlasts the "
+            f"{NOTEBOOK_PAUSE_S:g} s pause; CLORCH_NB_START_FORKSERVER=1 or "
+            "data.start_forkserver() early in the script overlaps it with the script's set-up",
         )
     )
     for b in ("process", "thread"):
