@@ -283,6 +283,49 @@ def test_close_from_another_thread_ends_the_consumers_next(backend: dict[str, An
         next(it)  # silent StopIteration after batches were lost
 
 
+class _GatedSampler:
+    """Sequential order; its first ``__iter__`` (made inside ``iter(loader)``) waits for a gate."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.entered, self.gate = n, threading.Event(), threading.Event()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Any:
+        if not self.entered.is_set():
+            self.entered.set()
+            assert self.gate.wait(30)
+        return iter(range(self.n))
+
+
+def test_close_during_iter_from_another_thread_stops_the_new_epoch(
+    backend: dict[str, Any],
+) -> None:
+    """close() from another thread while iter(loader) is still opening the epoch (soak seed 2,
+    episode 1008: it closed the pool the new epoch had just opened, and next() raised the pool's
+    "this process pool is closed" WorkerError). Now close() waits for iter() to return, then
+    stops that epoch: next() raises LoaderClosedError, and the loader iterates again."""
+    sampler = _GatedSampler(6)
+    dl = loader(fixtures.ds(6), backend, batch_size=2, sampler=sampler)
+    got: list[Any] = []
+    opener = threading.Thread(target=lambda: got.append(iter(dl)))
+    opener.start()
+    assert sampler.entered.wait(30)  # iter() is inside the sampler now
+    closer = threading.Thread(target=dl.close)
+    closer.start()
+    closer.join(0.3)
+    assert closer.is_alive(), "close() did not wait for the iter() in progress"
+    sampler.gate.set()
+    opener.join(30)
+    closer.join(30)
+    assert not opener.is_alive() and not closer.is_alive()
+    with pytest.raises(LoaderClosedError, match="closed"):
+        next(got[0])
+    assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
+    dl.close()
+
+
 # -- what keeps a dropped loader's workers alive -------------------------------------------------
 
 

@@ -30,6 +30,7 @@ from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import BatchResult, BatchTask, WorkerPool
+from clorch_nb.errors import WorkerError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus, LoaderStats
 
 __all__ = ["Epoch", "EpochPosition", "Stage"]
@@ -243,10 +244,11 @@ class Epoch:
                 next_yield += 1
                 self._delivered = next_yield
                 yield batch
-        except BaseException:
+        except BaseException as exc:
             ready.clear()  # this frame lives on in the error's traceback: hold no batch
             result = batch = None
             self._abandon(pool, broken=broken, started=started)
+            _closed_meanwhile(stop, exc)
             raise
         self._finish()
 
@@ -313,10 +315,11 @@ class Epoch:
                 self._ahead.add(index)
                 self._advance(n)
                 yield batch
-        except BaseException:
+        except BaseException as exc:
             ready.clear()  # this frame lives on in the error's traceback: hold no batch
             result = batch = None
             self._abandon(pool, broken=broken, started=started)
+            _closed_meanwhile(stop, exc)
             raise
         self._finish()
 
@@ -370,6 +373,15 @@ class Epoch:
             self.events.emit(
                 EpochEvent(kind, self.epoch, n, self.backend, self.num_workers, time.perf_counter())
             )
+
+
+def _closed_meanwhile(stop: StopRequest, exc: BaseException) -> None:
+    """A pool error while a stop is requested came from ``loader.close()`` on another thread
+    closing the pool under this epoch (between the last check and a pool call): raise what
+    that close means, :class:`~clorch_nb.errors.LoaderClosedError` (the pool's error is its
+    ``__context__``), not "this process pool is closed"."""
+    if stop.requested and isinstance(exc, WorkerError):
+        stop.check()
 
 
 def _event(

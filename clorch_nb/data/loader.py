@@ -21,6 +21,7 @@ loader owns what outlives an epoch: the options (one frozen
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
@@ -130,6 +131,10 @@ class LoaderEngine:
             parent_arena=self._delivery.parent_arena(),
         )
         self._active: weakref.ref[EpochIterator] | None = None
+        # iter() (stop the open epoch, open the next, register it) and close() from another
+        # thread take turns: a close() in the middle of an iter() used to close the pool the
+        # new epoch had just opened, before that epoch was registered to be told
+        self._lifecycle = threading.RLock()
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
         # Delivery stages applied to each batch as it is received, in plan order (data/epoch.py):
         # pinning, when batches stay on the host (data/delivery.py)
@@ -171,6 +176,10 @@ class LoaderEngine:
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
+        with self._lifecycle:
+            return self._open_epoch()
+
+    def _open_epoch(self) -> EpochIterator:
         saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
         also_done = () if self._resume is None else self._resume.also_done  # not built again
         epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
@@ -319,11 +328,12 @@ class LoaderEngine:
         :class:`~clorch_nb.errors.LoaderClosedError` at once. After an interrupted call
         (Ctrl-C), a second one finishes what the first began.
         """
-        self._stop_active(
-            why="the loader was closed (loader.close())"
-        )  # its next() raises, never ends
-        self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
-        self._delivery.close()  # copies in flight, the pin thread
+        with self._lifecycle:
+            self._stop_active(
+                why="the loader was closed (loader.close())"
+            )  # its next() raises, never ends
+            self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
+            self._delivery.close()  # copies in flight, the pin thread
 
     def describe(self) -> str:
         """Where batches are built and how they reach the loop: the worker backend, the
