@@ -87,16 +87,7 @@ def choose_worker_backend(
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
         return "thread"
     if spec is None and not SharedTensors.supports(dataset):
-        what = getattr(getattr(dataset, "_get_item", None), "__qualname__", type(dataset).__name__)
-        raise ConfigError(
-            f"worker_backend='process' needs a dataset with a process_spec: worker processes "
-            f"rebuild the dataset by calling a factory instead of pickling it (its get_item, "
-            f"{what}, cannot be sent to another process), and this dataset has none. Pass "
-            "process_spec={'factory': 'my_pkg.my_mod:make_dataset', 'args': [...]} to "
-            "data.dataset (the factory must live in an importable module, not "
-            "a notebook cell); for in-memory tensors use data.tensor_dataset(X, y), which process "
-            "workers share without a factory; or use worker_backend='thread'"
-        )
+        raise ConfigError(_no_process_spec(dataset, config))
     if not sendable(config.collate_fn):
         raise ConfigError(
             f"worker_backend='process' needs a collate_fn that can be sent to worker processes; "
@@ -233,3 +224,44 @@ def _close_slot(slot: PoolSlot) -> None:
     # second call to finish it.
     with deferred_sigint():
         slot.close()
+
+
+def _no_process_spec(dataset: Any, config: LoaderConfig) -> str:
+    """Why process workers cannot have this dataset, naming the option that asked for them,
+    what in the dataset stands in the way, and the fixes (the torch front's own last)."""
+    torch_front = config.start_method is not None and config.worker_backend == "process"
+    asked = (
+        f"multiprocessing_context={config.start_method!r} (process workers)"
+        if torch_front
+        else "worker_backend='process'"
+    )
+    transform = getattr(dataset, "transform", None)
+    get_item = getattr(dataset, "_get_item", None)
+    last = (
+        "or drop multiprocessing_context= (thread workers are then used)"
+        if torch_front
+        else "or use worker_backend='thread'"
+    )
+    if transform is not None and not sendable(transform):
+        return (
+            f"{asked} needs a dataset that worker processes can rebuild, and its "
+            f"transform={getattr(transform, '__qualname__', transform)!r} cannot be imported by "
+            "a worker (a lambda, or a function from a notebook cell or inside another "
+            f"function): define it at the top level of a .py module and pass that; {last}"
+        )
+    if get_item is not None:
+        blocker = (
+            f"it was built from get_item={getattr(get_item, '__qualname__', get_item)!r} "
+            "without a process_spec"
+        )
+    elif type(dataset).__name__ == "TorchMapDataset":
+        blocker = "a torch map-style Dataset object is not rebuilt in a worker"
+    else:
+        blocker = f"a {type(dataset).__name__} object is not rebuilt in a worker"
+    return (
+        f"{asked} needs a dataset that worker processes can rebuild (they call a factory "
+        f"instead of pickling the dataset), and {blocker}. Pass process_spec={{'factory': "
+        "'my_pkg.my_mod:make_dataset', 'args': [...]} to data.dataset (the factory must live "
+        "in an importable module, not a notebook cell); for in-memory tensors use "
+        f"data.tensor_dataset(X, y), which process workers share without a factory; {last}"
+    )
