@@ -58,3 +58,33 @@ def test_tune_returns_the_options_as_a_dict() -> None:
     assert dict(opts) == opts.report.kwargs and opts.report.choice is not None
     with data.dataloader(ds, batch_size=16, **opts) as loader:
         assert len(list(loader)) == 32
+
+
+def test_an_inline_choice_that_waits_for_data_says_workers_did_not_beat_it_here() -> None:
+    """The fresh-user trial saw the inline row's verdict advise workers ("workers (num_workers >=
+    2) ... would help") above "Chosen: inline ...: workers only added overhead". When the chosen
+    inline run waits for data most of the time, the choice now says the workers were measured
+    and did not beat it here, with the best one's ratio; a loop-bound inline keeps the old words."""
+    from clorch_nb.widgets.autotune_report import explain
+
+    def report(wait_share: float) -> tuple[TuneReport, Probe]:
+        r = TuneReport(
+            4.0, 0.05, [Setting("inline", 0), Setting("thread", 2), Setting("process", 2)]
+        )
+        inline = Probe(Setting("inline", 0), 400.0, wait_share, 30, 0.6, "data-bound: inline")
+        r.runs += [
+            inline,
+            Probe(Setting("thread", 2), 300.0, 0.98, 31, 0.6, "data-bound: threads"),
+            Probe(Setting("process", 2), 380.0, 0.97, 29, 0.6, "data-bound: processes"),
+        ]
+        return r, inline
+
+    r, inline = report(0.9)
+    text = explain(r, inline, inline)
+    assert text.startswith("Chosen: inline (num_workers=0), 400 items/s, the fastest measured: ")
+    assert (
+        "workers did not beat it on this machine (the best, process x2, ran 0.95x inline)" in text
+    )
+    assert "only added overhead" not in text
+    r, inline = report(0.2)
+    assert "workers only added overhead" in explain(r, inline, inline)

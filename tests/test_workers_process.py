@@ -478,3 +478,38 @@ def test_a_factory_may_return_a_torch_dataset() -> None:
         ds, batch_size=2, shuffle=False, num_workers=2, worker_backend="process"
     ) as dl:
         assert [idx(b) for b in dl] == [[0, 1], [2, 3], [4, 5]]
+
+
+_NO_GUARD = """
+import torch
+from clorch_nb import data
+ds = data.tensor_dataset(torch.arange(8.0), torch.arange(8))
+print("TOP LEVEL", flush=True)
+try:
+    for b in data.dataloader(ds, batch_size=2, num_workers=2, worker_backend="process"):
+        pass
+except Exception as exc:
+    if __name__ != "__main__":  # a worker re-running the script: fail as an unguarded one does
+        raise
+    print("ERROR", type(exc).__name__, exc, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_script_without_the_main_guard_is_told_to_add_it_first(tmp_path: Path) -> None:
+    """A script that iterates a process loader at its top level: each worker re-imports it and
+    exits with code 1 while starting. The error used to say "died ... while building batch 0"
+    and list the missing guard last of four causes; now it says the worker died starting, and
+    leads with the guard, naming the script."""
+    script = tmp_path / "no_guard.py"
+    script.write_text(_NO_GUARD)
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=110,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)), check=False,
+    )  # fmt: skip
+    # the workers print too (they re-run the script): the parent's error is the WorkerError
+    error = next((ln for ln in p.stdout.splitlines() if ln.startswith("ERROR WorkerError")), "")
+    assert error.startswith("ERROR WorkerError process worker "), p.stdout + p.stderr[-2000:]
+    assert "exited with code 1 while starting, before building batch 0" in error
+    assert "needs `if __name__ == '__main__':` around its loop" in error
+    assert "re-imports the main script (no_guard.py)" in error

@@ -308,6 +308,16 @@ def explain(report: TuneReport, pick: Probe, best: Probe) -> str:
     if s.worker_backend == "inline" and best is not pick:
         reasons.append("workers would cost more for little gain")
     elif s.worker_backend == "inline":
-        reasons.append("workers only added overhead")
+        workers = [p for st, p in ok.items() if st.worker_backend != "inline"]
+        if workers and pick.wait_share >= 0.5:
+            # its own row's verdict says workers would help: say that here they did not
+            w = max(workers, key=lambda p: p.items_per_s)
+            reasons.append(
+                f"although it waits for data most of the time, workers did not beat it on "
+                f"this machine (the best, {w.setting.label}, ran "
+                f"{w.items_per_s / pick.items_per_s:.2f}x inline)"
+            )
+        else:
+            reasons.append("workers only added overhead")
     reasons.append(f"the loop waits for data {pick.wait_share:.0%} of the time")
     return f"{head}: " + "; ".join(reasons) + "."

@@ -5,6 +5,8 @@ keeps for it, and the error its death gives."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -129,6 +131,20 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
     bi, first = min(held.items())
     others = sorted(b for b in held if b != bi)
     queued = f"; batch(es) {others} were queued behind it (not started)" if others else ""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if status == "exit code 1" and w.started is None and not w.carried and main_file:
+        # it never finished starting: the usual cause is a script without the main guard (its
+        # workers re-import it, and its top level starts workers again inside them)
+        return WorkerError(
+            f"{w.where} exited with code 1 while starting, before building batch {bi}. A "
+            f"script that starts process workers needs `if __name__ == '__main__':` around "
+            f"its loop: each worker re-imports the main script ({os.path.basename(main_file)}), "
+            "so code at its top level runs again in every worker, and a loader iterated there "
+            "starts workers inside the workers (Python's 'An attempt has been made to start a "
+            "new process before the current process has finished its bootstrapping phase', "
+            "printed above, says the same). Otherwise, the worker's own traceback above names "
+            "what failed at import. The epoch is stopped; or use worker_backend='thread'"
+        )
     return WorkerError(
         f"{w.where} died with {status} while building batch {bi} (dataset "
         f"indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
