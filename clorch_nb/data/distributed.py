@@ -42,6 +42,7 @@ import torch
 
 from clorch_nb import dist
 from clorch_nb._checks import check_bool, check_int
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.shard_plan import (
     ShardMode,
     ShardPlan,
@@ -303,16 +304,17 @@ class DistributedSampler:
         """Every rank's shard for the current epoch (what the shard view draws)."""
         return self.settings.plan(self.epoch)
 
-    def note_iteration(self, stacklevel: int = 3) -> None:
+    def note_iteration(self, stacklevel: int | None = None) -> None:
         """Record that the current epoch is being iterated; warn (once) when a shuffling
-        sampler is iterated twice at the same epoch (``set_epoch`` forgotten)."""
+        sampler is iterated twice at the same epoch (``set_epoch`` forgotten). The warning names
+        the first frame outside clorch_nb (the user's ``for`` or ``iter()``), or ``stacklevel``."""
         if self.shuffle and self._last_iterated_epoch == self.epoch and not self._warned_same_epoch:
             self._warned_same_epoch = True
             warnings.warn(
                 f"DistributedSampler iterated twice at epoch {self.epoch}: every epoch repeats the "
                 "same order. Call data.set_epoch(sampler, epoch) at the start of each epoch",
                 UserWarning,
-                stacklevel=stacklevel,
+                stacklevel=user_stacklevel() if stacklevel is None else stacklevel,
             )
         self._last_iterated_epoch = self.epoch
 

@@ -176,54 +176,54 @@ class LoaderEngine:
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
+        # one frame, not a helper under the lock: release_frames() below must be able to clear
+        # every finished frame that holds this loader (an outer one would still be running)
         with self._lifecycle:
-            return self._open_epoch()
-
-    def _open_epoch(self) -> EpochIterator:
-        saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
-        also_done = () if self._resume is None else self._resume.also_done  # not built again
-        epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
-        self._stop_active(superseded_by=epoch)
-        if self._hooks.before_epoch(epoch) == "restart":
-            self.close()  # a replaced shared tensor: fresh workers map the new one
-        self._epoch = epoch
-        self.stats.epochs_started += 1
-        try:
-            base_seed = draw_base_seed(self.generator)
-            if saved is not None:
-                sampler_rng.restore(self.sampler, saved.order_rng)
-            self._epoch_rng = self._sampler_rng()
-            batches = pad_skipped(self._plan(), skip, self.config.drop_last)
-            if saved is not None and saved.order_digest is not None:
-                self._check_same_order(batches, saved.batches_done, saved.order_digest)
-        except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
-            release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
-            del self, exc
-            raise
-        run = Epoch(
-            epoch,
-            batches,
-            self._workers.open,
-            self.config,
-            self.events,
-            self.stats,
-            backend=self.worker_backend,
-            num_workers=self.config.num_workers,
-            start=start,
-            base_seed=base_seed,
-            stages=self._stages,
-            skipped=() if saved is None else skipped_records(saved.skipped),
-            on_end=None if self.config.persistent_workers else self._workers.close,
-            skip=also_done,
-            shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
-        )
-        self._run = run
-        stop = StopRequest()
-        # with a CUDA device=, the device feed copies batches ahead of the loop (data/delivery.py)
-        gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
-        it = EpochIterator(gen, stop, epoch, batches)
-        self._active = weakref.ref(it)
-        return it
+            saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
+            also_done = () if self._resume is None else self._resume.also_done  # not built again
+            epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
+            self._stop_active(superseded_by=epoch)
+            if self._hooks.before_epoch(epoch) == "restart":
+                self.close()  # a replaced shared tensor: fresh workers map the new one
+            self._epoch = epoch
+            self.stats.epochs_started += 1
+            try:
+                base_seed = draw_base_seed(self.generator)
+                if saved is not None:
+                    sampler_rng.restore(self.sampler, saved.order_rng)
+                self._epoch_rng = self._sampler_rng()
+                batches = pad_skipped(self._plan(), skip, self.config.drop_last)
+                if saved is not None and saved.order_digest is not None:
+                    self._check_same_order(batches, saved.batches_done, saved.order_digest)
+            except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
+                release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
+                del self, exc
+                raise
+            run = Epoch(
+                epoch,
+                batches,
+                self._workers.open,
+                self.config,
+                self.events,
+                self.stats,
+                backend=self.worker_backend,
+                num_workers=self.config.num_workers,
+                start=start,
+                base_seed=base_seed,
+                stages=self._stages,
+                skipped=() if saved is None else skipped_records(saved.skipped),
+                on_end=None if self.config.persistent_workers else self._workers.close,
+                skip=also_done,
+                shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
+            )
+            self._run = run
+            stop = StopRequest()
+            # with a CUDA device=, the device feed copies batches ahead of the loop
+            # (data/delivery.py)
+            gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
+            it = EpochIterator(gen, stop, epoch, batches)
+            self._active = weakref.ref(it)
+            return it
 
     def peek(self, batch_index: int = 0) -> Any:
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:

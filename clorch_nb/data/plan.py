@@ -149,7 +149,7 @@ def epoch_order(
 def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
     if isinstance(s, DistributedSampler):
         if note:
-            s.note_iteration(stacklevel=7)  # the warning points at the user's ``for``/``iter()``
+            s.note_iteration()  # its warning names the user's ``for``/``iter()``
         order = s.index_tensor()
     else:
         indices = list(iter(s))

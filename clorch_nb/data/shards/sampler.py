@@ -224,10 +224,10 @@ class ShardSampler(DistributedSampler):
             torch.distributed.all_gather(every, mine)
             check_equal_batches(wp, [int(t) for t in every])
 
-    def note_iteration(self, stacklevel: int = 3) -> None:
+    def note_iteration(self, stacklevel: int | None = None) -> None:
         """A real epoch starts (not a peek): the base class's check, then :meth:`check_ranks`
         (a collective when ``torch.distributed`` is initialised: every rank starts its epoch)."""
-        super().note_iteration(stacklevel + 1)
+        super().note_iteration(None if stacklevel is None else stacklevel + 1)
         fresh = self._resumed_here() == (None, 0)
         if fresh and self._resume_record is not None and self._resume_record[0] == self.epoch:
             self._resume_record = None  # the resumed epoch runs again afresh
