@@ -567,6 +567,7 @@ class DataLoader(LoaderEngine):
         device: str | torch.device | None = None,
         prefetch_to_device: int = 2,
         max_failures: int | float | None = None,
+        worker_backend: str | None = None,
     ) -> None:
         args = torch_loader_args(
             dataset,
@@ -586,6 +587,7 @@ class DataLoader(LoaderEngine):
             persistent_workers=persistent_workers,
             pin_memory_device=pin_memory_device,
             in_order=in_order,
+            worker_backend=worker_backend,
         )
         extras: dict[str, Any] = {"device": device, "prefetch_to_device": prefetch_to_device,
                   "max_failures": max_failures}  # fmt: skip
