@@ -40,7 +40,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 import torch
-import torch.multiprocessing  # noqa: F401 - registers the reductions that send storages as fds
+import torch.multiprocessing
 
 from clorch_nb.errors import NotShippableError
 
@@ -215,7 +215,7 @@ def check_shippable_fn(fn: Any, argument: str) -> None:
     check_shippable(fn, root=argument)
     try:
         cloudpickle.dumps(fn)
-    except Exception as exc:  # noqa: BLE001 - named for the user
+    except Exception as exc:
         path, failure = _locate(fn, argument, exc)
         raise NotShippableError(
             f"cannot send {argument}={getattr(fn, '__qualname__', fn)!r} to process workers: "

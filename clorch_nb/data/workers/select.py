@@ -35,7 +35,14 @@ from clorch_nb.data.workers.by_value import (
 from clorch_nb.data.workers.inline import InlinePool
 from clorch_nb.data.workers.sources import SharedTensors
 
-__all__ = ["PoolSlot", "choose_worker_backend", "make_pool", "sendable", "ship_by_value", "uses_get_batch"]
+__all__ = [
+    "PoolSlot",
+    "choose_worker_backend",
+    "make_pool",
+    "sendable",
+    "ship_by_value",
+    "uses_get_batch",
+]
 
 
 def sendable(fn: Any) -> bool:
@@ -116,8 +123,9 @@ def make_pool(
 
     A process pool rebuilds the dataset from its ``process_spec``; without one, a tensor
     dataset's tensors move to shared memory once and every worker maps them, and any other
-    dataset is sent by value (:func:`ship_by_value`). ``parent_arena`` makes the parent's side of each process
-    worker's arena (``pin_memory``'s registered slots; default :class:`ParentArena`).
+    dataset is sent by value (:func:`ship_by_value`). ``parent_arena`` makes the parent's side
+    of each process worker's arena (``pin_memory``'s registered slots; default
+    :class:`ParentArena`).
     """
     if backend == "inline":
         # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
