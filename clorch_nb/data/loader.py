@@ -619,15 +619,9 @@ class DataLoader(LoaderEngine):
     def _init_stream(self, dataset: Any, args: TorchLoaderArgs) -> None:
         """A torch IterableDataset: its epochs are a :class:`StreamLoader`'s."""
         c = args.config  # torch's rules for an iterable dataset: checked in torch_args
-        if c.start_method is not None:
-            raise ConfigError(
-                "a torch IterableDataset runs here or in thread workers, not in worker processes "
-                "(multiprocessing_context): clorch_nb rebuilds a dataset in a process from its "
-                "process_spec and never pickles it. Drop multiprocessing_context (threads), or "
-                "use data.shard_dataset"
-            )
         self.config, self.dataset, self.sampler = c, dataset, None
-        self.worker_backend = "thread" if c.num_workers else "inline"
+        processes = c.num_workers > 0 and c.worker_backend == "process"
+        self.worker_backend = "process" if processes else "thread" if c.num_workers else "inline"
         self._stream = StreamLoader(
             dataset,
             None if isinstance(c.collate_fn, Unbatched) else c.batch_size,
@@ -637,6 +631,10 @@ class DataLoader(LoaderEngine):
             prefetch_factor=c.prefetch_factor,
             timeout_s=c.timeout_s,
             worker_init_fn=c.worker_init_fn,
+            worker_backend=self.worker_backend,  # process: shipped by value, or refused, now
+            generator=args.generator,
+            start_method=c.start_method,
+            persistent_workers=c.persistent_workers,
         )
         self._made = True  # assigning torch's fixed attributes now raises
 
@@ -701,7 +699,12 @@ class IterableDataLoader(DataLoader):
         return self.stream.state_dict()
 
     def close(self) -> None:
-        """Nothing to stop: a stream's threads end with its epoch."""
+        """Stop the process workers, if any (a stream's threads end with its epoch)."""
+        self.stream.close()
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live process workers (``[]`` for threads or inline)."""
+        return self.stream.worker_pids()
 
 
 def dataloader(

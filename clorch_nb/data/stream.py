@@ -3,10 +3,11 @@ each worker iterates its own iterator over the dataset, ``get_worker_info()`` (t
 clorch_nb's) tells it which worker it is, and batches are taken from the workers in turn
 (round-robin, a worker that is done is skipped), as torch does.
 
-Where: on the consuming thread (``num_workers=0``) or in thread workers. Thread workers share
-the dataset object (torch's processes each get a copy): an ``__iter__`` that returns a fresh
-iterator is all that is needed. Process workers are refused: clorch_nb rebuilds a dataset in a
-worker process from a ``process_spec`` and never pickles it.
+Where: on the consuming thread (``num_workers=0``), in thread workers, or in process workers
+(:mod:`~clorch_nb.data.workers.iterable_process`: the dataset sent to each by value, a notebook
+cell's class included; torch's seeds and round-robin order). Thread workers share the dataset
+object (torch's processes each get a copy): an ``__iter__`` that returns a fresh iterator is all
+that is needed.
 
 Not resumable: the position of an iterable dataset is inside its iterators, so ``state_dict()``
 is refused (``data.shard_dataset`` is the exact, resumable form).
@@ -25,6 +26,7 @@ import torch
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
+from clorch_nb.data.workers.iterable_process import iterable_pool, torch_base_seed
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 
 __all__ = ["StreamLoader", "same_batch"]
@@ -68,10 +70,17 @@ class StreamLoader:
         num_workers (int): 0: this thread; ``k``: ``k`` threads.
         prefetch_factor (int): batches each thread may hold ahead.
         timeout_s (float | None): the longest wait for a worker's next batch.
-        worker_init_fn (Callable[[int], None] | None): called in each thread as it starts.
+        worker_init_fn (Callable[[int], None] | None): called in each worker as it starts.
+        worker_backend ("thread" | "process"): where ``num_workers > 0`` workers run.
+        generator (torch.Generator | None): process workers' base seed is drawn from it at each
+            ``iter()`` (torch's global RNG when None), as torch's.
+        start_method ("forkserver" | "spawn" | None): how process workers start.
+        persistent_workers (bool): process workers kept across epochs.
 
     Raises:
         ConfigError: a sampler, batch_sampler or shuffle (torch's rule for iterable datasets).
+        NotShippableError: process workers, and the dataset (or ``collate_fn``,
+            ``worker_init_fn``) holds something that cannot be sent to them.
 
     Example:
         >>> class Count(torch.utils.data.IterableDataset):
@@ -92,6 +101,10 @@ class StreamLoader:
         prefetch_factor: int = 2,
         timeout_s: float | None = None,
         worker_init_fn: Callable[[int], None] | None = None,
+        worker_backend: str = "thread",
+        generator: torch.Generator | None = None,
+        start_method: Any = None,
+        persistent_workers: bool = False,
     ) -> None:
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.collate_fn, self.num_workers = collate_fn, num_workers
@@ -99,6 +112,14 @@ class StreamLoader:
         self.worker_init_fn = worker_init_fn
         self._warned = False
         self._epoch = -1
+        self.generator = generator
+        # process workers (workers/iterable_process.py): the dataset is shipped (and refused by
+        # name if it cannot be) now, before any worker starts
+        self._processes = (
+            iterable_pool(self, start_method=start_method, persistent=persistent_workers)
+            if num_workers and worker_backend == "process"
+            else None
+        )
 
     def __len__(self) -> int:
         n = len(self.dataset)  # TypeError, as torch, when the dataset has no len()
@@ -110,7 +131,27 @@ class StreamLoader:
         self._epoch += 1
         if self.num_workers == 0:
             return self._batches(iter(self.dataset))
+        if self._processes is not None:  # torch's base seed, drawn at iter() as torch does
+            return self._from_processes(torch_base_seed(self.generator))
         return self._threads()
+
+    def _from_processes(self, base_seed: int) -> Iterator[Any]:
+        assert self._processes is not None
+        firsts: dict[int, Any] = {}
+        for w, batch in self._processes.epoch(self._epoch, base_seed):
+            if len(firsts) < 2 and w not in firsts:
+                firsts[w] = batch
+                self._check_replicas(firsts)
+            yield batch
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live process workers (``[]`` for threads or inline)."""
+        return [] if self._processes is None else self._processes.pids()
+
+    def close(self) -> None:
+        """Stop the process workers, if any (threads end with their epoch); idempotent."""
+        if self._processes is not None:
+            self._processes.close()
 
     def _batches(self, items: Iterator[Any]) -> Iterator[Any]:
         size = 1 if self.batch_size is None else self.batch_size
