@@ -100,11 +100,17 @@ def _what(obj: Any) -> str | None:
 
 
 def _by_value(fn: Any) -> bool:
-    """True for a function cloudpickle sends by value (its module is ``__main__`` or unknown):
-    what it closes over and the globals it names travel with it."""
-    return isinstance(fn, types.FunctionType) and (
-        fn.__module__ == "__main__" or fn.__module__ not in sys.modules
-    )
+    """True for a function cloudpickle sends by value (of ``__main__``, or not found under its
+    name in its module: a lambda, a local function): what it closes over and the globals it
+    names travel with it."""
+    if not isinstance(fn, types.FunctionType):
+        return False
+    obj: Any = sys.modules.get(fn.__module__)
+    if fn.__module__ == "__main__" or obj is None:
+        return True
+    for part in fn.__qualname__.split("."):
+        obj = getattr(obj, part, None)
+    return obj is not fn
 
 
 def _children(obj: Any) -> list[tuple[str, Any]]:
