@@ -361,7 +361,10 @@ class ByValue:
 
     @property
     def shared_bytes(self) -> int:
-        return sum(t.untyped_storage().nbytes() for t in self.shared)
+        storages = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in self.shared
+        }
+        return sum(storages.values())  # a view of a shared tensor adds nothing
 
     def redefined(self) -> list[str]:
         """The ``__main__`` classes and functions shipped whose name in ``__main__`` now holds
