@@ -118,7 +118,10 @@ def throughput(reps: int, units: int, n: int = 1024) -> dict[str, float]:
             ds, batch_size=32, num_workers=2, persistent_workers=True
         ),
         "torch, 2 workers (fork)": torch.utils.data.DataLoader(
-            ds, batch_size=32, num_workers=2, persistent_workers=True,
+            ds,
+            batch_size=32,
+            num_workers=2,
+            persistent_workers=True,
             multiprocessing_context="fork",
         ),  # fmt: skip
         "ours, inline": data.DataLoader(ds, batch_size=32),
@@ -230,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| loader | construct (ms) | to first batch (ms) | ship, pickling (ms) | pickled bytes |",
         "| --- | ---: | ---: | ---: | ---: |",
-        *(f"| {name} | {1e3 * made:.0f} | {1e3 * first:.0f} | {1e3 * ship:.1f} | {pickled} |"
-          for name, made, first, ship, pickled in starts),  # fmt: skip
+        *(
+            f"| {name} | {1e3 * made:.0f} | {1e3 * first:.0f} | {1e3 * ship:.1f} | {pickled} |"
+            for name, made, first, ship, pickled in starts
+        ),  # fmt: skip
         "",
         "By value pickles the dataset once (its 100 MiB tensor goes to shared memory, not into the "
         "pickle: the pickled bytes stay small); a `process_spec` rebuilds it in each worker (each "
@@ -241,8 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "| loader | epoch (ms) | ratio |",
         "| --- | ---: | ---: |",
-        *(f"| {k} | {1e3 * v:.0f} | {it['torch, 2 workers (fork)'] / v:.2f}x torch's speed |"
-          for k, v in it.items()),  # fmt: skip
+        *(
+            f"| {k} | {1e3 * v:.0f} | {it['torch, 2 workers (fork)'] / v:.2f}x torch's speed |"
+            for k, v in it.items()
+        ),  # fmt: skip
         "",
         "Same batches in the same order as torch's (checked in the run).",
         "",
