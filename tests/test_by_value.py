@@ -55,11 +55,13 @@ def _values(loader: Any) -> list[Any]:
 def test_cell_map_dataset_runs_in_process_workers_with_inline_batches() -> None:
     ns = F.run_cell(F.CELL_MAP)
     ds = ns["CellSquares"](10, big=5)
+    assert ByValue(ns["CellSquares"](1, big=2**20)).describe().endswith(", 4.0 MiB shared")
     assert type(ds).__module__ == "__main__"
     inline = [(b["sq"].tolist(), b["big"].tolist()) for b in data.DataLoader(ds, batch_size=3)]
     assert inline[0] == ([0, 1, 4], [0.0, 1.0, 2.0])
     with data.DataLoader(ds, batch_size=3, num_workers=2) as loader:
         assert loader.worker_backend == "process"  # torch's choice, not threads (issue 31)
+        assert loader.describe().startswith("process (num_workers=2, by value: ")
         got = [(b["sq"].tolist(), b["big"].tolist()) for b in loader]
     assert got == inline
 

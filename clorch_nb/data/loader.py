@@ -336,8 +336,8 @@ class LoaderEngine:
             self._delivery.close()  # copies in flight, the pin thread
 
     def describe(self) -> str:
-        """Where batches are built and how they reach the loop: the worker backend, the
-        ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
+        """Where batches are built and how they reach the loop: the worker backend (a dataset
+        sent by value: its pickled and shared sizes), the ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
 
         Example:
             >>> import torch
@@ -346,8 +346,10 @@ class LoaderEngine:
             >>> print(dataloader(ds, device="cpu").describe())
             inline (num_workers=0); pin_memory: off; device: cpu (no copy)
         """
+        shipped = getattr(getattr(self._workers.pool, "source", None), "describe", None)
+        how = f", {shipped()}" if callable(shipped) else ""  # by value: what each worker gets
         return (
-            f"{self.worker_backend} (num_workers={self.config.num_workers}); "
+            f"{self.worker_backend} (num_workers={self.config.num_workers}{how}); "
             f"{self._delivery.describe()}"
         )
 

@@ -388,6 +388,18 @@ class ByValue:
             self._ship()
         return [f"{what} redefined in __main__" for what in changed]
 
+    def describe(self) -> str:
+        """What each worker receives, in words.
+
+        Example:
+            >>> ByValue([torch.zeros(2**16)]).describe()
+            'by value: 0.0 KiB pickled per worker, 0.2 MiB shared'
+        """
+        return (
+            f"by value: {self.pickled_bytes / 1024:.1f} KiB pickled per worker, "
+            f"{self.shared_bytes / 2**20:.1f} MiB shared"
+        )
+
     def build(self) -> Any:
         """The dataset, as a worker rebuilds it (shared tensors mapped, not copied)."""
         return _Loader(io.BytesIO(self.blob), self.shared).load()
