@@ -337,7 +337,8 @@ class LoaderEngine:
 
     def describe(self) -> str:
         """Where batches are built and how they reach the loop: the worker backend (a dataset
-        sent by value: its pickled and shared sizes), the ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
+        sent by value: its pickled and shared sizes), the ``pin_memory`` path in use (and how
+        many batches took it so far) and the ``device``.
 
         Example:
             >>> import torch
