@@ -340,3 +340,26 @@ def test_an_unshippable_iterable_is_refused_by_name() -> None:
         assert data.DataLoader(ds, num_workers=2, worker_backend="thread").worker_backend == (
             "thread"
         )
+
+
+@pytest.mark.timeout(120)
+def test_iterable_worker_timeout_and_death_name_the_worker() -> None:
+    ns = F.run_cell(
+        "import os, time, torch\n"
+        "class Stalls(torch.utils.data.IterableDataset):\n"
+        "    def __init__(self, how):\n"
+        "        self.how = how\n"
+        "    def __iter__(self):\n"
+        "        if torch.utils.data.get_worker_info().id == 0:\n"
+        "            if self.how == 'sleep':\n"
+        "                time.sleep(30)\n"
+        "            os._exit(3)\n"
+        "        yield 1\n"
+    )
+    slow = data.DataLoader(ns["Stalls"]("sleep"), batch_size=None, num_workers=2, timeout=0.5)
+    with pytest.raises(RuntimeError, match=r"timed out after 0.5 seconds .*process worker 0"):
+        list(slow)
+    assert slow.worker_pids() == []  # the epoch's workers were stopped
+    dies = data.DataLoader(ns["Stalls"]("exit"), batch_size=None, num_workers=2)
+    with pytest.raises(RuntimeError, match=r"process worker 0 .* died with exit code 3"):
+        list(dies)
