@@ -634,10 +634,8 @@ class DataLoader(LoaderEngine):
             prefetch_factor=c.prefetch_factor,
             timeout_s=c.timeout_s,
             worker_init_fn=c.worker_init_fn,
-            worker_backend=self.worker_backend,  # process: shipped by value, or refused, now
             generator=args.generator,
-            start_method=c.start_method,
-            persistent_workers=c.persistent_workers,
+            processes=c if processes else None,  # shipped by value now, or refused by name
         )
         self._made = True  # assigning torch's fixed attributes now raises
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 import queue
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from clorch_nb._warn import user_stacklevel
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
 from clorch_nb.data.workers.iterable_process import iterable_pool, torch_base_seed
@@ -71,11 +73,10 @@ class StreamLoader:
         prefetch_factor (int): batches each thread may hold ahead.
         timeout_s (float | None): the longest wait for a worker's next batch.
         worker_init_fn (Callable[[int], None] | None): called in each worker as it starts.
-        worker_backend ("thread" | "process"): where ``num_workers > 0`` workers run.
         generator (torch.Generator | None): process workers' base seed is drawn from it at each
             ``iter()`` (torch's global RNG when None), as torch's.
-        start_method ("forkserver" | "spawn" | None): how process workers start.
-        persistent_workers (bool): process workers kept across epochs.
+        processes (LoaderConfig | None): the loader's config: ``num_workers`` process workers
+            (:func:`~clorch_nb.data.workers.iterable_process.iterable_pool`); None: threads.
 
     Raises:
         ConfigError: a sampler, batch_sampler or shuffle (torch's rule for iterable datasets).
@@ -101,10 +102,8 @@ class StreamLoader:
         prefetch_factor: int = 2,
         timeout_s: float | None = None,
         worker_init_fn: Callable[[int], None] | None = None,
-        worker_backend: str = "thread",
         generator: torch.Generator | None = None,
-        start_method: Any = None,
-        persistent_workers: bool = False,
+        processes: LoaderConfig | None = None,
     ) -> None:
         self.dataset, self.batch_size, self.drop_last = dataset, batch_size, drop_last
         self.collate_fn, self.num_workers = collate_fn, num_workers
@@ -115,11 +114,9 @@ class StreamLoader:
         self.generator = generator
         # process workers (workers/iterable_process.py): the dataset is shipped (and refused by
         # name if it cannot be) now, before any worker starts
-        self._processes = (
-            iterable_pool(self, start_method=start_method, persistent=persistent_workers)
-            if num_workers and worker_backend == "process"
-            else None
-        )
+        self._processes = None if processes is None else iterable_pool(dataset, processes)
+        if self._processes is not None:
+            weakref.finalize(self, self._processes.close)  # a dropped loader leaves no worker
 
     def __len__(self) -> int:
         n = len(self.dataset)  # TypeError, as torch, when the dataset has no len()

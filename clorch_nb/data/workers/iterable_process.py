@@ -34,7 +34,6 @@ import pickle
 import random
 import signal
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info
 from clorch_nb.data.workers import forwarded_warnings, shm
 from clorch_nb.data.workers.by_value import ByValue, check_shippable_fn, dumps_fn
@@ -388,26 +388,28 @@ class IterableProcessPool:
             w.proc.close()
 
 
-def iterable_pool(stream: Any, *, start_method: Any, persistent: bool) -> IterableProcessPool:
-    """The process workers of a :class:`~clorch_nb.data.stream.StreamLoader` (its dataset,
-    batching, collate, worker_init_fn, prefetch and timeout); the dataset is shipped now.
+def iterable_pool(dataset: Any, config: LoaderConfig) -> IterableProcessPool:
+    """The process workers of an iterable loader: ``dataset`` shipped now (so a refusal comes
+    before any worker starts), the rest from the loader's ``config`` (``batch_size`` 1 with an
+    ``Unbatched`` collate for torch's ``batch_size=None``; ``drop_last``, ``collate_fn``,
+    ``worker_init_fn``, ``prefetch_factor``, ``timeout_s``, ``start_method``,
+    ``persistent_workers``). Whoever holds the pool closes it (and a ``weakref.finalize`` on its
+    owner, see :meth:`IterableProcessPool.close`).
 
     Raises:
         NotShippableError: the dataset, ``collate_fn`` or ``worker_init_fn`` cannot be sent.
     """
-    check_shippable_fn(stream.collate_fn, "collate_fn")
-    check_shippable_fn(stream.worker_init_fn, "worker_init_fn")
-    pool = IterableProcessPool(
-        ByValue(stream.dataset),
-        num_workers=stream.num_workers,
-        batch_size=1 if stream.batch_size is None else stream.batch_size,
-        drop_last=stream.drop_last,
-        collate_fn=stream.collate_fn,
-        worker_init_fn=stream.worker_init_fn,
-        prefetch_factor=stream.prefetch_factor,
-        timeout_s=stream.timeout_s,
-        start_method=start_method,
-        persistent=persistent,
+    check_shippable_fn(config.collate_fn, "collate_fn")
+    check_shippable_fn(config.worker_init_fn, "worker_init_fn")
+    return IterableProcessPool(
+        ByValue(dataset),
+        num_workers=config.num_workers,
+        batch_size=config.batch_size or 1,
+        drop_last=config.drop_last,
+        collate_fn=config.collate_fn,
+        worker_init_fn=config.worker_init_fn,
+        prefetch_factor=config.prefetch_factor,
+        timeout_s=config.timeout_s,
+        start_method=config.start_method,
+        persistent=config.persistent_workers,
     )
-    weakref.finalize(stream, pool.close)  # a dropped loader leaves no worker behind
-    return pool
