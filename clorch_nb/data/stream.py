@@ -135,7 +135,7 @@ class StreamLoader:
     def _from_processes(self, base_seed: int) -> Iterator[Any]:
         assert self._processes is not None
         firsts: dict[int, Any] = {}
-        for w, batch in self._processes.epoch(self._epoch, base_seed):
+        for w, batch, _ in self._processes.epoch(self._epoch, base_seed):
             if len(firsts) < 2 and w not in firsts:
                 firsts[w] = batch
                 self._check_replicas(firsts)

@@ -20,7 +20,7 @@ runs at most ``prefetch_factor`` batches ahead of the consumer.
 
 Messages: parent -> worker (task pipe): ``("epoch", epoch)``, ``("credit",)``, ``("stop",)``;
 control pipe: EOF or ``("stop",)`` ends the worker at once (the parent is gone or closing).
-Worker -> parent: ``("batch", epoch, EncodedBatch, warnings)``, ``("end", epoch)``,
+Worker -> parent: ``("batch", epoch, EncodedBatch, warnings, num_items)``, ``("end", epoch)``,
 ``("error", epoch, ExceptionBlob)``, ``("init_error", ExceptionBlob)``.
 """
 
@@ -34,6 +34,7 @@ import pickle
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -61,6 +62,7 @@ __all__ = [
 ]
 
 _HIGHEST = pickle.HIGHEST_PROTOCOL
+_POLL_S = 0.05  # how often a waiting consumer runs its check (a close() from another thread)
 _TORCH_WORKER = "torch.utils.data._utils.worker"  # torch's numpy seeding lives there, private
 
 
@@ -178,12 +180,12 @@ def iterable_worker_main(
                         return  # stop
                     credits += 1
                 with forwarded_warnings.recording() as caught:
-                    batch, done = _next_batch(items, cfg, collate_fn)
+                    batch, n, done = _next_batch(items, cfg, collate_fn)
                     enc = None if batch is None else shm.encode_batch(
                         batch, parent_pid=cfg.parent_pid, where=where
                     )  # fmt: skip
                 if enc is not None:
-                    send(("batch", epoch, enc, forwarded_warnings.encode(caught)))
+                    send(("batch", epoch, enc, forwarded_warnings.encode(caught), n))
                     credits -= 1
                 if done:
                     send(("end", epoch))
@@ -197,16 +199,17 @@ def iterable_worker_main(
 
 def _next_batch(
     items: Iterator[Any], cfg: IterableWorkerConfig, collate_fn: Callable[[list[Any]], Any]
-) -> tuple[Any, bool]:
-    """(the next batch or None, whether the iterator is exhausted), torch's fetcher's rule."""
+) -> tuple[Any, int, bool]:
+    """(the next batch or None, its items, whether the iterator is exhausted), torch's
+    fetcher's rule."""
     chunk = []
     for item in items:
         chunk.append(item)
         if len(chunk) == cfg.batch_size:
-            return collate_fn(chunk), False
+            return collate_fn(chunk), len(chunk), False
     if not chunk or cfg.drop_last:
-        return None, True
-    return collate_fn(chunk), True
+        return None, 0, True
+    return collate_fn(chunk), len(chunk), True
 
 
 @dataclass(eq=False)
@@ -298,9 +301,13 @@ class IterableProcessPool:
                 control_r.close()
                 self._workers.append(_Worker(wid, proc, task_w, result_r, control_w))
 
-    def epoch(self, epoch: int, base_seed: int) -> Iterator[tuple[int, Any]]:
-        """One epoch's ``(worker_id, batch)`` pairs in torch's order; workers are stopped when
-        it ends (unless persistent and it ran to its end) or is abandoned.
+    def epoch(
+        self, epoch: int, base_seed: int, *, check: Callable[[], None] | None = None
+    ) -> Iterator[tuple[int, Any, int]]:
+        """One epoch's ``(worker_id, batch, num_items)`` in torch's order; workers are stopped
+        when it ends (unless persistent and it ran to its end) or is abandoned. ``check`` is
+        called while waiting (every 50 ms): what it raises (a ``close()`` from another thread)
+        ends the epoch.
 
         Raises:
             WorkerTimeoutError: no batch from the worker whose turn it is within ``timeout_s``.
@@ -319,7 +326,7 @@ class IterableProcessPool:
                 while not live[turn]:
                     turn = (turn + 1) % self.num_workers
                 w = self._workers[turn]
-                msg = self._receive(w)
+                msg = self._receive(w, check)
                 kind = msg[0]
                 if kind == "batch":
                     if msg[1] != epoch:
@@ -329,7 +336,7 @@ class IterableProcessPool:
                     self._send(w, ("credit",))
                     forwarded_warnings.reissue(msg[3])
                     turn = (turn + 1) % self.num_workers
-                    yield w.worker_id, batch
+                    yield w.worker_id, batch, msg[4]
                 elif kind == "end":
                     live[turn] = False
                     turn = (turn + 1) % self.num_workers
@@ -344,13 +351,23 @@ class IterableProcessPool:
         with contextlib.suppress(OSError):  # it died: the next receive reports it
             w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
 
-    def _receive(self, w: _Worker) -> tuple[Any, ...]:
-        ready = wait([w.results, w.proc.sentinel], self.timeout_s)
-        if not ready:
-            raise WorkerTimeoutError(
-                f"DataLoader timed out after {self.timeout_s} seconds waiting for a batch from "
-                f"{w.where}"
-            )
+    def _receive(self, w: _Worker, check: Callable[[], None] | None) -> tuple[Any, ...]:
+        limit = self.timeout_s
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            step = left if check is None else _POLL_S if left is None else min(_POLL_S, left)
+            ready = wait([w.results, w.proc.sentinel], step)
+            if ready:
+                break
+            if check is not None:
+                check()
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WorkerTimeoutError(
+                    f"DataLoader timed out after {limit} seconds waiting for a batch from "
+                    f"{w.where} (timeout={limit}); raise timeout, or look at what the dataset's "
+                    "__iter__ waits for"
+                )
         try:
             if w.results in ready or w.results.poll():
                 return pickle.loads(w.results.recv_bytes())  # type: ignore[no-any-return]
