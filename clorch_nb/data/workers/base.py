@@ -8,15 +8,15 @@ worker process), so the backends differ only in *where*, never in *what*.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from clorch_nb._text import KeyPath, key_path_text
+from clorch_nb._text import key_path_text
+from clorch_nb._tree import find_tensor
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.skipping import Skipped, fill_failed
 from clorch_nb.errors import CollateError, WorkerError
@@ -127,40 +127,8 @@ def _no_children(exc: BaseException, worker: str) -> BaseException:
     return exc
 
 
-#: values that hold no tensor: skipped by type alone (a batch's list of 32 int labels took
-#: ~50 µs through the isinstance chain below, more than collating it)
-_LEAVES = frozenset({int, float, bool, str, bytes, complex, type(None)})
-
-
-def _grad_path(batch: Any, path: KeyPath = ()) -> KeyPath | None:
-    """The key path of the first tensor in ``batch`` that requires grad, or None."""
-    if type(batch) in _LEAVES:
-        return None
-    if isinstance(batch, torch.Tensor):
-        return path if batch.requires_grad else None
-    if isinstance(batch, Mapping):
-        children: Any = batch.items()
-    elif isinstance(batch, list | tuple):
-        if _LEAVES.issuperset(map(type, batch)):  # labels, paths: one pass in C
-            return None
-        children = enumerate(batch)
-    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        children = ((f.name, getattr(batch, f.name)) for f in dataclasses.fields(batch))
-    else:
-        return None
-    leaves = _LEAVES
-    for key, value in children:
-        kind = type(value)
-        if kind in leaves:
-            continue
-        if kind is torch.Tensor:
-            if value.requires_grad:
-                return (*path, key)
-            continue
-        found = _grad_path(value, (*path, key))
-        if found is not None:
-            return found
-    return None
+def _requires_grad(t: torch.Tensor) -> bool:
+    return t.requires_grad
 
 
 def refuse_autograd(batch: Any, batch_index: int, worker: str) -> None:
@@ -187,12 +155,10 @@ def refuse_autograd(batch: Any, batch_index: int, worker: str) -> None:
                 break
         else:
             return
-    path = _grad_path(batch)
-    if path is None:
+    found = find_tensor(batch, _requires_grad)
+    if found is None:
         return
-    tensor: Any = batch
-    for key in path:
-        tensor = tensor[key] if not dataclasses.is_dataclass(tensor) else getattr(tensor, str(key))
+    path, tensor = found
     fn = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None
     raise CollateError(
         f"batch {batch_index} built in {worker}: {key_path_text(path)} requires_grad "
