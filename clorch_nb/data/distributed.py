@@ -43,6 +43,7 @@ import torch
 from clorch_nb import dist
 from clorch_nb._checks import check_bool, check_int
 from clorch_nb._warn import user_stacklevel
+from clorch_nb.data.protocols import distributed_sampler_hook, set_epoch_hook
 from clorch_nb.data.shard_plan import (
     ShardMode,
     ShardPlan,
@@ -400,8 +401,8 @@ def distributed_sampler(
     if rank is None:
         rank = dist.rank()
     settings = SamplerSettings(size, num_replicas, rank, seed, shuffle, drop_last, shard_mode)
-    plans_itself = getattr(n_or_dataset, "distributed_sampler", None)  # a shard dataset
-    if callable(plans_itself):
+    plans_itself = distributed_sampler_hook(n_or_dataset)  # a shard dataset
+    if plans_itself is not None:
         if shard_mode != "even":
             raise ConfigError(
                 f"shard_mode={shard_mode!r}: a shard dataset is planned in equal shards per rank "
@@ -430,8 +431,9 @@ def set_epoch(sampler: Any, epoch: int) -> None:
     """
     target, path = sampler, type(sampler).__name__
     for _ in range(4):  # loader -> batch_sampler -> sampler -> ...: a short chain
-        if callable(getattr(target, "set_epoch", None)):
-            target.set_epoch(epoch)
+        hook = set_epoch_hook(target)
+        if hook is not None:
+            hook(epoch)
             return
         inner = next(
             (

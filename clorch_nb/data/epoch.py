@@ -25,7 +25,7 @@ import torch
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
-from clorch_nb.data.plan import iter_from
+from clorch_nb.data.protocols import plan_item_count, plan_iter_from
 from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
@@ -199,7 +199,7 @@ class Epoch:
         timed = config.timeout_s is not None or config.start_timeout_s is not None
         stages, skip = self.stages, self.skip
         self._ahead = {i for i in skip if i >= self.start}  # delivered before a resume
-        todo = iter_from(plan, self.start)
+        todo = plan_iter_from(plan, self.start)
         ready: dict[int, BatchResult] = {}  # built, not yet handed over (in arrival order)
         pending: set[int] = set()  # submitted, not yet handed over
         next_submit = self.start
@@ -368,10 +368,8 @@ def _event(
 
 def _items(plan: Sequence[torch.Tensor], config: LoaderConfig) -> int:
     """Items in the epoch (for a ``max_failures`` fraction), without walking the batches."""
-    order = getattr(plan, "order", None)
-    if isinstance(order, torch.Tensor):
-        return int(order.numel())
-    return len(plan) * (config.batch_size or 1)
+    count = plan_item_count(plan)
+    return len(plan) * (config.batch_size or 1) if count is None else count
 
 
 def _take_finished(pool: WorkerPool, ready: dict[int, BatchResult], in_flight: int) -> None:

@@ -52,6 +52,7 @@ from clorch_nb.data.epoch_iter import (
 )
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.skipping import skipped_records
 from clorch_nb.data.state import LoaderState
@@ -106,8 +107,8 @@ class LoaderEngine:
         self.dataset = dataset if user_dataset is None else user_dataset
         self._ds = dataset  # the protocol view of it (get_size, get_item)
         self.sampler = sampler
-        bind = getattr(sampler, "bind_loader", None)  # a sampler that plans whole batches
-        if callable(bind) and config.batch_size is not None:  # (data.shards.ShardSampler)
+        bind = bind_loader_hook(sampler)  # a sampler that plans whole batches
+        if bind is not None and config.batch_size is not None:  # (data.shards.ShardSampler)
             bind(batch_size=config.batch_size, num_workers=config.num_workers,
                  drop_last=config.drop_last)  # fmt: skip
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
@@ -214,7 +215,7 @@ class LoaderEngine:
                 skipped=() if saved is None else skipped_records(saved.skipped),
                 on_end=None if self.config.persistent_workers else self._workers.close,
                 skip=also_done,
-                shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
+                shard_of=shard_of_hook(self._ds),  # a shard dataset names its files
             )
             self._run = run
             stop = StopRequest()

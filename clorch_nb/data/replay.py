@@ -52,6 +52,7 @@ from clorch_nb.data.collate import default_collate
 from clorch_nb.data.dataset import TorchMapDataset, as_dataset
 from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
+from clorch_nb.data.protocols import set_epoch_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.data.shards.sampler import ShardSampler
@@ -192,7 +193,7 @@ def _isolated(dataset: Any) -> Any:
         return dataset.replica()  # its own read cache: the loop's is left as it was
     ds = as_dataset(dataset)
     owner = ds.wrapped if isinstance(ds, TorchMapDataset) else ds
-    if not callable(getattr(owner, "set_epoch", None)):
+    if set_epoch_hook(owner) is None:
         return ds
     return TorchMapDataset(copy.copy(owner)) if owner is not ds else copy.copy(ds)
 

@@ -35,6 +35,7 @@ import torch
 from clorch_nb.data import collate
 from clorch_nb.data.dataset import as_dataset
 from clorch_nb.data.epoch_hooks import call_set_epoch
+from clorch_nb.data.protocols import has_get_batch
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import (
     WorkerInfo,
@@ -275,7 +276,7 @@ def worker_main(
         exc.add_note(f"[clorch_nb] in worker_init_fn({cfg.worker_id}) in {where}")
         results.send_bytes(encode(InitError(ExceptionBlob.capture(exc))))
         return
-    use_get_batch = cfg.use_get_batch and callable(getattr(dataset, "get_batch", None))
+    use_get_batch = cfg.use_get_batch and has_get_batch(dataset)
     arena = WorkerArena(
         f"{shm.PREFIX}-{cfg.parent_pid}-{os.getpid()}",
         cfg.arena_keep,

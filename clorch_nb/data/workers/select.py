@@ -20,6 +20,7 @@ from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.protocols import has_get_batch
 from clorch_nb.data.thread_safety import check_thread_safe
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
@@ -52,7 +53,7 @@ def uses_get_batch(dataset: Any, config: LoaderConfig) -> bool:
     """True when a whole batch is one ``dataset.get_batch(indices)`` call: the dataset has
     ``get_batch`` and ``collate_fn`` is :func:`~clorch_nb.data.default_collate` (a custom
     ``collate_fn`` always gets the items)."""
-    return config.collate_fn is default_collate and callable(getattr(dataset, "get_batch", None))
+    return config.collate_fn is default_collate and has_get_batch(dataset)
 
 
 def choose_worker_backend(
