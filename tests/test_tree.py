@@ -21,7 +21,7 @@ import torch
 from clorch_nb import _tree as tree
 from clorch_nb import data
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.cuda_seam import FakeCuda
+from clorch_nb.data.cuda_seam import FakeCuda, use_cuda
 from clorch_nb.data.delivery import Delivery
 from clorch_nb.data.device_feed import DeviceFeed
 from clorch_nb.data.pinning import PinReport, PinStage
@@ -29,6 +29,7 @@ from clorch_nb.data.workers.base import refuse_autograd
 from clorch_nb.errors import CollateError
 from clorch_nb.instrumentation import EventBus
 from clorch_nb.widgets.shapes import describe_batch
+from tests import semantics3_fixtures as f3
 
 Pair = namedtuple("Pair", "image label")
 
@@ -192,3 +193,26 @@ def test_the_shape_view_walks_a_dataclass_batch() -> None:
         ("label", (4,), "int64"),
         ("name", (4,), "list[str]"),
     ]
+
+
+@pytest.mark.timeout(60)
+def test_a_loaders_dataclass_batches_come_out_pinned_and_copied(
+    backend: dict[str, Any], order: str
+) -> None:
+    """The drift end to end, on every backend and order, on the fake CUDA: ``pin_memory=True``
+    hands over ``Sample`` batches whose tensors are pinned, and ``device="cuda"`` copies them
+    (on f281765 both came out unchanged: unpinned, on the host)."""
+    opts = {k: v for k, v in backend.items() if k != "name"}
+    with use_cuda(FakeCuda()) as cuda:
+        pinned = data.dataloader(f3.DataclassItems(6), batch_size=2, shuffle=False, pin_memory=True,
+                                 **opts)  # fmt: skip
+        moved = data.dataloader(f3.DataclassItems(6), batch_size=2, shuffle=False, device="cuda",
+                                **opts)  # fmt: skip
+    with pinned, moved:
+        got = sorted(pinned, key=lambda b: b.label.tolist())
+        assert [type(b).__name__ for b in got] == ["Sample"] * 3
+        assert [b.label.tolist() for b in got] == [[0, 1], [2, 3], [4, 5]]
+        assert all(cuda.is_pinned(t) for b in got for _, t in tree.tensors(b))
+        copies = len([c for c in cuda.log if c[0] == "copy"])
+        assert sorted(b.label.tolist() for b in moved) == [[0, 1], [2, 3], [4, 5]]
+        assert len([c for c in cuda.log if c[0] == "copy"]) - copies == 3 * 2  # 2 tensors each
