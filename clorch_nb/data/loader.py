@@ -379,7 +379,8 @@ class LoaderEngine:
 
     def _check_same_order(self, plan: Any, done: int, digest: str) -> None:
         """Refuse a resume whose first ``done`` batches differ from the saver's (B39)."""
-        if done and sampler_rng.order_digest(plan[:done]) != digest:
+        key = sampler_rng.rank_order_key(self.plan_sampler)  # torch's DistributedSampler
+        if done and (key or sampler_rng.order_digest(plan[:done])) != digest:
             name = type(self.plan_sampler).__name__
             raise ConfigError(
                 f"cannot resume: sampler {name} gives another order in this run than in the one "
@@ -408,7 +409,8 @@ class LoaderEngine:
         sampler = self.plan_sampler
         foreign = sampler is not None and not isinstance(sampler, DistributedSampler)
         if foreign and 0 < done < n and self._run is not None:  # ours are recomputed from seeds
-            digest = sampler_rng.order_digest(self._run.plan[:done])
+            key = sampler_rng.rank_order_key(sampler)  # the same on every rank (DDP resume)
+            digest = key or sampler_rng.order_digest(self._run.plan[:done])
         if done >= n or self._epoch is None:
             order_rng = self._sampler_rng()  # what the next epoch's iter() draws from now
         if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
