@@ -16,7 +16,7 @@ import json
 import os
 import warnings
 
-import lightning as L
+import lightning
 import torch
 
 from clorch_nb import data
@@ -24,7 +24,7 @@ from clorch_nb import data
 N, BATCH = 64, 4
 
 
-class Recorder(L.LightningModule):
+class Recorder(lightning.LightningModule):
     def __init__(self, out_dir: str, workers: int) -> None:
         super().__init__()
         self.out_dir, self.workers = out_dir, workers
@@ -70,14 +70,14 @@ def main() -> None:
     callbacks = []
     if a.save_every:
         callbacks.append(
-            L.pytorch.callbacks.ModelCheckpoint(
+            lightning.pytorch.callbacks.ModelCheckpoint(
                 dirpath=a.out_dir,
                 filename="{step}",
                 every_n_train_steps=a.save_every,
                 save_top_k=-1,
             )
         )
-    trainer = L.Trainer(
+    trainer = lightning.Trainer(
         accelerator="cpu",
         devices=a.devices,
         strategy="ddp" if a.devices > 1 else "auto",
@@ -89,7 +89,7 @@ def main() -> None:
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )
-    L.seed_everything(0, verbose=False)
+    lightning.seed_everything(0, verbose=False)
     trainer.fit(Recorder(a.out_dir, a.workers), ckpt_path=a.resume)
 
 
