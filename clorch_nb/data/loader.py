@@ -607,7 +607,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
 
         Example:
             >>> cfg = LoaderConfig(batch_size=2, shuffle=False)
-            >>> [b.tolist() for b in DataLoader.from_config([1, 2, 3], cfg)]
+            >>> list(DataLoader.from_config([1, 2, 3], cfg))
             [[1, 2], [3]]
         """
         batches = config.sampler_yields == "batches"
