@@ -529,6 +529,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         'RandomSampler'
     """
 
+    _engine: Engine  # what runs the epochs (build_engine)
+    dataset: Any  # the user's dataset, as given (torch's attribute)
+
     #: torch's rule: these describe the epochs already planned; assigning one raises
     _FIXED = frozenset(
         ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
@@ -638,7 +641,8 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
 
     def _start(self, engine: Engine, attributes: dict[str, Any], extras: dict[str, Any]) -> None:
         """What both fronts end with: the engine, torch's attributes, clorch_nb's options."""
-        object.__setattr__(self, "_engine", engine)
+        self._engine = engine
+        self.dataset = attributes["dataset"]
         for name, value in {**attributes, **extras}.items():
             setattr(self, name, value)  # multiprocessing_context: torch's property checks it
         self._made = True  # assigning torch's fixed attributes now raises (__setattr__)

@@ -214,7 +214,7 @@ class IterableEngine:
 
     # -- one epoch --------------------------------------------------------------------------
 
-    def _plan_len(self) -> range:
+    def _plan_len(self) -> Any:  # what EpochIterator reads of a plan: its len()
         try:
             return range(len(self))
         except TypeError:  # no len(): the epoch's end is where the stream ends

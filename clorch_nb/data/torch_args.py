@@ -378,7 +378,7 @@ def torch_attributes(
     if sampler is None:
         if iterable:  # torch's placeholder for "no sampler" (see FOREIGN_PRIVATES)
             sampler = torch.utils.data.dataloader._InfiniteConstantSampler()
-        elif shuffle:
+        elif shuffle and len(dataset) > 0:  # (torch refuses to shuffle an empty dataset)
             sampler = torch.utils.data.RandomSampler(dataset, generator=generator)
         else:
             sampler = torch.utils.data.SequentialSampler(dataset)
