@@ -68,6 +68,13 @@ from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 __all__ = ["DataLoader", "Engine", "LoaderEngine", "build_engine", "dataloader"]
 
 
+def _call_alive(method: weakref.WeakMethod[Callable[[int], None]], epoch: int) -> None:
+    """``method(epoch)`` if its object still lives (a finalizer that keeps nothing alive)."""
+    bound = method()
+    if bound is not None:
+        bound(epoch)
+
+
 def _short(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters at a word boundary, with an ellipsis if cut."""
     if len(text) <= limit:
@@ -208,7 +215,19 @@ class LoaderEngine:
             gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
             it = EpochIterator(gen, stop, epoch, batches)
             self._active = weakref.ref(it)
+            if not self.config.persistent_workers:  # torch's rule: workers belong to one
+                # iterator; dropped before its end (a break, then del), it takes them along (B61)
+                end = weakref.finalize(it, _call_alive, weakref.WeakMethod(self._dropped), epoch)
+                end.atexit = False  # at exit, the pool's own finalizer closes it
             return it
+
+    def _dropped(self, epoch: int) -> None:
+        """The iterator of ``epoch`` was collected: without persistent workers, end them unless
+        a newer epoch has started (it owns them now)."""
+        with self._lifecycle:
+            active = self._active() if self._active is not None else None
+            if active is None and self._epoch == epoch:
+                self._workers.close()
 
     def peek(self, batch_index: int = 0) -> Any:
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
