@@ -215,3 +215,47 @@ def test_lightning_update_dataloader_rebuilds_ours_with_its_sampler() -> None:
         assert sorted(seen[0] + seen[1]) == list(range(12)), front
         assert len(seen[0]) == len(seen[1]) == 6, front
     assert update(fronts["DataLoader"], s).max_failures == 1
+
+
+# -- ported from torch's test/test_dataloader.py (TestDataLoader), which inspect attributes --
+
+
+def test_torch_invalid_assign_after_init() -> None:
+    """torch's ``test_invalid_assign_after_init``, with its ``{}`` value."""
+    dl = data.DataLoader(ds10)
+    for attr in ("batch_size", "sampler", "batch_sampler", "drop_last", "dataset"):
+        with pytest.raises(ValueError):
+            setattr(dl, attr, {})
+
+
+def test_torch_growing_dataset() -> None:
+    """torch's ``test_growing_dataset``: ``len()`` follows a list dataset that grows."""
+    dataset = [torch.ones(4) for _ in range(4)]
+    dataloader_seq = data.DataLoader(dataset, shuffle=False)
+    dataloader_shuffle = data.DataLoader(dataset, shuffle=True)
+    dataset.append(torch.ones(4))
+    assert (len(dataloader_seq), len(dataloader_shuffle)) == (5, 5)
+    assert len(list(dataloader_shuffle)) == 5
+
+
+def test_torch_error_count_uses_dataset_and_batch_size() -> None:
+    """torch's ``_test_error``: one error per batch, counted from ``loader.dataset`` and
+    ``loader.batch_size``, and the epoch goes on after each."""
+
+    class Errors(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 10
+
+        def __getitem__(self, i: int) -> None:
+            raise NotImplementedError
+
+    loader = data.DataLoader(Errors(), batch_size=2, shuffle=True)
+    it, errors = iter(loader), 0
+    while True:
+        try:
+            next(it)
+        except NotImplementedError:
+            errors += 1
+        except StopIteration:
+            break
+    assert errors == -(-len(loader.dataset) // loader.batch_size) == 5
