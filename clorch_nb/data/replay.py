@@ -139,7 +139,7 @@ class ReplayedBatch:
 
 
 def _loader_rank(loader: DataLoader) -> int:
-    sampler = loader.sampler
+    sampler = loader.plan_sampler
     return sampler.rank if isinstance(sampler, DistributedSampler) else dist.rank()
 
 
@@ -200,7 +200,7 @@ def _isolated(dataset: Any) -> Any:
 
 def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> DataLoader:
     config = loader.config
-    sampler = loader.sampler
+    sampler = loader.plan_sampler
     if config.batch_size is None:
         raise ConfigError(
             "replay() needs a loader that cuts its order into batch_size batches; this one has a "
@@ -388,7 +388,7 @@ def replay(
 def _shard_from_loader(loader: DataLoader, ref: BatchRef, sampler_epoch: int) -> ReplayedBatch:
     """A batch of a loader over a ``ShardSampler``: its indices from the plan that delivered it
     (:meth:`ShardSampler.delivered_plan`: the worker count and a resume decide the order)."""
-    sampler = loader.sampler
+    sampler = loader.plan_sampler
     assert isinstance(sampler, ShardSampler)
     _check_rank(ref.rank, sampler.num_replicas)
     plan, position = sampler.delivered_plan(sampler_epoch, ref.batch)
