@@ -15,6 +15,7 @@ __all__ = [
     "CollateError",
     "ConfigError",
     "LoaderClosedError",
+    "NotShippableError",
     "RankError",
     "ShardError",
     "SharedMemoryError",
@@ -37,6 +38,13 @@ class LoaderClosedError(ClorchError, RuntimeError):
 
 class ConfigError(ClorchError, ValueError):
     """An argument or environment variable has a bad value; the message names it and the fix."""
+
+
+class NotShippableError(ConfigError):
+    """A dataset (or ``collate_fn`` / ``worker_init_fn``) holds something that cannot be sent to
+    process workers (an open file, a lock, a socket, a generator, a CUDA tensor, ...); the
+    message names its attribute path (``dataset.fh: an open file ...``) and the fix. Raised
+    before any worker starts."""
 
 
 class CollateError(ClorchError, TypeError):

@@ -341,8 +341,9 @@ class LoaderEngine:
             self._delivery.close()  # copies in flight, the pin thread
 
     def describe(self) -> str:
-        """Where batches are built and how they reach the loop: the worker backend, the
-        ``pin_memory`` path in use (and how many batches took it so far) and the ``device``.
+        """Where batches are built and how they reach the loop: the worker backend (a dataset
+        sent by value: its pickled and shared sizes), the ``pin_memory`` path in use (and how
+        many batches took it so far) and the ``device``.
 
         Example:
             >>> import torch
@@ -351,8 +352,10 @@ class LoaderEngine:
             >>> print(dataloader(ds, device="cpu").describe())
             inline (num_workers=0); pin_memory: off; device: cpu (no copy)
         """
+        shipped = getattr(getattr(self._workers.pool, "source", None), "describe", None)
+        how = f", {shipped()}" if callable(shipped) else ""  # by value: what each worker gets
         return (
-            f"{self.worker_backend} (num_workers={self.config.num_workers}); "
+            f"{self.worker_backend} (num_workers={self.config.num_workers}{how}); "
             f"{self._delivery.describe()}"
         )
 
@@ -580,6 +583,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         device: str | torch.device | None = None,
         prefetch_to_device: int = 2,
         max_failures: int | float | None = None,
+        worker_backend: str | None = None,
     ) -> None:
         torch_args: dict[str, Any] = {
             "batch_size": batch_size, "shuffle": shuffle, "sampler": sampler,
@@ -590,7 +594,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             "prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers,
             "pin_memory_device": pin_memory_device, "in_order": in_order,
         }  # fmt: skip
-        args = torch_loader_args(dataset, **torch_args)
+        args = torch_loader_args(dataset, **torch_args, worker_backend=worker_backend)
         extras: dict[str, Any] = {"device": device, "prefetch_to_device": prefetch_to_device,
                   "max_failures": max_failures}  # fmt: skip
         if isinstance(dataset, torch.utils.data.IterableDataset):

@@ -13,10 +13,11 @@ any thread, one epoch at a time (an older iterator raises ``StaleIteratorError``
 ``pin_memory``. What a stream cannot do (``peek``, ``state_dict``, ``start_workers``) raises a
 :class:`~clorch_nb.errors.ConfigError` that names the member and the fix.
 
-Where: on the consuming thread (``num_workers=0``) or in thread workers. Thread workers share
-the dataset object (torch's processes each get a copy): an ``__iter__`` that returns a fresh
-iterator is all that is needed. Process workers are refused: clorch_nb rebuilds a dataset in a
-worker process from a ``process_spec`` and never pickles it.
+Where: on the consuming thread (``num_workers=0``), in thread workers, or in process workers
+(:mod:`~clorch_nb.data.workers.iterable_process`: the dataset sent to each by value, a notebook
+cell's class included; torch's seeds and round-robin order). Thread workers share the dataset
+object (torch's processes each get a copy): an ``__iter__`` that returns a fresh iterator is all
+that is needed.
 
 Not resumable: the position of an iterable dataset is inside its iterators, so ``state_dict()``
 is refused (``data.shard_dataset`` is the exact, resumable form).
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -42,6 +44,7 @@ from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
 from clorch_nb.data.seeds import draw_base_seed
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
+from clorch_nb.data.workers.iterable_process import iterable_pool, torch_base_seed
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
 

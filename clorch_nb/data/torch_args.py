@@ -20,6 +20,7 @@ import torch
 
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
+from clorch_nb.data.thread_safety import declared_thread_safe
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "check_worker_number",
     "start_method_of",
     "torch_attributes",
+    "torch_backend",
     "torch_loader_args",
 ]
 
@@ -119,6 +121,40 @@ def start_method_of(context: Any, num_workers: int) -> str | None:
     return method
 
 
+def torch_backend(
+    dataset: Any, num_workers: int, start_method: str | None, worker_backend: str | None
+) -> str:
+    """Where the torch front's workers run: processes, as torch's (a dataset without a
+    ``process_spec`` is sent by value, a notebook cell's class included), unless
+    ``worker_backend="thread"`` is asked for or the dataset says ``thread_safe = True``.
+
+    Raises:
+        ConfigError: ``worker_backend`` is not "thread", "process" or "auto", or "thread" with a
+            ``multiprocessing_context``.
+
+    Example:
+        >>> torch_backend([1, 2], 2, None, None), torch_backend([1, 2], 2, None, "thread")
+        ('process', 'thread')
+    """
+    if worker_backend is not None:
+        if worker_backend not in ("thread", "process", "auto"):
+            raise ConfigError(
+                f"worker_backend={worker_backend!r} must be 'thread', 'process' or 'auto' (or "
+                "left out: process workers, as torch's)"
+            )
+        if worker_backend == "thread" and start_method is not None:
+            raise ConfigError(
+                f"worker_backend='thread' with multiprocessing_context={start_method!r}: threads "
+                "start no processes; drop one of the two"
+            )
+        return worker_backend
+    if start_method is not None:
+        return "process"
+    if num_workers == 0 or declared_thread_safe(dataset):
+        return "auto" if num_workers == 0 else "thread"
+    return "process"
+
+
 def check_worker_number(num_workers: int) -> None:
     """torch's warning when ``num_workers`` exceeds the CPUs this process may use
     (``os.sched_getaffinity``, else ``os.cpu_count()``); nothing otherwise.
@@ -163,8 +199,11 @@ def torch_loader_args(
     persistent_workers: bool,
     pin_memory_device: str,
     in_order: bool,
+    worker_backend: str | None = None,
 ) -> TorchLoaderArgs:
     """torch ``DataLoader.__init__``'s checks, in torch's order, then the config.
+
+    With ``num_workers > 0`` the workers are processes, as torch's are (:func:`torch_backend`).
 
     Raises:
         ValueError: what torch raises ValueError for (negative ``num_workers`` or ``timeout``,
@@ -218,11 +257,13 @@ def torch_loader_args(
     if num_workers > 0:
         check_worker_number(num_workers)
     shuffle = bool(shuffle)
+    backend = torch_backend(dataset, num_workers, start_method, worker_backend)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return _iterable_args(dataset, batch_size, shuffle, sampler, batch_sampler, collate_fn,
                               drop_last, generator, pin_memory, **_options(
                                   num_workers, prefetch_factor, timeout, start_method,
-                                  persistent_workers, worker_init_fn, in_order))  # fmt: skip
+                                  persistent_workers, worker_init_fn, in_order,
+                                  backend))  # fmt: skip
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
         if batch_sampler is None:
             if sampler is None:
@@ -244,6 +285,7 @@ def torch_loader_args(
         persistent_workers,
         worker_init_fn,
         in_order,
+        backend,
     )
     options["collate_fn"] = collate
     options["pin_memory"] = bool(pin_memory)  # without CUDA: torch's warning, unpinned (pinning.py)
@@ -271,13 +313,14 @@ def _options(
     persistent_workers: bool,
     worker_init_fn: Callable[[int], None] | None,
     in_order: bool,
+    backend: str,
 ) -> dict[str, Any]:
     """The :class:`LoaderConfig` fields torch's worker options become."""
     return {
         "num_workers": num_workers,
         "prefetch_factor": 2 if prefetch_factor is None else max(1, prefetch_factor),
         "timeout_ms": timeout * 1000.0 if timeout > 0 else None,
-        "worker_backend": "process" if start_method is not None else "auto",
+        "worker_backend": backend,
         "start_method": start_method,
         "persistent_workers": bool(persistent_workers) or num_workers == 0,
         "worker_init_fn": worker_init_fn,
