@@ -1,0 +1,67 @@
+"""Never silently wrong, round four (issue 32): the reliability cases of
+``public-bug-scenarios-4.md`` (B57, B59, B60, B61, B62, B67, B69) and the classes the issue holds
+back.
+
+Each test named ``test_bNN_...`` is case BNN with its exact expected value, under every backend
+it applies to (the ``backend`` fixture: inline, thread, process). No test times anything; every
+test that starts workers runs under the module's timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+
+from clorch_nb import data
+from clorch_nb.errors import ConfigError
+from tests import reliab4_fixtures as f4
+from tests.fixtures import idx
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def dl(dataset: Any, backend: dict[str, Any], **kw: Any) -> data.DataLoader:
+    opts = {k: v for k, v in backend.items() if k != "name"}
+    opts.update(kw)
+    return data.dataloader(dataset, **opts)
+
+
+def sd(sources: Any, **kw: Any) -> Any:
+    kw.setdefault("progress", False)
+    return data.shard_dataset(sources, **kw)
+
+
+def _jsonl(path: str, rows: list[dict[str, Any]]) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in rows)
+
+
+# -- B57: a shard path that exists is read as written, never as a pattern -----------------------
+
+
+def test_b57_an_existing_path_with_glob_characters_is_that_file(tmp_path: Any) -> None:
+    """B57: ``run[1]/part.jsonl`` used to be read as the glob ``run[1]`` = ``run1`` (another
+    file's rows), and once ``run1`` was gone, refused as matching nothing. A name that exists is
+    the file, alone or in a list; a pattern still expands when no such file exists."""
+    literal = str(tmp_path / "run[1]" / "part.jsonl")
+    _jsonl(literal, [{"src": "literal", "i": i} for i in range(3)])
+    _jsonl(str(tmp_path / "run1" / "part.jsonl"), [{"src": "OTHER", "i": i} for i in range(3)])
+    ds = sd(literal)
+    assert ds.get_item(0) == {"src": "literal", "i": 0}
+    assert [ds.get_item(i)["src"] for i in range(ds.get_size())] == ["literal"] * 3
+    # braces in an existing name are the name too
+    braced = str(tmp_path / "set{a,b}" / "part.jsonl")
+    _jsonl(braced, [{"src": "braced", "i": 0}])
+    assert sd([braced]).get_item(0) == {"src": "braced", "i": 0}
+    # a pattern that names no file still expands: run? matches run1 only (not "run[1]")
+    pattern = sd(str(tmp_path / "run?" / "part.jsonl"))
+    assert pattern.get_item(0) == {"src": "OTHER", "i": 0}
+    os.remove(tmp_path / "run1" / "part.jsonl")
+    os.rmdir(tmp_path / "run1")
+    assert sd([literal]).get_item(2) == {"src": "literal", "i": 2}
+    with pytest.raises(ConfigError, match=r"sources glob .*run\?.* matches no file"):
+        sd(str(tmp_path / "run?" / "part.jsonl"))
