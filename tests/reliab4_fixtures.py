@@ -12,8 +12,25 @@ from typing import Any
 
 import torch
 
-from clorch_nb import data
-
 
 def _spec(name: str, *args: Any) -> dict[str, Any]:
     return {"factory": f"tests.reliab4_fixtures:{name}", "args": list(args)}
+
+
+# -- B62: max_failures at batch_size=1 ----------------------------------------------------------
+
+
+class CorruptAt3:
+    """8 items ``{"target": i}``; ``get_item(3)`` raises ``OSError`` (a damaged file)."""
+
+    def __init__(self, n: int = 8) -> None:
+        self.n = n
+        self.process_spec = _spec("CorruptAt3", n)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        if i == 3:
+            raise OSError("image file is truncated (item 3)")
+        return {"target": torch.tensor(i)}

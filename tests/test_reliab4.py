@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from clorch_nb import data
-from clorch_nb.errors import ConfigError
+from clorch_nb.errors import ConfigError, SkipBudgetError
 from tests import reliab4_fixtures as f4
 from tests.fixtures import idx
 
@@ -65,3 +65,58 @@ def test_b57_an_existing_path_with_glob_characters_is_that_file(tmp_path: Any) -
     assert sd([literal]).get_item(2) == {"src": "literal", "i": 2}
     with pytest.raises(ConfigError, match=r"sources glob .*run\?.* matches no file"):
         sd(str(tmp_path / "run?" / "part.jsonl"))
+
+
+# -- B62: max_failures at batch_size=1 ----------------------------------------------------------
+
+
+def _batch_events(events: list[Any]) -> list[Any]:
+    return [e for e in events if type(e).__name__ == "BatchEvent"]
+
+
+def _drain(it: Any) -> list[Any]:
+    out: list[Any] = []
+    while True:
+        try:
+            out.append(idx(next(it)))
+        except StopIteration:
+            return out
+        except Exception as exc:  # noqa: BLE001 - what the case used to see
+            out.append(type(exc).__name__)
+
+
+def test_b62_max_failures_skips_a_bad_item_at_batch_size_1(backend: dict[str, Any]) -> None:
+    """B62: at ``batch_size=1`` a bad item is a batch with nothing to fill it with; it used to
+    raise anyway (``max_failures`` did nothing). It is now dropped within the budget, charged to
+    it and named in its batch's event; ``batch_size=2`` keeps filling from the batch."""
+    events: list[Any] = []
+    with dl(f4.CorruptAt3(), backend, batch_size=1, shuffle=False, max_failures=2) as d:
+        d.events.subscribe(events.append)
+        assert _drain(iter(d)) == [[0], [1], [2], [4], [5], [6], [7]]
+        assert [(e.batch_index, e.skipped) for e in _batch_events(events) if e.skipped] == [
+            (3, (3,))
+        ]
+        assert d.stats.batches == 7
+    with dl(f4.CorruptAt3(), backend, batch_size=2, shuffle=False, max_failures=2) as d:
+        assert _drain(iter(d)) == [[0, 1], [2, 2], [4, 5], [6, 7]]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("in_order", [True, False])
+def test_b62_torch_front_default_batch_size_skips_too(num_workers: int, in_order: bool) -> None:
+    """B62 on the torch front, at its default ``batch_size=1``, in and out of order (inline, and
+    the process workers that front picks for a dataset with a ``process_spec``)."""
+    with data.DataLoader(
+        f4.CorruptAt3(), max_failures=2, in_order=in_order, num_workers=num_workers
+    ) as t:
+        got = _drain(iter(t))
+    assert (got if in_order else sorted(got)) == [[0], [1], [2], [4], [5], [6], [7]]
+
+
+def test_b62_a_dropped_batch_is_charged_to_the_budget(backend: dict[str, Any]) -> None:
+    """B62: the dropped item counts: ``max_failures=0`` raises ``SkipBudgetError`` naming it."""
+    with dl(f4.CorruptAt3(), backend, batch_size=1, shuffle=False, max_failures=0) as d:
+        it = iter(d)
+        assert [idx(next(it)) for _ in range(3)] == [[0], [1], [2]]
+        with pytest.raises(SkipBudgetError, match=r"index 3 \(batch 3\): OSError: image file"):
+            next(it)

@@ -29,7 +29,7 @@ from clorch_nb.data.plan import iter_from
 from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
-from clorch_nb.data.workers.base import BatchResult, BatchTask, WorkerPool
+from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
 from clorch_nb.errors import WorkerError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus, LoaderStats
 
@@ -230,6 +230,12 @@ class Epoch:
                     continue
                 if result.skipped and self.budget is not None:
                     self.budget.add(result.skipped)  # SkipBudgetError once it is spent
+                if result.batch is DROPPED:  # every item skipped (B62): recorded, not handed over
+                    self._record(next_yield, result, len(ready), t_asked, t0, time.perf_counter())
+                    next_yield += 1
+                    self._delivered = next_yield
+                    yield DROPPED  # the iterator goes on to the next batch
+                    continue
                 if next_submit - next_yield > 1:  # others in flight: take what has finished
                     try:
                         _take_finished(pool, ready, next_submit - next_yield - 1)
@@ -308,7 +314,7 @@ class Epoch:
                 index = result.batch_index
                 pending.discard(index)
                 batch = result.batch
-                for stage in self.stages:
+                for stage in self.stages if batch is not DROPPED else ():  # B62: not handed over
                     batch = stage(batch)
                 t1 = time.perf_counter()
                 self._record(index, result, len(ready), t_asked, t0, t1)
@@ -359,8 +365,9 @@ class Epoch:
     ) -> None:
         # The totals from the result itself: the event is made only for a subscriber.
         st = self.stats
-        st.batches += 1
-        st.items += result.num_items
+        if result.batch is not DROPPED:  # a dropped batch (B62) is recorded, not handed over
+            st.batches += 1
+            st.items += result.num_items
         st.wait_s += t1 - t0
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
