@@ -34,3 +34,20 @@ class CorruptAt3:
         if i == 3:
             raise OSError("image file is truncated (item 3)")
         return {"target": torch.tensor(i)}
+
+
+# -- B61: an epoch left early without persistent workers --------------------------------------
+
+
+class Items:
+    """``n`` items ``{"target": i}``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.process_spec = _spec("Items", n)
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        return {"target": torch.tensor(i)}

@@ -9,11 +9,15 @@ test that starts workers runs under the module's timeout.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import threading
 from typing import Any
 
+import psutil
 import pytest
+import torch
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError, SkipBudgetError
@@ -120,3 +124,49 @@ def test_b62_a_dropped_batch_is_charged_to_the_budget(backend: dict[str, Any]) -
         assert [idx(next(it)) for _ in range(3)] == [[0], [1], [2]]
         with pytest.raises(SkipBudgetError, match=r"index 3 \(batch 3\): OSError: image file"):
             next(it)
+
+
+# -- B61: persistent_workers=False and an epoch left early -------------------------------------
+
+
+def _tensors(n: int) -> Any:
+    return data.tensor_dataset(torch.zeros(n, 1), torch.arange(n))
+
+
+def _worker_threads() -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if "-worker-" in t.name)
+
+
+@pytest.mark.parametrize("how", ["del", "new_iter", "persistent"])
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_b61_an_epoch_left_early_ends_non_persistent_workers(kind: str, how: str) -> None:
+    """B61: on the torch front (``persistent_workers=False``) workers used to end only when an
+    epoch was delivered to its end: after ``break`` + ``del it`` they stayed alive as long as the
+    loader. They now end with the iterator (and when a new ``iter()`` supersedes it); with
+    ``persistent_workers=True`` they stay, as torch's do."""
+    ds = f4.Items(64) if kind == "process" else _tensors(64)
+    persistent = how == "persistent"
+    d = data.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=persistent)
+    try:
+        assert d.worker_backend == kind
+        it = iter(d)
+        assert [idx(next(it)) for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+        if kind == "process":
+            pids = d.worker_pids()
+            assert len(pids) == 2
+        else:
+            assert len(_worker_threads()) == 2
+        if how == "new_iter":
+            it2 = iter(d)  # supersedes the first; its own workers start for the new epoch
+            del it2
+        del it
+        gc.collect()
+        alive = d.worker_pids() if kind == "process" else _worker_threads()
+        assert len(alive) == (2 if persistent else 0)
+        if kind == "process" and not persistent:
+            for pid in pids:  # the processes themselves are gone (reaped), not only unlisted
+                assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == "zombie"
+        # and the loader still works: a new epoch starts its workers again
+        assert [idx(b) for b in d][:2] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    finally:
+        d.close()

@@ -84,6 +84,10 @@ class Epoch:
         on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
             before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
             there, as torch's do).
+        on_stop (Callable[[WorkerPool], None] | None): called with the pool once the epoch
+            ends early (the consumer left it: a ``break`` then ``del it``, an error, a newer
+            ``iter()``), after the pool's epoch is stopped: non-persistent workers end there
+            too, as torch's end with their iterator (B61).
         shard_of (Callable[[torch.Tensor], str] | None): names the shard a batch's indices
             were read from, for its event's ``shard`` (the dataset's ``shard_of``; None: ``""``).
 
@@ -119,12 +123,13 @@ class Epoch:
         on_end: Callable[[], None] | None = None,
         skip: Collection[int] = (),
         shard_of: Callable[[torch.Tensor], str] | None = None,
+        on_stop: Callable[[WorkerPool], None] | None = None,
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
         self.backend, self.num_workers = backend, num_workers
         self.stages = tuple(stages)
-        self.on_end = on_end
+        self.on_end, self.on_stop = on_end, on_stop
         self.skip = frozenset(skip)
         self.shard_of = shard_of
         self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
@@ -335,6 +340,8 @@ class Epoch:
         if it had started, emit ``EpochEvent("stopped")`` even if stopping was interrupted."""
         try:
             pool.stop_epoch(discard_workers=broken)
+            if self.on_stop is not None:  # non-persistent workers end with their epoch (B61)
+                self.on_stop(pool)
         finally:
             if started:
                 self._epoch_event("stopped", len(self.plan))

@@ -213,6 +213,7 @@ class LoaderEngine:
                 stages=self._stages,
                 skipped=() if saved is None else skipped_records(saved.skipped),
                 on_end=None if self.config.persistent_workers else self._workers.close,
+                on_stop=None if self.config.persistent_workers else self._workers.release,
                 skip=also_done,
                 shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
             )
@@ -507,8 +508,9 @@ class DataLoader(LoaderEngine):
         generator (torch.Generator | None): the loader's seed is drawn once from it.
         prefetch_factor (int | None): batches each worker prepares ahead (default 2); refused
             with ``num_workers=0``, as torch does.
-        persistent_workers (bool): False (default): workers end when an epoch is delivered to
-            its end, as torch's; True: they live until :meth:`~LoaderEngine.close`.
+        persistent_workers (bool): False (default): workers end when an epoch ends (delivered
+            to its end, or left early: its iterator dropped or superseded), as torch's; True:
+            they live until :meth:`~LoaderEngine.close`.
         pin_memory_device (str): accepted, ignored (deprecated in torch).
         in_order (bool): True: batches in sampler order. False: with workers, whichever batch
             is built first; ``state_dict()`` stays exact (it records the batches delivered

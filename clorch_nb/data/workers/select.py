@@ -209,6 +209,13 @@ class PoolSlot:
         if self.backend == "process":
             self.open().prestart()
 
+    def release(self, pool: WorkerPool) -> None:
+        """Stop ``pool``'s workers if it is still this slot's pool (an epoch that ended early
+        without ``persistent_workers``: its workers end with it, as torch's end with their
+        iterator); a pool already replaced or closed is left alone."""
+        if pool is self.pool:
+            self.close()
+
     def close(self) -> None:
         """Stop the pool's workers; idempotent in full: after an interrupted call (Ctrl-C) the
         pool stays here and a second call repeats whatever the first left."""
