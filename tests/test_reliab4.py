@@ -170,3 +170,59 @@ def test_b61_an_epoch_left_early_ends_non_persistent_workers(kind: str, how: str
         assert [idx(b) for b in d][:2] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     finally:
         d.close()
+
+
+# -- B67: memory:// shards under workers ---------------------------------------------------------
+
+
+@pytest.fixture
+def memory_shards() -> Any:
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    root = f"/reliab4-{os.getpid()}-{id(fs)}"
+    for k in range(2):
+        body = "".join(json.dumps({"i": 8 * k + j}) + "\n" for j in range(8))
+        with fs.open(f"{root}/part-{k}.jsonl", "w") as fh:
+            fh.write(body)
+    try:
+        yield f"memory://{root}/part-{{0..1}}.jsonl"
+    finally:
+        fs.rm(root, recursive=True)
+
+
+def _ints(batch: Any) -> list[int]:
+    return [int(v) for v in batch["i"]]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_b67_memory_shards_load_with_workers(memory_shards: str, num_workers: int) -> None:
+    """B67: ``memory://`` files exist only in the process that wrote them; ``"auto"`` used to
+    pick process workers for a shard dataset, which failed with "check the path and the
+    credentials". ``"auto"`` now picks threads for it, on both fronts."""
+    expected = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    ds = sd(memory_shards)
+    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=num_workers) as d:
+        assert d.worker_backend == ("inline" if num_workers == 0 else "thread")
+        assert [_ints(b) for b in d] == expected
+    with data.DataLoader(ds, batch_size=4, num_workers=num_workers) as t:
+        assert [_ints(b) for b in t] == expected
+    assert ds.process_local is not None and "memory filesystem" in ds.process_local
+
+
+def test_b67_memory_shards_refuse_process_workers_by_name(memory_shards: str) -> None:
+    """B67: asked for processes explicitly, the loader refuses before any worker starts, saying
+    the memory filesystem is per process and naming the fix of the front that asked."""
+    ds = sd(memory_shards)
+    with pytest.raises(
+        ConfigError,
+        match=r"^worker_backend='process' cannot be used with this dataset: shard "
+        r"'memory://.*part-0.jsonl' is on fsspec's memory filesystem, which exists only in the "
+        r"process that wrote it .*: use worker_backend='thread'$",
+    ):
+        data.dataloader(ds, batch_size=4, num_workers=2, worker_backend="process")
+    with pytest.raises(
+        ConfigError,
+        match=r"^multiprocessing_context='spawn' \(process workers\) cannot be used with this "
+        r"dataset: .*memory filesystem.*: drop multiprocessing_context= \(thread workers",
+    ):
+        data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn")

@@ -29,6 +29,10 @@ __all__ = ["Storage", "is_transient"]
 
 T = TypeVar("T")
 
+#: fsspec protocols whose files live in the memory of the interpreter that wrote them (fsspec's
+#: memory filesystem is one store per process): another process, a process worker, sees none
+PROCESS_LOCAL_PROTOCOLS = frozenset({"memory"})
+
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "urllib3", "requests", "http.client")
 
@@ -101,6 +105,24 @@ class Storage:
             (True, False)
         """
         return any(is_url(p) for p in paths)
+
+    def process_local(self, paths: tuple[str, ...] | list[str]) -> str | None:
+        """Why another process cannot read ``paths`` (the first shard on a filesystem that
+        lives in this interpreter's memory, ``memory://``), or None when any process can.
+
+        Example:
+            >>> Storage().process_local(["memory://b/a.jsonl"])[:40]
+            "shard 'memory://b/a.jsonl' is on fsspec"
+            >>> Storage().process_local(["a.tar", "s3://b/c.tar"]) is None
+            True
+        """
+        for p in paths:
+            if is_url(p) and p.split("://", 1)[0].lower() in PROCESS_LOCAL_PROTOCOLS:
+                return (
+                    f"shard {p!r} is on fsspec's memory filesystem, which exists only in the "
+                    "process that wrote it (a worker process would find no such file)"
+                )
+        return None
 
     # -- the three operations -------------------------------------------------------------------
 

@@ -64,6 +64,9 @@ def choose_worker_backend(
     ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
     processes, after checking that everything a worker needs can reach it. Threads are refused
     for a dataset that keeps a shared file-like handle (:mod:`~clorch_nb.data.thread_safety`).
+    A dataset whose data only this process can read says why in a ``process_local`` attribute
+    (a str; a shard dataset on ``memory://``): ``"auto"`` then picks threads, and ``"process"``
+    is refused with that reason (B67).
 
     Raises:
         ConfigError: ``"process"`` for a dataset with neither a ``process_spec`` nor only tensors,
@@ -77,15 +80,24 @@ def choose_worker_backend(
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     init_fn = config.worker_init_fn
+    local = getattr(dataset, "process_local", None)  # only this process can read its data
+    local = local if isinstance(local, str) else None
     if config.worker_backend == "auto":
         if (
             spec is not None
+            and local is None
             and sendable(config.collate_fn)
             and (init_fn is None or sendable(init_fn))
         ):
             return "process"
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
         return "thread"
+    if local is not None:
+        asked, fix = _asked_for_processes(config)
+        raise ConfigError(
+            f"{asked} cannot be used with this dataset: {local}. Workers that share this "
+            f"process's memory can read it: {fix.removeprefix('or ')}"
+        )
     if spec is None and not SharedTensors.supports(dataset):
         raise ConfigError(_no_process_spec(dataset, config))
     if not sendable(config.collate_fn):
@@ -233,22 +245,23 @@ def _close_slot(slot: PoolSlot) -> None:
         slot.close()
 
 
+def _asked_for_processes(config: LoaderConfig) -> tuple[str, str]:
+    """The option that asked for process workers, and the fix that gives threads instead (the
+    torch front's own when it was ``multiprocessing_context=``)."""
+    if config.start_method is not None and config.worker_backend == "process":
+        return (
+            f"multiprocessing_context={config.start_method!r} (process workers)",
+            "or drop multiprocessing_context= (thread workers are then used)",
+        )
+    return "worker_backend='process'", "or use worker_backend='thread'"
+
+
 def _no_process_spec(dataset: Any, config: LoaderConfig) -> str:
     """Why process workers cannot have this dataset, naming the option that asked for them,
     what in the dataset stands in the way, and the fixes (the torch front's own last)."""
-    torch_front = config.start_method is not None and config.worker_backend == "process"
-    asked = (
-        f"multiprocessing_context={config.start_method!r} (process workers)"
-        if torch_front
-        else "worker_backend='process'"
-    )
+    asked, last = _asked_for_processes(config)
     transform = getattr(dataset, "transform", None)
     get_item = getattr(dataset, "_get_item", None)
-    last = (
-        "or drop multiprocessing_context= (thread workers are then used)"
-        if torch_front
-        else "or use worker_backend='thread'"
-    )
     if transform is not None and not sendable(transform):
         return (
             f"{asked} needs a dataset that worker processes can rebuild, and its "
