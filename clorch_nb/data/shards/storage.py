@@ -111,7 +111,7 @@ class Storage:
         lives in this interpreter's memory, ``memory://``), or None when any process can.
 
         Example:
-            >>> Storage().process_local(["memory://b/a.jsonl"])[:40]
+            >>> Storage().process_local(["memory://b/a.jsonl"])[:39]
             "shard 'memory://b/a.jsonl' is on fsspec"
             >>> Storage().process_local(["a.tar", "s3://b/c.tar"]) is None
             True
