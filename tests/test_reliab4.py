@@ -9,10 +9,14 @@ test that starts workers runs under the module's timeout.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import http.server
 import json
 import os
+import socket
 import threading
+import warnings
 from typing import Any
 
 import psutil
@@ -20,9 +24,10 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.errors import ConfigError, SkipBudgetError
+from clorch_nb.errors import ConfigError, ShardError, SkipBudgetError
 from tests import reliab4_fixtures as f4
 from tests.fixtures import idx
+from tests.shard_fixtures import cls_of, numbered_tars
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -226,3 +231,109 @@ def test_b67_memory_shards_refuse_process_workers_by_name(memory_shards: str) ->
         r"dataset: .*memory filesystem.*: drop multiprocessing_context= \(thread workers",
     ):
         data.DataLoader(ds, batch_size=4, num_workers=2, multiprocessing_context="spawn")
+
+
+# -- held back: client settings keep the time bound; a server that ignores Range ---------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _NoRangeHandler(http.server.SimpleHTTPRequestHandler):
+    """Python's own file server: it ignores ``Range`` and answers every GET with the whole file
+    (HTTP 200). Records the ``X-Token`` header of each request."""
+
+    tokens: list[str | None] = []
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def send_head(self) -> Any:
+        self.tokens.append(self.headers.get("X-Token"))
+        return super().send_head()
+
+
+@pytest.fixture(scope="module")
+def fsspec_io() -> None:
+    """fsspec's IO thread lives for the session: started before a test's leak check."""
+    pytest.importorskip("aiohttp")
+    pytest.importorskip("fsspec.asyn").get_loop()
+
+
+@contextlib.contextmanager
+def _serve(handler: Any) -> Any:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", _free_port()), handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="test-http", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_a_server_that_ignores_range_is_read_correctly(tmp_path: Any, fsspec_io: None) -> None:
+    """Held back: a server that ignores ``Range`` sends the whole object; that used to be
+    reported as a truncated or rewritten shard. The range is now cut from it (exact items, tar
+    and JSONL), the client's headers are sent, and one warning names the server."""
+    numbered_tars(tmp_path, [3, 2])
+    _jsonl(str(tmp_path / "rows.jsonl"), [{"i": i} for i in range(5)])
+    _NoRangeHandler.tokens = []
+
+    def handler(*a: Any, **k: Any) -> Any:
+        return _NoRangeHandler(*a, directory=str(tmp_path), **k)
+
+    opts = {"client_kwargs": {"headers": {"X-Token": "t0k"}}}
+    with _serve(handler) as root, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tars = sd([f"{root}/shard-{k:05d}.tar" for k in range(2)], transform=cls_of,
+                  storage_options=opts, cache_dir=tmp_path / "idx")  # fmt: skip
+        assert tars.counts == (3, 2)
+        assert tars.get_items([4, 1, 2, 0, 3]) == [4, 1, 2, 0, 3]
+        rows = sd(f"{root}/rows.jsonl", storage_options=opts, cache_dir=tmp_path / "idx")
+        assert [rows.get_item(i) for i in (3, 0, 4)] == [{"i": 3}, {"i": 0}, {"i": 4}]
+    ranges = [str(w.message) for w in caught if "ignores HTTP Range" in str(w.message)]
+    assert len(ranges) == 1 and f"{root.split('//')[1]!r} ignores HTTP Range" in ranges[0]
+    assert not [w for w in caught if "truncated" in str(w.message)]
+    assert set(_NoRangeHandler.tokens) == {"t0k"}
+
+
+def test_client_kwargs_keep_the_time_bound_against_a_stalled_server(
+    tmp_path: Any, fsspec_io: None
+) -> None:
+    """Held back: ``storage_options={"client_kwargs": {"headers": ...}}`` used to replace the
+    HTTP client's settings, time bound included: a server that accepts and never answers hung
+    the loader for aiohttp's 5 minutes. ``timeout_s`` now bounds it whatever else the client
+    carries: one attempt, then a ``ShardError`` naming the URL and the bound."""
+    held: list[socket.socket] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    stop = threading.Event()
+
+    def accept() -> None:  # take connections, read nothing, answer nothing
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, name="test-stall", daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/stalled.jsonl"
+    try:
+        with pytest.raises(
+            ShardError, match=r"stalled.jsonl' could not be read after 1 attempts \(timeout_s=0.5\)"
+        ):
+            sd(url, storage_options={"client_kwargs": {"headers": {"X-Token": "t"}}},
+               timeout_s=0.5, retries=0, cache_dir=tmp_path)  # fmt: skip
+    finally:
+        stop.set()
+        thread.join(5)
+        for s in held:
+            s.close()
+        listener.close()
