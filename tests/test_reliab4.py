@@ -12,9 +12,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import http.server
+import io
 import json
 import os
 import socket
+import tarfile
 import threading
 import warnings
 from typing import Any
@@ -337,3 +339,57 @@ def test_client_kwargs_keep_the_time_bound_against_a_stalled_server(
         for s in held:
             s.close()
         listener.close()
+
+
+# -- B59: the same file twice in one WebDataset sample ------------------------------------------
+
+
+def _tar(path: Any, members: list[tuple[str, bytes]]) -> str:
+    with tarfile.open(path, "w") as tar:
+        for name, payload in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+    return str(path)
+
+
+def test_b59_a_field_given_twice_in_one_item_is_refused_at_counting(tmp_path: Any) -> None:
+    """B59: ``000.jpg`` twice in one sample used to keep the second silently (the first image
+    lost); ``001.JPG`` next to ``001.jpg`` dropped one too. Counting now refuses the shard,
+    naming it, the item and both files, as WebDataset raises "duplicate file name"."""
+    case = _tar(tmp_path / "dup.tar", [
+        ("000.jpg", b"first-image"), ("000.cls", b"3"), ("000.jpg", b"second-image"),
+        ("001.jpg", b"y"), ("001.JPG", b"Y"), ("002.jpg", b"z"), ("002.cls", b"1"),
+    ])  # fmt: skip
+    with pytest.raises(ShardError) as ei:
+        sd(case, cache_dir=tmp_path)
+    assert str(ei.value) == (
+        f"shard {case!r}, item 0: '000.jpg' repeats field 'jpg' of its item (already given by "
+        "'000.jpg'; extensions are compared in lower case, as WebDataset does), so one of the "
+        "two files would be lost. WebDataset refuses it too ('duplicate file name in tar "
+        "file'); rewrite the shard with one file per field"
+    )
+    assert (ei.value.shard, ei.value.offset) == (case, 0)
+    upper = _tar(tmp_path / "case.tar", [("000.jpg", b"x"), ("001.jpg", b"y"), ("001.JPG", b"Y")])
+    with pytest.raises(ShardError, match=r"item 1: '001.JPG' repeats field 'jpg' .*'001.jpg'"):
+        sd(upper, cache_dir=tmp_path)
+
+
+def test_b59_a_key_that_comes_back_later_is_refused(tmp_path: Any) -> None:
+    """B59, merged shards: key ``000`` again after ``001`` would be a second sample under one
+    key (its label paired with the wrong image downstream): refused naming both items; a
+    well-formed shard still reads exactly."""
+    merged = _tar(tmp_path / "merged.tar", [
+        ("000.jpg", b"a"), ("001.jpg", b"b"), ("000.cls", b"0"),
+    ])  # fmt: skip
+    with pytest.raises(ShardError, match=r"item 2: '000.cls' starts a second item with key "
+                       r"'000' \(item 0 has it"):  # fmt: skip
+        sd(merged, cache_dir=tmp_path)
+    good = _tar(tmp_path / "good.tar", [
+        ("000.jpg", b"a"), ("000.cls", b"0"), ("001.jpg", b"b"), ("001.cls", b"1"),
+    ])  # fmt: skip
+    ds = sd(good, cache_dir=tmp_path)
+    items = [ds.get_item(i) for i in range(ds.get_size())]
+    assert [(x["__key__"], x["jpg"], x["cls"]) for x in items] == [
+        ("000", b"a", b"0"), ("001", b"b", b"1"),
+    ]  # fmt: skip

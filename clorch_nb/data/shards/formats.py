@@ -131,6 +131,8 @@ class TarFormat:
         field_starts: list[int] = []
         keys: list[tuple[int, int]] = []
         contiguous = True
+        seen: dict[str, int] = {}  # key -> its item (a key met again later is refused, B59)
+        here: dict[str, str] = {}  # the current item's fields -> the file that gave each
         with storage.open(path) as f:
             try:
                 for member in read_members(f, with_data=False):
@@ -138,12 +140,19 @@ class TarFormat:
                     if not key:
                         continue  # a file without an extension: WebDataset skips it too
                     if key != last_key:
+                        if key in seen:
+                            _refuse_repeat(path, member.name, key, seen[key], len(starts))
+                        seen[key] = len(starts)
+                        here = {}
                         starts.append(member.header_offset)
                         last_key = key
                         field_starts.append(len(fields))
                         keys.append((member.name_offset - starts[-1], len(key.encode("utf-8"))))
                     contiguous = contiguous and member.name_offset >= 0
                     ext = member.name[len(key) + 1 :].lower()
+                    if ext in here:  # one item, two files for one field: one would be lost
+                        _refuse_duplicate(path, member.name, here[ext], ext, len(starts) - 1)
+                    here[ext] = member.name
                     fields.append(
                         (
                             exts.setdefault(ext, len(exts)),
@@ -237,6 +246,8 @@ class TarFormat:
                 item.setdefault("__key__", key)
                 if key != item["__key__"]:
                     raise TarError(f"file {member.name!r} does not belong to key {item['__key__']}")
+                if ext in item:
+                    raise TarError(f"file {member.name!r} repeats field {ext!r} of its item")
                 item[ext] = member.data
         except TarError as exc:
             raise ShardError(
@@ -245,6 +256,32 @@ class TarFormat:
                 offset=offset,
             ) from exc
         return item
+
+
+def _refuse_duplicate(path: str, name: str, first: str, ext: str, item: int) -> None:
+    """Raise: one item has two files for field ``ext`` (appended twice, ``x.JPG`` next to
+    ``x.jpg``); reading it by assignment would silently keep only the last (B59)."""
+    raise ShardError(
+        f"shard {path!r}, item {item}: {name!r} repeats field {ext!r} of its item (already given "
+        f"by {first!r}; extensions are compared in lower case, as WebDataset does), so one of "
+        "the two files would be lost. WebDataset refuses it too ('duplicate file name in tar "
+        "file'); rewrite the shard with one file per field",
+        shard=path,
+        offset=item,
+    )
+
+
+def _refuse_repeat(path: str, name: str, key: str, first: int, item: int) -> None:
+    """Raise: key ``key`` comes back after other items (an appended or merged tar): two items
+    under one key would pair one sample's files with another's (B59)."""
+    raise ShardError(
+        f"shard {path!r}, item {item}: {name!r} starts a second item with key {key!r} (item "
+        f"{first} has it; its files are not consecutive), so two samples would share one key "
+        "and their fields could be paired wrongly. Rewrite the shard with each key's files "
+        "together and each key once",
+        shard=path,
+        offset=item,
+    )
 
 
 class JsonlFormat:
