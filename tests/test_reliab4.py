@@ -18,6 +18,7 @@ import os
 import socket
 import tarfile
 import threading
+import tracemalloc
 import warnings
 from typing import Any
 
@@ -29,7 +30,7 @@ from clorch_nb import data
 from clorch_nb.errors import ConfigError, ShardError, SkipBudgetError
 from tests import reliab4_fixtures as f4
 from tests.fixtures import idx
-from tests.shard_fixtures import cls_of, numbered_tars
+from tests.shard_fixtures import cls_of, numbered_tars, write_parquet
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -393,3 +394,46 @@ def test_b59_a_key_that_comes_back_later_is_refused(tmp_path: Any) -> None:
     assert [(x["__key__"], x["jpg"], x["cls"]) for x in items] == [
         ("000", b"a", b"0"), ("001", b"b", b"1"),
     ]  # fmt: skip
+
+
+# -- B60: a Parquet shard with one large row group ----------------------------------------------
+
+
+def test_b60_one_large_row_group_is_decoded_once_and_sliced(
+    tmp_path: Any, backend: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B60: pyarrow's default writes one row group; every block read used to decode the whole
+    group and convert all its rows to Python (an epoch O(rows**2 / block), the whole shard as
+    Python objects at every read). Now the group is decoded once per dataset copy and only the
+    rows asked for become Python objects; the items are exactly the rows, in order."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    n = 20_000
+    path = write_parquet(tmp_path / "one.parquet",
+                         [{"i": i, "s": f"{i:020d}"} for i in range(n)], row_group_size=n)  # fmt: skip
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1
+    ds = sd(str(path), cache_dir=tmp_path)
+    decoded: list[int] = []
+    read_row_groups = pq.ParquetFile.read_row_groups
+
+    def counting(self: Any, row_groups: Any, *a: Any, **k: Any) -> Any:
+        decoded.append(len(row_groups))
+        return read_row_groups(self, row_groups, *a, **k)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", counting)
+    tracemalloc.start()
+    try:
+        first = ds.get_items(list(range(100, 164)))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert first == [{"i": i, "s": f"{i:020d}"} for i in range(100, 164)]
+    assert peak < 2 << 20  # 64 rows' objects (the whole group as dicts was ~6 MiB here)
+    assert decoded == [1]
+    sampler = data.distributed_sampler(ds, num_replicas=1, rank=0, shuffle=False)
+    with dl(ds, backend, batch_size=64, sampler=sampler) as d:
+        got = [int(v) for b in d for v in b["i"]]
+    if backend["name"] == "inline":
+        assert got == list(range(n))
+        assert decoded == [1]  # the whole epoch from the one decoded group
+    else:  # workers take whole blocks each (the shard sampler plans for them): each row once
+        assert sorted(got) == list(range(n))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -337,11 +338,26 @@ def _first_line(chunk: bytes) -> bytes:
     return chunk if end < 0 else chunk[: end + 1]
 
 
+#: the largest decoded row-group span (Arrow columns, not Python objects) a ParquetFormat keeps
+#: for the next read, in bytes
+PARQUET_KEEP_BYTES = 64 << 20
+
+
 class ParquetFormat:
     """Parquet through pyarrow: one item per row (a dict column -> value); items are reached by
-    row group, so a read starts at most one row group before the first item it needs."""
+    row group. Only the rows asked for become Python objects (the Arrow table is sliced first),
+    and the last decoded row-group span is kept (as Arrow columns, up to
+    :data:`PARQUET_KEEP_BYTES`) for the reads that follow: pyarrow writes one row group of up
+    to a million rows by default, and decoding it for every block made an epoch cost
+    O(rows**2 / block) and every read hold the whole shard as Python objects (B60)."""
 
     name = "parquet"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # thread workers share the format
+        # (path, its Scan (the count this read belongs to: a rewritten shard counted again is
+        # a new Scan), g0, g1, the Arrow table of row groups [g0, g1))
+        self._kept: tuple[str, Scan, int, int, Any] | None = None
 
     def _file(self, storage: Storage, path: str, f: Any) -> Any:
         try:
@@ -373,19 +389,31 @@ class ParquetFormat:
         bounds = np.concatenate([[0], np.cumsum(scan.row_groups)])
         g0 = int(np.searchsorted(bounds, first, side="right") - 1)
         g1 = int(np.searchsorted(bounds, stop, side="left"))
-        with storage.open(path) as f:
-            pf = self._file(storage, path, f)
-            try:
-                rows = pf.read_row_groups(list(range(g0, g1))).to_pylist()
-            except Exception as exc:
-                raise ShardError(
-                    f"shard {path!r}: row groups {g0}..{g1 - 1} (items {first}..{stop - 1}) "
-                    f"cannot be read ({type(exc).__name__}: {exc})",
-                    shard=path,
-                    offset=first,
-                ) from exc
+        kept = self._kept
+        if (
+            kept is not None
+            and kept[0] == path
+            and kept[1] is scan
+            and kept[2] <= g0 <= g1 <= kept[3]
+        ):
+            g0, table = kept[2], kept[4]  # decoded by an earlier read
+        else:
+            with storage.open(path) as f:
+                pf = self._file(storage, path, f)
+                try:
+                    table = pf.read_row_groups(list(range(g0, g1)))
+                except Exception as exc:
+                    raise ShardError(
+                        f"shard {path!r}: row groups {g0}..{g1 - 1} (items {first}..{stop - 1}) "
+                        f"cannot be read ({type(exc).__name__}: {exc})",
+                        shard=path,
+                        offset=first,
+                    ) from exc
+            if table.nbytes <= PARQUET_KEEP_BYTES:
+                with self._lock:
+                    self._kept = (path, scan, g0, g1, table)
         base = int(bounds[g0])
-        return rows[first - base : stop - base]
+        return table.slice(first - base, stop - first).to_pylist()
 
     def decode(self, raw: Any, path: str, offset: int) -> Any:
         """The row dict itself."""
