@@ -408,8 +408,8 @@ def test_b60_one_large_row_group_is_decoded_once_and_sliced(
     rows asked for become Python objects; the items are exactly the rows, in order."""
     pq = pytest.importorskip("pyarrow.parquet")
     n = 20_000
-    path = write_parquet(tmp_path / "one.parquet",
-                         [{"i": i, "s": f"{i:020d}"} for i in range(n)], row_group_size=n)  # fmt: skip
+    rows = [{"i": i, "s": f"{i:020d}"} for i in range(n)]
+    path = write_parquet(tmp_path / "one.parquet", rows, row_group_size=n)
     assert pq.ParquetFile(path).metadata.num_row_groups == 1
     ds = sd(str(path), cache_dir=tmp_path)
     decoded: list[int] = []
