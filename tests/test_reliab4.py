@@ -27,7 +27,9 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.errors import ConfigError, ShardError, SkipBudgetError
+from clorch_nb import launch as launching
+from clorch_nb.errors import ConfigError, RankError, ShardError, SkipBudgetError
+from tests import launch_fixtures
 from tests import reliab4_fixtures as f4
 from tests.fixtures import idx
 from tests.shard_fixtures import cls_of, numbered_tars, write_parquet
@@ -437,3 +439,23 @@ def test_b60_one_large_row_group_is_decoded_once_and_sliced(
         assert decoded == [1]  # the whole epoch from the one decoded group
     else:  # workers take whole blocks each (the shard sampler plans for them): each row once
         assert sorted(got) == list(range(n))
+
+
+# -- B69: launch, a rank that returns early ---------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+def test_b69_a_rank_that_returns_early_is_named() -> None:
+    """B69: rank 1 returns while rank 0 waits in ``all_reduce``; gloo fails rank 0 with
+    "Connection closed by peer ... a remote worker crashing", and the launch used to blame rank
+    0 alone. The ``RankError`` now names rank 1 as having returned while rank 0 still waited in
+    a collective (unequal steps), with rank 0's error and traceback attached."""
+    with pytest.raises(RankError) as ei:
+        launching.launch(launch_fixtures.rank_returns_early, world_size=2, timeout_s=120)
+    err = ei.value
+    assert (err.rank, err.returned) == (0, (1,))
+    assert str(err).startswith(
+        "rank 1 returned from train_fn while rank 0 still waited in a collective (all_reduce, "
+        "barrier, ...): the ranks ran unequal numbers of steps or collectives"
+    )
+    assert "Rank 0's error: " in str(err) and "all_reduce" in err.remote_traceback
