@@ -8,6 +8,7 @@ batch back.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -50,4 +51,24 @@ class Items:
         return self.n
 
     def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        return {"target": torch.tensor(i)}
+
+
+# -- held back: replay of a batch whose delivery skipped items ----------------------------------
+
+
+class FailsWhileFlagged:
+    """``n`` items ``{"target": i}``; ``get_item(i)`` for ``i`` in ``bad`` raises ``OSError``
+    while the file ``flag`` exists (a transient fault the test switches off)."""
+
+    def __init__(self, n: int, flag: str, bad: list[int]) -> None:
+        self.n, self.flag, self.bad = n, flag, list(bad)
+        self.process_spec = _spec("FailsWhileFlagged", n, flag, list(bad))
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        if i in self.bad and os.path.exists(self.flag):
+            raise OSError(f"storage hiccup at item {i}")
         return {"target": torch.tensor(i)}

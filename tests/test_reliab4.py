@@ -459,3 +459,46 @@ def test_b69_a_rank_that_returns_early_is_named() -> None:
         "barrier, ...): the ranks ran unequal numbers of steps or collectives"
     )
     assert "Rank 0's error: " in str(err) and "all_reduce" in err.remote_traceback
+
+
+# -- held back: replay of a batch whose delivery skipped items -----------------------------------
+
+
+def test_replay_of_a_batch_with_skipped_items_rebuilds_it_or_refuses(
+    tmp_path: Any, backend: dict[str, Any]
+) -> None:
+    """Held back: batch 1 (``[2, 3]``) was delivered as ``[2, 2]`` (item 3 failed, filled from
+    the batch). Replay used to build it without ``max_failures`` (raising item 3's error), and
+    once the fault was gone returned ``[2, 3]``, a batch never delivered. Now it rebuilds
+    ``[2, 2]`` with ``skipped == (3,)`` while the same item fails, and refuses, naming both,
+    when it no longer does; a loader that did not deliver the epoch needs ``skipped=``."""
+    flag = tmp_path / "fault"
+    flag.write_text("on")
+    ds = f4.FailsWhileFlagged(8, str(flag), [3])
+    with dl(ds, backend, batch_size=2, shuffle=False, max_failures=1) as d:
+        assert [idx(b) for b in d] == [[0, 1], [2, 2], [4, 5], [6, 7]]
+        again = data.replay(d, epoch=0, batch=1)
+        assert (idx(again.batch), again.indices, again.skipped) == ([2, 2], [2, 3], (3,))
+        assert idx(data.replay(d, epoch=0, batch=2).batch) == [4, 5]
+        fresh = data.dataloader(ds, batch_size=2, shuffle=False, max_failures=1, seed=d.seed)
+        with pytest.raises(ConfigError, match=r"cannot tell which items that batch skipped"):
+            data.replay(fresh, epoch=0, batch=1)
+        assert idx(data.replay(fresh, epoch=0, batch=1, skipped=(3,)).batch) == [2, 2]
+        flag.unlink()  # the fault is gone: item 3 loads now
+        with pytest.raises(
+            ConfigError,
+            match=r"delivered with dataset indices \[3\] skipped \(max_failures\), but rebuilt "
+            r"now none fail",
+        ):
+            data.replay(d, epoch=0, batch=1)
+        assert idx(data.replay(d, epoch=0, batch=2).batch) == [4, 5]
+
+
+def test_replay_of_a_dropped_batch_says_nothing_was_delivered(backend: dict[str, Any]) -> None:
+    """Held back with B62: at ``batch_size=1`` batch 3 (item 3) was dropped; its replay must not
+    return batch 4's item (what the twin's next batch is) but say it was dropped."""
+    with dl(f4.CorruptAt3(), backend, batch_size=1, shuffle=False, max_failures=1) as d:
+        assert [idx(b) for b in d] == [[0], [1], [2], [4], [5], [6], [7]]
+        with pytest.raises(ConfigError, match=r"every item of it fails \(dataset indices \[3\]\)"):
+            data.replay(d, epoch=0, batch=3)
+        assert idx(data.replay(d, epoch=0, batch=4).batch) == [4]

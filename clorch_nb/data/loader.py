@@ -53,7 +53,7 @@ from clorch_nb.data.epoch_iter import (
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
-from clorch_nb.data.skipping import skipped_records
+from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.stream import StreamLoader
 from clorch_nb.data.torch_args import TorchLoaderArgs, Unbatched, torch_loader_args
@@ -70,6 +70,10 @@ def _short(text: str, limit: int = 80) -> str:
     if len(text) <= limit:
         return text
     return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
+
+
+#: epochs whose skipped items (``max_failures``) a loader remembers for :func:`replay`
+SKIP_HISTORY = 1000
 
 
 class LoaderEngine:
@@ -117,6 +121,8 @@ class LoaderEngine:
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
+        # max_failures: what earlier epochs skipped, by epoch (replay checks a batch against it)
+        self._skip_history: dict[int, tuple[Skipped, ...]] = {}
         self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
@@ -217,6 +223,7 @@ class LoaderEngine:
                 skip=also_done,
                 shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
             )
+            self._keep_skips(self._run)
             self._run = run
             stop = StopRequest()
             # with a CUDA device=, the device feed copies batches ahead of the loop
@@ -289,6 +296,39 @@ class LoaderEngine:
             self.close()  # back to an epoch its workers saw (they drop cancelled epochs' tasks)
         self.seed = saved.seed
         self._resume = saved
+
+    def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
+        """The items this loader skipped under ``max_failures`` in ``epoch`` so far (each with
+        its batch position), ``()`` without ``max_failures``; None when this loader did not run
+        that epoch (or it is older than the last :data:`SKIP_HISTORY` epochs).
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb import data
+            >>> def item(i):
+            ...     if i == 1:
+            ...         raise ValueError("bad")
+            ...     return {"target": torch.tensor(i)}
+            >>> loader = data.dataloader(data.dataset(size=4, get_item=item), batch_size=2,
+            ...                          shuffle=False, max_failures=1)
+            >>> _ = list(loader); [(s.index, s.batch_index) for s in loader.skipped_in(0)]
+            [(1, 0)]
+            >>> loader.skipped_in(1) is None
+            True
+        """
+        if self.config.max_failures is None:
+            return ()
+        run = self._run
+        if run is not None and run.epoch == epoch:
+            return run.skipped
+        return self._skip_history.get(epoch)
+
+    def _keep_skips(self, run: Epoch | None) -> None:
+        if run is None or self.config.max_failures is None:
+            return
+        self._skip_history[run.epoch] = run.skipped
+        while len(self._skip_history) > SKIP_HISTORY:
+            del self._skip_history[next(iter(self._skip_history))]
 
     @property
     def position(self) -> EpochPosition:
