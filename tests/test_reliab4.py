@@ -502,3 +502,39 @@ def test_replay_of_a_dropped_batch_says_nothing_was_delivered(backend: dict[str,
         with pytest.raises(ConfigError, match=r"every item of it fails \(dataset indices \[3\]\)"):
             data.replay(d, epoch=0, batch=3)
         assert idx(data.replay(d, epoch=0, batch=4).batch) == [4]
+
+
+# -- held back: two loaders over one sampler object ---------------------------------------------
+
+
+def test_two_loaders_over_one_shard_sampler_do_not_mix_settings(tmp_path: Any) -> None:
+    """Held back: a ShardSampler plans whole batches for its loader; a second loader over the
+    same object with ``batch_size=2`` used to re-plan it, so the first loader (``batch_size=4``)
+    silently delivered batches of 2 and saved ``batch_size=2`` in its checkpoint. The second
+    loader is now refused by name while the first is alive; the same settings are allowed
+    (a cell run again), and so are other settings once the first loader is gone."""
+    _jsonl(str(tmp_path / "rows.jsonl"), [{"i": i} for i in range(16)])
+    ds = sd(str(tmp_path / "rows.jsonl"), cache_dir=tmp_path)
+    s = data.distributed_sampler(ds, num_replicas=1, rank=0, shuffle=False)
+    first = data.dataloader(ds, batch_size=4, sampler=s)
+    with pytest.raises(ConfigError, match=r"already plans the batches of another loader .*"
+                       r"\(batch_size=4, num_workers=0, drop_last=False\); a second one with "
+                       r"batch_size=2"):  # fmt: skip
+        data.dataloader(ds, batch_size=2, sampler=s)
+    it = iter(first)
+    assert [_ints(next(it)) for _ in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    state = first.state_dict()
+    assert (state["sampler"]["batch_size"], state["batches_done"]) == (4, 2)
+    again = data.dataloader(ds, batch_size=4, sampler=s)  # same settings: the same plan
+    assert [_ints(b) for b in again] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11],
+                                         [12, 13, 14, 15]]  # fmt: skip
+    again.close()
+    first.close()  # a closed loader gives the sampler up...
+    other = data.dataloader(ds, batch_size=8, sampler=s)
+    assert [_ints(b) for b in other] == [list(range(8)), list(range(8, 16))]
+    with pytest.raises(ConfigError, match=r"\(batch_size=8, num_workers=0, drop_last=False\); "
+                       r"a second one with batch_size=4"):  # fmt: skip
+        iter(first)  # ...and takes it back at its next iter(), unless another loader has it
+    del it, other
+    gc.collect()
+    assert [_ints(b) for b in first][:1] == [[0, 1, 2, 3]]  # the other loader is gone

@@ -110,11 +110,8 @@ class LoaderEngine:
         self.dataset = dataset if user_dataset is None else user_dataset
         self._ds = dataset  # the protocol view of it (get_size, get_item)
         self.sampler = sampler
-        bind = getattr(sampler, "bind_loader", None)  # a sampler that plans whole batches
-        if callable(bind) and config.batch_size is not None:  # (data.shards.ShardSampler)
-            bind(batch_size=config.batch_size, num_workers=config.num_workers,
-                 drop_last=config.drop_last)  # fmt: skip
         self.seed, self.generator = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
+        self._bind_sampler()
         self.process_spec = process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
@@ -188,6 +185,7 @@ class LoaderEngine:
             saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
             also_done = () if self._resume is None else self._resume.also_done  # not built again
             epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
+            self._bind_sampler()  # given up by a close(): planned for this loader again
             self._stop_active(superseded_by=epoch)
             if self._hooks.before_epoch(epoch) == "restart":
                 self.close()  # a replaced shared tensor: fresh workers map the new one
@@ -297,6 +295,17 @@ class LoaderEngine:
         self.seed = saved.seed
         self._resume = saved
 
+    def _bind_sampler(self) -> None:
+        """A sampler that plans whole batches (``data.shards.ShardSampler``) plans them for this
+        loader: bound when it is made and at each ``iter()`` (after a ``close()`` gave it up);
+        refused while another live loader has it with other settings (their checkpoints would
+        mix)."""
+        bind = getattr(self.sampler, "bind_loader", None)
+        config = self.config
+        if callable(bind) and config.batch_size is not None:
+            bind(batch_size=config.batch_size, num_workers=config.num_workers,
+                 drop_last=config.drop_last, owner=self)  # fmt: skip
+
     def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
         """The items this loader skipped under ``max_failures`` in ``epoch`` so far (each with
         its batch position), ``()`` without ``max_failures``; None when this loader did not run
@@ -375,6 +384,9 @@ class LoaderEngine:
             )  # its next() raises, never ends
             self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
             self._delivery.close()  # copies in flight, the pin thread
+            unbind = getattr(self.sampler, "unbind_loader", None)
+            if callable(unbind):  # another loader may plan with it now; iter() binds it again
+                unbind(self)
 
     def describe(self) -> str:
         """Where batches are built and how they reach the loop: the worker backend, the
