@@ -57,7 +57,7 @@ from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
-from clorch_nb.data.skipping import skipped_records
+from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.stream import IterableEngine
 from clorch_nb.data.torch_args import torch_attributes, torch_loader_args
@@ -81,6 +81,10 @@ def _short(text: str, limit: int = 80) -> str:
     if len(text) <= limit:
         return text
     return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
+
+
+#: epochs whose skipped items (``max_failures``) a loader remembers for :func:`replay`
+SKIP_HISTORY = 1000
 
 
 class LoaderEngine:
@@ -119,19 +123,18 @@ class LoaderEngine:
         self.dataset = dataset if user_dataset is None else user_dataset
         self._ds = dataset  # the protocol view of it (get_size, get_item)
         self.plan_sampler = sampler
-        bind = bind_loader_hook(sampler)  # a sampler that plans whole batches
-        if bind is not None and config.batch_size is not None:  # (data.shards.ShardSampler)
-            bind(batch_size=config.batch_size, num_workers=config.num_workers,
-                 drop_last=config.drop_last)  # fmt: skip
         # the loader's own RNG (torch's `generator` is the DataLoader's attribute): one base
         # seed and, with shuffle, one permutation drawn from it per epoch
         self.seed, self._generator = seed, torch.Generator().manual_seed(seed)
+        self._bind_sampler()
         self.process_spec = process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
+        # max_failures: what earlier epochs skipped, by epoch (replay checks a batch against it)
+        self._skip_history: dict[int, tuple[Skipped, ...]] = {}
         self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
@@ -173,6 +176,7 @@ class LoaderEngine:
             saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
             also_done = () if self._resume is None else self._resume.also_done  # not built again
             epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
+            self._bind_sampler()  # given up by a close(): planned for this loader again
             self._stop_active(superseded_by=epoch)
             if self._hooks.before_epoch(epoch) == "restart":
                 self.close()  # a replaced shared tensor: fresh workers map the new one
@@ -206,9 +210,11 @@ class LoaderEngine:
                 stages=self._stages,
                 skipped=() if saved is None else skipped_records(saved.skipped),
                 on_end=None if self.config.persistent_workers else self._workers.close,
+                on_stop=None if self.config.persistent_workers else self._workers.release,
                 skip=also_done,
                 shard_of=shard_of_hook(self._ds),  # a shard dataset names its files
             )
+            self._keep_skips(self._run)
             self._run = run
             stop = StopRequest()
             # with a CUDA device=, the device feed copies batches ahead of the loop
@@ -294,6 +300,50 @@ class LoaderEngine:
         self.seed = saved.seed
         self._resume = saved
 
+    def _bind_sampler(self) -> None:
+        """A sampler that plans whole batches (``data.shards.ShardSampler``) plans them for this
+        loader: bound when it is made and at each ``iter()`` (after a ``close()`` gave it up);
+        refused while another live loader has it with other settings (their checkpoints would
+        mix)."""
+        bind = bind_loader_hook(self.plan_sampler)
+        config = self.config
+        if bind is not None and config.batch_size is not None:
+            bind(batch_size=config.batch_size, num_workers=config.num_workers,
+                 drop_last=config.drop_last, owner=self)  # fmt: skip
+
+    def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
+        """The items this loader skipped under ``max_failures`` in ``epoch`` so far (each with
+        its batch position), ``()`` without ``max_failures``; None when this loader did not run
+        that epoch (or it is older than the last :data:`SKIP_HISTORY` epochs).
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb import data
+            >>> def item(i):
+            ...     if i == 1:
+            ...         raise ValueError("bad")
+            ...     return {"target": torch.tensor(i)}
+            >>> loader = data.dataloader(data.dataset(size=4, get_item=item), batch_size=2,
+            ...                          shuffle=False, max_failures=1)
+            >>> _ = list(loader); [(s.index, s.batch_index) for s in loader.skipped_in(0)]
+            [(1, 0)]
+            >>> loader.skipped_in(1) is None
+            True
+        """
+        if self.config.max_failures is None:
+            return ()
+        run = self._run
+        if run is not None and run.epoch == epoch:
+            return run.skipped
+        return self._skip_history.get(epoch)
+
+    def _keep_skips(self, run: Epoch | None) -> None:
+        if run is None or self.config.max_failures is None:
+            return
+        self._skip_history[run.epoch] = run.skipped
+        while len(self._skip_history) > SKIP_HISTORY:
+            del self._skip_history[next(iter(self._skip_history))]
+
     @property
     def position(self) -> EpochPosition:
         """Where the last epoch stands (epoch 0, nothing delivered, before the first
@@ -339,6 +389,9 @@ class LoaderEngine:
             )  # its next() raises, never ends
             self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
             self._delivery.close()  # copies in flight, the pin thread
+            unbind = getattr(self.plan_sampler, "unbind_loader", None)
+            if callable(unbind):  # another loader may plan with it now; iter() binds it again
+                unbind(self)
 
     def describe(self) -> str:
         """Where batches are built and how they reach the loop: the worker backend (a dataset
@@ -519,8 +572,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         generator (torch.Generator | None): the loader's seed is drawn once from it.
         prefetch_factor (int | None): batches each worker prepares ahead (default 2); refused
             with ``num_workers=0``, as torch does.
-        persistent_workers (bool): False (default): workers end when an epoch is delivered to
-            its end, as torch's; True: they live until :meth:`close`.
+        persistent_workers (bool): False (default): workers end when an epoch ends (delivered
+            to its end, or left early: its iterator dropped or superseded), as torch's; True:
+            they live until :meth:`close`.
         pin_memory_device (str): accepted, ignored (deprecated in torch).
         in_order (bool): True: batches in sampler order. False: with workers, whichever batch
             is built first; ``state_dict()`` stays exact (it records the batches delivered
@@ -753,6 +807,15 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             ConfigError: not this loader's state; a torch ``IterableDataset``.
         """
         self._engine.load_state_dict(state)
+
+    def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
+        """The items skipped under ``max_failures`` in ``epoch``
+        (:meth:`LoaderEngine.skipped_in`).
+
+        Raises:
+            ConfigError: a torch ``IterableDataset`` (its batches are not planned).
+        """
+        return self._engine.skipped_in(epoch)
 
     def start_workers(self) -> Any:
         """Start the workers now and return the pool.

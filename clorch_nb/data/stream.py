@@ -208,6 +208,11 @@ class IterableEngine:
         raise self._refuse("load_state_dict()", "its position lives inside its iterators, so "
                            "it is not resumable")  # fmt: skip
 
+    def skipped_in(self, epoch: int) -> tuple[Any, ...] | None:
+        """Refused: see :meth:`_refuse`."""
+        raise self._refuse("skipped_in()", "its batches are not planned, so a batch's items "
+                           "cannot be looked up again (data.shard_dataset can)")  # fmt: skip
+
     def _refuse(self, member: str, why: str) -> ConfigError:
         return ConfigError(
             f"DataLoader.{member} is not available for a torch IterableDataset "

@@ -80,6 +80,9 @@ def choose_worker_backend(
     ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
     processes, after checking that everything a worker needs can reach it. Threads are refused
     for a dataset that keeps a shared file-like handle (:mod:`~clorch_nb.data.thread_safety`).
+    A dataset whose data only this process can read says why in a ``process_local`` attribute
+    (a str; a shard dataset on ``memory://``): ``"auto"`` then picks threads, and ``"process"``
+    is refused with that reason (B67).
 
     Raises:
         NotShippableError: ``"process"`` for a dataset (or ``collate_fn``, ``worker_init_fn``)
@@ -93,15 +96,24 @@ def choose_worker_backend(
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     init_fn = config.worker_init_fn
+    local = getattr(dataset, "process_local", None)  # only this process can read its data
+    local = local if isinstance(local, str) else None
     if config.worker_backend == "auto":
         if (
             spec is not None
+            and local is None
             and sendable(config.collate_fn)
             and (init_fn is None or sendable(init_fn))
         ):
             return "process"
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
         return "thread"
+    if local is not None:
+        asked, fix = _asked_for_processes(config)
+        raise ConfigError(
+            f"{asked} cannot be used with this dataset: {local}. Workers that share this "
+            f"process's memory can read it: {fix.removeprefix('or ')}"
+        )
     if spec is None and not SharedTensors.supports(dataset):
         check_shippable(user_dataset(dataset))  # by value: NotShippableError names what cannot
     check_shippable_fn(config.collate_fn, "collate_fn")
@@ -219,6 +231,13 @@ class PoolSlot:
         if self.backend == "process":
             self.open().prestart()
 
+    def release(self, pool: WorkerPool) -> None:
+        """Stop ``pool``'s workers if it is still this slot's pool (an epoch that ended early
+        without ``persistent_workers``: its workers end with it, as torch's end with their
+        iterator); a pool already replaced or closed is left alone."""
+        if pool is self.pool:
+            self.close()
+
     def close(self) -> None:
         """Stop the pool's workers; idempotent in full: after an interrupted call (Ctrl-C) the
         pool stays here and a second call repeats whatever the first left."""
@@ -255,3 +274,14 @@ def ship_by_value(dataset: Any) -> ByValue:
             stacklevel=user_stacklevel(),
         )
     return source
+
+
+def _asked_for_processes(config: LoaderConfig) -> tuple[str, str]:
+    """The option that asked for process workers, and the fix that gives threads instead (the
+    torch front's own when it was ``multiprocessing_context=``)."""
+    if config.start_method is not None and config.worker_backend == "process":
+        return (
+            f"multiprocessing_context={config.start_method!r} (process workers)",
+            "or drop multiprocessing_context= (thread workers are then used)",
+        )
+    return "worker_backend='process'", "or use worker_backend='thread'"
