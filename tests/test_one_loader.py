@@ -73,6 +73,7 @@ MEMBERS: dict[str, tuple[str, Any]] = {
     "state_dict": ("refused", lambda d: d.state_dict()),
     "load_state_dict": ("refused", lambda d: d.load_state_dict({})),
     "start_workers": ("refused", lambda d: d.start_workers()),
+    "skipped_in": ("refused", lambda d: d.skipped_in(0)),
     "worker_pids": ("ok", lambda d: d.worker_pids()),
     "subscribe": ("ok", lambda d: d.subscribe(lambda ev: None)()),
     "close": ("ok", lambda d: d.close()),
@@ -121,9 +122,11 @@ def test_monitor_runs_an_iterable_loader() -> None:
     assert mon.summary()["items"] == 10
 
 
-@pytest.mark.parametrize("num_workers", [0, 2])
-def test_events_and_position_as_the_map_style_engine(num_workers: int) -> None:
-    loader = data.DataLoader(Count(5), batch_size=2, num_workers=num_workers)
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("num_workers", "backend"), [(0, "inline"), (2, "thread"), (2, "process")])
+def test_events_and_position_as_the_map_style_engine(num_workers: int, backend: str) -> None:
+    kw = {"worker_backend": backend} if num_workers else {}
+    loader = data.DataLoader(Count(5), batch_size=2, num_workers=num_workers, **kw)
     seen: list[Any] = []
     loader.subscribe(seen.append)
     batches = [b.tolist() for b in loader]
@@ -131,9 +134,7 @@ def test_events_and_position_as_the_map_style_engine(num_workers: int) -> None:
     assert kinds == ["start"] + ["BatchEvent"] * len(batches) + ["end"]
     assert [e.batch_index for e in seen if isinstance(e, BatchEvent)] == list(range(len(batches)))
     assert sum(e.num_items for e in seen if isinstance(e, BatchEvent)) == 5
-    assert {e.worker_backend for e in seen if isinstance(e, EpochEvent)} == {
-        "inline" if num_workers == 0 else "thread"
-    }
+    assert {e.worker_backend for e in seen if isinstance(e, EpochEvent)} == {backend}
     assert loader.position == data.EpochPosition(0, 0, len(batches), len(batches))
     assert loader.stats.items == 5 and loader.stats.epochs_started == 1
 
@@ -149,7 +150,7 @@ def test_one_epoch_at_a_time() -> None:
 
 def test_close_from_another_thread_stops_a_waiting_consumer() -> None:
     gate = threading.Event()
-    loader = data.DataLoader(Slow(gate), batch_size=None, num_workers=1)
+    loader = data.DataLoader(Slow(gate), batch_size=None, num_workers=1, worker_backend="thread")
     it = iter(loader)
     assert next(it) == 0
     threading.Timer(0.2, loader.close).start()
@@ -162,7 +163,8 @@ def test_close_from_another_thread_stops_a_waiting_consumer() -> None:
 
 def test_timeout_names_the_worker() -> None:
     gate = threading.Event()
-    loader = data.DataLoader(Slow(gate), batch_size=None, num_workers=1, timeout=0.3)
+    loader = data.DataLoader(Slow(gate), batch_size=None, num_workers=1, timeout=0.3,
+                             worker_backend="thread")  # fmt: skip
     it = iter(loader)
     try:
         assert next(it) == 0
@@ -204,7 +206,8 @@ def test_pin_memory_is_honoured_for_an_iterable_dataset() -> None:
     """Drift 3: ``pin_memory=True`` went unread for a stream. Now its batches take the pin
     stage (on a fake CUDA) and ``describe()`` counts them, as for a map-style dataset."""
     with use_cuda(FakeCuda()) as fake:
-        loader = data.DataLoader(Count(6), batch_size=2, pin_memory=True, num_workers=2)
+        loader = data.DataLoader(Count(6), batch_size=2, pin_memory=True, num_workers=2,
+                                 worker_backend="thread")  # fmt: skip
     assert sorted(i for b in loader for i in b.tolist()) == list(range(6))
     # each worker's own short last batch: [0, 2] [4] and [1, 3] [5], torch's semantics
     assert "pin_memory: pinned ring; 0 batches pinned without a copy, 4 copied" in (
@@ -234,9 +237,14 @@ def test_both_fronts_build_the_same_engine() -> None:
     assert a.position == b.position
 
 
-def test_a_stream_in_processes_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="multiprocessing_context"):
-        data.DataLoader(Count(4), num_workers=1, multiprocessing_context="spawn")
+@pytest.mark.timeout(120)
+def test_a_stream_runs_in_the_process_workers_multiprocessing_context_asks_for() -> None:
+    """Was refused (the second engine had no process path); now torch's semantics: each worker
+    its own copy, batches in turn."""
+    loader = data.DataLoader(Count(4), num_workers=1, multiprocessing_context="spawn")
+    assert loader.worker_backend == "process"
+    assert [b.tolist() for b in loader] == [[0], [1], [2], [3]]
+    assert loader.worker_pids() == []  # non-persistent: they end with the epoch, as torch's
 
 
 def test_clorch_options_on_a_stream_are_refused_by_name() -> None:

@@ -660,8 +660,11 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
                     "loop, or use data.shard_dataset"
                 )
         config = replace(args.config, **extras)  # clorch_nb's options, validated
-        seed = resolve_seed(None, generator, args.config.shuffle)
-        engine = build_engine(dataset, config, sampler=args.sampler, seed=seed)
+        # torch draws an IterableDataset's base seed at each iter(), from generator= (else the
+        # global RNG): nothing is drawn now, so its workers' seeds are torch's very numbers
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        seed = resolve_seed(None, None if iterable else generator, args.config.shuffle)
+        engine = build_engine(dataset, config, sampler=args.sampler, seed=seed, generator=generator)
         self._start(engine, torch_attributes(dataset, **torch_args), extras)
 
     @classmethod
@@ -714,7 +717,10 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         attributes["dataset"] = dataset
         extras = {k: getattr(c, k) for k in _EXTRA_DEFAULTS}
         loader = cls.__new__(cls)
-        cls._start(loader, build_engine(dataset, c, sampler=sampler, seed=seed), attributes, extras)
+        # an IterableDataset's base seeds are drawn per epoch from a generator seeded with seed
+        engine = build_engine(dataset, c, sampler=sampler, seed=seed,
+                              generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        cls._start(loader, engine, attributes, extras)
         return loader
 
     def _start(self, engine: Engine, attributes: dict[str, Any], extras: dict[str, Any]) -> None:
@@ -870,7 +876,14 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
 Engine = LoaderEngine | IterableEngine
 
 
-def build_engine(dataset: Any, config: LoaderConfig, *, sampler: Any, seed: int) -> Engine:
+def build_engine(
+    dataset: Any,
+    config: LoaderConfig,
+    *,
+    sampler: Any,
+    seed: int,
+    generator: torch.Generator | None = None,
+) -> Engine:
     """The engine both fronts build a :class:`DataLoader` on: a torch ``IterableDataset``'s
     (:class:`~clorch_nb.data.stream.IterableEngine`) or the map-style :class:`LoaderEngine`,
     with the worker backend chosen for this dataset and config.
@@ -883,7 +896,7 @@ def build_engine(dataset: Any, config: LoaderConfig, *, sampler: Any, seed: int)
         'LoaderEngine'
     """
     if isinstance(dataset, torch.utils.data.IterableDataset):
-        return IterableEngine(dataset, config, seed=seed)
+        return IterableEngine(dataset, config, seed=seed, generator=generator)
     ds = as_dataset(dataset)
     if sampler is not None:
         check_sampler_size(ds.get_size(), sampler)

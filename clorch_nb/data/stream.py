@@ -115,17 +115,26 @@ class IterableEngine:
     process_spec = None
     worker_pool = None
 
-    def __init__(self, dataset: Any, config: LoaderConfig, *, seed: int) -> None:
-        if config.start_method is not None:
-            raise ConfigError(
-                "a torch IterableDataset runs here or in thread workers, not in worker processes "
-                "(multiprocessing_context): clorch_nb rebuilds a dataset in a process from its "
-                "process_spec and never pickles it. Drop multiprocessing_context (threads), or "
-                "use data.shard_dataset"
-            )
+    def __init__(
+        self,
+        dataset: Any,
+        config: LoaderConfig,
+        *,
+        seed: int,
+        generator: torch.Generator | None = None,
+    ) -> None:
         self.config, self.dataset, self.seed = config, dataset, seed
-        self.worker_backend = "thread" if config.num_workers else "inline"
-        self._generator = torch.Generator().manual_seed(seed)  # one base seed drawn per epoch
+        processes = config.num_workers > 0 and config.worker_backend == "process"
+        self.worker_backend = (
+            "process" if processes else "thread" if config.num_workers else "inline"
+        )
+        # process workers (workers/iterable_process.py): the dataset is shipped (and refused by
+        # name if it cannot be) now, before any worker starts
+        self._processes = iterable_pool(dataset, config) if processes else None
+        if self._processes is not None:
+            weakref.finalize(self, self._processes.close)  # a dropped loader leaves no worker
+        # torch's rule: one base seed drawn per epoch from generator=, else the global RNG
+        self._generator = generator
         self.events = EventBus()
         self.stats = LoaderStats()
         self._delivery = Delivery(config, self.worker_backend, self.events)  # pin_memory=
@@ -148,7 +157,7 @@ class IterableEngine:
             self._stop_active(superseded_by=epoch)
             self._epoch, self._delivered = epoch, 0
             self.stats.epochs_started += 1
-            base_seed = draw_base_seed(self._generator)
+            base_seed = torch_base_seed(self._generator)  # at iter(), as torch's (B64)
             stop = StopRequest()
             it = EpochIterator(self._run(epoch, base_seed, stop), stop, epoch, self._plan_len())
             self._active = it
@@ -183,10 +192,12 @@ class IterableEngine:
         with self._lifecycle:
             self._stop_active(why="the loader was closed (loader.close())")
             self._delivery.close()
+            if self._processes is not None:
+                self._processes.close()
 
     def worker_pids(self) -> list[int]:
-        """``[]``: a stream's workers are threads."""
-        return []
+        """Process ids of the live process workers (``[]`` for threads or inline)."""
+        return [] if self._processes is None else self._processes.pids()
 
     def peek(self, batch_index: int = 0) -> Any:
         """Refused: see :meth:`_refuse`."""
@@ -236,7 +247,13 @@ class IterableEngine:
     def _run(self, epoch: int, base_seed: int, stop: StopRequest) -> Iterator[Any]:
         c = self.config
         self._epoch_event("start", epoch)
-        source = self._inline() if c.num_workers == 0 else self._threads(epoch, base_seed, stop)
+        source = (
+            self._inline()
+            if c.num_workers == 0
+            else self._from_processes(epoch, base_seed, stop)
+            if self._processes is not None
+            else self._threads(epoch, base_seed, stop)
+        )
         stages = self._delivery.stages  # pin_memory=True: the pin stage
         index = 0
         try:
@@ -361,6 +378,18 @@ class IterableEngine:
             for q in queues:  # unblock a producer waiting to put
                 while not q.empty():
                     q.get_nowait()
+
+    def _from_processes(self, epoch: int, base_seed: int, request: StopRequest) -> Iterator[_Built]:
+        assert self._processes is not None
+        firsts: dict[int, Any] = {}
+        t_start = time.perf_counter()
+        for w, batch, num_items in self._processes.epoch(epoch, base_seed, check=request.check):
+            if len(firsts) < 2 and w not in firsts:
+                firsts[w] = batch
+                self._check_replicas(firsts)
+            # built in the worker: its own fetch and collate times are not sent back
+            yield _Built(batch, w, num_items, t_start, 0.0, 0.0)
+            t_start = time.perf_counter()
 
     def _get(self, q: queue.Queue[Any], w: int, request: StopRequest) -> Any:
         """The next message of worker ``w``, looking at the stop request every ``_POLL_S``."""

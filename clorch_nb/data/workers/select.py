@@ -35,6 +35,7 @@ from clorch_nb.data.workers.by_value import (
 )
 from clorch_nb.data.workers.inline import InlinePool
 from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.errors import ConfigError
 
 __all__ = [
     "PoolSlot",
