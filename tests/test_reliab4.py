@@ -156,7 +156,8 @@ def test_b61_an_epoch_left_early_ends_non_persistent_workers(kind: str, how: str
     ``persistent_workers=True`` they stay, as torch's do."""
     ds = f4.Items(64) if kind == "process" else _tensors(64)
     persistent = how == "persistent"
-    d = data.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=persistent)
+    d = data.DataLoader(ds, batch_size=4, num_workers=2, persistent_workers=persistent,
+                        worker_backend=kind)  # fmt: skip
     try:
         assert d.worker_backend == kind
         it = iter(d)

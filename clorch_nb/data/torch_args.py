@@ -126,7 +126,8 @@ def torch_backend(
 ) -> str:
     """Where the torch front's workers run: processes, as torch's (a dataset without a
     ``process_spec`` is sent by value, a notebook cell's class included), unless
-    ``worker_backend="thread"`` is asked for or the dataset says ``thread_safe = True``.
+    ``worker_backend="thread"`` is asked for, the dataset says ``thread_safe = True``, or its
+    data lives in this process only (a ``process_local`` reason, e.g. ``memory://`` shards).
 
     Raises:
         ConfigError: ``worker_backend`` is not "thread", "process" or "auto", or "thread" with a
@@ -152,6 +153,8 @@ def torch_backend(
         return "process"
     if num_workers == 0 or declared_thread_safe(dataset):
         return "auto" if num_workers == 0 else "thread"
+    if isinstance(getattr(dataset, "process_local", None), str):
+        return "thread"  # its data lives in this process only (memory:// shards, B67)
     return "process"
 
 
