@@ -40,7 +40,7 @@ from clorch_nb.data.config import (
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
 from clorch_nb.data.delivery import Delivery
-from clorch_nb.data.distributed import DistributedSampler
+from clorch_nb.data.distributed import DistributedSampler, sampler_epoch
 from clorch_nb.data.epoch import Epoch, EpochPosition, Stage
 from clorch_nb.data.epoch_hooks import EpochHooks
 from clorch_nb.data.epoch_iter import (
@@ -375,12 +375,14 @@ class LoaderEngine:
         """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
         loaded state is applied once (the generator fast-forwarded to its epoch)."""
         saved, self._resume = self._resume, None
+        own_perm = self._ds.get_size() if self.config.shuffle and self.sampler is None else None
         if saved is None:
-            return (0 if self._epoch is None else self._epoch + 1), 0, 0
-        own_perm = self.config.shuffle and self.sampler is None
-        self.generator = fast_forward(
-            saved.seed, saved.epoch, self._ds.get_size() if own_perm else None
-        )
+            epoch = 0 if self._epoch is None else self._epoch + 1
+            if sampler_epoch(self.sampler) > epoch:  # set_epoch(e) on the sampler of a loader
+                epoch = sampler_epoch(self.sampler)  # made per epoch: the dataset gets e (B33)
+                self.generator = fast_forward(self.seed, epoch, own_perm)
+            return epoch, 0, 0
+        self.generator = fast_forward(saved.seed, saved.epoch, own_perm)
         if isinstance(self.sampler, DistributedSampler):  # as a sampler=: batch_size is set
             skip = self.sampler.layout()[1]  # the sampler yields only the rest of its shard
             return saved.epoch, -(-skip // self._batch_size), skip

@@ -19,6 +19,7 @@ from clorch_nb._signals import deferred_sigint
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
+from clorch_nb.data.mix import MixedDataset
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.thread_safety import check_thread_safe
 from clorch_nb.data.workers.arena import ParentArena
@@ -125,8 +126,10 @@ def make_pool(
     worker's arena (``pin_memory``'s registered slots; default :class:`ParentArena`).
     """
     if backend == "inline":
-        # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
-        draws = not isinstance(dataset, TensorDataset)
+        # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
+        draws = not isinstance(dataset, TensorDataset) and (
+            not isinstance(dataset, MixedDataset) or dataset.draws_random
+        )
         return InlinePool(
             dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
         )
@@ -249,6 +252,8 @@ def _no_process_spec(dataset: Any, config: LoaderConfig) -> str:
             "a worker (a lambda, or a function from a notebook cell or inside another "
             f"function): define it at the top level of a .py module and pass that; {last}"
         )
+    if isinstance(dataset, MixedDataset) and (why := dataset.process_blocker()) is not None:
+        return f"{asked} needs a dataset that worker processes can rebuild, and {why}; {last}"
     if get_item is not None:
         blocker = (
             f"it was built from get_item={getattr(get_item, '__qualname__', get_item)!r} "
