@@ -308,8 +308,14 @@ class MixedDataset(TorchInterop):
         p = self.plan
         weights = dict(zip(p.names, p.weights, strict=True))
         return ProcessSpec(
-            REBUILD, [], {"sources": specs, "weights": weights, "epoch_size": p.epoch_size,
-                          "seed": p.seed}  # fmt: skip
+            REBUILD,
+            [],
+            {
+                "sources": specs,
+                "weights": weights,
+                "epoch_size": p.epoch_size,
+                "seed": p.seed,
+            },
         )
 
     def process_blocker(self) -> str | None:
@@ -377,8 +383,9 @@ def _scatter(parts: list[Any], where: list[torch.Tensor], n: int) -> Any:
     ``n`` rows; None when they are not all tensors of one dtype and item shape."""
     first = parts[0]
     if isinstance(first, torch.Tensor):
+        item = first.shape[1:]
         if not all(
-            isinstance(p, torch.Tensor) and p.dtype == first.dtype and p.shape[1:] == first.shape[1:]
+            isinstance(p, torch.Tensor) and p.dtype == first.dtype and p.shape[1:] == item
             for p in parts
         ):
             return None
@@ -546,5 +553,5 @@ def rebuild_mix(
 ) -> MixedDataset:
     """A process worker's copy of a mix: each source rebuilt from its ``process_spec``
     (:attr:`MixedDataset.process_spec`'s factory)."""
-    built = {n: ProcessSpec(s["factory"], s["args"], s["kwargs"]).build() for n, s in sources.items()}
+    built = {n: ProcessSpec(**spec).build() for n, spec in sources.items()}
     return mix(built, weights, epoch_size=epoch_size, seed=seed)
