@@ -35,6 +35,7 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -76,7 +77,8 @@ def apportion(total: int, weights: Sequence[float]) -> tuple[int, ...]:
     """``total`` split by ``weights`` with the largest-remainder (Hamilton) rule.
 
     Each share is the floor or the ceiling of ``total * w / sum(weights)``; the shares sum to
-    ``total``; the leftover units go to the largest remainders (ties: the earlier weight).
+    ``total``; the leftover units go to the largest remainders (ties: the earlier weight),
+    computed in exact fractions.
 
     Args:
         total (int): what to split (>= 0).
@@ -91,8 +93,9 @@ def apportion(total: int, weights: Sequence[float]) -> tuple[int, ...]:
         >>> apportion(10, [1, 1, 1])
         (4, 3, 3)
     """
-    s = math.fsum(weights)
-    exact = [total * w / s for w in weights]
+    exact_w = [Fraction(w) for w in weights]  # exact: float rounding must not break a tie
+    s = sum(exact_w)
+    exact = [total * w / s for w in exact_w]
     shares = [math.floor(x) for x in exact]
     left = total - sum(shares)
     by_remainder = sorted(range(len(weights)), key=lambda j: (-(exact[j] - shares[j]), j))
