@@ -353,7 +353,9 @@ def test_a_new_loader_per_epoch_gives_the_batches_one_loader_gives() -> None:
             return {"epoch": self.epoch, "noise": float(torch.rand(()))}
 
     def run(ds: Noisy, loader: data.DataLoader) -> list[tuple[int, float]]:
-        return [(int(e), float(x)) for b in loader for e, x in zip(b["epoch"], b["noise"], strict=True)]
+        return [
+            (int(e), float(x)) for b in loader for e, x in zip(b["epoch"], b["noise"], strict=True)
+        ]
 
     ds = Noisy()
     s = data.distributed_sampler(4, 1, 0, shuffle=False)
