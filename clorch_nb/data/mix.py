@@ -214,6 +214,7 @@ class MixedDataset(TorchInterop):
         self._ordinal: np.ndarray | None = None
         self._perms: list[OrderedDict[int, np.ndarray]] = [OrderedDict() for _ in plan.names]
         self._lock = threading.Lock()  # thread workers share this copy and its caches
+        self._batched = [callable(getattr(ds, "get_batch", None)) for ds in self._ds]
         # tensor sources draw no random numbers: the loader need not seed RNGs per batch
         self.draws_random = not all(type(ds).__name__ == "TensorDataset" for ds in self._ds)
 
@@ -279,21 +280,24 @@ class MixedDataset(TorchInterop):
         its own ``get_batch`` where it has one and the parts put back in place (int64
         ``indices`` of shape ``(B,)``)."""
         idx = torch.as_tensor(indices, dtype=torch.int64)
-        s, at = self.locate(idx)
-        present = torch.unique(s).tolist()
-        if not all(callable(getattr(self._ds[j], "get_batch", None)) for j in present):
+        flat = idx.numpy()
+        if flat.size and (flat.min() < 0 or flat.max() >= self.plan.epoch_size):
+            self.locate(idx)  # raises, naming the index
+        s, at = self._locate(flat)
+        present = [j for j in range(len(self._ds)) if self._counts[j] and (s == j).any()]
+        if not all(self._batched[j] for j in present):
             pairs = zip(s.tolist(), at.tolist(), strict=True)
             return default_collate([self._ds[j].get_item(a) for j, a in pairs])
+        if len(present) == 1:
+            return self._ds[present[0]].get_batch(torch.from_numpy(at))
         parts, where = [], []
         for j in present:
-            pos = (s == j).nonzero().view(-1)
-            parts.append(self._ds[j].get_batch(at[pos]))
-            where.append(pos)
-        if len(parts) == 1:
-            return parts[0]
-        merged = _scatter(parts, where, idx.shape[0])
+            pos = np.flatnonzero(s == j)
+            parts.append(self._ds[j].get_batch(torch.from_numpy(at[pos])))
+            where.append(torch.from_numpy(pos))
+        merged = _scatter(parts, where, flat.shape[0])
         if merged is None:  # not all tensors of one layout: collate items (its errors say why)
-            return default_collate([self.get_item(int(i)) for i in idx.tolist()])
+            return default_collate([self.get_item(int(i)) for i in flat.tolist()])
         return merged
 
     # -- process workers ------------------------------------------------------------------------
@@ -365,12 +369,23 @@ class MixedDataset(TorchInterop):
         source, ordinal = self._layout()
         s = source[idx]
         g = self.epoch * self._counts[s] + ordinal[idx]
-        size = self._sizes[s]
-        passes, at = np.divmod(g, size)
+        passes, at = np.divmod(g, self._sizes[s])
         out = np.empty_like(at)
-        for j, p in {(int(a), int(b)) for a, b in zip(s, passes, strict=True)}:
-            m = (s == j) & (passes == p)
-            out[m] = self._perm(j, p)[at[m]]
+        for j in range(len(self._ds)):
+            if not self._counts[j]:
+                continue
+            m = s == j
+            if not m.any():
+                continue
+            pj = passes[m]
+            first = int(pj[0])
+            if (pj == first).all():  # the usual case: a batch reads one pass of each source
+                out[m] = self._perm(j, first)[at[m]]
+                continue
+            rows = np.flatnonzero(m)
+            for p in np.unique(pj).tolist():
+                r = rows[pj == p]
+                out[r] = self._perm(j, p)[at[r]]
         return s, out
 
     def __repr__(self) -> str:
@@ -394,7 +409,7 @@ def _scatter(parts: list[Any], where: list[torch.Tensor], n: int) -> Any:
             return None
         out = first.new_empty((n, *first.shape[1:]))
         for p, pos in zip(parts, where, strict=True):
-            out[pos] = p
+            out.index_copy_(0, pos, p)
         return out
     if isinstance(first, dict) and all(type(p) is type(first) and p.keys() == first.keys()
                                        for p in parts):  # fmt: skip
