@@ -403,6 +403,38 @@ def test_shard_sources_read_each_block_once_per_pass(tmp_path: Path) -> None:
         assert m[i] == {"i": j}
 
 
+@pytest.mark.parametrize(("backend", "num_workers"), [("thread", 2), ("process", 2)])
+def test_shard_sources_load_in_workers(tmp_path: Path, backend: str, num_workers: int) -> None:
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for f in folders:
+        f.mkdir()
+    a = data.shard_dataset(numbered_jsonl(folders[0], [9, 9]), block_items=4, progress=False,
+                           cache_dir=tmp_path)  # fmt: skip
+    b = data.shard_dataset(numbered_jsonl(folders[1], [5]), block_items=4, progress=False,
+                           cache_dir=tmp_path)  # fmt: skip
+    m = data.mix({"a": a, "b": b}, {"a": 2, "b": 1}, seed=1)
+    with data.dataloader(
+        m, batch_size=4, shuffle=False, num_workers=num_workers, worker_backend=backend
+    ) as dl:
+        assert dl.worker_backend == backend
+        got = [[int(i) for b_ in dl for i in b_["i"]] for _ in range(2)]
+    expected = []
+    for e in range(2):
+        m.set_epoch(e)
+        expected.append([m.source_of(i)[1] for i in range(len(m))])
+    assert got == expected
+
+
+def test_a_mix_set_to_another_epoch_by_hand_does_not_alarm_process_workers() -> None:
+    m = data.mix(sources({"a": 12, "b": 4}), {"a": 1, "b": 1}, seed=0)
+    with data.dataloader(m, batch_size=4, shuffle=False, num_workers=1,
+                         worker_backend="process") as dl:  # fmt: skip
+        first = tags(dl)
+        m.set_epoch(7)  # e.g. inspecting another epoch with source_of between two epochs
+        second = tags(dl)  # the loader sets epoch 1 again, everywhere
+    assert first == planned_tags(m, 0) and second == planned_tags(m, 1)
+
+
 # -- bad input -----------------------------------------------------------------------------------
 
 

@@ -199,13 +199,14 @@ class MixedDataset(TorchInterop):
     Attributes:
         plan (MixPlan): names, sizes, weights, per-epoch counts, seed.
         sources (dict[str, Any]): the sources as given, by name.
-        epoch (int): the epoch :meth:`get_item` serves (:meth:`set_epoch`; 0 at first).
+        epoch (int): the epoch :meth:`get_item` serves (:meth:`set_epoch`; 0 at first);
+            read-only.
     """
 
     def __init__(self, sources: dict[str, Any], plan: MixPlan) -> None:
         self.sources = dict(sources)
         self.plan = plan
-        self.epoch = 0
+        self._epoch = 0  # a property: the process workers' DatasetWatch sees no change to it
         self._ds = [as_dataset(sources[n]) for n in plan.names]
         self._blocks = [_shard_blocks(ds) for ds in self._ds]
         self._sizes = np.asarray(plan.sizes, dtype=np.int64)
@@ -233,7 +234,12 @@ class MixedDataset(TorchInterop):
         """
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"MixedDataset.set_epoch: epoch={epoch!r} must be an int >= 0")
-        self.epoch = epoch
+        self._epoch = epoch
+
+    @property
+    def epoch(self) -> int:
+        """The epoch served (:meth:`set_epoch`); read-only."""
+        return self._epoch
 
     def source_of(self, idx: int) -> tuple[str, int]:
         """``(source name, index in that source)`` of item ``idx`` of the current epoch.
@@ -271,7 +277,7 @@ class MixedDataset(TorchInterop):
         i = check_index(idx, self.plan.epoch_size)
         source, ordinal = self._layout()
         s = int(source[i])
-        g = self.epoch * int(self._counts[s]) + int(ordinal[i])
+        g = self._epoch * int(self._counts[s]) + int(ordinal[i])
         size = int(self._sizes[s])
         return self._ds[s].get_item(int(self._perm(s, g // size)[g % size]))
 
@@ -368,7 +374,7 @@ class MixedDataset(TorchInterop):
     def _locate(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         source, ordinal = self._layout()
         s = source[idx]
-        g = self.epoch * self._counts[s] + ordinal[idx]
+        g = self._epoch * self._counts[s] + ordinal[idx]
         passes, at = np.divmod(g, self._sizes[s])
         out = np.empty_like(at)
         for j in range(len(self._ds)):

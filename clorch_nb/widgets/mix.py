@@ -88,7 +88,7 @@ class MixReport:
             epoch 0:
               web   share 0.750  planned 30  delivered 30
               code  share 0.250  planned 10  delivered 10
-            worst full batch: 1.0 items off the weights
+            worst full batch: 0.0 items off the weights
         """
         width = max(len(n) for n in self.names)
         rank_word = "rank" if self.ranks == 1 else "ranks"
