@@ -425,6 +425,23 @@ def test_shard_sources_load_in_workers(tmp_path: Path, backend: str, num_workers
     assert got == expected
 
 
+def test_batch_events_name_the_source_of_each_batch(tmp_path: Path) -> None:
+    (tmp_path / "w").mkdir()
+    web = data.shard_dataset(numbered_jsonl(tmp_path / "w", [6, 6]), block_items=4,
+                             progress=False, cache_dir=tmp_path)  # fmt: skip
+    m = data.mix({"web": web, "code": sources({"c": 4})["c"]}, {"web": 2, "code": 1}, seed=0)
+    dl = data.dataloader(m, batch_size=3, shuffle=False, collate_fn=list)  # two item layouts
+    events: list[Any] = []
+    dl.subscribe(events.append)
+    batches = list(dl)
+    shards = [ev.shard for ev in events if type(ev).__name__ == "BatchEvent"]
+    assert len(shards) == len(batches) == 6
+    for shard, batch_index in zip(shards, range(6), strict=True):
+        name, at = m.source_of(min(3 * batch_index + 2, len(m) - 1))
+        assert shard == (f"web: {web.shard_of([at])}" if name == "web" else "code")
+    assert m.shard_of([]) == ""
+
+
 def test_a_mix_set_to_another_epoch_by_hand_does_not_alarm_process_workers() -> None:
     m = data.mix(sources({"a": 12, "b": 4}), {"a": 1, "b": 1}, seed=0)
     with data.dataloader(m, batch_size=4, shuffle=False, num_workers=1,

@@ -272,6 +272,22 @@ class MixedDataset(TorchInterop):
         shape = tuple(idx.shape)
         return torch.from_numpy(s.astype(np.int64)).view(shape), torch.from_numpy(at).view(shape)
 
+    def shard_of(self, indices: torch.Tensor | Sequence[int]) -> str:
+        """The source of the last of ``indices`` (``"web"``; for a shard source, also its
+        shard: ``"web: data/web-00003.tar"``); ``""`` for none. The loader puts it in each
+        ``BatchEvent.shard``, so the throughput monitor's worker line names the source.
+
+        Raises:
+            IndexError: the last index is outside ``0..get_size()-1``.
+        """
+        flat = torch.as_tensor(indices, dtype=torch.int64).reshape(-1)
+        if not flat.numel():
+            return ""
+        name, at = self.source_of(int(flat[-1]))
+        ds = self._ds[self.plan.names.index(name)]
+        names_files = self._blocks[self.plan.names.index(name)] is not None
+        return f"{name}: {ds.shard_of([at])}" if names_files else name
+
     def get_item(self, idx: int) -> Any:
         """Item ``idx`` of the current epoch: item ``source_of(idx)[1]`` of that source."""
         i = check_index(idx, self.plan.epoch_size)
