@@ -510,13 +510,13 @@ def mix(
       share (the next epoch continues where this one stopped) and starts a new pass, in a new
       order, where it is smaller;
     * **even spread**: any ``B`` consecutive positions hold ``B * w_s / sum(w)`` items of
-      source ``s`` within 4 (measured worst 3.0 over 1,500 random mixes of 2-8 sources); so does
-      any ``B`` consecutive positions of one rank under ``distributed_sampler(mixed,
-      shuffle=False)`` (positions ``r, r+R, ...``) with 2 or 3 ranks (measured 4.0 and 3.8), 4
-      ranks within 5 (4.75), 8 ranks within 9 (8.3: strides alias the sequence more);
-      This is why the recommended sampler is ``shuffle=False``: the mix is already shuffled
-      (items by their pass permutations); a shuffled sampler keeps the epoch's counts exact but
-      makes each batch a random draw from the epoch (its shares then vary by about
+      source ``s`` within 4 (the tests' bound; measured worst 3.0 over 1,500 random mixes of 2-8
+      sources, windows of 8 to 256). One rank's positions under ``distributed_sampler(mixed,
+      shuffle=False)`` (``r, r+R, ...``) are within 5 with 2 or 3 ranks (the tests' bound;
+      measured 4.0), measured 4.75 with 4 ranks and 8.3 with 8 (a stride aliases the sequence
+      more as it grows). Hence the recommended sampler is ``shuffle=False``: the mix is already
+      shuffled (items by their pass permutations); a shuffled sampler keeps the epoch's counts
+      exact but makes each batch a random draw from the epoch (shares then vary by about
       ``sqrt(B * p * (1 - p))`` items);
     * **deterministic**: a function of ``(seed, epoch, index)`` only: the same batches on every
       backend, ``num_workers`` and world size; resume (``state_dict``) and elastic resume onto
