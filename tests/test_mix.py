@@ -52,6 +52,20 @@ def _draws(mixed: data.MixedDataset, epochs: int) -> dict[str, list[int]]:
     return out
 
 
+def _mixed(
+    sizes: list[int], weights: list[int], epoch_size: int | None, seed: int
+) -> tuple[list[str], data.MixedDataset]:
+    """Sources ``s0, s1, ...`` of ``sizes`` items, mixed by ``weights``."""
+    names = [f"s{j}" for j in range(len(sizes))]
+    m = data.mix(
+        sources(dict(zip(names, sizes, strict=True))),
+        dict(zip(names, weights, strict=True)),
+        epoch_size=epoch_size,
+        seed=seed,
+    )
+    return names, m
+
+
 weights_st = st.lists(st.integers(0, 9), min_size=1, max_size=6).filter(lambda w: any(w))
 
 
@@ -82,14 +96,8 @@ def test_every_epoch_holds_exactly_the_planned_counts(
     weights = data_.draw(st.lists(st.integers(0, 5), min_size=len(sizes), max_size=len(sizes)))
     if not any(weights):
         weights[0] = 1
-    names = [f"s{j}" for j in range(len(sizes))]
-    m = data.mix(
-        sources(dict(zip(names, sizes, strict=True))),
-        dict(zip(names, weights, strict=True)),
-        epoch_size=epoch_size,
-        seed=seed,
-    )
-    expected_size = sum(n for n, w in zip(sizes, weights, strict=True) if w) or 1
+    names, m = _mixed(sizes, weights, epoch_size, seed)
+    expected_size = sum(n for n, w in zip(sizes, weights, strict=True) if w)
     assert len(m) == (expected_size if epoch_size is None else epoch_size)
     planned = dict(zip(names, _hamilton(len(m), weights), strict=True))
     assert dict(zip(names, m.plan.counts, strict=True)) == planned
@@ -112,13 +120,7 @@ def test_passes_are_permutations_and_continue_across_epochs(
     sizes: list[int], data_: Any, epoch_size: int, seed: int
 ) -> None:
     weights = data_.draw(st.lists(st.integers(1, 5), min_size=len(sizes), max_size=len(sizes)))
-    names = [f"s{j}" for j in range(len(sizes))]
-    m = data.mix(
-        sources(dict(zip(names, sizes, strict=True))),
-        dict(zip(names, weights, strict=True)),
-        epoch_size=epoch_size,
-        seed=seed,
-    )
+    names, m = _mixed(sizes, weights, epoch_size, seed)
     for name, n, drawn in zip(names, sizes, _draws(m, 4).values(), strict=True):
         full = len(drawn) // n * n
         for p in range(0, full, n):  # every complete pass: each item exactly once
@@ -148,12 +150,26 @@ def test_a_weight_zero_source_is_never_drawn_and_does_not_lengthen_the_epoch() -
 # -- the spread: every window close to the weights -----------------------------------------------
 
 
-def _worst_window(src: np.ndarray, counts: tuple[int, ...], width: int) -> float:
-    n, k = len(src), len(counts)
-    onehot = np.zeros((n + 1, k))
-    onehot[np.arange(1, n + 1), src] = 1
+def _sources_by_position(
+    weights: list[float], epoch_size: int, seed: int
+) -> tuple[data.MixedDataset, np.ndarray, np.ndarray]:
+    """A mix of small sources: the mix, each position's source and the planned shares."""
+    names = [f"s{j}" for j in range(len(weights))]
+    m = data.mix(
+        sources(dict.fromkeys(names, 5)),
+        dict(zip(names, weights, strict=True)),
+        epoch_size=epoch_size,
+        seed=seed,
+    )
+    s, _ = m.locate(torch.arange(len(m)))
+    return m, s.numpy(), np.asarray(list(m.plan.shares().values()))
+
+
+def _worst_window(src: np.ndarray, share: np.ndarray, width: int) -> float:
+    """The largest ``|items of a source in width consecutive entries - width * share|``."""
+    onehot = np.zeros((len(src) + 1, len(share)))
+    onehot[np.arange(1, len(src) + 1), src] = 1
     cum = onehot.cumsum(0)
-    share = np.asarray(counts) / sum(counts)
     return float(np.abs(cum[width:] - cum[:-width] - width * share).max())
 
 
@@ -167,15 +183,8 @@ def _worst_window(src: np.ndarray, counts: tuple[int, ...], width: int) -> float
 def test_every_window_of_positions_is_within_4_items_of_the_weights(
     weights: list[float], epoch_size: int, width: int, seed: int
 ) -> None:
-    names = [f"s{j}" for j in range(len(weights))]
-    m = data.mix(
-        sources(dict.fromkeys(names, 7)),
-        dict(zip(names, weights, strict=True)),
-        epoch_size=epoch_size,
-        seed=seed,
-    )
-    s, _ = m.locate(torch.arange(len(m)))
-    assert _worst_window(s.numpy(), m.plan.counts, width) <= 4
+    _, src, share = _sources_by_position(weights, epoch_size, seed)
+    assert _worst_window(src, share, width) <= 4
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -189,18 +198,11 @@ def test_each_ranks_batches_are_within_5_items_of_the_weights(
     weights: list[float], epoch_size: int, world: int, seed: int
 ) -> None:
     """What rank r reads with distributed_sampler(mixed, shuffle=False): positions r, r+R, ..."""
-    names = [f"s{j}" for j in range(len(weights))]
-    m = data.mix(
-        sources(dict.fromkeys(names, 5)),
-        dict(zip(names, weights, strict=True)),
-        epoch_size=epoch_size,
-        seed=seed,
-    )
-    s, _ = m.locate(torch.arange(len(m)))
+    m, src, share = _sources_by_position(weights, epoch_size, seed)
     for r in range(world):
         sampler = data.distributed_sampler(m, world, r, shuffle=False)
-        rank_src = s.numpy()[np.asarray(data.sample_indices(sampler))]
-        assert _worst_window(rank_src, m.plan.counts, 32) <= 5
+        rank_src = src[np.asarray(data.sample_indices(sampler))]
+        assert _worst_window(rank_src, share, 32) <= 5
 
 
 def test_batches_of_a_3_to_1_mix_hold_24_and_8_items() -> None:
