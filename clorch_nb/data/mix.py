@@ -44,6 +44,7 @@ import torch
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.dataset import TorchInterop, as_dataset, check_index, get_process_spec
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.errors import ConfigError
 
 __all__ = ["MixPlan", "MixedDataset", "apportion", "mix", "rebuild_mix"]
@@ -162,12 +163,12 @@ def _interleave(counts: Sequence[int], seed: int) -> tuple[np.ndarray, np.ndarra
 def _shard_blocks(ds: Any) -> np.ndarray | None:
     """Block starts of a shard dataset (``block_items`` consecutive items of one shard), with
     its size appended; None for any other source."""
-    counts, block = getattr(ds, "counts", None), getattr(ds, "block_items", None)
-    if type(ds).__name__ != "ShardDataset" or counts is None or not isinstance(block, int):
+    if not isinstance(ds, ShardDataset):
         return None
-    starts, at = [], 0
-    for c in counts:
-        starts.extend(range(at, at + c, block))
+    starts: list[int] = []
+    at = 0
+    for c in ds.counts:
+        starts.extend(range(at, at + c, ds.block_items))
         at += c
     return np.asarray([*starts, at], dtype=np.int64)
 

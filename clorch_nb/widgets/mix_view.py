@@ -191,7 +191,7 @@ def _draw_rank(
 
 
 def _legend(fig: Any, r: MixReport, colors: list[str]) -> None:
-    handles = [
+    handles: list[Any] = [
         Patch(color=c, label=f"{n} ({s:.0%}, {k}/epoch)")
         for n, s, k, c in zip(r.names, r.shares, r.planned, colors, strict=True)
     ]
