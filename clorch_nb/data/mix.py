@@ -525,7 +525,10 @@ def mix(
 
     The loader calls ``set_epoch`` on the mix before each epoch (and in each process worker);
     it passes the sampler's epoch (``distributed_sampler(...).set_epoch(e)``) when that is ahead
-    of its own count, so a new loader made for each epoch still serves epoch ``e``.
+    of its own count, so a new loader made for each epoch still serves epoch ``e``. (Under
+    torch's own ``DataLoader``, call ``mixed.set_epoch(e)`` yourself.) Which source each
+    position holds is the same every epoch (the interleave depends on ``seed`` only); which item
+    it holds is not.
     Memory: 10 bytes per epoch position (the interleave), and 8 bytes per item of each source for
     the permutations of the (at most 4) passes in use.
 
