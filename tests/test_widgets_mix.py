@@ -127,3 +127,23 @@ def test_view_of_a_mix_is_static_and_faithful() -> None:
     assert view.to_text() == widgets.mix_report(m, batch_size=10, epochs=2).to_text()
     bundle = view.static_bundle()
     assert set(bundle) == {"text/plain", "image/png"}
+
+
+def test_b29_the_view_closes_its_widgets_and_is_not_kept_alive_by_the_loader() -> None:
+    import gc
+    import weakref
+
+    from clorch_nb.widgets._base import WIDGET_MIME, live_widget_count
+
+    dl = data.dataloader(_mix(), batch_size=8, shuffle=False)
+    before = live_widget_count()
+    view = widgets.MixView.from_loader(dl)
+    assert WIDGET_MIME in view._repr_mimebundle_() and live_widget_count() > before
+    view.close()
+    assert live_widget_count() == before
+    for _ in range(5):  # shown, then dropped while the loader (and its subscription) lives on
+        assert widgets.MixView.from_loader(dl).widget is not None
+    dropped = weakref.ref(widgets.MixView.from_loader(dl))
+    gc.collect()
+    assert dropped() is None and live_widget_count() == before
+    assert len(tags(dl)) == 100  # the dropped views unsubscribed as they went; nothing breaks

@@ -5,6 +5,7 @@ made from a loader, the view follows its events and marks the batches delivered 
 from __future__ import annotations
 
 import html
+import weakref
 from typing import Any
 
 import ipywidgets as W
@@ -53,11 +54,12 @@ class MixView(View):
         self.report = report
         #: per reported epoch, batches delivered so far (None: not followed; all drawn solid)
         self.delivered: list[int] | None = None
-        self._unsubscribe: Any = None
+        self._unsubscribe: Any = None  # ends the subscription: on close() or collection
         self._next_draw = 0.0
         if follow is not None:  # listen to the loader: mark the batches delivered so far
             self.delivered = [0] * len(report.epochs)
-            self._unsubscribe = follow.subscribe(weak_handler(self._on_event))
+            stop = follow.subscribe(weak_handler(self._on_event))
+            self._unsubscribe = weakref.finalize(self, stop)  # holds the bus, not the view
 
     @classmethod
     def from_mix(
@@ -103,8 +105,7 @@ class MixView(View):
     def close(self) -> None:
         """Stop listening to the loader and close the widgets (also at the end of ``with``)."""
         if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+            self._unsubscribe()  # a finalizer: runs once
         super().close()
 
     def to_text(self) -> str:
