@@ -154,9 +154,11 @@ def _interleave(counts: Sequence[int], seed: int) -> tuple[np.ndarray, np.ndarra
     by_point = np.argsort(points, kind="stable")  # distinct points: a permutation of positions
     source = np.empty(n, dtype=np.int16)
     source[by_point] = np.repeat(np.arange(len(counts), dtype=np.int16), counts)
+    # each source's positions numbered in position order: a stable sort groups them by source
+    by_source = np.argsort(source, kind="stable")
+    starts = np.repeat(np.cumsum([0, *counts[:-1]]), counts)
     ordinal = np.empty(n, dtype=np.int64)
-    for s, k in enumerate(counts):
-        ordinal[source == s] = np.arange(k, dtype=np.int64)
+    ordinal[by_source] = np.arange(n, dtype=np.int64) - starts
     return source, ordinal
 
 
