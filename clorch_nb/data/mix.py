@@ -309,7 +309,7 @@ class MixedDataset(TorchInterop):
         if flat.size and (flat.min() < 0 or flat.max() >= self.plan.epoch_size):
             self.locate(idx)  # raises, naming the index
         s, at = self._locate(flat)
-        present = [j for j in range(len(self._ds)) if self._counts[j] and (s == j).any()]
+        present = np.flatnonzero(np.bincount(s, minlength=len(self._ds))).tolist()
         if not all(self._batched[j] for j in present):
             pairs = zip(s.tolist(), at.tolist(), strict=True)
             return default_collate([self._ds[j].get_item(a) for j, a in pairs])
@@ -396,12 +396,8 @@ class MixedDataset(TorchInterop):
         g = self._epoch * self._counts[s] + ordinal[idx]
         passes, at = np.divmod(g, self._sizes[s])
         out = np.empty_like(at)
-        for j in range(len(self._ds)):
-            if not self._counts[j]:
-                continue
+        for j in np.flatnonzero(np.bincount(s, minlength=len(self._ds))).tolist():
             m = s == j
-            if not m.any():
-                continue
             pj = passes[m]
             first = int(pj[0])
             if (pj == first).all():  # the usual case: a batch reads one pass of each source
