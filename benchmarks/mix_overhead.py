@@ -80,7 +80,16 @@ def tensor_path(reps: int) -> tuple[dict[str, float], dict[str, float]]:
     }
     for dl in loaders.values():  # first epoch: interleave, permutations, allocator warm-up
         _per_item(dl)
-    return _interleaved(reps, {k: (lambda dl=dl: _per_item(dl)) for k, dl in loaders.items()})
+    batches = list(torch.arange(ROWS).split(BATCH))
+
+    def arithmetic() -> float:  # source, pass and permutation lookup of every item, alone
+        t0 = time.process_time()
+        for idx in batches:
+            mixed.locate(idx)
+        return (time.process_time() - t0) / ROWS
+
+    runs = {k: (lambda dl=dl: _per_item(dl)) for k, dl in loaders.items()}
+    return _interleaved(reps, {**runs, "the mixing arithmetic alone (locate)": arithmetic})
 
 
 def item_path(reps: int) -> tuple[dict[str, float], dict[str, float]]:
@@ -161,6 +170,9 @@ def main() -> None:
         (i_med, i_min, "plain get_item dataset, shuffled"),
     ):
         for k in med:
+            if k.startswith("the mixing arithmetic"):  # a part of the mix's time, not a loader
+                print(f"| {k} | {med[k] * 1e6:.3f} ({low[k] * 1e6:.3f}) | | |")
+                continue
             over, over_min = med[k] - med[base], low[k] - low[base]
             print(
                 f"| {k} | {med[k] * 1e6:.3f} ({low[k] * 1e6:.3f}) | +{over * 1e6:.3f} "
