@@ -529,7 +529,7 @@ def test_process_workers_refusal_names_the_source() -> None:
     with pytest.raises(ConfigError) as info:
         data.dataloader(m, num_workers=2, worker_backend="process")
     text = str(info.value)
-    assert "its source 'notes'" in text and "get_item=" in text
+    assert "its source 'notes' (FunctionDataset(size=3)) has no process_spec" in text
     assert "give sources['notes'] a process_spec" in text and "worker_backend='thread'" in text
 
 

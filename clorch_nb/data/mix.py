@@ -189,10 +189,8 @@ def _pass_order(size: int, seed: int, blocks: np.ndarray | None) -> np.ndarray:
 
 
 def _source_desc(ds: Any) -> str:
-    fn = getattr(ds, "_get_item", None)  # data.dataset(get_item=...): the function says which
-    if fn is not None:
-        return f"a dataset built from get_item={getattr(fn, '__qualname__', fn)!r}"
-    return f"a {type(ds).__name__}"
+    text = repr(ds)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class MixedDataset(TorchInterop):
