@@ -42,7 +42,13 @@ import numpy as np
 import torch
 
 from clorch_nb.data.collate import default_collate
-from clorch_nb.data.dataset import TorchInterop, as_dataset, check_index, get_process_spec
+from clorch_nb.data.dataset import (
+    TensorDataset,
+    TorchInterop,
+    as_dataset,
+    check_index,
+    get_process_spec,
+)
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.errors import ConfigError
@@ -202,6 +208,18 @@ class MixedDataset(TorchInterop):
         sources (dict[str, Any]): the sources as given, by name.
         epoch (int): the epoch :meth:`get_item` serves (:meth:`set_epoch`; 0 at first);
             read-only.
+        draws_random (bool): False when every source is a ``tensor_dataset`` (nothing draws
+            from the global RNGs, so the loader skips seeding them per batch).
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> a = data.tensor_dataset(torch.zeros(6, 1), torch.arange(6))
+        >>> m = data.mix({"a": a, "b": [10, 11]}, {"a": 1, "b": 1}, epoch_size=4)
+        >>> m.plan.counts, m.draws_random
+        ((2, 2), True)
+        >>> m.set_epoch(1); m.epoch, sorted(m.source_of(i) for i in range(4))[-2:]
+        (1, [('b', 0), ('b', 1)])
     """
 
     def __init__(self, sources: dict[str, Any], plan: MixPlan) -> None:
@@ -218,7 +236,7 @@ class MixedDataset(TorchInterop):
         self._lock = threading.Lock()  # thread workers share this copy and its caches
         self._batched = [callable(getattr(ds, "get_batch", None)) for ds in self._ds]
         # tensor sources draw no random numbers: the loader need not seed RNGs per batch
-        self.draws_random = not all(type(ds).__name__ == "TensorDataset" for ds in self._ds)
+        self.draws_random = not all(type(ds) is TensorDataset for ds in self._ds)
 
     # -- the dataset protocol -------------------------------------------------------------------
 
