@@ -66,6 +66,7 @@ __all__ = [
     "ShardPlan",
     "distributed_sampler",
     "sample_indices",
+    "sampler_epoch",
     "set_epoch",
     "shard_plan",
     "splits_by_rank",
@@ -521,6 +522,26 @@ def set_epoch(sampler: Any, epoch: int) -> None:
         "epoch (e.g. a distributed_sampler or torch's DistributedSampler). A loader's own "
         "shuffle=True needs none: every iter() starts the next epoch"
     )
+
+
+def sampler_epoch(sampler: Any) -> int:
+    """The epoch a sampler was set to (``set_epoch``): its int ``epoch`` attribute (ours,
+    torch's ``DistributedSampler``, a shard sampler), or that of the ``.sampler`` a
+    ``BatchSampler`` wraps; 0 for samplers without one (and for None).
+
+    The loader starts a new loader's first epoch there, so a dataset's ``set_epoch`` gets the
+    sampler's epoch when a new loader is made per epoch (see ``LoaderEngine._next_epoch``).
+
+    Example:
+        >>> s = distributed_sampler(8, num_replicas=2, rank=0, seed=0); s.set_epoch(3)
+        >>> sampler_epoch(s), sampler_epoch(None), sampler_epoch([0, 1])
+        (3, 0, 0)
+    """
+    for target in (sampler, getattr(sampler, "sampler", None)):
+        epoch = getattr(target, "epoch", None)
+        if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+            return epoch
+    return 0
 
 
 def sample_indices(sampler: Any) -> list[int]:

@@ -41,7 +41,6 @@ from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.delivery import Delivery
 from clorch_nb.data.epoch import EpochPosition
 from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
-from clorch_nb.data.seeds import draw_base_seed
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
 from clorch_nb.data.workers.iterable_process import iterable_pool, torch_base_seed

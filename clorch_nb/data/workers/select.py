@@ -21,6 +21,7 @@ from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
+from clorch_nb.data.mix import MixedDataset
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.protocols import has_get_batch
 from clorch_nb.data.thread_safety import check_thread_safe
@@ -142,8 +143,10 @@ def make_pool(
     :class:`ParentArena`).
     """
     if backend == "inline":
-        # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
-        draws = not isinstance(dataset, TensorDataset)
+        # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
+        draws = not isinstance(dataset, TensorDataset) and (
+            not isinstance(dataset, MixedDataset) or dataset.draws_random
+        )
         return InlinePool(
             dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
         )
