@@ -234,7 +234,17 @@ def test_nb02_zeros_and_ones_loader() -> None:
                 ds, batch_size=64, sampler=torch.utils.data.SubsetRandomSampler(keep)
             )
         ),
-        "seed it",
+        "nothing fixes the shuffle's seed",
+    )
+    outside = torch.Generator().manual_seed(0)  # seeded, but built once, outside make_loader
+    hints(
+        nb02.exercise_2(
+            lambda: data.dataloader(
+                ds, batch_size=64, sampler=torch.utils.data.SubsetRandomSampler(keep, outside)
+            )
+        ),
+        "built once, outside make_loader",
+        "inside make_loader",
     )
     hints(nb02.exercise_2(lambda: data.dataloader(ds, batch_size=64, seed=0)), "keep only 0 and 1")
     hints(  # only the 0s
@@ -398,6 +408,8 @@ def test_nb05_timeout() -> None:
             )
         ),
         "no item was slow",
+        "the dataset of section 1",
+        "slow_item(40)",
     )  # fmt: skip
 
 
@@ -790,7 +802,13 @@ def own_files(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _files_dataset(
-    csv_path: Any, split: str, *, augment: bool = False, as_tuple: bool = False
+    csv_path: Any,
+    split: str,
+    *,
+    augment: bool = False,
+    as_tuple: bool = False,
+    mode: str = "L",
+    scale: float = 255.0,
 ) -> Any:
     import csv
 
@@ -802,7 +820,8 @@ def _files_dataset(
 
     def get_item(i: int) -> Any:
         with Image.open(root / rows[i]["file"]) as im:
-            image = torch.from_numpy(np.asarray(im.convert("L"), dtype=np.float32) / 255.0)[None]
+            image = torch.from_numpy(np.asarray(im.convert(mode), dtype=np.float32) / scale)
+            image = image[None] if mode == "L" else image.permute(2, 0, 1)
         if augment:
             info = data.get_worker_info()
             g = None if info is None else info.torch_generator()
@@ -821,10 +840,11 @@ def _files_dataset(
 def test_nb12_validation_loader(own_files: Any) -> None:
     def loader(split: str = "val", **kw: Any) -> Any:
         augment, as_tuple = kw.pop("augment", False), kw.pop("as_tuple", False)
+        decoding = {k: kw.pop(k) for k in ("mode", "scale") if k in kw}
         opts: dict[str, Any] = dict(
             batch_size=50, shuffle=False, num_workers=2, worker_backend="thread"
         )
-        ds = _files_dataset(own_files, split, augment=augment, as_tuple=as_tuple)
+        ds = _files_dataset(own_files, split, augment=augment, as_tuple=as_tuple, **decoding)
         return data.dataloader(ds, **{**opts, **kw})
 
     passes(nb12.exercise_1(loader(), own_files))
@@ -834,6 +854,9 @@ def test_nb12_validation_loader(own_files: Any) -> None:
     hints(nb12.exercise_1(loader(shuffle=True, seed=0), own_files), "shuffle=False")
     hints(nb12.exercise_1(loader(num_workers=0, worker_backend="auto"), own_files), "'thread'")
     hints(nb12.exercise_1(loader(batch_size=64), own_files), "batch_size=50")
+    hints(nb12.exercise_1(loader(drop_last=True), own_files), "short last batch of 36", "drop_last")
+    hints(nb12.exercise_1(loader(mode="RGB"), own_files), "3 per pixel", "greyscale")
+    hints(nb12.exercise_1(loader(scale=1.0), own_files), "up to 2", "divide", "255.0")
 
 
 # -- 13 ---------------------------------------------------------------------------------------
