@@ -200,7 +200,8 @@ class TimelineView(View):
                         linewidth=0.5,
                     )
         ax.set_yticks(list(ypos.values()), list(ypos))
-        ax.set_ylim(-0.6, len(lanes) - 0.4)
+        ax.set_ylim(-0.6, len(lanes) - 0.4 + (0.45 if tl.spans else 0.0))
+        self._mark_batches(ax, t0, len(lanes) - 1 + 0.4)
         ax.set_xlim(0, max(1e-3, 1000 * (tl.t_max - t0)))
         ax.set_xlabel("milliseconds", fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
@@ -230,6 +231,29 @@ class TimelineView(View):
         if not tl.spans:
             ax.text(0.5, 0.5, "no batch yet", transform=ax.transAxes, ha="center", color="grey")
         return figure_png(fig)
+
+    def _mark_batches(self, ax: Any, t0: float, y: float) -> None:
+        """Above the main loop's lane: each batch's number (as the clickable strip shows them,
+        thinned where they would overlap), and a dashed line where a new epoch starts."""
+        batches = self.main_loop_batches()
+        if not batches:
+            return
+        span_ms = max(1e-3, 1000 * (self.timeline.t_max - t0))
+        last_x, epoch = -span_ms, batches[0][0]
+        for e, b, b0, b1 in batches:
+            x = 1000 * ((b0 + b1) / 2 - t0)
+            if e != epoch:  # the first batch of a new epoch: where its wait began
+                epoch, start = e, 1000 * (b0 - t0)
+                ax.axvline(start, color="#555555", linestyle="--", linewidth=1)
+                ax.text(start, y, f" epoch {e} ", ha="left", va="bottom", fontsize=8,
+                        color="#333333", fontweight="bold")  # fmt: skip
+                last_x = start + 0.08 * span_ms  # no batch number under the label
+                continue
+            if x - last_x >= 0.03 * span_ms:
+                ax.text(x, y, str(b), ha="center", va="bottom", fontsize=7, color="#333333")
+                last_x = x
+        ax.text(-0.005, y, "batch", transform=ax.get_yaxis_transform(), ha="right",
+                va="bottom", fontsize=7, color="#333333")  # fmt: skip
 
     def export_trace(self, path: str, *, align_with: str | None = None) -> str:
         """Chrome trace-event JSON of these spans: see :meth:`Timeline.export_trace`."""
