@@ -34,7 +34,7 @@ def _bars(ax: Any, table: ShardFiles) -> None:
     widest = max(1, max(table.counts, default=1))
     for sp in table.spans:
         y, h = float(len(table.names) - 1 - sp.shard), 0.7
-        width = sp.stop - sp.first
+        width: float = sp.stop - sp.first
         if sp.padding:
             y, h = y - 0.45, 0.22  # under the shard's bar: the same items, read again
             width = max(width, 0.02 * widest)  # one item would be a one-pixel sliver
