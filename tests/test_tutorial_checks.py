@@ -1046,8 +1046,8 @@ def test_nb14_exercise_2_blocks_of_eight(shards14: Any) -> None:
     hints(nb14.exercise_2([1, 2], blocks), "pass the shard_dataset you opened")
 
 
-def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
-    ds = shards14()
+def _stop_two_ranks14(ds: Any) -> tuple[list[int], list[dict[str, Any]]]:
+    """Section 5's stop: two ranks (2 workers each) take 2 batches; their indices and states."""
     consumed: list[int] = []
     states = []
     for loader in _rank_loaders14(ds, 2, 2):
@@ -1056,6 +1056,12 @@ def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
             consumed += [int(c) for c in next(it)["cls"]]
         states.append(loader.state_dict())
         it.close()
+    return consumed, states
+
+
+def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
+    ds = shards14()
+    consumed, states = _stop_two_ranks14(ds)
 
     def resumed(num_workers: int, *, load: bool = True) -> tuple[data.DataLoader, list[int]]:
         (loader1,) = _rank_loaders14(ds, 1, num_workers)
@@ -1083,14 +1089,7 @@ def test_nb14_exercise_3_the_rest_comes_from_the_loader(shards14: Any) -> None:
     """A remainder worked out by hand (from ``consumed``, or read off the sampler) next to a
     loader that never ran, or in another order than the loader delivered it, gets a hint."""
     ds = shards14()
-    consumed: list[int] = []
-    states = []
-    for loader in _rank_loaders14(ds, 2, 2):
-        it = iter(loader)
-        for _ in range(2):
-            consumed += [int(c) for c in next(it)["cls"]]
-        states.append(loader.state_dict())
-        it.close()
+    consumed, states = _stop_two_ranks14(ds)
     by_hand = sorted(set(range(ds.get_size())) - set(consumed))
 
     (never_ran,) = _rank_loaders14(ds, 1, 0)
