@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import multiprocessing as mp
+import threading
 import time
 import warnings
 from typing import Any
@@ -44,7 +45,7 @@ def _workers(backend: str) -> dict[str, Any]:
     """torch's arguments that select ``backend`` for a dataset without a ``process_spec``."""
     return {
         "inline": {},
-        "thread": {"num_workers": 2},
+        "thread": {"num_workers": 2, "worker_backend": "thread"},
         "process": {"num_workers": 2, "multiprocessing_context": "forkserver"},
     }[backend]
 
@@ -106,17 +107,16 @@ def test_default_collate_mapping_keep_type(backend: str) -> None:
     assert type(batches[0]) is collections.OrderedDict
 
 
-def test_default_collate_process_needs_a_way_there() -> None:
-    """A plain list cannot reach a process worker (no process_spec, not tensors): refused with
-    the fix at construction (torch would pickle it; see the README's differences)."""
-    # the torch front names its own option and fix (not worker_backend=, which it does not take)
-    with pytest.raises(
-        ConfigError,
-        match=r"^multiprocessing_context='spawn' \(process workers\) needs a dataset .*"
-        r"torch map-style Dataset .*process_spec=.*or drop multiprocessing_context= \(thread",
-    ) as ei:
-        DataLoader([1, 2, 3], num_workers=2, multiprocessing_context="spawn")
-    assert "worker_backend" not in str(ei.value)
+@pytest.mark.timeout(120)
+def test_default_collate_a_plain_list_reaches_process_workers_by_value() -> None:
+    """A plain list (no process_spec, not tensors) reaches process workers by value (issue 31:
+    torch pickles it too): torch's batches, in spawn workers; an open file among a dataset's
+    attributes is refused by name before any worker starts."""
+    with DataLoader([1, 2, 3], num_workers=2, multiprocessing_context="spawn") as loader:
+        assert loader.worker_backend == "process"
+        _same_batches(loader, torch.utils.data.DataLoader([1, 2, 3]))
+    with open(__file__, "rb") as fh, pytest.raises(ConfigError, match=r"dataset\[0\]: an open"):
+        DataLoader([fh], num_workers=2)
 
 
 @pytest.mark.timeout(60)
@@ -220,7 +220,7 @@ def test_out_of_order_data(backend: str, in_order: bool) -> None:
     ``in_order=False`` hands over the batches built first (0 comes later); ``in_order=True``
     (and no workers) keeps sampler order. The same batches either way (torch's, the oracle)."""
     ds = SlowIndex(10, slow_index=0, delay_s=1.0, processes=backend == "process")
-    workers = {} if backend == "inline" else {"num_workers": 2}
+    workers = {"num_workers": 2} if backend == "process" else _workers(backend)
     with DataLoader(ds, in_order=in_order, **workers) as loader:
         assert loader.worker_backend == backend
         got = [int(b) for b in loader]
@@ -264,7 +264,7 @@ def test_iterable_style_dataset(num_workers: int, kwargs: dict[str, Any]) -> Non
     torch's DataLoader (the oracle: same batches, same order, same len())."""
     ds = SplitRange(11)
     with DataLoader(ds, num_workers=num_workers, **kwargs) as loader:
-        assert loader.worker_backend == ("thread" if num_workers else "inline")
+        assert loader.worker_backend == ("process" if num_workers else "inline")  # as torch
         theirs = torch.utils.data.DataLoader(ds, num_workers=num_workers, **kwargs)
         _same_batches(loader, theirs)
         assert len(loader) == len(theirs)
@@ -286,7 +286,8 @@ def test_iterable_dataset_replicas_warn_once() -> None:
 
 def test_iterabledataset_len_and_refusals() -> None:
     """TestDataLoader.test_iterabledataset_len and torch's refusals for iterable datasets: len()
-    only when the dataset has one; sampler, batch_sampler, shuffle and processes refused."""
+    only when the dataset has one; sampler, batch_sampler and shuffle refused; "thread" with a
+    multiprocessing_context refused (processes are the default, issue 31)."""
     with pytest.raises(TypeError):
         len(DataLoader(Unsplit(4)))
     for kwargs in ({"shuffle": True}, {"sampler": [0]}, {"batch_sampler": [[0]]}):
@@ -294,8 +295,10 @@ def test_iterabledataset_len_and_refusals() -> None:
             torch.utils.data.DataLoader(SplitRange(3), **kwargs)
         with pytest.raises(ValueError, match="IterableDataset"):
             DataLoader(SplitRange(3), **kwargs)
-    with pytest.raises(ConfigError, match="thread workers"):
-        DataLoader(SplitRange(3), num_workers=2, multiprocessing_context="spawn")
+    with pytest.raises(ConfigError, match="threads start no processes"):
+        DataLoader(
+            SplitRange(3), num_workers=2, multiprocessing_context="spawn", worker_backend="thread"
+        )
 
 
 # -- workers: worker_init_fn, get_worker_info, timeout, contexts, persistence ------------------
@@ -309,9 +312,8 @@ def test_worker_init_fn_and_get_worker_info(backend: str) -> None:
     inside a worker torch's ``get_worker_info()`` names the worker that built the batch (per
     thread, for thread workers); None on the consuming thread and without workers."""
     ds = WorkerIdDataset(24, processes=backend == "process")
-    num_workers = 0 if backend == "inline" else 2
     with DataLoader(
-        ds, batch_size=3, num_workers=num_workers, worker_init_fn=record_worker_init
+        ds, batch_size=3, worker_init_fn=record_worker_init, **_workers(backend)
     ) as loader:
         assert loader.worker_backend == backend
         built_by: list[int] = []
@@ -348,18 +350,30 @@ def test_error_in_init(backend: str) -> None:
         list(loader)
 
 
-def test_worker_init_fn_from_a_notebook_refused_for_processes() -> None:
-    """A worker_init_fn process workers cannot import (a lambda, a notebook function): refused
-    when the loader is made, naming the fix; threads call it as it is."""
-    with pytest.raises(ConfigError, match="worker_init_fn.*importable module"):
-        DataLoader(
-            _tensors(),
-            num_workers=2,
-            multiprocessing_context="spawn",
-            worker_init_fn=lambda worker_id: None,
-        )
+@pytest.mark.timeout(120)
+def test_worker_init_fn_from_a_notebook_reaches_processes_by_value() -> None:
+    """A worker_init_fn that process workers cannot import (a lambda): sent by value (issue 31),
+    called once in each worker; one holding a lock is refused by name when the loader is made;
+    threads call it as it is."""
+    pids: list[int] = []
+    with DataLoader(
+        _tensors(),
+        num_workers=2,
+        multiprocessing_context="spawn",
+        worker_init_fn=lambda worker_id: torch.utils.data.get_worker_info().dataset,
+    ) as loader:
+        batches = []
+        for b in loader:
+            batches.append(b)
+            pids = pids or loader.worker_pids()
+    assert len(batches) == 10 and len(pids) == 2
+    lock = threading.Lock()
+    with pytest.raises(ConfigError, match=r"worker_init_fn \(closure lock\): a lock"):
+        DataLoader(_tensors(), num_workers=2, worker_init_fn=lambda w: lock.acquire())
     calls: list[int] = []
-    with DataLoader(_tensors(), num_workers=2, worker_init_fn=calls.append) as loader:
+    with DataLoader(
+        _tensors(), num_workers=2, worker_init_fn=calls.append, worker_backend="thread"
+    ) as loader:
         list(loader)
     assert sorted(calls) == [0, 1]
 
@@ -370,9 +384,8 @@ def test_timeout(backend: str) -> None:
     """TestDataLoader.test_timeout: a batch slower than ``timeout`` (seconds) raises a
     RuntimeError (torch's type) naming the limit."""
     ds = fixtures.slow(4, 3.0)  # has a process_spec: processes unless a torch dataset is asked
-    if backend == "thread":
-        ds = torch.utils.data.Subset(ds, range(4))  # no process_spec: threads
-    with DataLoader(ds, batch_size=2, num_workers=2, timeout=0.5) as loader:
+    extra = {"worker_backend": "thread"} if backend == "thread" else {}
+    with DataLoader(ds, batch_size=2, num_workers=2, timeout=0.5, **extra) as loader:
         assert loader.worker_backend == backend
         t0 = time.monotonic()
         with pytest.raises(RuntimeError) as err:
@@ -445,7 +458,10 @@ def test_dataloader_keeps_its_own_rules() -> None:
     """``dataloader()`` is unchanged: clorch_nb's defaults (batch_size 32, shuffling with a
     fixed seed, persistent workers) and its refusal of torch-only keywords."""
     loader = data.dataloader(_tensors(40), seed=3)
-    assert (loader.batch_size, loader.shuffle, loader.persistent_workers) == (32, True, True)
+    assert (loader.batch_size, loader.shuffle, loader.config.persistent_workers) == (32, True, True)
+    # torch's attribute reads False at 0 workers (torch refuses True there: B65)
+    assert loader.persistent_workers is False
+    assert data.dataloader(_tensors(40), num_workers=1).persistent_workers is True
     with pytest.raises(ConfigError, match="timeout_ms"):
         data.dataloader(_tensors(), timeout=1)
 

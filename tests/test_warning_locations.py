@@ -60,8 +60,7 @@ def _rng_warning_again(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("device", [None, "cpu"])  # "cpu" adds the delivery stage's frames
 def test_thread_worker_global_rng_warning_names_the_loop(front: str, device: str | None) -> None:
     kw: dict[str, Any] = {"batch_size": 1, "num_workers": 2}
-    if front == "dataloader":
-        kw["worker_backend"] = "thread"
+    kw["worker_backend"] = "thread"  # both fronts: the torch front's default is processes
     if device:
         kw["device"] = device
     loader = FRONTS[front](_DrawsGlobal(), **kw)

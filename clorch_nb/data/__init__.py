@@ -33,6 +33,7 @@ from clorch_nb.data.dataset import (
 from clorch_nb.data.defdataset import defdataset, derived
 from clorch_nb.data.distributed import (
     DistributedSampler,
+    FullCopyPerRankWarning,
     SamplerSettings,
     ShardMode,
     ShardPlan,
@@ -43,12 +44,13 @@ from clorch_nb.data.distributed import (
 )
 from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
-from clorch_nb.data.loader import DataLoader, IterableDataLoader, LoaderEngine, dataloader
+from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.replay import BatchRef, ReplayedBatch, ShardItem, batch_ref, replay
 from clorch_nb.data.shards import ShardDataset, shard_dataset
 from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.state import LoaderState
+from clorch_nb.data.stream import IterableEngine
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.warm_start import start_forkserver
@@ -61,7 +63,8 @@ __all__ = [
     "DistributedSampler",
     "EpochIterator",
     "EpochPosition",
-    "IterableDataLoader",
+    "FullCopyPerRankWarning",
+    "IterableEngine",
     "LoaderConfig",
     "LoaderEngine",
     "LoaderState",

@@ -60,6 +60,7 @@ from clorch_nb.errors import ConfigError
 
 __all__ = [
     "DistributedSampler",
+    "FullCopyPerRankWarning",
     "SamplerSettings",
     "ShardMode",
     "ShardPlan",
@@ -67,6 +68,8 @@ __all__ = [
     "sample_indices",
     "set_epoch",
     "shard_plan",
+    "splits_by_rank",
+    "warn_full_copy_per_rank",
 ]
 
 
@@ -414,6 +417,68 @@ def distributed_sampler(
     return DistributedSampler(**asdict(settings))
 
 
+class FullCopyPerRankWarning(UserWarning):
+    """A loader started an epoch while ``torch.distributed`` runs with ``world_size > 1``, and
+    its sampler does not split the dataset by rank: every rank reads every item (each trains on
+    a full copy, silently, as torch's DataLoader would). The fix is a sampler per rank
+    (``data.distributed_sampler(ds)`` or torch's ``DistributedSampler``). To say "every rank
+    reads everything on purpose" (evaluation on every rank), filter it:
+    ``warnings.filterwarnings("ignore", category=FullCopyPerRankWarning)``."""
+
+
+def splits_by_rank(sampler: Any) -> bool:
+    """Whether ``sampler`` (or the ``.sampler`` of a batch sampler) gives each rank its own
+    share: ours, torch's ``DistributedSampler`` (Lightning's wrapper included), a shard
+    sampler, or anything that says ``num_replicas > 1``.
+
+    Example:
+        >>> splits_by_rank(distributed_sampler(8, num_replicas=2, rank=0))
+        True
+        >>> splits_by_rank(None), splits_by_rank(torch.utils.data.SequentialSampler(range(4)))
+        (False, False)
+    """
+    inner = getattr(sampler, "sampler", None)
+    for s in (sampler, inner):
+        if isinstance(s, DistributedSampler | torch.utils.data.DistributedSampler):
+            return True
+        replicas = getattr(s, "num_replicas", None)  # a shard sampler, other rank samplers
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
+            return True
+    return False
+
+
+def warn_full_copy_per_rank(sampler: Any) -> bool:
+    """Warn (:class:`FullCopyPerRankWarning`, from the user's line) when ``torch.distributed``
+    is initialised with ``world_size > 1`` and ``sampler`` does not split by rank
+    (:func:`splits_by_rank`). Returns whether the question is settled for this loader (True
+    once it warned or the sampler splits; False while ``torch.distributed`` is not running, so
+    a later epoch asks again).
+
+    Example:
+        >>> warn_full_copy_per_rank(None)  # torch.distributed not initialised here
+        False
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False
+    world = torch.distributed.get_world_size()
+    if world <= 1:
+        return False
+    if splits_by_rank(sampler):
+        return True
+    what = "the loader's own order" if sampler is None else f"sampler {type(sampler).__name__}"
+    warnings.warn(
+        f"torch.distributed is running with world_size={world}, and this loader's epoch comes "
+        f"from {what}, which does not split the dataset by rank: every one of the {world} "
+        "ranks reads every item (each trains on a full copy). Give each rank its share: "
+        "sampler=data.distributed_sampler(dataset) (or torch's DistributedSampler). If every "
+        "rank should read everything (evaluation on every rank), silence this with "
+        "warnings.filterwarnings('ignore', category=clorch_nb.data.FullCopyPerRankWarning)",
+        FullCopyPerRankWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
+
+
 def set_epoch(sampler: Any, epoch: int) -> None:
     """``data/set-epoch!``: ``sampler.set_epoch(epoch)``, for ours and for torch's samplers.
 
@@ -435,10 +500,15 @@ def set_epoch(sampler: Any, epoch: int) -> None:
         if hook is not None:
             hook(epoch)
             return
+        names: tuple[str, ...] = ("batch_sampler", "sampler")
+        if hasattr(target, "plan_sampler"):  # our DataLoader: the sampler its epochs come from
+            plan = target.plan_sampler  # (its torch .sampler may be a placeholder)
+            names = tuple(n for n in names if plan is not None and getattr(target, n) is plan)
+            names = names or (("plan_sampler",) if plan is not None else ())
         inner = next(
             (
                 (name, getattr(target, name))
-                for name in ("batch_sampler", "sampler")
+                for name in names
                 if getattr(target, name, None) not in (None, target)
             ),
             None,

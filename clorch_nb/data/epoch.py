@@ -29,7 +29,7 @@ from clorch_nb.data.protocols import plan_item_count, plan_iter_from
 from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
-from clorch_nb.data.workers.base import BatchResult, BatchTask, WorkerPool
+from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
 from clorch_nb.errors import WorkerError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus, LoaderStats
 
@@ -115,6 +115,10 @@ class Epoch:
         on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
             before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
             there, as torch's do).
+        on_stop (Callable[[WorkerPool], None] | None): called with the pool once the epoch
+            ends early (the consumer left it: a ``break`` then ``del it``, an error, a newer
+            ``iter()``), after the pool's epoch is stopped: non-persistent workers end there
+            too, as torch's end with their iterator (B61).
         shard_of (Callable[[torch.Tensor], str] | None): names the shard a batch's indices
             were read from, for its event's ``shard`` (the dataset's ``shard_of``; None: ``""``).
 
@@ -150,12 +154,13 @@ class Epoch:
         on_end: Callable[[], None] | None = None,
         skip: Collection[int] = (),
         shard_of: Callable[[torch.Tensor], str] | None = None,
+        on_stop: Callable[[WorkerPool], None] | None = None,
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
         self.backend, self.num_workers = backend, num_workers
         self.stages = tuple(stages)
-        self.on_end = on_end
+        self.on_end, self.on_stop = on_end, on_stop
         self.skip = frozenset(skip)
         self.shard_of = shard_of
         self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
@@ -265,6 +270,11 @@ class Epoch:
                     continue
                 if result.skipped and self.budget is not None:
                     self.budget.add(result.skipped)  # SkipBudgetError once it is spent
+                if result.batch is DROPPED:  # every item skipped (B62): recorded, not handed over
+                    self._record(index, result, len(ready), t_asked, t0, time.perf_counter())
+                    self._done(index, pending, n)
+                    yield DROPPED  # the iterator goes on to the next batch
+                    continue
                 if len(pending) > 1:  # others in flight: take what has finished
                     try:
                         _take_finished(pool, ready, len(pending) - 1)
@@ -302,6 +312,8 @@ class Epoch:
         if it had started, emit ``EpochEvent("stopped")`` even if stopping was interrupted."""
         try:
             pool.stop_epoch(discard_workers=broken)
+            if self.on_stop is not None:  # non-persistent workers end with their epoch (B61)
+                self.on_stop(pool)
         finally:
             if started:
                 self._epoch_event("stopped", len(self.plan))
@@ -323,8 +335,9 @@ class Epoch:
     ) -> None:
         # The totals from the result itself: the event is made only for a subscriber.
         st = self.stats
-        st.batches += 1
-        st.items += result.num_items
+        if result.batch is not DROPPED:  # a dropped batch (B62) is recorded, not handed over
+            st.batches += 1
+            st.items += result.num_items
         st.wait_s += t1 - t0
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1

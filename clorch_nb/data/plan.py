@@ -97,8 +97,9 @@ def check_sampler_size(size: int, sampler: Any) -> None:
 
 
 def _declared_size(sampler: Any) -> int | None:
-    if isinstance(sampler, torch.utils.data.BatchSampler):
-        return _declared_size(sampler.sampler)
+    if isinstance(sampler, torch.utils.data.BatchSampler):  # a subclass may have no .sampler
+        inner = getattr(sampler, "sampler", None)  # (accelerate's SkipBatchSampler, B65)
+        return None if inner is None else _declared_size(inner)
     if isinstance(sampler, DistributedSampler):
         return int(sampler.size)
     for name in ("data_source", "dataset"):

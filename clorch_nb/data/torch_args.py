@@ -20,6 +20,7 @@ import torch
 
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
+from clorch_nb.data.thread_safety import declared_thread_safe
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "Unbatched",
     "check_worker_number",
     "start_method_of",
+    "torch_attributes",
+    "torch_backend",
     "torch_loader_args",
 ]
 
@@ -118,6 +121,40 @@ def start_method_of(context: Any, num_workers: int) -> str | None:
     return method
 
 
+def torch_backend(
+    dataset: Any, num_workers: int, start_method: str | None, worker_backend: str | None
+) -> str:
+    """Where the torch front's workers run: processes, as torch's (a dataset without a
+    ``process_spec`` is sent by value, a notebook cell's class included), unless
+    ``worker_backend="thread"`` is asked for or the dataset says ``thread_safe = True``.
+
+    Raises:
+        ConfigError: ``worker_backend`` is not "thread", "process" or "auto", or "thread" with a
+            ``multiprocessing_context``.
+
+    Example:
+        >>> torch_backend([1, 2], 2, None, None), torch_backend([1, 2], 2, None, "thread")
+        ('process', 'thread')
+    """
+    if worker_backend is not None:
+        if worker_backend not in ("thread", "process", "auto"):
+            raise ConfigError(
+                f"worker_backend={worker_backend!r} must be 'thread', 'process' or 'auto' (or "
+                "left out: process workers, as torch's)"
+            )
+        if worker_backend == "thread" and start_method is not None:
+            raise ConfigError(
+                f"worker_backend='thread' with multiprocessing_context={start_method!r}: threads "
+                "start no processes; drop one of the two"
+            )
+        return worker_backend
+    if start_method is not None:
+        return "process"
+    if num_workers == 0 or declared_thread_safe(dataset):
+        return "auto" if num_workers == 0 else "thread"
+    return "process"
+
+
 def check_worker_number(num_workers: int) -> None:
     """torch's warning when ``num_workers`` exceeds the CPUs this process may use
     (``os.sched_getaffinity``, else ``os.cpu_count()``); nothing otherwise.
@@ -162,8 +199,11 @@ def torch_loader_args(
     persistent_workers: bool,
     pin_memory_device: str,
     in_order: bool,
+    worker_backend: str | None = None,
 ) -> TorchLoaderArgs:
     """torch ``DataLoader.__init__``'s checks, in torch's order, then the config.
+
+    With ``num_workers > 0`` the workers are processes, as torch's are (:func:`torch_backend`).
 
     Raises:
         ValueError: what torch raises ValueError for (negative ``num_workers`` or ``timeout``,
@@ -217,11 +257,13 @@ def torch_loader_args(
     if num_workers > 0:
         check_worker_number(num_workers)
     shuffle = bool(shuffle)
+    backend = torch_backend(dataset, num_workers, start_method, worker_backend)
     if isinstance(dataset, torch.utils.data.IterableDataset):
         return _iterable_args(dataset, batch_size, shuffle, sampler, batch_sampler, collate_fn,
                               drop_last, generator, pin_memory, **_options(
                                   num_workers, prefetch_factor, timeout, start_method,
-                                  persistent_workers, worker_init_fn, in_order))  # fmt: skip
+                                  persistent_workers, worker_init_fn, in_order,
+                                  backend))  # fmt: skip
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
         if batch_sampler is None:
             if sampler is None:
@@ -243,6 +285,7 @@ def torch_loader_args(
         persistent_workers,
         worker_init_fn,
         in_order,
+        backend,
     )
     options["collate_fn"] = collate
     options["pin_memory"] = bool(pin_memory)  # without CUDA: torch's warning, unpinned (pinning.py)
@@ -270,13 +313,14 @@ def _options(
     persistent_workers: bool,
     worker_init_fn: Callable[[int], None] | None,
     in_order: bool,
+    backend: str,
 ) -> dict[str, Any]:
     """The :class:`LoaderConfig` fields torch's worker options become."""
     return {
         "num_workers": num_workers,
         "prefetch_factor": 2 if prefetch_factor is None else max(1, prefetch_factor),
         "timeout_ms": timeout * 1000.0 if timeout > 0 else None,
-        "worker_backend": "process" if start_method is not None else "auto",
+        "worker_backend": backend,
         "start_method": start_method,
         "persistent_workers": bool(persistent_workers) or num_workers == 0,
         "worker_init_fn": worker_init_fn,
@@ -319,3 +363,95 @@ def _iterable_args(
         **options,
     )
     return TorchLoaderArgs(config, None, generator)
+
+
+def torch_attributes(
+    dataset: Any,
+    *,
+    batch_size: int | None = 1,
+    shuffle: bool | None = None,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+    num_workers: int = 0,
+    collate_fn: Callable[[Any], Any] | None = None,
+    pin_memory: bool = False,
+    drop_last: bool = False,
+    timeout: float = 0,
+    worker_init_fn: Callable[[int], None] | None = None,
+    multiprocessing_context: Any = None,
+    generator: torch.Generator | None = None,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = False,
+    pin_memory_device: str = "",
+    in_order: bool = True,
+) -> dict[str, Any]:
+    """The attributes torch 2.13's ``DataLoader(dataset, ...)`` holds after ``__init__`` for these
+    arguments (already checked by :func:`torch_loader_args`): what code that inspects a loader
+    reads (Lightning's ``_update_dataloader``, accelerate's ``prepare_data_loader`` and
+    ``skip_first_batches``), and what it passes back to ``type(loader)(...)`` to rebuild it.
+
+    ``sampler`` is the one given or torch's default (``RandomSampler`` with ``shuffle``, else
+    ``SequentialSampler``; torch's infinite constant sampler for an ``IterableDataset``);
+    ``batch_sampler`` a ``BatchSampler`` over it with automatic batching (``batch_size`` not
+    None), else the one given or None; ``batch_size`` None and ``drop_last`` False with a
+    batch sampler; ``collate_fn`` torch's ``default_collate`` (batched) or ``default_convert``;
+    ``prefetch_factor`` None at 0 workers, 2 by default with workers; ``multiprocessing_context``
+    a context object for a start-method string. The samplers are made once, here: a loader's
+    ``sampler`` is the object Lightning calls ``set_epoch`` on.
+
+    Args:
+        dataset (Any): the dataset, as given.
+        batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory,
+        drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
+        prefetch_factor, persistent_workers, pin_memory_device, in_order: torch's arguments.
+
+    Returns:
+        dict[str, Any]: attribute name -> torch's value (``multiprocessing_context`` included).
+
+    Example:
+        >>> a = torch_attributes(list(range(10)), batch_size=4, shuffle=True)
+        >>> type(a["sampler"]).__name__, type(a["batch_sampler"]).__name__, a["prefetch_factor"]
+        ('RandomSampler', 'BatchSampler', None)
+        >>> torch_attributes(range(3), batch_size=None)["collate_fn"].__name__
+        'default_convert'
+    """
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    if batch_sampler is not None:
+        batch_size, drop_last = None, False
+    if sampler is None:
+        if iterable:  # torch's placeholder for "no sampler" (see FOREIGN_PRIVATES)
+            sampler = torch.utils.data.dataloader._InfiniteConstantSampler()
+        elif shuffle and len(dataset) > 0:  # (torch refuses to shuffle an empty dataset)
+            sampler = torch.utils.data.RandomSampler(dataset, generator=generator)
+        else:
+            sampler = torch.utils.data.SequentialSampler(dataset)
+    if batch_size is not None and batch_sampler is None:
+        batch_sampler = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
+    if collate_fn is None:
+        collate_fn = (
+            torch.utils.data.default_collate
+            if batch_sampler is not None
+            else torch.utils.data.default_convert
+        )
+    if num_workers > 0 and prefetch_factor is None:
+        prefetch_factor = 2
+    if isinstance(multiprocessing_context, str):
+        multiprocessing_context = mp.get_context(multiprocessing_context)
+    return {
+        "dataset": dataset,
+        "num_workers": num_workers,
+        "prefetch_factor": prefetch_factor if num_workers > 0 else None,
+        "pin_memory": pin_memory,
+        "pin_memory_device": pin_memory_device,
+        "timeout": timeout,
+        "worker_init_fn": worker_init_fn,
+        "multiprocessing_context": multiprocessing_context,
+        "in_order": in_order,
+        "batch_size": batch_size,
+        "drop_last": drop_last,
+        "sampler": sampler,
+        "batch_sampler": batch_sampler,
+        "generator": generator,
+        "collate_fn": collate_fn,
+        "persistent_workers": bool(persistent_workers) and num_workers > 0,
+    }

@@ -22,6 +22,7 @@ from clorch_nb.data.skipping import Skipped, fill_failed
 from clorch_nb.errors import CollateError, WorkerError
 
 __all__ = [
+    "DROPPED",
     "BatchCancelled",
     "BatchResult",
     "BatchTask",
@@ -35,6 +36,25 @@ __all__ = [
 
 class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, not an error
     """Raised by :func:`build_batch` when ``should_stop()`` says the epoch was abandoned."""
+
+
+class _Dropped:
+    """The type of :data:`DROPPED` (one instance; pickles to itself, so it crosses processes)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DROPPED"
+
+    def __reduce__(self) -> str:
+        return "DROPPED"
+
+
+#: What :func:`build_batch` returns as the batch when ``max_failures`` is set and every item of
+#: the batch failed (nothing to fill it with, B62): the items are recorded as skipped (charged
+#: to the budget, named in the batch's event) and the epoch delivers nothing for that position,
+#: so at ``batch_size=1`` a bad item is skipped like at any other size.
+DROPPED = _Dropped()
 
 
 class BatchTask(NamedTuple):
@@ -192,7 +212,9 @@ def build_batch(
     With ``skipped`` (a list: the loader's ``max_failures`` is set), an item whose ``get_item``
     raises an ``Exception`` is skipped instead: recorded in ``skipped`` and replaced by the next
     item of the batch that loaded (:mod:`~clorch_nb.data.skipping`); a ``get_batch`` that raises
-    is retried item by item to find the bad ones.
+    is retried item by item to find the bad ones. When every item of the batch failed there is
+    nothing to fill it with: the batch is :data:`DROPPED` (the skips are recorded; the epoch
+    hands nothing over for it).
 
     Raises:
         BatchCancelled: ``should_stop()`` returned True before an item (checked between items so
@@ -247,6 +269,8 @@ def build_batch(
             items.append(None)
     if failed:
         assert first_error is not None
+        if len(failed) == len(items):  # nothing loaded to fill with: the batch is dropped (B62)
+            return DROPPED, time.perf_counter() - t0, 0.0
         items = fill_failed(items, failed, first_error, batch_index)
     t1 = time.perf_counter()
     try:

@@ -65,7 +65,7 @@ from clorch_nb.data.workers.messages import (
     encode,
 )
 
-__all__ = ["WorkerConfig", "worker_main"]
+__all__ = ["WorkerConfig", "set_process_info", "worker_main"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,13 +228,19 @@ def _begin_epoch(
     return None
 
 
+def set_process_info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> None:
+    """Set this process worker's ``get_worker_info()``, clorch_nb's and torch's (``dataset``
+    None while the dataset is being built: a ``process_spec`` factory or an unpickled
+    ``__setstate__`` may already ask which worker it is)."""
+    info = WorkerInfo(worker_id, num_workers, seed, "process", dataset)
+    set_worker_info(info, process=True)
+    install_torch_worker_info(info, process=True)
+
+
 def _init_worker(cfg: WorkerConfig, dataset: Any) -> None:
     """Set this worker's ``get_worker_info()`` (clorch_nb's and torch's) and run torch's
     ``worker_init_fn(worker_id)`` if one was given (before any epoch's seeding)."""
-    info = WorkerInfo(cfg.worker_id, cfg.num_workers, worker_seed(0, cfg.worker_id), "process",
-                      dataset)  # fmt: skip
-    set_worker_info(info, process=True)
-    install_torch_worker_info(info, process=True)
+    set_process_info(cfg.worker_id, cfg.num_workers, worker_seed(0, cfg.worker_id), dataset)
     if cfg.init_blob is not None:
         pickle.loads(cfg.init_blob)(cfg.worker_id)
 
@@ -246,7 +252,7 @@ def worker_main(
 
     Args:
         cfg (WorkerConfig): identity and options.
-        source (ProcessSpec | SharedTensors): has ``build()`` returning the dataset.
+        source (ProcessSpec | SharedTensors | ByValue): has ``build()`` returning the dataset.
         tasks (Connection): receives epochs, tasks and cancels (read by the main thread).
         results (Connection): sends worker -> parent messages.
         control (Connection): receives cancels and stop; EOF means the parent is gone (read by
@@ -264,6 +270,7 @@ def worker_main(
     where = f"process worker {cfg.worker_id} (pid {os.getpid()})"
     try:
         collate_fn = pickle.loads(cfg.collate_blob)
+        set_process_info(cfg.worker_id, cfg.num_workers, worker_seed(0, cfg.worker_id), None)
         # a factory may return a torch map-style dataset: adapted as the main process does
         dataset = as_dataset(source.build(), argument="the process_spec factory's result")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it

@@ -6,9 +6,11 @@ How it differs from ``torch.utils.data``'s workers, and why:
 * **never fork the caller**: workers come from a forkserver (Linux, macOS) that has already
   imported torch and this package, so starting one costs a fork, not an interpreter; spawn
   elsewhere. The caller may be a Jupyter kernel with threads, which ``fork`` would break.
-* **the dataset is never pickled**: each worker calls ``source.build()``: a
-  :class:`~clorch_nb.data.process_spec.ProcessSpec` factory, or :class:`SharedTensors` whose
-  tensors were moved to shared memory once and are mapped by every worker (no copy per worker).
+* **the dataset is rebuilt, or sent once by value**: each worker calls ``source.build()``: a
+  :class:`~clorch_nb.data.process_spec.ProcessSpec` factory, :class:`SharedTensors` whose
+  tensors were moved to shared memory once and are mapped by every worker (no copy per worker),
+  or :class:`~clorch_nb.data.workers.by_value.ByValue`: the dataset pickled once with
+  cloudpickle, its large tensors shared the same way (a class defined in a notebook cell works).
 * **one pipe pair per worker, batches dealt round-robin** (batch ``b`` -> worker
   ``b % num_workers``); each batch's RNGs are seeded from its position (``batch_seed``), so
   every augmentation is reproducible under a loader seed, whatever ``num_workers``.
@@ -35,6 +37,7 @@ from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm, twins
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
+from clorch_nb.data.workers.by_value import ByValue, dumps_fn
 from clorch_nb.data.workers.child import WorkerConfig
 from clorch_nb.data.workers.messages import (
     Ack,
@@ -84,7 +87,8 @@ class ProcessPool:
     ``close()``, ``with`` and a ``weakref.finalize``, which also runs at interpreter exit).
 
     Args:
-        source (ProcessSpec | SharedTensors): how each worker gets the dataset (``build()``).
+        source (ProcessSpec | SharedTensors | ByValue): how each worker gets the dataset
+            (``build()``).
         config (LoaderConfig): the loader's options (``num_workers`` processes; ``collate_fn``,
             pickled by reference, so module-level).
         use_get_batch (bool): workers use ``dataset.get_batch`` when the dataset has one (the
@@ -97,7 +101,7 @@ class ProcessPool:
 
     def __init__(
         self,
-        source: ProcessSpec | SharedTensors,
+        source: ProcessSpec | SharedTensors | ByValue,
         config: LoaderConfig,
         *,
         use_get_batch: bool,
@@ -107,9 +111,10 @@ class ProcessPool:
         self.source = source
         self._parent_arena = parent_arena  # pin_memory: registered slots (data/pinning.py)
         self.num_workers = config.num_workers
-        self._collate_blob = pickle.dumps(config.collate_fn, _HIGHEST)
+        # by reference when importable, by value (cloudpickle) when defined in a cell
+        self._collate_blob = dumps_fn(config.collate_fn)
         init_fn = config.worker_init_fn
-        self._init_blob = None if init_fn is None else pickle.dumps(init_fn, _HIGHEST)
+        self._init_blob = None if init_fn is None else dumps_fn(init_fn)
         self._use_get_batch = use_get_batch
         # a worker's slots in use: its prefetch_factor batches in flight, the one the consumer
         # holds, one whose release is on its way
@@ -335,11 +340,15 @@ class ProcessPool:
         if self._wake_r is None:
             self._wake_r, self._wake_w = mp.Pipe(duplex=False)
         twins.track(self)
+        refresh = getattr(self.source, "refresh", None)  # by value: a cell run again (ByValue)
+        redefined = refresh() if refresh is not None else []
         for wid, w in enumerate(self._workers):
             if w is not None and not w.proc.is_alive():  # died between epochs (killed, OOM)
                 self._reap(w, kill=True)
                 w = None
             changed = self._worlds[wid].changes() if w is not None and wid in self._worlds else []
+            if w is not None and redefined:
+                changed = [*changed, *redefined]
             if changed:
                 # os.environ changed or the dataset's code was edited: a fresh worker sees both
                 self.replaced_for.extend(changed)

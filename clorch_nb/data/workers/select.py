@@ -11,24 +11,39 @@ from __future__ import annotations
 
 import pickle
 import sys
+import warnings
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from clorch_nb._signals import deferred_sigint
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.protocols import has_get_batch
 from clorch_nb.data.thread_safety import check_thread_safe
+from clorch_nb.data.torch_worker_info import user_dataset
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
+from clorch_nb.data.workers.by_value import (
+    LARGE_PICKLE_BYTES,
+    ByValue,
+    check_shippable,
+    check_shippable_fn,
+)
 from clorch_nb.data.workers.inline import InlinePool
 from clorch_nb.data.workers.sources import SharedTensors
-from clorch_nb.errors import ConfigError
 
-__all__ = ["PoolSlot", "choose_worker_backend", "make_pool", "sendable", "uses_get_batch"]
+__all__ = [
+    "PoolSlot",
+    "choose_worker_backend",
+    "make_pool",
+    "sendable",
+    "ship_by_value",
+    "uses_get_batch",
+]
 
 
 def sendable(fn: Any) -> bool:
@@ -65,11 +80,14 @@ def choose_worker_backend(
     ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
     processes, after checking that everything a worker needs can reach it. Threads are refused
     for a dataset that keeps a shared file-like handle (:mod:`~clorch_nb.data.thread_safety`).
+    A dataset whose data only this process can read says why in a ``process_local`` attribute
+    (a str; a shard dataset on ``memory://``): ``"auto"`` then picks threads, and ``"process"``
+    is refused with that reason (B67).
 
     Raises:
-        ConfigError: ``"process"`` for a dataset with neither a ``process_spec`` nor only tensors,
-            or with a ``collate_fn`` that cannot be sent; threads for a dataset with a shared
-            handle (B23).
+        NotShippableError: ``"process"`` for a dataset (or ``collate_fn``, ``worker_init_fn``)
+            holding something that cannot cross a process boundary, named by attribute path.
+        ConfigError: threads for a dataset with a shared handle (B23).
         ImportError: the ``process_spec`` factory cannot be imported.
     """
     if config.num_workers == 0:
@@ -78,32 +96,28 @@ def choose_worker_backend(
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     init_fn = config.worker_init_fn
+    local = getattr(dataset, "process_local", None)  # only this process can read its data
+    local = local if isinstance(local, str) else None
     if config.worker_backend == "auto":
         if (
             spec is not None
+            and local is None
             and sendable(config.collate_fn)
             and (init_fn is None or sendable(init_fn))
         ):
             return "process"
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
         return "thread"
+    if local is not None:
+        asked, fix = _asked_for_processes(config)
+        raise ConfigError(
+            f"{asked} cannot be used with this dataset: {local}. Workers that share this "
+            f"process's memory can read it: {fix.removeprefix('or ')}"
+        )
     if spec is None and not SharedTensors.supports(dataset):
-        raise ConfigError(_no_process_spec(dataset, config))
-    if not sendable(config.collate_fn):
-        raise ConfigError(
-            f"worker_backend='process' needs a collate_fn that can be sent to worker processes; "
-            f"{getattr(config.collate_fn, '__qualname__', config.collate_fn)!r} cannot be pickled "
-            "(a lambda or a function defined in a notebook or inside another function). Define it "
-            "at the top level of an importable module, or use worker_backend='thread'"
-        )
-    if init_fn is not None and not sendable(init_fn):
-        raise ConfigError(
-            f"process workers need a worker_init_fn they can import; "
-            f"{getattr(init_fn, '__qualname__', init_fn)!r} cannot be sent (a lambda, or a "
-            "function defined in a notebook or inside another function). Move it to the top "
-            "level of an importable module (a .py file next to the notebook) and import it from "
-            "there, or use worker_backend='thread' (threads call it as it is)"
-        )
+        check_shippable(user_dataset(dataset))  # by value: NotShippableError names what cannot
+    check_shippable_fn(config.collate_fn, "collate_fn")
+    check_shippable_fn(init_fn, "worker_init_fn")
     if spec is not None:
         spec.resolve_factory()  # ImportError naming the factory, before any worker starts
     return "process"
@@ -120,10 +134,11 @@ def make_pool(
     """The worker pool for ``backend``: "inline" builds on the consuming thread
     (:class:`~clorch_nb.data.workers.inline.InlinePool`), "thread" and "process" in workers.
 
-    A process pool rebuilds the dataset from its ``process_spec``; without one (only tensor
-    datasets get that far, see :func:`choose_worker_backend`) the tensors move to shared memory
-    once and every worker maps them. ``parent_arena`` makes the parent's side of each process
-    worker's arena (``pin_memory``'s registered slots; default :class:`ParentArena`).
+    A process pool rebuilds the dataset from its ``process_spec``; without one, a tensor
+    dataset's tensors move to shared memory once and every worker maps them, and any other
+    dataset is sent by value (:func:`ship_by_value`). ``parent_arena`` makes the parent's side
+    of each process worker's arena (``pin_memory``'s registered slots; default
+    :class:`ParentArena`).
     """
     if backend == "inline":
         # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
@@ -138,7 +153,13 @@ def make_pool(
     if backend == "process":
         from clorch_nb.data.workers.process import ProcessPool
 
-        source = spec or SharedTensors.from_dataset(dataset)
+        source: Any = spec
+        if source is None:
+            source = (
+                SharedTensors.from_dataset(dataset)
+                if SharedTensors.supports(dataset)
+                else ship_by_value(dataset)
+            )
         return ProcessPool(
             source,
             config,
@@ -210,6 +231,13 @@ class PoolSlot:
         if self.backend == "process":
             self.open().prestart()
 
+    def release(self, pool: WorkerPool) -> None:
+        """Stop ``pool``'s workers if it is still this slot's pool (an epoch that ended early
+        without ``persistent_workers``: its workers end with it, as torch's end with their
+        iterator); a pool already replaced or closed is left alone."""
+        if pool is self.pool:
+            self.close()
+
     def close(self) -> None:
         """Stop the pool's workers; idempotent in full: after an interrupted call (Ctrl-C) the
         pool stays here and a second call repeats whatever the first left."""
@@ -227,42 +255,33 @@ def _close_slot(slot: PoolSlot) -> None:
         slot.close()
 
 
-def _no_process_spec(dataset: Any, config: LoaderConfig) -> str:
-    """Why process workers cannot have this dataset, naming the option that asked for them,
-    what in the dataset stands in the way, and the fixes (the torch front's own last)."""
-    torch_front = config.start_method is not None and config.worker_backend == "process"
-    asked = (
-        f"multiprocessing_context={config.start_method!r} (process workers)"
-        if torch_front
-        else "worker_backend='process'"
-    )
-    transform = getattr(dataset, "transform", None)
-    get_item = getattr(dataset, "_get_item", None)
-    last = (
-        "or drop multiprocessing_context= (thread workers are then used)"
-        if torch_front
-        else "or use worker_backend='thread'"
-    )
-    if transform is not None and not sendable(transform):
+def ship_by_value(dataset: Any) -> ByValue:
+    """``dataset`` made ready for process workers by value (:class:`ByValue`); warns once when
+    what is pickled (not shared) is large, since every worker unpickles its own copy.
+
+    Raises:
+        NotShippableError: it holds something that cannot cross a process boundary.
+    """
+    source = ByValue(dataset)
+    if source.pickled_bytes > LARGE_PICKLE_BYTES:
+        warnings.warn(
+            f"this {type(user_dataset(dataset)).__name__} is sent to each process worker as "
+            f"{source.pickled_bytes / 2**20:.0f} MiB of pickled Python objects (tensors and "
+            "numpy arrays are shared, not copied, but lists, dicts and other objects are copied "
+            "into every worker). Give it a process_spec that loads the data inside the worker, "
+            "or hold the data as tensors (data.tensor_dataset(X, y) for two of them)",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return source
+
+
+def _asked_for_processes(config: LoaderConfig) -> tuple[str, str]:
+    """The option that asked for process workers, and the fix that gives threads instead (the
+    torch front's own when it was ``multiprocessing_context=``)."""
+    if config.start_method is not None and config.worker_backend == "process":
         return (
-            f"{asked} needs a dataset that worker processes can rebuild, and its "
-            f"transform={getattr(transform, '__qualname__', transform)!r} cannot be imported by "
-            "a worker (a lambda, or a function from a notebook cell or inside another "
-            f"function): define it at the top level of a .py module and pass that; {last}"
+            f"multiprocessing_context={config.start_method!r} (process workers)",
+            "or drop multiprocessing_context= (thread workers are then used)",
         )
-    if get_item is not None:
-        blocker = (
-            f"it was built from get_item={getattr(get_item, '__qualname__', get_item)!r} "
-            "without a process_spec"
-        )
-    elif type(dataset).__name__ == "TorchMapDataset":
-        blocker = "a torch map-style Dataset object is not rebuilt in a worker"
-    else:
-        blocker = f"a {type(dataset).__name__} object is not rebuilt in a worker"
-    return (
-        f"{asked} needs a dataset that worker processes can rebuild (they call a factory "
-        f"instead of pickling the dataset), and {blocker}. Pass process_spec={{'factory': "
-        "'my_pkg.my_mod:make_dataset', 'args': [...]} to data.dataset (the factory must live "
-        "in an importable module, not a notebook cell); for in-memory tensors use "
-        f"data.tensor_dataset(X, y), which process workers share without a factory; {last}"
-    )
+    return "worker_backend='process'", "or use worker_backend='thread'"
