@@ -59,7 +59,7 @@ from clorch_nb.data.epoch_iter import (
 )
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook
+from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
@@ -397,8 +397,8 @@ class LoaderEngine:
             )  # its next() raises, never ends
             self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
             self._delivery.close()  # copies in flight, the pin thread
-            unbind = getattr(self.plan_sampler, "unbind_loader", None)
-            if callable(unbind):  # another loader may plan with it now; iter() binds it again
+            unbind = unbind_loader_hook(self.plan_sampler)
+            if unbind is not None:  # another loader may plan with it now; iter() binds it again
                 unbind(self)
 
     def describe(self) -> str:
