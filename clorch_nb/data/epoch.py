@@ -364,9 +364,10 @@ class Epoch:
         st.wait_s += t1 - t0
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
-        if self.events:
+        if self.events:  # the record's fields only: a Batched subscriber keeps the tuple
             shard = "" if self.shard_of is None else self.shard_of(self.plan[index])
-            self.events.emit(_event(self.epoch, index, result, depth, t_asked, t0, t1, shard))
+            skipped = tuple(s.index for s in result.skipped) if result.skipped else ()
+            self.events.emit_batch(self.epoch, index, wid, result.num_items, result.fetch_s, result.collate_s, t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent, skipped, shard)  # noqa: E501  # fmt: skip
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], n: int) -> None:
         if self.events:

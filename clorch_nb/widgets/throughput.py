@@ -192,6 +192,8 @@ class ThroughputStats:
         #: the hot path for a batch: one C call. Takes a BatchEvent or the same fields as a
         #: plain tuple (what the monitor passes: a tuple of numbers is untracked by the GC).
         self.add_batch = self._pending.append
+        #: many batch records at once (a :class:`~clorch_nb.instrumentation.Batched` list)
+        self.add_batches = self._pending.extend
         self.max_history = max_history
         self.rate_window_s = rate_window_s
         self.history: list[HistoryPoint] = []

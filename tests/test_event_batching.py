@@ -1,0 +1,139 @@
+"""Batched subscribers (issue 34): a loader's batch records reach a ``Batched`` subscriber in
+lists, in order, none lost at an epoch's end, a break, an error, ``close()`` or unsubscribing;
+subscribers of single events still get :class:`BatchEvent` objects with the same fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from clorch_nb import data
+from clorch_nb.instrumentation import Batched, BatchEvent, EpochEvent, EventBus
+from tests.fixtures import ds, faulty
+
+
+class Log:
+    """One ordered log of what a Batched subscriber got: ("batch", record) per record of each
+    list (and the list sizes), ("epoch", kind) per other event."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Any]] = []
+        self.sizes: list[int] = []
+
+    def on_batches(self, records: list[tuple[Any, ...]]) -> None:
+        self.sizes.append(len(records))
+        self.items.extend(("batch", r) for r in records)
+
+    def on_event(self, ev: Any) -> None:
+        self.items.append(("epoch", ev.kind))
+
+    def batch_indices(self) -> list[tuple[int, int]]:
+        return [(r[0], r[1]) for kind, r in self.items if kind == "batch"]
+
+
+def _single_log(events: list[Any]) -> list[tuple[str, Any]]:
+    return [
+        ("batch", tuple(ev)) if isinstance(ev, BatchEvent) else ("epoch", ev.kind) for ev in events
+    ]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("backend", ["inline", "thread"])
+def test_batched_subscriber_gets_what_single_events_carry_in_the_same_order(backend):
+    kw = {} if backend == "inline" else {"num_workers": 2, "worker_backend": "thread"}
+    loader = data.dataloader(ds(23), batch_size=2, shuffle=True, seed=3, **kw)
+    log, single = Log(), []
+    loader.subscribe(Batched(log.on_batches, log.on_event, every=3, within_s=1e9))
+    loader.subscribe(single.append)
+    for _ in range(2):
+        for _batch in loader:
+            pass
+    loader.close()
+    assert all(isinstance(ev, BatchEvent | EpochEvent) for ev in single)
+    assert log.items == _single_log(single)  # same fields, same order, epochs included
+    assert log.batch_indices() == [(e, i) for e in range(2) for i in range(12)]
+    # by three, the first at once, the rest of each epoch delivered by its end event
+    assert log.sizes == [1, 3, 3, 3, 2, 3, 3, 3, 3]
+
+
+@pytest.mark.timeout(60)
+def test_nothing_kept_is_lost_at_the_end_of_an_epoch():
+    loader = data.dataloader(ds(10), batch_size=3)
+    log = Log()
+    loader.subscribe(Batched(log.on_batches, log.on_event, every=1000, within_s=1e9))
+    assert len(list(loader)) == 4
+    kinds = [k if k == "batch" else r for k, r in log.items]
+    assert kinds == ["start", "batch", "batch", "batch", "batch", "end"]
+    assert log.sizes == [1, 3]
+
+
+@pytest.mark.timeout(60)
+def test_a_break_then_close_delivers_every_handed_over_batch():
+    loader = data.dataloader(ds(40), batch_size=4, num_workers=2, worker_backend="thread")
+    log = Log()
+    loader.subscribe(Batched(log.on_batches, log.on_event, every=1000, within_s=1e9))
+    for i, _batch in enumerate(loader):
+        if i == 4:
+            break
+    loader.close()
+    assert log.batch_indices() == [(0, i) for i in range(5)]
+    assert log.items[-1] == ("epoch", "stopped")
+
+
+@pytest.mark.timeout(60)
+def test_an_error_mid_epoch_loses_no_record():
+    loader = data.dataloader(faulty(20, "raise", 9), batch_size=4, shuffle=False)  # batch 2 fails
+    log = Log()
+    loader.subscribe(Batched(log.on_batches, log.on_event, every=1000, within_s=1e9))
+    it = iter(loader)
+    next(it), next(it)
+    with pytest.raises(ValueError, match="bad item 9"):
+        next(it)
+    loader.close()
+    assert log.batch_indices() == [(0, 0), (0, 1)]  # the failed batch has no record
+    assert log.items[-1] == ("epoch", "stopped")
+
+
+def test_unsubscribing_and_flush_deliver_what_is_kept():
+    bus, log = EventBus(), Log()
+    unsubscribe = bus.subscribe(Batched(log.on_batches, log.on_event, every=10, within_s=1e9))
+    fields = (0, 0, -1, 8, 0.1, 0.0, 0.1, 0, 5.0, 0.0, 0.0, 0.0, (), "")
+    for i in range(4):
+        bus.emit_batch(*fields[:1], i, *fields[2:])
+    assert log.sizes == [1]  # the first at once; three kept
+    bus.flush()
+    assert log.sizes == [1, 3]
+    bus.emit_batch(*fields[:1], 4, *fields[2:])
+    unsubscribe()
+    assert log.sizes == [1, 3, 1] and [r[1] for r in log.batch_indices()] == [0, 1, 2, 3, 4]
+    bus.emit_batch(*fields)
+    assert log.sizes == [1, 3, 1] and not bus  # gone
+
+
+def test_within_s_delivers_by_the_records_clock():
+    bus, log = EventBus(), Log()
+    bus.subscribe(Batched(log.on_batches, every=100, within_s=1.0))
+    for i, t in enumerate([10.0, 10.5, 10.9, 11.0, 11.2, 12.5]):
+        bus.emit_batch(0, i, -1, 8, 0.1, 0.0, 0.1, 0, t, 0.0, 0.0, 0.0, (), "")
+    # 10.0 at once (due 11.0); 10.5 and 10.9 kept; 11.0 is due: [10.5, 10.9, 11.0]; 12.5 due
+    assert log.sizes == [1, 3, 2]
+
+
+def test_single_event_subscribers_get_batch_events():
+    bus, seen = EventBus(), []
+    bus.subscribe(seen.append)
+    bus.subscribe(Batched(lambda records: None))
+    bus.emit_batch(1, 2, 0, 8, 0.1, 0.0, 0.2, 1, 5.0, 4.5, 4.6, 4.7, (3,), "a.tar")
+    assert seen == [BatchEvent(1, 2, 0, 8, 0.1, 0.0, 0.2, 1, 5.0, 4.5, 4.6, 4.7, (3,), "a.tar")]
+    assert type(seen[0]) is BatchEvent and seen[0].shard == "a.tar"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"every": 0}, r"every=0.*int >= 1"), ({"every": 2.5}, r"every=2\.5"),
+     ({"within_s": -1.0}, r"within_s=-1\.0.*>= 0")],
+)  # fmt: skip
+def test_batched_rejects_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Batched(lambda records: None, **kwargs)
