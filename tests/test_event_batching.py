@@ -137,3 +137,50 @@ def test_single_event_subscribers_get_batch_events():
 def test_batched_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Batched(lambda records: None, **kwargs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_breakdown_folds_a_run_as_its_batches_one_by_one(seed):
+    """The monitor's flush folds runs of records with array arithmetic; the oracle is
+    ``Breakdown.batch`` per record (clipping, workerless batches, missing timestamps, a first
+    hand-over before some batches were asked for: startup and starved waits)."""
+    import random
+
+    from clorch_nb.instrumentation import EpochEvent
+    from clorch_nb.widgets.diagnose import Breakdown
+
+    rng = random.Random(seed)
+    one, many = Breakdown(), Breakdown()
+    for b in (one, many):
+        b.epoch(EpochEvent("start", 0, 0, "process", 2, 0.0))
+    runs = []
+    t = 0.5
+    for size in (1, 40, 3, 100):  # one by one below VECTOR_FROM, arrays above; state carries
+        run = []
+        for i in range(size):
+            asked = t + rng.uniform(0, 0.01)
+            wait = rng.choice([0.0, rng.uniform(0, 0.05)])
+            t = asked + rng.uniform(0, 0.002) + wait
+            timed = rng.random() < 0.8
+            start = t - wait - rng.uniform(-0.02, 0.03) if timed else 0.0
+            sent = start + rng.uniform(0, 0.04) if timed else 0.0
+            if len(runs) < 2 and i < 5:  # workers starting: begun late, ready only later
+                wait = max(wait, 0.01)
+                start, sent = t - wait + 0.005, t + 10.0
+            fetch, coll = rng.choice([(0.0, 0.0), (rng.uniform(0, 0.02), rng.uniform(0, 0.01))])
+            worker = rng.choice([-1, 0, 1])
+            asked_field = 0.0 if rng.random() < 0.1 else asked
+            run.append((0, i, worker, 8, fetch, coll, wait, 0, t, asked_field, start, sent))
+        runs.append(run)
+    for run in runs:
+        for r in run:
+            one.batch(r)
+        many.fold_batches(run)
+    approx = pytest.approx  # sums in another order: equal to rounding
+    assert many.batches == one.batches == 144
+    assert (many.body_s, many.wait_s, many.overhead_s) == approx(
+        (one.body_s, one.wait_s, one.overhead_s), rel=1e-9, abs=1e-12
+    )
+    assert many.wait_parts == approx(one.wait_parts, rel=1e-9, abs=1e-12)
+    assert one.wait_parts["startup"] > 0 and one.wait_parts["starved"] > 0  # both paths taken
+    assert many.totals() == approx(one.totals(), rel=1e-9, abs=1e-12)
