@@ -168,7 +168,7 @@ NATIVE_RESUME = {"litdata", "hf"}
 
 def _counting_items_per_s(loader: Any, seen: dict[str, int], name: str) -> float:
     t0 = time.perf_counter()
-    n = sum(len(b) for b in loader)
+    n = sum(len(b["target"]) if isinstance(b, dict) else len(b) for b in loader)
     dt = time.perf_counter() - t0
     seen[name] = n
     return n / dt
