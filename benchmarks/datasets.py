@@ -218,6 +218,12 @@ def jpeg_item(path: str, idx: int, out_side: int) -> dict[str, Any]:
     return {"image": (t - _MEAN) / _STD, "target": idx % 2}
 
 
+def shard_bin(item: dict[str, Any]) -> torch.Tensor:
+    """Benchmark 9's shared transform: a shard item's ``bin`` field as a uint8 tensor (module
+    level in a light module: a process worker imports it by name)."""
+    return torch.frombuffer(bytearray(item["bin"]), dtype=torch.uint8)
+
+
 def jpeg_augment(im: Any, out_side: int) -> torch.Tensor:
     """What :func:`jpeg_item` does to a decoded Pillow image (crop 7/8, resize, flip, normalise):
     ``(3, out_side, out_side)`` float32."""

@@ -23,7 +23,14 @@ from typing import Any
 
 import torch
 
+from benchmarks import datasets
+
 #: labels in the table
+#: the shared transform: the ``bin`` field as a uint8 tensor; defined in ``benchmarks.datasets``
+#: so a process worker that imports it by name does not import every scenario module (this
+#: package's ``__init__``: hundreds of ms per worker, none of it the loader's)
+decode = datasets.shard_bin
+
 LABELS = {
     "torch": "torch IterableDataset",
     "webdataset": "webdataset",
@@ -40,11 +47,6 @@ PACKAGES = {
 }
 #: why Mosaic ``streaming`` is not in the ``bench`` extra (found with ``pip install --dry-run
 #: --report`` against this project's pins, torch held at 2.13.0 by a constraint)
-
-
-def decode(item: dict[str, Any]) -> torch.Tensor:
-    """The shared transform: the ``bin`` field as a uint8 tensor (module level: picklable)."""
-    return torch.frombuffer(bytearray(item["bin"]), dtype=torch.uint8)
 
 
 def decode_collate(items: list[dict[str, Any]]) -> torch.Tensor:
