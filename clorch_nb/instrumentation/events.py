@@ -249,7 +249,7 @@ class EventBus:
                 if cb.on_event is not None:
                     cb.on_event(event)  # type: ignore[arg-type]
             else:
-                cb(event)
+                cb(event)  # type: ignore[arg-type]
 
     def emit_batch(self, *fields: Any) -> None:
         """Report one batch: its :class:`BatchEvent` fields, positional and all 14 of them
