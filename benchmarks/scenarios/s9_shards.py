@@ -154,7 +154,8 @@ WHY_S3 = (
 
 PEAK_NOTE = (
     "each case in a fresh interpreter (its imports included; benchmarks/scenarios/"
-    "s9_peak_child.py), sampled every 20 ms"
+    "s9_peak_child.py), sampled every 20 ms; RSS, so a page shared by processes (torch's "
+    "libraries, a forked parent's heap) counts once per process"
 )
 
 #: what the Mosaic rows say about where they were measured
