@@ -391,7 +391,9 @@ class LoaderEngine:
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
-        :class:`EpochEvent`; returns a function that unsubscribes. What the views use."""
+        :class:`EpochEvent`; returns a function that unsubscribes. A
+        :class:`~clorch_nb.instrumentation.Batched` instead gets the batch records in lists
+        (no event object per batch: what the views use)."""
         return self.events.subscribe(callback)
 
     def close(self) -> None:
