@@ -20,7 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 def test_b61_a_dropped_iterator_ends_its_workers(processes: bool) -> None:
     """B61: two batches, ``del it``: torch 2.13 leaves no worker; ours left both alive for the
     loader's life. Threads and processes alike; the next epoch starts fresh workers."""
-    loader = data.DataLoader(WorkerIdDataset(64, processes), batch_size=4, num_workers=2)
+    loader = data.DataLoader(WorkerIdDataset(64, processes), batch_size=4, num_workers=2,
+                             worker_backend="process" if processes else "thread")  # fmt: skip
     assert loader.worker_backend == ("process" if processes else "thread")
     it = iter(loader)
     next(it), next(it)
