@@ -121,19 +121,43 @@ class RankError(ClorchError, RuntimeError):
         rank (int): the rank that failed.
         exc_type (str): the type name of its exception, or ``"died"``.
         remote_traceback (str): its traceback as text ("" when it died without one).
+        returned (tuple[int, ...]): ranks that had returned from ``train_fn`` while ``rank``
+            still waited in a collective (its error came from that collective: the peer was
+            gone); ``()`` otherwise.
 
     Example:
         >>> print(RankError(1, "ValueError", "boom", ""))
         rank 1 failed: ValueError: boom
+        >>> print(RankError(0, "RuntimeError", "Connection closed by peer", "", returned=(1,)))
+        rank 1 returned from train_fn while rank 0 still waited in a collective ...
     """
 
-    def __init__(self, rank: int, exc_type: str, message: str, remote_traceback: str) -> None:
+    def __init__(
+        self,
+        rank: int,
+        exc_type: str,
+        message: str,
+        remote_traceback: str,
+        *,
+        returned: tuple[int, ...] = (),
+    ) -> None:
         self.rank, self.exc_type, self.remote_traceback = rank, exc_type, remote_traceback
-        head = (
-            f"rank {rank} died ({message}) before returning; the other ranks were stopped"
-            if exc_type == "died"
-            else f"rank {rank} failed: {exc_type}: {message}"
-        )
+        self.returned = tuple(returned)
+        if self.returned:
+            who = ", ".join(str(r) for r in self.returned)
+            head = (
+                f"rank{'s' if len(self.returned) > 1 else ''} {who} returned from train_fn "
+                f"while rank {rank} still waited in a collective (all_reduce, barrier, ...): the "
+                "ranks ran unequal numbers of steps or collectives (e.g. uneven batches per "
+                "rank), so its peer was gone and the collective failed. Give every rank the "
+                "same number of steps (drop_last=True, or a distributed_sampler, which pads), "
+                f"or torch's Join context for uneven inputs. Rank {rank}'s error: "
+                f"{exc_type}: {message}"
+            )
+        elif exc_type == "died":
+            head = f"rank {rank} died ({message}) before returning; the other ranks were stopped"
+        else:
+            head = f"rank {rank} failed: {exc_type}: {message}"
         tail = (
             f"\n\n--- traceback in rank {rank} ---\n{remote_traceback}" if remote_traceback else ""
         )

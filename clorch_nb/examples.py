@@ -106,9 +106,12 @@ def augmented_digits(*, work: int = 4, seed: int | None = None) -> Any:
     """Digits with a random shift and pixel jitter done in pure Python: a CPU-bound dataset
     (about 0.05-0.1 ms per ``work`` round per item) for comparing thread and process workers.
 
-    Randomness comes from Python's ``random`` (each process worker reseeds it per epoch), so
-    augmentations differ across workers and epochs. With ``seed`` each item is instead
-    deterministic (seeded by ``seed`` and its index).
+    Randomness comes from Python's global ``random``. A loader seeds it before every batch
+    from the loader's seed, the epoch and the batch's position (inline and in each process
+    worker), so a batch gets the same augmentation with any ``num_workers`` and a different one
+    in every batch and epoch; thread workers share that one global generator, so there the
+    draws are not reproducible (the loader warns). With ``seed`` each item is instead
+    deterministic (seeded by ``seed`` and its index), under any loader or none.
 
     Items: ``{"data": (1, 8, 8) float32, "target": () int64}``. Rebuilt from
     ``process_spec`` in process workers.

@@ -18,10 +18,11 @@ How a launch goes:
    :func:`clorch_nb.widgets.launch`) and keeps them in the :class:`LaunchResult`.
 4. **stop**: when every rank has returned, their results come back in rank order. The first rank
    to raise (or die) stops the launch: :class:`~clorch_nb.errors.RankError` names the rank and
-   carries its traceback. On any error, a timeout or a Ctrl-C (a kernel interrupt), every rank's
-   process group (the rank, its data workers, their forkserver) is killed, and the
-   ``/dev/shm`` segments its loaders left are removed: no process, port or segment remains, and
-   the same cell can run again.
+   carries its traceback; when that error came from a collective after other ranks had returned
+   (unequal steps), it names those ranks first (``RankError.returned``). On any error, a timeout
+   or a Ctrl-C (a kernel interrupt), every rank's process group (the rank, its data workers,
+   their forkserver) is killed, and the ``/dev/shm`` segments its loaders left are removed: no
+   process, port or segment remains, and the same cell can run again.
 
 Process workers inside a rank start from that rank's own forkserver (a fresh interpreter importing
 torch once per rank: a second or more); thread workers start at once.
@@ -300,8 +301,24 @@ def _supervise(
     if deaths:
         raise deaths[0]
     if errors:
-        raise min(errors, key=lambda e: e[0])[1]
+        first = min(errors, key=lambda e: e[0])[1]
+        returned = tuple(sorted(r for r in results if r != first.rank))
+        if returned and _in_collective(first.remote_traceback):  # B69: blame the unequal steps
+            raise RankError(first.rank, first.exc_type, _message_of(first), first.remote_traceback,
+                            returned=returned)  # fmt: skip
+        raise first
     result.results = [results[r] for r in range(len(procs))]
+
+
+def _in_collective(remote_traceback: str) -> bool:
+    """True when the rank's error was raised inside a ``torch.distributed`` collective (its
+    traceback passes through ``distributed_c10d``), where a peer that returned leaves it."""
+    return "distributed_c10d" in remote_traceback
+
+
+def _message_of(err: RankError) -> str:
+    head = str(err).split("\n\n--- traceback", 1)[0]
+    return head.removeprefix(f"rank {err.rank} failed: {err.exc_type}: ")
 
 
 def _drain(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from clorch_nb.data import LoaderEngine
+from clorch_nb.data import DataLoader
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 
@@ -67,7 +67,7 @@ def in_launched_rank() -> bool:
 class _Watched:
     """``loader`` iterated with its events and batch indices sent to the caller."""
 
-    def __init__(self, loader: LoaderEngine, name: str, channel: tuple[int, Connection]) -> None:
+    def __init__(self, loader: DataLoader, name: str, channel: tuple[int, Connection]) -> None:
         self.loader, self.name = loader, name
         self.rank, self.conn = channel
 
@@ -93,7 +93,7 @@ class _Watched:
         return it
 
 
-def watch(loader: LoaderEngine, name: str = "train") -> Any:
+def watch(loader: DataLoader, name: str = "train") -> Any:
     """``for batch in watch(loader): ...`` inside ``train_fn``: each epoch's start and end, every
     batch's event and its dataset indices go to the caller of :func:`launch` (its live views).
     Outside a launched rank it returns ``loader`` itself, so the same code runs under ``torchrun``
@@ -113,7 +113,7 @@ def watch(loader: LoaderEngine, name: str = "train") -> Any:
         >>> watch(loader) is loader  # not in a launched rank
         True
     """
-    if not isinstance(loader, LoaderEngine):
+    if not isinstance(loader, DataLoader):
         raise ConfigError(f"watch(loader={loader!r:.60}) needs a clorch_nb DataLoader")
     if _channel is None:
         return loader

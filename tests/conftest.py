@@ -2,6 +2,9 @@
 
 * ``backend``: the loader options of each worker backend (inline, thread, process); loader
   tests take it so every behaviour is proven under all three.
+* ``order``: the delivery order (``in_order``: plan order; ``any_order``: torch's
+  ``in_order=False``, whichever batch is built first) of every loader the test builds; with
+  ``backend`` the contract tests run over backend x order.
 * ``no_leaks`` (autouse): after every test, no child process, no extra thread and no
   shared-memory segment of this process is left behind.
 """
@@ -31,6 +34,29 @@ BACKENDS = {
 def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
     """Loader keyword arguments for one backend (``num_workers`` and ``worker_backend``)."""
     return dict(BACKENDS[request.param], name=request.param)
+
+
+ORDERS = {"in_order": True, "any_order": False}
+
+
+@pytest.fixture(params=list(ORDERS))
+def order(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The delivery order of every loader made in the test: ``"in_order"`` or ``"any_order"``.
+
+    ``dataloader()`` refuses ``in_order=`` (it is the torch front's option), so the order is set
+    where both fronts meet: every :class:`~clorch_nb.data.config.LoaderConfig` made during the
+    test gets ``in_order=False`` for ``"any_order"``."""
+    if not ORDERS[request.param]:
+        from clorch_nb.data.config import LoaderConfig
+
+        validate = LoaderConfig.__post_init__
+
+        def any_order(config: LoaderConfig) -> None:
+            validate(config)
+            object.__setattr__(config, "in_order", False)
+
+        monkeypatch.setattr(LoaderConfig, "__post_init__", any_order)
+    return str(request.param)
 
 
 def _python_helpers() -> set[int | None]:

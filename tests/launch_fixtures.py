@@ -59,3 +59,16 @@ def die_on(rank: int, world_size: int, bad_rank: int) -> int:
         os.kill(os.getpid(), signal.SIGKILL)
     torch_dist.barrier()
     return rank
+
+
+def rank_returns_early(rank: int, world_size: int) -> int:
+    """Both ranks ``barrier()``; rank 1 then returns while rank 0 calls ``all_reduce`` (unequal
+    steps: the peer is gone, gloo fails rank 0 with "Connection closed by peer")."""
+    torch_dist.barrier()
+    if rank == 1:
+        return rank
+    import torch
+
+    t = torch.ones(1)
+    torch_dist.all_reduce(t)
+    return int(t.item())

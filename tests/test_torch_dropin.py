@@ -458,7 +458,10 @@ def test_dataloader_keeps_its_own_rules() -> None:
     """``dataloader()`` is unchanged: clorch_nb's defaults (batch_size 32, shuffling with a
     fixed seed, persistent workers) and its refusal of torch-only keywords."""
     loader = data.dataloader(_tensors(40), seed=3)
-    assert (loader.batch_size, loader.shuffle, loader.persistent_workers) == (32, True, True)
+    assert (loader.batch_size, loader.shuffle, loader.config.persistent_workers) == (32, True, True)
+    # torch's attribute reads False at 0 workers (torch refuses True there: B65)
+    assert loader.persistent_workers is False
+    assert data.dataloader(_tensors(40), num_workers=1).persistent_workers is True
     with pytest.raises(ConfigError, match="timeout_ms"):
         data.dataloader(_tensors(), timeout=1)
 

@@ -234,7 +234,17 @@ def test_nb02_zeros_and_ones_loader() -> None:
                 ds, batch_size=64, sampler=torch.utils.data.SubsetRandomSampler(keep)
             )
         ),
-        "seed it",
+        "nothing fixes the shuffle's seed",
+    )
+    outside = torch.Generator().manual_seed(0)  # seeded, but built once, outside make_loader
+    hints(
+        nb02.exercise_2(
+            lambda: data.dataloader(
+                ds, batch_size=64, sampler=torch.utils.data.SubsetRandomSampler(keep, outside)
+            )
+        ),
+        "built once, outside make_loader",
+        "inside make_loader",
     )
     hints(nb02.exercise_2(lambda: data.dataloader(ds, batch_size=64, seed=0)), "keep only 0 and 1")
     hints(  # only the 0s
@@ -398,6 +408,8 @@ def test_nb05_timeout() -> None:
             )
         ),
         "no item was slow",
+        "the dataset of section 1",
+        "slow_item(40)",
     )  # fmt: skip
 
 
@@ -790,7 +802,13 @@ def own_files(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def _files_dataset(
-    csv_path: Any, split: str, *, augment: bool = False, as_tuple: bool = False
+    csv_path: Any,
+    split: str,
+    *,
+    augment: bool = False,
+    as_tuple: bool = False,
+    mode: str = "L",
+    scale: float = 255.0,
 ) -> Any:
     import csv
 
@@ -802,7 +820,8 @@ def _files_dataset(
 
     def get_item(i: int) -> Any:
         with Image.open(root / rows[i]["file"]) as im:
-            image = torch.from_numpy(np.asarray(im.convert("L"), dtype=np.float32) / 255.0)[None]
+            image = torch.from_numpy(np.asarray(im.convert(mode), dtype=np.float32) / scale)
+            image = image[None] if mode == "L" else image.permute(2, 0, 1)
         if augment:
             info = data.get_worker_info()
             g = None if info is None else info.torch_generator()
@@ -821,10 +840,11 @@ def _files_dataset(
 def test_nb12_validation_loader(own_files: Any) -> None:
     def loader(split: str = "val", **kw: Any) -> Any:
         augment, as_tuple = kw.pop("augment", False), kw.pop("as_tuple", False)
+        decoding = {k: kw.pop(k) for k in ("mode", "scale") if k in kw}
         opts: dict[str, Any] = dict(
             batch_size=50, shuffle=False, num_workers=2, worker_backend="thread"
         )
-        ds = _files_dataset(own_files, split, augment=augment, as_tuple=as_tuple)
+        ds = _files_dataset(own_files, split, augment=augment, as_tuple=as_tuple, **decoding)
         return data.dataloader(ds, **{**opts, **kw})
 
     passes(nb12.exercise_1(loader(), own_files))
@@ -834,6 +854,9 @@ def test_nb12_validation_loader(own_files: Any) -> None:
     hints(nb12.exercise_1(loader(shuffle=True, seed=0), own_files), "shuffle=False")
     hints(nb12.exercise_1(loader(num_workers=0, worker_backend="auto"), own_files), "'thread'")
     hints(nb12.exercise_1(loader(batch_size=64), own_files), "batch_size=50")
+    hints(nb12.exercise_1(loader(drop_last=True), own_files), "short last batch of 36", "drop_last")
+    hints(nb12.exercise_1(loader(mode="RGB"), own_files), "3 per pixel", "greyscale")
+    hints(nb12.exercise_1(loader(scale=1.0), own_files), "up to 2", "divide", "255.0")
 
 
 # -- 13 ---------------------------------------------------------------------------------------
@@ -894,6 +917,39 @@ def test_nb13_bucket_batches() -> None:
     hints(nb13.exercise_1(lambda lengths, b, epoch, seed=0: None), "returned None")
 
 
+def test_nb13_pools_must_be_shuffled() -> None:
+    """Sorted pools that never change pass every other check (a new batch order each epoch,
+    little padding): the batches are the same every epoch, only reordered."""
+
+    def batch_order(bs: list[list[int]], g: torch.Generator) -> list[list[int]]:
+        return [bs[k] for k in torch.randperm(len(bs), generator=g).tolist()]
+
+    def pools_in_dataset_order(lengths: list[int], b: int, epoch: int, seed: int = 0) -> Any:
+        g, lens = torch.Generator().manual_seed(seed + epoch), torch.as_tensor(lengths)
+        bs: list[list[int]] = []
+        for start in range(0, len(lengths), b * 20):
+            chunk = torch.arange(start, min(start + b * 20, len(lengths)))
+            bs += [c.tolist() for c in chunk[torch.argsort(lens[chunk], stable=True)].split(b)]
+        return batch_order(bs, g)
+
+    def one_sorted_pool(lengths: list[int], b: int, epoch: int, seed: int = 0) -> Any:
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        bs = [order[k : k + b] for k in range(0, len(order), b)]
+        return batch_order(bs, torch.Generator().manual_seed(seed + epoch))
+
+    def pools_shuffled_once(lengths: list[int], b: int, epoch: int, seed: int = 0) -> Any:
+        pools = _buckets(lengths, b, 0, seed)  # the pools of epoch 0, every epoch
+        return batch_order(pools, torch.Generator().manual_seed(seed + epoch))
+
+    for wrong in (pools_in_dataset_order, one_sorted_pool, pools_shuffled_once):
+        hints(nb13.exercise_1(wrong), "batches of epoch 0 in another order", "shuffle all the")
+    passes(
+        nb13.exercise_1(
+            lambda lengths, b, epoch, seed=0: _buckets(lengths, b, epoch, seed, pools=40)
+        )
+    )
+
+
 # -- notebook 14: sharded streams ------------------------------------------------------------------
 
 
@@ -936,6 +992,8 @@ def test_nb14_exercise_1_readers_of_the_last_shard(shards14: Any) -> None:
     readers = _readers14(loaders3)
     passes(nb14.exercise_1(loaders3, readers))
     passes(nb14.exercise_1(tuple(loaders3), set(readers)))  # a tuple and a set are fine
+    passes(nb14.exercise_1(loaders3, [list(p) for p in readers]))  # pairs written as lists
+    passes(nb14.exercise_1(loaders3, [(np.int64(r), np.int64(w)) for r, w in readers]))
     everyone = [(r, w) for r in range(2) for w in range(3)]
     hints(nb14.exercise_1(_rank_loaders14(ds, 2, 2), readers), "num_workers=2", "asks for 3")
     hints(nb14.exercise_1(loaders3[:1], readers), "two ranks' loaders")
@@ -988,8 +1046,8 @@ def test_nb14_exercise_2_blocks_of_eight(shards14: Any) -> None:
     hints(nb14.exercise_2([1, 2], blocks), "pass the shard_dataset you opened")
 
 
-def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
-    ds = shards14()
+def _stop_two_ranks14(ds: Any) -> tuple[list[int], list[dict[str, Any]]]:
+    """Section 5's stop: two ranks (2 workers each) take 2 batches; their indices and states."""
     consumed: list[int] = []
     states = []
     for loader in _rank_loaders14(ds, 2, 2):
@@ -998,6 +1056,12 @@ def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
             consumed += [int(c) for c in next(it)["cls"]]
         states.append(loader.state_dict())
         it.close()
+    return consumed, states
+
+
+def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
+    ds = shards14()
+    consumed, states = _stop_two_ranks14(ds)
 
     def resumed(num_workers: int, *, load: bool = True) -> tuple[data.DataLoader, list[int]]:
         (loader1,) = _rank_loaders14(ds, 1, num_workers)
@@ -1019,6 +1083,28 @@ def test_nb14_exercise_3_resume_on_one_rank(shards14: Any) -> None:
     hints(nb14.exercise_3(consumed, rest2, two_workers), "num_workers=2", "asks for 0")
     (rank_of_two,) = _rank_loaders14(ds, 2, 0)[:1]
     hints(nb14.exercise_3(consumed, rest1, rank_of_two), "num_replicas=2", "resume on 1 rank")
+
+
+def test_nb14_exercise_3_the_rest_comes_from_the_loader(shards14: Any) -> None:
+    """A remainder worked out by hand (from ``consumed``, or read off the sampler) next to a
+    loader that never ran, or in another order than the loader delivered it, gets a hint."""
+    ds = shards14()
+    consumed, states = _stop_two_ranks14(ds)
+    by_hand = sorted(set(range(ds.get_size())) - set(consumed))
+
+    (never_ran,) = _rank_loaders14(ds, 1, 0)
+    never_ran.load_state_dict(states[0])
+    hints(nb14.exercise_3(consumed, by_hand, never_ran), "has not run", "iterating loader1")
+    in_order = [int(i) for i in never_ran.sampler.sample_indices()]  # the right list, unread
+    hints(nb14.exercise_3(consumed, in_order, never_ran), "has not run")
+    (ran,) = _rank_loaders14(ds, 1, 0)
+    ran.load_state_dict(states[0])
+    delivered = [int(c) for b in ran for c in b["cls"]]
+    assert delivered == in_order and by_hand != delivered  # else the lines below test nothing
+    hints(nb14.exercise_3(consumed, by_hand, ran), "not in the order loader1 delivered")
+    hints(nb14.exercise_3(consumed, delivered[::-1], ran), "not in the order loader1 delivered")
+    passes(nb14.exercise_3(consumed, delivered, ran))
+    passes(nb14.exercise_3(list(consumed), list(np.asarray(delivered).tolist()), ran))
 
 
 # -- notebook 15: feeding a GPU (no GPU needed: the checks read describe() and events) ----------
@@ -1053,8 +1139,31 @@ def test_nb15_exercise_2_copies_ahead() -> None:
     hints(nb15.exercise_2(_nb15_run(0.0, 0.01)), "starts 10 ms before", "two steps")  # pinned only
     hints(nb15.exercise_2(_nb15_run(0.2, 0.04)), "takes 40 ms, not 10")  # pageable speed
     hints(nb15.exercise_2(_nb15_run(0.1, 0.01)), "starts 110 ms before")  # one step ahead
-    hints(nb15.exercise_2(_nb15_run(0.2, 0.01)[:-4]), "CopyEvents; one for each of the 6")
+    from clorch_nb.instrumentation import CopyEvent
+
+    four_copies = [
+        e for e in _nb15_run(0.2, 0.01) if not (isinstance(e, CopyEvent) and e.batch_index >= 4)
+    ]
+    hints(nb15.exercise_2(four_copies), "4 CopyEvents; one for each of the 6")
     hints(nb15.exercise_2(tuple(_nb15_run(0.2, 0.01))), "build a list")
+
+
+def test_nb15_exercise_2_keeps_the_batches() -> None:
+    """Copies alone (no BatchEvents: a "no data" verdict) or a run without its epoch events
+    are not section 4's run."""
+    from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
+
+    run = _nb15_run(0.2, 0.01)
+    copies_only = [e for e in run if isinstance(e, CopyEvent)]
+    hints(nb15.exercise_2(copies_only), "0 BatchEvents", "keep section 4's six")
+    no_batches = [e for e in run if not isinstance(e, BatchEvent)]
+    hints(nb15.exercise_2(no_batches), "0 BatchEvents")
+    three = [e for e in run if not (isinstance(e, BatchEvent) and e.batch_index >= 3)]
+    hints(nb15.exercise_2(three), "3 BatchEvents")
+    no_epochs = [e for e in run if not isinstance(e, EpochEvent)]
+    hints(nb15.exercise_2(no_epochs), "0 EpochEvents", "start and end")
+    reordered = sorted(run, key=lambda e: type(e).__name__)  # the same events, another order
+    passes(nb15.exercise_2(reordered))
 
 
 # -- notebook 16: replaying a batch of a two-rank job -------------------------------------------

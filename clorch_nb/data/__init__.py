@@ -3,7 +3,8 @@
 Datasets (:class:`Dataset`, :func:`dataset`, :func:`defdataset`, :func:`tensor_dataset`),
 shard files on disk or in a bucket (:func:`shard_dataset`), the loader (:func:`dataloader` ->
 :class:`DataLoader`; one ``iter()`` is an :class:`~clorch_nb.data.epoch.Epoch`), distributed
-sharding (:func:`distributed_sampler`, :func:`set_epoch`, :func:`sample_indices`), batch replay
+sharding (:func:`distributed_sampler`, :func:`set_epoch`, :func:`sample_indices`), sources
+mixed by weight (:func:`mix` -> :class:`MixedDataset`, exact shares per epoch), batch replay
 (:func:`replay`, :func:`batch_ref`), collation (:func:`default_collate`, :func:`pad_collate`),
 :func:`cleanup_data`, and :func:`start_forkserver` (done at import in IPython and Jupyter, see
 :mod:`~clorch_nb.warm_start`).
@@ -33,6 +34,7 @@ from clorch_nb.data.dataset import (
 from clorch_nb.data.defdataset import defdataset, derived
 from clorch_nb.data.distributed import (
     DistributedSampler,
+    FullCopyPerRankWarning,
     SamplerSettings,
     ShardMode,
     ShardPlan,
@@ -43,7 +45,8 @@ from clorch_nb.data.distributed import (
 )
 from clorch_nb.data.epoch import EpochPosition, Stage
 from clorch_nb.data.epoch_iter import EpochIterator
-from clorch_nb.data.loader import DataLoader, IterableDataLoader, LoaderEngine, dataloader
+from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
+from clorch_nb.data.mix import MixedDataset, MixPlan, mix
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.replay import BatchRef, ReplayedBatch, ShardItem, batch_ref, replay
 from clorch_nb.data.shards import ShardDataset, shard_dataset
@@ -61,10 +64,12 @@ __all__ = [
     "DistributedSampler",
     "EpochIterator",
     "EpochPosition",
-    "IterableDataLoader",
+    "FullCopyPerRankWarning",
     "LoaderConfig",
     "LoaderEngine",
     "LoaderState",
+    "MixPlan",
+    "MixedDataset",
     "ProcessSpec",
     "ReplayedBatch",
     "SamplerSettings",
@@ -91,6 +96,7 @@ __all__ = [
     "get_item",
     "get_size",
     "get_worker_info",
+    "mix",
     "pad_collate",
     "replay",
     "sample_indices",

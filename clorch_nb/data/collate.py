@@ -19,6 +19,8 @@ from typing import Any
 import torch
 
 from clorch_nb._text import KeyPath, key_path_text, positions_text
+from clorch_nb._tree import kind as tree_kind
+from clorch_nb._tree import rebuild, tensors
 from clorch_nb.errors import CollateError, ConfigError
 
 __all__ = ["cleanup_data", "default_collate", "pad_collate"]
@@ -28,16 +30,19 @@ def _keys(keys: Any) -> str:
     return "[" + ", ".join(sorted(map(repr, keys))) + "]"
 
 
+#: collation's kinds of the batch walker's (:func:`clorch_nb._tree.kind`): a list is gathered
+#: like any plain value, a namedtuple collated as the tuple it is
+_COLLATE_KIND = {
+    "tensor": "Tensor",
+    "mapping": "Mapping",
+    "namedtuple": "tuple",
+    "tuple": "tuple",
+    "dataclass": "dataclass",
+}
+
+
 def _kind(x: Any) -> str:
-    if isinstance(x, torch.Tensor):
-        return "Tensor"
-    if isinstance(x, Mapping):
-        return "Mapping"
-    if isinstance(x, tuple):
-        return "tuple"
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return "dataclass"
-    return "other"
+    return _COLLATE_KIND.get(tree_kind(x), "other")
 
 
 def _odd_ones(groups: dict[Any, list[int]], first: Any) -> tuple[int, ...]:
@@ -185,9 +190,7 @@ def _collate(items: Sequence[Any], path: KeyPath) -> Any:
                     num_items=len(items),
                 )
         fields = [_collate([x[j] for x in items], (*path, j)) for j in range(n)]
-        if hasattr(first, "_fields"):  # namedtuple keeps its type
-            return type(first)(*fields)
-        return tuple(fields)
+        return rebuild(first, fields) if tree_kind(first) == "namedtuple" else tuple(fields)
     if kind == "dataclass":
         return _collate_dataclass(items, path)
     return list(items)
@@ -397,13 +400,14 @@ def _pad(
 def cleanup_data(batch: Any) -> None:
     """Release the tensors a batch holds (``data/cleanup-data!``), at any nesting depth.
 
-    Each tensor in the batch (in dicts, lists, tuples) is emptied in place (``Tensor.set_()``),
-    dropping this batch's reference to its memory: the memory is freed as soon as nothing else
-    refers to it, and for process-worker batches the shared-memory segment behind it is unmapped
-    and its file descriptor closed. Tensors that share memory with a dataset (views returned by a
-    custom ``collate_fn``) lose only the batch's reference; the dataset is untouched. The one
-    exception: a tensor *object* that the dataset stores and a custom ``collate_fn`` passes through
-    as it is (neither a view nor a copy) is emptied too, so such a collate should return views.
+    Each tensor in the batch (in mappings, lists, tuples, dataclasses) is emptied in place
+    (``Tensor.set_()``), dropping this batch's reference to its memory: the memory is freed as
+    soon as nothing else refers to it, and for process-worker batches the shared-memory segment
+    behind it is unmapped and its file descriptor closed. Tensors that share memory with a
+    dataset (views returned by a custom ``collate_fn``) lose only the batch's reference; the
+    dataset is untouched. The one exception: a tensor *object* that the dataset stores and a
+    custom ``collate_fn`` passes through as it is (neither a view nor a copy) is emptied too, so
+    such a collate should return views.
     Calling it twice is safe. Read what you need (``loss.item()``) before calling it.
 
     Args:
@@ -415,13 +419,6 @@ def cleanup_data(batch: Any) -> None:
         >>> b["data"].numel(), b["meta"][0].numel()
         (0, 0)
     """
-    stack = [batch]
     with torch.no_grad():
-        while stack:
-            x = stack.pop()
-            if isinstance(x, torch.Tensor):
-                x.set_()  # type: ignore[call-overload]  # no-argument form: empty storage
-            elif isinstance(x, Mapping):
-                stack.extend(x.values())
-            elif isinstance(x, list | tuple):
-                stack.extend(x)
+        for _, t in tensors(batch):
+            t.set_()  # type: ignore[call-overload]  # no-argument form: empty storage

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 
 from clorch_nb._checks import check_bool
 from clorch_nb.data.process_spec import ProcessSpec, as_process_spec
+from clorch_nb.data.protocols import BatchedDataset, Dataset, process_spec_attr
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -35,35 +36,6 @@ __all__ = [
     "get_size",
     "tensor_dataset",
 ]
-
-
-@runtime_checkable
-class Dataset(Protocol):
-    """What a dataset is: a size and a way to produce item ``idx`` (``IDataset`` in the guide).
-
-    Any object with these two methods can be given to :func:`clorch_nb.data.dataloader`.
-    """
-
-    def get_size(self) -> int:
-        """Total number of items."""
-        ...
-
-    def get_item(self, idx: int) -> Any:
-        """Item ``idx`` for ``0 <= idx < get_size()``, e.g. ``{"data": x, "target": y}``."""
-        ...
-
-
-@runtime_checkable
-class BatchedDataset(Dataset, Protocol):
-    """A dataset that can also fetch a whole batch at once (the loader's fast path).
-
-    ``get_batch(indices)`` takes an int64 tensor of shape ``(B,)`` and must return exactly
-    ``default_collate([get_item(i) for i in indices])``.
-    """
-
-    def get_batch(self, indices: torch.Tensor) -> Any:
-        """The collated batch for ``indices`` (int64, shape ``(B,)``)."""
-        ...
 
 
 def check_index(idx: Any, size: int) -> int:
@@ -309,7 +281,7 @@ class TorchMapDataset(TorchInterop):
     @property
     def process_spec(self) -> ProcessSpec | None:
         """The wrapped dataset's ``process_spec`` attribute, if it has one."""
-        return as_process_spec(getattr(self.wrapped, "process_spec", None))
+        return as_process_spec(process_spec_attr(self.wrapped))
 
     def __repr__(self) -> str:
         return f"TorchMapDataset({self.wrapped!r:.80})"
@@ -388,4 +360,4 @@ def get_process_spec(ds: Any) -> ProcessSpec | None:
     Raises:
         ConfigError: the dataset's ``process_spec`` attribute is malformed.
     """
-    return as_process_spec(getattr(ds, "process_spec", None))
+    return as_process_spec(process_spec_attr(ds))

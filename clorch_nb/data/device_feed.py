@@ -16,7 +16,9 @@
    lane of the timeline).
 
 Non-tensor fields (strings, numbers, lists of ids) stay on the host; tensors are found at any
-depth of dicts, lists, tuples and namedtuples (:func:`~clorch_nb.data.pinning.map_tensors`).
+depth of mappings, lists, tuples, namedtuples and dataclasses (the batch walker,
+:func:`clorch_nb._tree.map_tensors`); an object of another kind that holds tensors is left on
+the host with a warning naming it.
 ``device="cpu"`` needs none of this: :func:`resolve_device` accepts it and the loader adds no
 stage. Every CUDA call goes through :mod:`~clorch_nb.data.cuda_seam`.
 """
@@ -31,8 +33,9 @@ from typing import Any
 
 import torch
 
+from clorch_nb._tree import map_tensors, unwalked_warning
 from clorch_nb.data.cuda_seam import CudaSeam
-from clorch_nb.data.pinning import PinStage, map_tensors
+from clorch_nb.data.pinning import PinStage
 from clorch_nb.errors import ConfigError, LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import CopyEvent
 
@@ -154,6 +157,7 @@ class DeviceFeed:
         self._retiring: collections.deque[_Flight] = collections.deque()
         self.copies = 0
         self._taken = self._handed = 0
+        self._unwalked = unwalked_warning(f"device={str(device)!r}", "stay on the host")
 
     @property
     def ahead(self) -> int:
@@ -247,7 +251,7 @@ class DeviceFeed:
 
         with cuda.use_stream(self._side):
             f.start.record(self._side)
-            f.dev = map_tensors(f.host, copy)
+            f.dev = map_tensors(f.host, copy, on_unwalked=self._unwalked)
             f.done.record(self._side)
         f.copies = copies
         f.nbytes = sum(t.numel() * t.element_size() for t in copies)

@@ -43,6 +43,7 @@ import torch
 from clorch_nb import dist
 from clorch_nb._checks import check_bool, check_int
 from clorch_nb._warn import user_stacklevel
+from clorch_nb.data.protocols import distributed_sampler_hook, set_epoch_hook
 from clorch_nb.data.shard_plan import (
     ShardMode,
     ShardPlan,
@@ -59,13 +60,17 @@ from clorch_nb.errors import ConfigError
 
 __all__ = [
     "DistributedSampler",
+    "FullCopyPerRankWarning",
     "SamplerSettings",
     "ShardMode",
     "ShardPlan",
     "distributed_sampler",
     "sample_indices",
+    "sampler_epoch",
     "set_epoch",
     "shard_plan",
+    "splits_by_rank",
+    "warn_full_copy_per_rank",
 ]
 
 
@@ -400,8 +405,8 @@ def distributed_sampler(
     if rank is None:
         rank = dist.rank()
     settings = SamplerSettings(size, num_replicas, rank, seed, shuffle, drop_last, shard_mode)
-    plans_itself = getattr(n_or_dataset, "distributed_sampler", None)  # a shard dataset
-    if callable(plans_itself):
+    plans_itself = distributed_sampler_hook(n_or_dataset)  # a shard dataset
+    if plans_itself is not None:
         if shard_mode != "even":
             raise ConfigError(
                 f"shard_mode={shard_mode!r}: a shard dataset is planned in equal shards per rank "
@@ -411,6 +416,68 @@ def distributed_sampler(
             num_replicas=num_replicas, rank=rank, seed=seed, shuffle=shuffle, drop_last=drop_last
         )
     return DistributedSampler(**asdict(settings))
+
+
+class FullCopyPerRankWarning(UserWarning):
+    """A loader started an epoch while ``torch.distributed`` runs with ``world_size > 1``, and
+    its sampler does not split the dataset by rank: every rank reads every item (each trains on
+    a full copy, silently, as torch's DataLoader would). The fix is a sampler per rank
+    (``data.distributed_sampler(ds)`` or torch's ``DistributedSampler``). To say "every rank
+    reads everything on purpose" (evaluation on every rank), filter it:
+    ``warnings.filterwarnings("ignore", category=FullCopyPerRankWarning)``."""
+
+
+def splits_by_rank(sampler: Any) -> bool:
+    """Whether ``sampler`` (or the ``.sampler`` of a batch sampler) gives each rank its own
+    share: ours, torch's ``DistributedSampler`` (Lightning's wrapper included), a shard
+    sampler, or anything that says ``num_replicas > 1``.
+
+    Example:
+        >>> splits_by_rank(distributed_sampler(8, num_replicas=2, rank=0))
+        True
+        >>> splits_by_rank(None), splits_by_rank(torch.utils.data.SequentialSampler(range(4)))
+        (False, False)
+    """
+    inner = getattr(sampler, "sampler", None)
+    for s in (sampler, inner):
+        if isinstance(s, DistributedSampler | torch.utils.data.DistributedSampler):
+            return True
+        replicas = getattr(s, "num_replicas", None)  # a shard sampler, other rank samplers
+        if isinstance(replicas, int) and not isinstance(replicas, bool) and replicas > 1:
+            return True
+    return False
+
+
+def warn_full_copy_per_rank(sampler: Any) -> bool:
+    """Warn (:class:`FullCopyPerRankWarning`, from the user's line) when ``torch.distributed``
+    is initialised with ``world_size > 1`` and ``sampler`` does not split by rank
+    (:func:`splits_by_rank`). Returns whether the question is settled for this loader (True
+    once it warned or the sampler splits; False while ``torch.distributed`` is not running, so
+    a later epoch asks again).
+
+    Example:
+        >>> warn_full_copy_per_rank(None)  # torch.distributed not initialised here
+        False
+    """
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return False
+    world = torch.distributed.get_world_size()
+    if world <= 1:
+        return False
+    if splits_by_rank(sampler):
+        return True
+    what = "the loader's own order" if sampler is None else f"sampler {type(sampler).__name__}"
+    warnings.warn(
+        f"torch.distributed is running with world_size={world}, and this loader's epoch comes "
+        f"from {what}, which does not split the dataset by rank: every one of the {world} "
+        "ranks reads every item (each trains on a full copy). Give each rank its share: "
+        "sampler=data.distributed_sampler(dataset) (or torch's DistributedSampler). If every "
+        "rank should read everything (evaluation on every rank), silence this with "
+        "warnings.filterwarnings('ignore', category=clorch_nb.data.FullCopyPerRankWarning)",
+        FullCopyPerRankWarning,
+        stacklevel=user_stacklevel(),
+    )
+    return True
 
 
 def set_epoch(sampler: Any, epoch: int) -> None:
@@ -430,13 +497,19 @@ def set_epoch(sampler: Any, epoch: int) -> None:
     """
     target, path = sampler, type(sampler).__name__
     for _ in range(4):  # loader -> batch_sampler -> sampler -> ...: a short chain
-        if callable(getattr(target, "set_epoch", None)):
-            target.set_epoch(epoch)
+        hook = set_epoch_hook(target)
+        if hook is not None:
+            hook(epoch)
             return
+        names: tuple[str, ...] = ("batch_sampler", "sampler")
+        if hasattr(target, "plan_sampler"):  # our DataLoader: the sampler its epochs come from
+            plan = target.plan_sampler  # (its torch .sampler may be a placeholder)
+            names = tuple(n for n in names if plan is not None and getattr(target, n) is plan)
+            names = names or (("plan_sampler",) if plan is not None else ())
         inner = next(
             (
                 (name, getattr(target, name))
-                for name in ("batch_sampler", "sampler")
+                for name in names
                 if getattr(target, name, None) not in (None, target)
             ),
             None,
@@ -449,6 +522,26 @@ def set_epoch(sampler: Any, epoch: int) -> None:
         "epoch (e.g. a distributed_sampler or torch's DistributedSampler). A loader's own "
         "shuffle=True needs none: every iter() starts the next epoch"
     )
+
+
+def sampler_epoch(sampler: Any) -> int:
+    """The epoch a sampler was set to (``set_epoch``): its int ``epoch`` attribute (ours,
+    torch's ``DistributedSampler``, a shard sampler), or that of the ``.sampler`` a
+    ``BatchSampler`` wraps; 0 for samplers without one (and for None).
+
+    The loader starts a new loader's first epoch there, so a dataset's ``set_epoch`` gets the
+    sampler's epoch when a new loader is made per epoch (see ``LoaderEngine._next_epoch``).
+
+    Example:
+        >>> s = distributed_sampler(8, num_replicas=2, rank=0, seed=0); s.set_epoch(3)
+        >>> sampler_epoch(s), sampler_epoch(None), sampler_epoch([0, 1])
+        (3, 0, 0)
+    """
+    for target in (sampler, getattr(sampler, "sampler", None)):
+        epoch = getattr(target, "epoch", None)
+        if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0:
+            return epoch
+    return 0
 
 
 def sample_indices(sampler: Any) -> list[int]:

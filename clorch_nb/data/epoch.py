@@ -1,17 +1,17 @@
-"""One epoch as an object: its plan, built by a worker pool, delivered in plan order.
+"""One epoch as an object: its plan, built by a worker pool, handed over by an order policy.
 
 ``iter(loader)`` makes an :class:`Epoch` from what it needs (the config, the epoch's plan, a way
 to open the worker pool, the event bus, the running totals, where to start) and never from the
 loader itself, so an epoch (or an error's traceback through it) never keeps the loader alive.
 :meth:`Epoch.batches` is the one delivery loop for every backend: it keeps the pool fed (at most
 ``prefetch_factor * num_workers`` batches in flight; one at a time for the inline pool, which
-builds on this thread), hands the batches over in plan order whatever finishes first, records
+builds on this thread), hands the batches over in the order its policy picks (:class:`InOrder`:
+plan order whatever finishes first; :class:`AnyOrder`, ``in_order=False``: first built), records
 every handover (:class:`~clorch_nb.instrumentation.BatchEvent`) and the epoch's start and end
 (:class:`~clorch_nb.instrumentation.EpochEvent`), and keeps :attr:`Epoch.position` current.
 
 A later delivery stage (pinning memory, copying to a device) is a ``stage(batch) -> batch``
-callable in ``stages``: applied to every batch as it is received, in plan order, before it is
-recorded and handed over.
+callable in ``stages``: applied to every batch as it is handed over, before it is recorded.
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import torch
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
-from clorch_nb.data.plan import iter_from
+from clorch_nb.data.protocols import plan_item_count, plan_iter_from
 from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
-from clorch_nb.data.workers.base import BatchResult, BatchTask, WorkerPool
+from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
 from clorch_nb.errors import WorkerError
-from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus, LoaderStats
+from clorch_nb.instrumentation import EpochEvent, EventBus, LoaderStats
 
 __all__ = ["Epoch", "EpochPosition", "Stage"]
 
@@ -64,6 +64,37 @@ class EpochPosition:
     also_done: tuple[int, ...] = field(default=(), repr=False)
 
 
+class InOrder:
+    """The order policy of ``in_order=True``: the first batch not yet handed over, once it is
+    built; batches built before it wait in ``ready`` for their turn.
+
+    Example:
+        >>> InOrder().pick({3: "b3", 2: "b2"}, 2), InOrder().pick({3: "b3"}, 2)
+        ('b2', None)
+    """
+
+    __slots__ = ()
+
+    def pick(self, ready: dict[int, Any], first_missing: int) -> Any:
+        """Pop and return the result to hand over next, or None: wait for another."""
+        return ready.pop(first_missing, None) if ready else None
+
+
+class AnyOrder:
+    """The order policy of ``in_order=False`` (torch's): whichever batch was built first.
+
+    Example:
+        >>> AnyOrder().pick({3: "b3", 2: "b2"}, 2)
+        'b3'
+    """
+
+    __slots__ = ()
+
+    def pick(self, ready: dict[int, Any], first_missing: int) -> Any:
+        """Pop and return the first result that arrived, or None when none is ready."""
+        return ready.pop(next(iter(ready))) if ready else None
+
+
 class Epoch:
     """One epoch: plan -> build -> deliver (see the module docstring).
 
@@ -84,6 +115,10 @@ class Epoch:
         on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
             before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
             there, as torch's do).
+        on_stop (Callable[[WorkerPool], None] | None): called with the pool once the epoch
+            ends early (the consumer left it: a ``break`` then ``del it``, an error, a newer
+            ``iter()``), after the pool's epoch is stopped: non-persistent workers end there
+            too, as torch's end with their iterator (B61).
         shard_of (Callable[[torch.Tensor], str] | None): names the shard a batch's indices
             were read from, for its event's ``shard`` (the dataset's ``shard_of``; None: ``""``).
 
@@ -119,12 +154,13 @@ class Epoch:
         on_end: Callable[[], None] | None = None,
         skip: Collection[int] = (),
         shard_of: Callable[[torch.Tensor], str] | None = None,
+        on_stop: Callable[[WorkerPool], None] | None = None,
     ) -> None:
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
         self.backend, self.num_workers = backend, num_workers
         self.stages = tuple(stages)
-        self.on_end = on_end
+        self.on_end, self.on_stop = on_end, on_stop
         self.skip = frozenset(skip)
         self.shard_of = shard_of
         self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
@@ -149,25 +185,29 @@ class Epoch:
         return EpochPosition(self.epoch, self.start, self._delivered, len(self.plan), ahead)
 
     def batches(self, stop: StopRequest) -> Iterator[Any]:
-        """The epoch's batches from ``start`` on, in plan order (a generator; one per epoch).
+        """The epoch's batches from ``start`` on (a generator; one per epoch), in the order the
+        config's policy picks (:class:`InOrder`: plan order; :class:`AnyOrder`: first built).
 
-        ``stop`` is checked while waiting (a ``close()`` from another thread; it also wakes the
-        pool). On any error or stop the pool's epoch is stopped (a timeout or a dead worker also
-        discards its busy workers) and an ``EpochEvent("stopped")`` is emitted.
+        One loop for both orders: a failed batch is a :class:`FailedBatch` (``next()`` raises
+        it, the one after goes on) and the pool's ``after_failure`` runs; a process worker's
+        warnings go through this thread's filters; a sampler's error is raised after the batches
+        cut before it. ``stop`` is checked while waiting (a ``close()`` from another thread; it
+        also wakes the pool). On any error or stop the pool's epoch is stopped (a timeout or a
+        dead worker also discards its busy workers) and an ``EpochEvent("stopped")`` is emitted.
         """
-        if self.skip or not self.config.in_order:
-            yield from self._any_order(stop)
-            return
         epoch, plan, config = self.epoch, self.plan, self.config
         n = len(plan)
+        policy = InOrder() if config.in_order else AnyOrder()
         pool = self._open_pool()
         stop.wake = pool.wake
         max_in_flight = max(1, config.max_in_flight)  # inline: one at a time, built when asked
         timed = config.timeout_s is not None or config.start_timeout_s is not None
-        stages = self.stages
-        todo = iter_from(plan, self.start)
-        ready: dict[int, BatchResult] = {}
-        next_submit = next_yield = self.start
+        stages, skip = self.stages, self.skip
+        self._ahead = {i for i in skip if i >= self.start}  # delivered before a resume
+        todo = plan_iter_from(plan, self.start)
+        ready: dict[int, BatchResult] = {}  # built, not yet handed over (in arrival order)
+        pending: set[int] = set()  # submitted, not yet handed over
+        next_submit = self.start
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
         plan_error: list[BaseException] = []  # the plan failed to cut batch next_submit
         started = False
@@ -176,40 +216,41 @@ class Epoch:
             pool.start_epoch(epoch, self.base_seed)
             self._epoch_event("start", n)
             started = True
-            while next_yield < n:
+            self._advance(n)
+            while self._delivered < n:
                 t_asked = time.perf_counter()
-                while (
-                    next_submit < n and next_submit - next_yield < max_in_flight and not plan_error
-                ):
+                while next_submit < n and len(pending) < max_in_flight and not plan_error:
                     try:
                         indices = next(todo)
                     except Exception as exc:  # noqa: BLE001 - a sampler's error (e.g. it never
                         plan_error.append(exc)  # ends): raised in plan order, after the batches
                         break  # before it are delivered
-                    pool.submit(BatchTask(epoch, next_submit, indices))
+                    if next_submit not in skip:
+                        pool.submit(BatchTask(epoch, next_submit, indices))
+                        pending.add(next_submit)
                     next_submit += 1
-                if plan_error and next_yield == next_submit:
+                if plan_error and not pending:
                     raise plan_error[0]
                 t0 = time.perf_counter()
-                result = ready.pop(next_yield, None)  # built while an earlier one was awaited
+                result = policy.pick(ready, self._delivered)
                 while result is None:
                     if stop.requested:  # close() from another thread (it also wakes pool.get)
                         stop.check()
+                    oldest = min(pending)  # the batch whose wait the timeouts limit
                     try:
                         remaining = (
-                            seconds_left(
-                                pool, next_yield, plan[next_yield], t0, config, self.backend
-                            )
+                            seconds_left(pool, oldest, plan[oldest], t0, config, self.backend)
                             if timed
                             else None  # no limit applies: nothing to compute
                         )
-                        result = pool.get(remaining)
+                        got = pool.get(remaining)
                     except Exception:  # a timeout, a dead worker, a failed start; not Ctrl-C
                         broken = True
                         raise
-                    if result is not None and result.batch_index != next_yield:
-                        ready[result.batch_index] = result  # out of order: kept for its turn
-                        result = None
+                    if got is not None:
+                        ready[got.batch_index] = got
+                        result = policy.pick(ready, self._delivered)
+                index = result.batch_index
                 failure: BaseException | None = result.error
                 if result.warnings:  # a process worker's: through this thread's warning filters
                     try:
@@ -223,16 +264,20 @@ class Epoch:
                     # The batch is lost, not the epoch: next() raises it and the one after goes
                     # on with the next batch, as torch's iterator does (B56).
                     result = None
-                    next_yield += 1
-                    self._delivered = next_yield
+                    self._done(index, pending, n)
                     pool.after_failure()  # the consumer may not come back (a kept traceback)
                     yield FailedBatch(failure)
                     continue
                 if result.skipped and self.budget is not None:
                     self.budget.add(result.skipped)  # SkipBudgetError once it is spent
-                if next_submit - next_yield > 1:  # others in flight: take what has finished
+                if result.batch is DROPPED:  # every item skipped (B62): recorded, not handed over
+                    self._record(index, result, len(ready), t_asked, t0, time.perf_counter())
+                    self._done(index, pending, n)
+                    yield DROPPED  # the iterator goes on to the next batch
+                    continue
+                if len(pending) > 1:  # others in flight: take what has finished
                     try:
-                        _take_finished(pool, ready, next_submit - next_yield - 1)
+                        _take_finished(pool, ready, len(pending) - 1)
                     except Exception:
                         broken = True
                         raise
@@ -240,88 +285,26 @@ class Epoch:
                 for stage in stages:
                     batch = stage(batch)
                 t1 = time.perf_counter()
-                self._record(next_yield, result, len(ready), t_asked, t0, t1)
-                next_yield += 1
-                self._delivered = next_yield
+                self._record(index, result, len(ready), t_asked, t0, t1)
+                self._done(index, pending, n)
                 yield batch
         except BaseException as exc:
             ready.clear()  # this frame lives on in the error's traceback: hold no batch
-            result = batch = None
+            result = got = batch = None
             self._abandon(pool, broken=broken, started=started)
             _closed_meanwhile(stop, exc)
             raise
         self._finish()
 
-    def _any_order(self, stop: StopRequest) -> Iterator[Any]:
-        """:meth:`batches` for ``in_order=False`` (whichever batch is built first is handed
-        over) and for an epoch resumed with batches to skip (then in plan order if
-        ``in_order``). :attr:`position` records the batches delivered ahead of the first
-        missing one, so ``state_dict()`` stays exact."""
-        epoch, plan, config = self.epoch, self.plan, self.config
-        n, in_order = len(plan), config.in_order
-        pool = self._open_pool()
-        stop.wake = pool.wake
-        max_in_flight = max(1, config.max_in_flight)
-        timed = config.timeout_s is not None or config.start_timeout_s is not None
-        self._ahead = {i for i in self.skip if i >= self.start}
-        todo = iter_from(plan, self.start)
-        ready: dict[int, BatchResult] = {}
-        pending: set[int] = set()  # submitted, not yet handed over
-        next_submit = self.start
-        broken = started = False
-        try:
-            stop.check()
-            pool.start_epoch(epoch, self.base_seed)
-            self._epoch_event("start", n)
-            started = True
-            self._advance(n)
-            while self._delivered < n:
-                t_asked = time.perf_counter()
-                while next_submit < n and len(pending) < max_in_flight:
-                    indices = next(todo)
-                    if next_submit not in self.skip:  # delivered before the resume
-                        pool.submit(BatchTask(epoch, next_submit, indices))
-                        pending.add(next_submit)
-                    next_submit += 1
-                t0 = time.perf_counter()
-                result = self._pick(ready, in_order)
-                while result is None:
-                    stop.check()
-                    oldest = min(pending)
-                    try:
-                        remaining = (
-                            seconds_left(pool, oldest, plan[oldest], t0, config, self.backend)
-                            if timed
-                            else None
-                        )
-                        got = pool.get(remaining)
-                    except Exception:
-                        broken = True
-                        raise
-                    if got is not None:
-                        ready[got.batch_index] = got
-                        result = self._pick(ready, in_order)
-                if result.error is not None:
-                    raise result.error
-                if result.skipped and self.budget is not None:
-                    self.budget.add(result.skipped)  # SkipBudgetError once it is spent
-                index = result.batch_index
-                pending.discard(index)
-                batch = result.batch
-                for stage in self.stages:
-                    batch = stage(batch)
-                t1 = time.perf_counter()
-                self._record(index, result, len(ready), t_asked, t0, t1)
-                self._ahead.add(index)
+    def _done(self, index: int, pending: set[int], n: int) -> None:
+        """Batch ``index`` is handed over (or failed): :attr:`position` moves past it."""
+        pending.discard(index)
+        if index == self._delivered:  # the usual case, in order: no set to keep
+            self._delivered += 1
+            if self._ahead:
                 self._advance(n)
-                yield batch
-        except BaseException as exc:
-            ready.clear()  # this frame lives on in the error's traceback: hold no batch
-            result = batch = None
-            self._abandon(pool, broken=broken, started=started)
-            _closed_meanwhile(stop, exc)
-            raise
-        self._finish()
+        else:
+            self._ahead.add(index)
 
     def _abandon(self, pool: WorkerPool, *, broken: bool, started: bool) -> None:
         """The epoch ends early (an error, a stop, the consumer left): stop the pool's epoch
@@ -329,6 +312,8 @@ class Epoch:
         if it had started, emit ``EpochEvent("stopped")`` even if stopping was interrupted."""
         try:
             pool.stop_epoch(discard_workers=broken)
+            if self.on_stop is not None:  # non-persistent workers end with their epoch (B61)
+                self.on_stop(pool)
         finally:
             if started:
                 self._epoch_event("stopped", len(self.plan))
@@ -338,15 +323,6 @@ class Epoch:
         self._epoch_event("end", len(self.plan))
         if self.on_end is not None:
             self.on_end()
-
-    def _pick(self, ready: dict[int, BatchResult], in_order: bool) -> BatchResult | None:
-        """The result to hand over next: any (the first that arrived) when not ``in_order``,
-        else the first missing batch's, if it is ready."""
-        if not ready:
-            return None
-        if not in_order:
-            return ready.pop(next(iter(ready)))
-        return ready.pop(self._delivered, None)
 
     def _advance(self, n: int) -> None:
         """Move ``_delivered`` past every batch handed over (or skipped) without a gap."""
@@ -359,14 +335,19 @@ class Epoch:
     ) -> None:
         # The totals from the result itself: the event is made only for a subscriber.
         st = self.stats
-        st.batches += 1
-        st.items += result.num_items
+        if result.batch is not DROPPED:  # a dropped batch (B62) is recorded, not handed over
+            st.batches += 1
+            st.items += result.num_items
         st.wait_s += t1 - t0
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
-        if self.events:
+        if self.events:  # the record's fields only: a Batched subscriber keeps the tuple
             shard = "" if self.shard_of is None else self.shard_of(self.plan[index])
-            self.events.emit(_event(self.epoch, index, result, depth, t_asked, t0, t1, shard))
+            skipped = tuple(s.index for s in result.skipped) if result.skipped else ()
+            self.events.emit_batch(
+                self.epoch, index, wid, result.num_items, result.fetch_s, result.collate_s,
+                t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent, skipped, shard,
+            )  # fmt: skip
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], n: int) -> None:
         if self.events:
@@ -384,30 +365,10 @@ def _closed_meanwhile(stop: StopRequest, exc: BaseException) -> None:
         stop.check()
 
 
-def _event(
-    epoch: int,
-    index: int,
-    result: BatchResult,
-    depth: int,
-    t_asked: float,
-    t0: float,
-    t1: float,
-    shard: str = "",
-) -> BatchEvent:
-    """The record of batch ``index`` handed over at ``t1`` after waiting since ``t0``."""
-    return BatchEvent(
-        epoch, index, result.worker_id, result.num_items, result.fetch_s, result.collate_s,
-        t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent,
-        tuple(s.index for s in result.skipped), shard,
-    )  # fmt: skip
-
-
 def _items(plan: Sequence[torch.Tensor], config: LoaderConfig) -> int:
     """Items in the epoch (for a ``max_failures`` fraction), without walking the batches."""
-    order = getattr(plan, "order", None)
-    if isinstance(order, torch.Tensor):
-        return int(order.numel())
-    return len(plan) * (config.batch_size or 1)
+    count = plan_item_count(plan)
+    return len(plan) * (config.batch_size or 1) if count is None else count
 
 
 def _take_finished(pool: WorkerPool, ready: dict[int, BatchResult], in_flight: int) -> None:

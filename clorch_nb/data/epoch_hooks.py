@@ -34,6 +34,7 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb.data.dataset import TorchMapDataset
+from clorch_nb.data.protocols import set_epoch_hook
 from clorch_nb.errors import WorkerStateError
 
 __all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "hook_owner"]
@@ -58,8 +59,8 @@ def call_set_epoch(dataset: Any, epoch: int, where: str) -> None:
         >>> ds = Curriculum(); call_set_epoch(ds, 5, "the main thread"); ds.level
         2
     """
-    hook = getattr(hook_owner(dataset), "set_epoch", None)
-    if not callable(hook):
+    hook = set_epoch_hook(hook_owner(dataset))
+    if hook is None:
         return
     try:
         hook(epoch)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from clorch_nb.data.workers.base import build_batch
+from clorch_nb.data.workers.base import DROPPED, build_batch
 from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 
 __all__ = [
@@ -157,14 +157,17 @@ class EpochIterator:
                 raise self._stale_type(self._stale.replace(_DELIVERED, str(self.delivered)))
             if self._stop.requested:  # closed from inside the epoch (a subscriber's callback)
                 self._gen.close()
-            try:
-                batch = next(self._gen)
-            except StopIteration:
-                raise
-            except BaseException as exc:
-                self._ended_by(exc)
-                raise
-            self.delivered += 1
+            while True:
+                try:
+                    batch = next(self._gen)
+                except StopIteration:
+                    raise
+                except BaseException as exc:
+                    self._ended_by(exc)
+                    raise
+                self.delivered += 1
+                if batch is not DROPPED:  # every item of that batch was skipped (B62): go on
+                    break
             if type(batch) is FailedBatch:  # that batch is lost; the next next() goes on (B56)
                 raise batch.error
             return batch

@@ -12,8 +12,11 @@ Each ``iter(loader)`` is one epoch:
 3. **deliver**: in plan order, whatever finishes first; every handover is recorded
    (:class:`~clorch_nb.instrumentation.BatchEvent`) for the subscribed views.
 
-Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.Epoch`, made here per ``iter()``. The
-loader owns what outlives an epoch: the options (one frozen
+Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.Epoch`, made here per ``iter()``.
+:class:`DataLoader` (a ``torch.utils.data.DataLoader`` for code that inspects loaders) holds one
+engine, built the same way by both fronts (:func:`build_engine`): :class:`LoaderEngine` here,
+or :class:`~clorch_nb.data.stream.IterableEngine` for a torch ``IterableDataset``. The engine
+owns what outlives an epoch: the options (one frozen
 :class:`~clorch_nb.data.config.LoaderConfig`), its seed and generator, the worker pool (a
 :class:`~clorch_nb.data.workers.select.PoolSlot`), the event bus, and the position that
 ``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.Epoch.position`).
@@ -40,7 +43,11 @@ from clorch_nb.data.config import (
 )
 from clorch_nb.data.dataset import as_dataset, get_process_spec
 from clorch_nb.data.delivery import Delivery
-from clorch_nb.data.distributed import DistributedSampler
+from clorch_nb.data.distributed import (
+    DistributedSampler,
+    sampler_epoch,
+    warn_full_copy_per_rank,
+)
 from clorch_nb.data.epoch import Epoch, EpochPosition, Stage
 from clorch_nb.data.epoch_hooks import EpochHooks
 from clorch_nb.data.epoch_iter import (
@@ -52,17 +59,25 @@ from clorch_nb.data.epoch_iter import (
 )
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
-from clorch_nb.data.skipping import skipped_records
+from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
-from clorch_nb.data.stream import StreamLoader
-from clorch_nb.data.torch_args import TorchLoaderArgs, Unbatched, torch_loader_args
+from clorch_nb.data.stream import IterableEngine
+from clorch_nb.data.torch_args import torch_attributes, torch_loader_args
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "IterableDataLoader", "LoaderEngine", "dataloader"]
+__all__ = ["DataLoader", "Engine", "LoaderEngine", "build_engine", "dataloader"]
+
+
+def _call_alive(method: weakref.WeakMethod[Callable[..., None]], *args: Any) -> None:
+    """``method(*args)`` if its object still lives (a finalizer that keeps nothing alive)."""
+    bound = method()
+    if bound is not None:
+        bound(*args)
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -70,6 +85,14 @@ def _short(text: str, limit: int = 80) -> str:
     if len(text) <= limit:
         return text
     return text[:limit].rsplit(" ", 1)[0].rstrip(",") + " ...)"
+
+
+#: epochs whose skipped items (``max_failures``) a loader remembers for :func:`replay`
+SKIP_HISTORY = 1000
+
+#: epochs a new loader's generator is fast-forwarded at most to follow its sampler's epoch
+#: (~6 us each: 10,000 take 60 ms); further, the epoch follows and the batch seeds start afresh
+_FAST_FORWARD_MAX = 10_000
 
 
 class LoaderEngine:
@@ -85,7 +108,9 @@ class LoaderEngine:
         config (LoaderConfig): every option, validated; read-only.
         dataset (Any): the user's dataset object, as given (torch's ``loader.dataset``); the
             loader reads it through :func:`~clorch_nb.data.as_dataset`'s adapter.
-        sampler (Any): the sampler, or None.
+        plan_sampler (Any): the sampler the epochs are planned from (an index sampler, or a
+            batch sampler when ``config.sampler_yields == "batches"``), or None (the loader's
+            own order). The DataLoader's ``sampler``/``batch_sampler`` are torch's attributes.
         worker_backend ("inline" | "thread" | "process"): where batches are built.
         events (EventBus): what :meth:`subscribe` attaches to.
         stats (LoaderStats): running totals.
@@ -105,18 +130,19 @@ class LoaderEngine:
         self.config = config
         self.dataset = dataset if user_dataset is None else user_dataset
         self._ds = dataset  # the protocol view of it (get_size, get_item)
-        self.sampler = sampler
-        bind = getattr(sampler, "bind_loader", None)  # a sampler that plans whole batches
-        if callable(bind) and config.batch_size is not None:  # (data.shards.ShardSampler)
-            bind(batch_size=config.batch_size, num_workers=config.num_workers,
-                 drop_last=config.drop_last)  # fmt: skip
-        self.seed, self.generator = seed, torch.Generator().manual_seed(seed)  # drawn per epoch
+        self.plan_sampler = sampler
+        # the loader's own RNG (torch's `generator` is the DataLoader's attribute): one base
+        # seed and, with shuffle, one permutation drawn from it per epoch
+        self.seed, self._generator = seed, torch.Generator().manual_seed(seed)
+        self._bind_sampler()
         self.process_spec = process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
         self.stats = LoaderStats()
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
+        # max_failures: what earlier epochs skipped, by epoch (replay checks a batch against it)
+        self._skip_history: dict[int, tuple[Skipped, ...]] = {}
         self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(dataset, config)
@@ -131,6 +157,7 @@ class LoaderEngine:
             parent_arena=self._delivery.parent_arena(),
         )
         self._active: weakref.ref[EpochIterator] | None = None
+        self._full_copy_checked = False  # FullCopyPerRankWarning: given once per loader
         # iter() (stop the open epoch, open the next, register it) and close() from another
         # thread take turns: a close() in the middle of an iter() used to close the pool the
         # new epoch had just opened, before that epoch was registered to be told
@@ -140,39 +167,14 @@ class LoaderEngine:
         # pinning, when batches stay on the host (data/delivery.py)
         self._stages: tuple[Stage, ...] = self._delivery.stages
         self._workers.prestart()  # process workers start now, in the background
-        self._made = True  # assigning torch's fixed attributes now raises (__setattr__)
 
-    # read-only views of the config, under torch's names
-    batch_size = property(lambda self: self.config.batch_size)
     shuffle = property(lambda self: self.config.shuffle)
-    drop_last = property(lambda self: self.config.drop_last)
-    num_workers = property(lambda self: self.config.num_workers)
-    collate_fn = property(lambda self: self.config.collate_fn)
     timeout_ms = property(lambda self: self.config.timeout_ms)
-    batch_sampler = property(lambda self: self.sampler if self.config.batch_size is None else None)
-    prefetch_factor = property(lambda self: self.config.prefetch_factor)
-    persistent_workers = property(lambda self: self.config.persistent_workers)
-    worker_init_fn = property(lambda self: self.config.worker_init_fn)
-    timeout = property(lambda self: 0 if self.config.timeout_s is None else self.config.timeout_s)
-    pin_memory = property(lambda self: self.config.pin_memory)
-
-    #: torch's rule: these describe the epochs already planned; assigning one raises
-    _FIXED = frozenset(
-        ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
-    )
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in self._FIXED and self.__dict__.get("_made"):  # __init__ has run
-            raise ValueError(
-                f"{name} attribute should not be set after {type(self).__name__} is "
-                "initialized (as in torch); build a new loader with it instead"
-            )
-        object.__setattr__(self, name, value)
 
     # -- public -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        n = len(self.sampler) if self.sampler is not None else self._ds.get_size()
+        n = len(self.plan_sampler) if self.plan_sampler is not None else self._ds.get_size()
         return self.config.num_batches(n)
 
     def __iter__(self) -> EpochIterator:
@@ -182,15 +184,18 @@ class LoaderEngine:
             saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
             also_done = () if self._resume is None else self._resume.also_done  # not built again
             epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
+            self._bind_sampler()  # given up by a close(): planned for this loader again
             self._stop_active(superseded_by=epoch)
             if self._hooks.before_epoch(epoch) == "restart":
                 self.close()  # a replaced shared tensor: fresh workers map the new one
             self._epoch = epoch
             self.stats.epochs_started += 1
+            if not self._full_copy_checked:  # under DDP, a sampler that does not split by rank
+                self._full_copy_checked = warn_full_copy_per_rank(self.plan_sampler)
             try:
-                base_seed = draw_base_seed(self.generator)
+                base_seed = draw_base_seed(self._generator)
                 if saved is not None:
-                    sampler_rng.restore(self.sampler, saved.order_rng)
+                    sampler_rng.restore(self.plan_sampler, saved.order_rng)
                 self._epoch_rng = self._sampler_rng()
                 batches = pad_skipped(self._plan(), skip, self.config.drop_last)
                 if saved is not None and saved.order_digest is not None:
@@ -213,9 +218,11 @@ class LoaderEngine:
                 stages=self._stages,
                 skipped=() if saved is None else skipped_records(saved.skipped),
                 on_end=None if self.config.persistent_workers else self._workers.close,
+                on_stop=None if self.config.persistent_workers else self._workers.release,
                 skip=also_done,
-                shard_of=getattr(self._ds, "shard_of", None),  # a shard dataset names its files
+                shard_of=shard_of_hook(self._ds),  # a shard dataset names its files
             )
+            self._keep_skips(self._run)
             self._run = run
             stop = StopRequest()
             # with a CUDA device=, the device feed copies batches ahead of the loop
@@ -223,7 +230,30 @@ class LoaderEngine:
             gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
             it = EpochIterator(gen, stop, epoch, batches)
             self._active = weakref.ref(it)
+            if not self.config.persistent_workers:  # torch's rule: workers belong to one
+                # iterator; dropped before its end (a break, then del), it takes them along (B61)
+                end = weakref.finalize(it, _call_alive, weakref.WeakMethod(self._dropped),
+                                       epoch, threading.get_ident())  # fmt: skip
+                end.atexit = False  # at exit, the pool's own finalizer closes it
             return it
+
+    def _dropped(self, epoch: int, consumer: int) -> None:
+        """The iterator of ``epoch`` was collected: without persistent workers, end them unless
+        a newer epoch has started (it owns them now). Here when the consumer's thread dropped it
+        (a ``del``, the end of a ``for``); when the cyclic GC collected it on another thread (one
+        of the pool's own, say), from a short thread of its own, never joining itself."""
+        if threading.get_ident() != consumer:
+            end = threading.Thread(target=self._end_dropped, args=(epoch,), daemon=True,
+                                   name="clorch_nb-release-workers")  # fmt: skip
+            end.start()
+        else:
+            self._end_dropped(epoch)
+
+    def _end_dropped(self, epoch: int) -> None:
+        with self._lifecycle:
+            active = self._active() if self._active is not None else None
+            if active is None and self._epoch == epoch:
+                self._workers.close()
 
     def peek(self, batch_index: int = 0) -> Any:
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
@@ -231,8 +261,8 @@ class LoaderEngine:
         it = self._active() if self._active is not None else None
         plan = None if it is None or it.delivered >= len(it) else it.plan
         if plan is None:  # the plan the next iter() makes, drawn without moving any RNG
-            with rng_untouched(self.generator):
-                draw_base_seed(self.generator)  # as iter() does before planning
+            with rng_untouched(self._generator):
+                draw_base_seed(self._generator)  # as iter() does before planning
                 plan = self._plan(note=False)
         return peek_batch(
             self._ds,
@@ -240,7 +270,7 @@ class LoaderEngine:
             plan,
             batch_index,
             use_get_batch=self._use_get_batch,
-            generator=self.generator,
+            generator=self._generator,
         )
 
     def state_dict(self) -> dict[str, Any]:
@@ -278,8 +308,8 @@ class LoaderEngine:
         saved = LoaderState.from_dict(state)
         here = LoaderState.from_dict(self.state_dict())
         saved.check_matches(here, seed_fixed=self.config.seed is not None)
-        if isinstance(self.sampler, DistributedSampler) and saved.sampler is not None:
-            self.sampler.load_state_dict(saved.sampler)
+        if isinstance(self.plan_sampler, DistributedSampler) and saved.sampler is not None:
+            self.plan_sampler.load_state_dict(saved.sampler)
         why = (
             f"load_state_dict() moved the loader to epoch {saved.epoch}, batch {saved.batches_done}"
         )
@@ -288,6 +318,50 @@ class LoaderEngine:
             self.close()  # back to an epoch its workers saw (they drop cancelled epochs' tasks)
         self.seed = saved.seed
         self._resume = saved
+
+    def _bind_sampler(self) -> None:
+        """A sampler that plans whole batches (``data.shards.ShardSampler``) plans them for this
+        loader: bound when it is made and at each ``iter()`` (after a ``close()`` gave it up);
+        refused while another live loader has it with other settings (their checkpoints would
+        mix)."""
+        bind = bind_loader_hook(self.plan_sampler)
+        config = self.config
+        if bind is not None and config.batch_size is not None:
+            bind(batch_size=config.batch_size, num_workers=config.num_workers,
+                 drop_last=config.drop_last, owner=self)  # fmt: skip
+
+    def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
+        """The items this loader skipped under ``max_failures`` in ``epoch`` so far (each with
+        its batch position), ``()`` without ``max_failures``; None when this loader did not run
+        that epoch (or it is older than the last :data:`SKIP_HISTORY` epochs).
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb import data
+            >>> def item(i):
+            ...     if i == 1:
+            ...         raise ValueError("bad")
+            ...     return {"target": torch.tensor(i)}
+            >>> loader = data.dataloader(data.dataset(size=4, get_item=item), batch_size=2,
+            ...                          shuffle=False, max_failures=1)
+            >>> _ = list(loader); [(s.index, s.batch_index) for s in loader.skipped_in(0)]
+            [(1, 0)]
+            >>> loader.skipped_in(1) is None
+            True
+        """
+        if self.config.max_failures is None:
+            return ()
+        run = self._run
+        if run is not None and run.epoch == epoch:
+            return run.skipped
+        return self._skip_history.get(epoch)
+
+    def _keep_skips(self, run: Epoch | None) -> None:
+        if run is None or self.config.max_failures is None:
+            return
+        self._skip_history[run.epoch] = run.skipped
+        while len(self._skip_history) > SKIP_HISTORY:
+            del self._skip_history[next(iter(self._skip_history))]
 
     @property
     def position(self) -> EpochPosition:
@@ -317,7 +391,9 @@ class LoaderEngine:
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
-        :class:`EpochEvent`; returns a function that unsubscribes. What the views use."""
+        :class:`EpochEvent`; returns a function that unsubscribes. A
+        :class:`~clorch_nb.instrumentation.Batched` instead gets the batch records in lists
+        (no event object per batch: what the views use)."""
         return self.events.subscribe(callback)
 
     def close(self) -> None:
@@ -334,6 +410,9 @@ class LoaderEngine:
             )  # its next() raises, never ends
             self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
             self._delivery.close()  # copies in flight, the pin thread
+            unbind = unbind_loader_hook(self.plan_sampler)
+            if unbind is not None:  # another loader may plan with it now; iter() binds it again
+                unbind(self)
 
     def describe(self) -> str:
         """Where batches are built and how they reach the loop: the worker backend (a dataset
@@ -354,38 +433,30 @@ class LoaderEngine:
             f"{self._delivery.describe()}"
         )
 
-    def __enter__(self) -> LoaderEngine:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        c = self.config
-        return (
-            f"DataLoader(dataset={_short(repr(self.dataset))}, batch_size={c.batch_size}, "
-            f"shuffle={c.shuffle}, drop_last={c.drop_last}, num_workers={c.num_workers}, "
-            f"worker_backend={self.worker_backend!r}, "
-            f"sampler={None if self.sampler is None else type(self.sampler).__name__})"
-        )
-
     # -- plan -------------------------------------------------------------------------------
 
     def _plan(self, note: bool = True) -> Any:
-        return epoch_plan(self._ds.get_size(), self.config, self.sampler, self.generator, note=note)
+        return epoch_plan(
+            self._ds.get_size(), self.config, self.plan_sampler, self._generator, note=note
+        )
 
     def _next_epoch(self) -> tuple[int, int, int]:
         """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
         loaded state is applied once (the generator fast-forwarded to its epoch)."""
         saved, self._resume = self._resume, None
+        own = self.config.shuffle and self.plan_sampler is None
+        own_perm = self._ds.get_size() if own else None
         if saved is None:
-            return (0 if self._epoch is None else self._epoch + 1), 0, 0
-        own_perm = self.config.shuffle and self.sampler is None
-        self.generator = fast_forward(
-            saved.seed, saved.epoch, self._ds.get_size() if own_perm else None
-        )
-        if isinstance(self.sampler, DistributedSampler):  # as a sampler=: batch_size is set
-            skip = self.sampler.layout()[1]  # the sampler yields only the rest of its shard
+            epoch = 0 if self._epoch is None else self._epoch + 1
+            ahead_to = sampler_epoch(self.plan_sampler)
+            if ahead_to > epoch:  # set_epoch(e) on the sampler of a loader made per epoch:
+                ahead, epoch = ahead_to - epoch, ahead_to  # the dataset gets e (B33), and
+                if ahead <= _FAST_FORWARD_MAX:  # e's batch seeds
+                    self._generator = fast_forward(self.seed, epoch, own_perm)
+            return epoch, 0, 0
+        self._generator = fast_forward(saved.seed, saved.epoch, own_perm)
+        if isinstance(self.plan_sampler, DistributedSampler):  # as a sampler=: batch_size is set
+            skip = self.plan_sampler.layout()[1]  # the sampler yields only the rest of its shard
             return saved.epoch, -(-skip // self._batch_size), skip
         return saved.epoch, saved.batches_done, 0
 
@@ -404,14 +475,15 @@ class LoaderEngine:
 
     def _sampler_rng(self) -> dict[str, str] | None:
         """The RNG state a torch sampler draws its next order from (None for ours)."""
-        if self.sampler is None or isinstance(self.sampler, DistributedSampler):
+        if self.plan_sampler is None or isinstance(self.plan_sampler, DistributedSampler):
             return None
-        return sampler_rng.capture(self.sampler)
+        return sampler_rng.capture(self.plan_sampler)
 
     def _check_same_order(self, plan: Any, done: int, digest: str) -> None:
         """Refuse a resume whose first ``done`` batches differ from the saver's (B39)."""
-        if done and sampler_rng.order_digest(plan[:done]) != digest:
-            name = type(self.sampler).__name__
+        key = sampler_rng.rank_order_key(self.plan_sampler)  # torch's DistributedSampler
+        if done and (key or sampler_rng.order_digest(plan[:done])) != digest:
+            name = type(self.plan_sampler).__name__
             raise ConfigError(
                 f"cannot resume: sampler {name} gives another order in this run than in the one "
                 f"that saved the state (its first {done} batches differ), so skipping them would "
@@ -425,7 +497,7 @@ class LoaderEngine:
     def _saved_state(self, pos: EpochPosition) -> LoaderState:
         epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
         sampler_state = None
-        if isinstance(self.sampler, DistributedSampler):
+        if isinstance(self.plan_sampler, DistributedSampler):
             if pos.also_done:
                 raise ConfigError(
                     "state_dict() mid-epoch with in_order=False and a distributed_sampler: "
@@ -433,12 +505,14 @@ class LoaderEngine:
                     "the sampler's state (and its elastic rule) counts consumed indices in order. "
                     "Save at an epoch's end, or use in_order=True"
                 )
-            consumed = min((done - start) * self._batch_size, len(self.sampler))
-            sampler_state = self.sampler.state_dict(consumed)
+            consumed = min((done - start) * self._batch_size, len(self.plan_sampler))
+            sampler_state = self.plan_sampler.state_dict(consumed)
         order_rng, digest = self._epoch_rng, None
-        foreign = self.sampler is not None and not isinstance(self.sampler, DistributedSampler)
+        sampler = self.plan_sampler
+        foreign = sampler is not None and not isinstance(sampler, DistributedSampler)
         if foreign and 0 < done < n and self._run is not None:  # ours are recomputed from seeds
-            digest = sampler_rng.order_digest(self._run.plan[:done])
+            key = sampler_rng.rank_order_key(sampler)  # the same on every rank (DDP resume)
+            digest = key or sampler_rng.order_digest(self._run.plan[:done])
         if done >= n or self._epoch is None:
             order_rng = self._sampler_rng()  # what the next epoch's iter() draws from now
         if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
@@ -470,10 +544,24 @@ class LoaderEngine:
 _EXTRA_DEFAULTS: dict[str, Any] = {"device": None, "prefetch_to_device": 2, "max_failures": None}
 
 
-class DataLoader(LoaderEngine):
-    """torch's ``DataLoader(dataset, ...)``, same signature and defaults (torch 2.13), built on
-    the engine :func:`dataloader` builds (:class:`LoaderEngine`): the drop-in. Replace the
-    import (``from clorch_nb.data import DataLoader``) and a torch script runs as it is.
+class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+    """torch's ``DataLoader(dataset, ...)``, same signature and defaults (torch 2.13): the
+    drop-in. Replace the import (``from clorch_nb.data import DataLoader``) and a torch script
+    runs as it is.
+
+    A ``torch.utils.data.DataLoader`` (a subclass; torch's own ``__init__`` and iterator never
+    run): ``isinstance`` is true, and the attributes that frameworks read (``dataset``,
+    ``batch_size``, ``sampler``, ``batch_sampler``, ``num_workers``, ``collate_fn``,
+    ``pin_memory``, ``drop_last``, ``timeout``, ``worker_init_fn``,
+    ``multiprocessing_context``, ``generator``, ``prefetch_factor``, ``persistent_workers``,
+    ``pin_memory_device``, ``in_order``) hold torch's values for the same call
+    (:func:`~clorch_nb.data.torch_args.torch_attributes`). So Lightning and accelerate, which
+    rebuild a loader from these attributes and ``__init__``'s signature (to inject a
+    ``DistributedSampler``, or to skip batches), get this class back with their sampler.
+    The batches come from one engine held inside: :class:`LoaderEngine` for a map-style
+    dataset, :class:`~clorch_nb.data.stream.IterableEngine` for a torch ``IterableDataset``;
+    both keep the same contract (events, ``describe``, ``subscribe``, ``position``, ``close``,
+    timeouts).
 
     :func:`dataloader` returns this class too (built with :meth:`from_config`), with clorch_nb's
     own defaults: ``batch_size=32``, shuffling, a fixed ``seed=``, persistent workers,
@@ -483,7 +571,7 @@ class DataLoader(LoaderEngine):
         dataset (Any): a torch map-style dataset (``__len__``/``__getitem__``) or a clorch_nb
             dataset; ``loader.dataset`` is this object. A torch ``IterableDataset`` is iterated
             with torch's semantics, here or in thread workers (:mod:`~clorch_nb.data.stream`;
-            not resumable: ``state_dict()`` refuses it).
+            not resumable: ``state_dict()``, ``peek()`` and ``start_workers()`` refuse it).
         batch_size (int | None): items per batch (default 1). None: no automatic batching, each
             item is yielded as ``collate_fn(item)`` (torch's ``default_convert`` by default).
         shuffle (bool | None): a new permutation each epoch, drawn from the loader's seed (one
@@ -510,8 +598,9 @@ class DataLoader(LoaderEngine):
         generator (torch.Generator | None): the loader's seed is drawn once from it.
         prefetch_factor (int | None): batches each worker prepares ahead (default 2); refused
             with ``num_workers=0``, as torch does.
-        persistent_workers (bool): False (default): workers end when an epoch is delivered to
-            its end, as torch's; True: they live until :meth:`~LoaderEngine.close`.
+        persistent_workers (bool): False (default): workers end when an epoch ends (delivered
+            to its end, or left early: its iterator dropped or superseded), as torch's; True:
+            they live until :meth:`close`.
         pin_memory_device (str): accepted, ignored (deprecated in torch).
         in_order (bool): True: batches in sampler order. False: with workers, whichever batch
             is built first; ``state_dict()`` stays exact (it records the batches delivered
@@ -537,15 +626,19 @@ class DataLoader(LoaderEngine):
         True
         >>> [x for x in DataLoader([1, 2, 3], batch_size=None)]
         [1, 2, 3]
+        >>> isinstance(DataLoader(ds), torch.utils.data.DataLoader)
+        True
+        >>> type(DataLoader(ds, shuffle=True).sampler).__name__
+        'RandomSampler'
     """
 
-    _stream: StreamLoader | None = None  # a torch IterableDataset's epochs, else None
+    _engine: Engine  # what runs the epochs (build_engine)
+    dataset: Any  # the user's dataset, as given (torch's attribute)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> DataLoader:
-        dataset = args[0] if args else kwargs.get("dataset")
-        if cls is DataLoader and isinstance(dataset, torch.utils.data.IterableDataset):
-            cls = IterableDataLoader  # its epochs are a StreamLoader's
-        return object.__new__(cls)
+    #: torch's rule: these describe the epochs already planned; assigning one raises
+    _FIXED = frozenset(
+        ("batch_size", "batch_sampler", "sampler", "drop_last", "dataset", "persistent_workers")
+    )
 
     def __init__(
         self,
@@ -572,26 +665,16 @@ class DataLoader(LoaderEngine):
         max_failures: int | float | None = None,
         worker_backend: str | None = None,
     ) -> None:
-        args = torch_loader_args(
-            dataset,
-            batch_size=batch_size,
-            shuffle=shuffle,
-            sampler=sampler,
-            batch_sampler=batch_sampler,
-            num_workers=num_workers,
-            collate_fn=collate_fn,
-            pin_memory=pin_memory,
-            drop_last=drop_last,
-            timeout=timeout,
-            worker_init_fn=worker_init_fn,
-            multiprocessing_context=multiprocessing_context,
-            generator=generator,
-            prefetch_factor=prefetch_factor,
-            persistent_workers=persistent_workers,
-            pin_memory_device=pin_memory_device,
-            in_order=in_order,
-            worker_backend=worker_backend,
-        )
+        torch_args: dict[str, Any] = {
+            "batch_size": batch_size, "shuffle": shuffle, "sampler": sampler,
+            "batch_sampler": batch_sampler, "num_workers": num_workers,
+            "collate_fn": collate_fn, "pin_memory": pin_memory, "drop_last": drop_last,
+            "timeout": timeout, "worker_init_fn": worker_init_fn,
+            "multiprocessing_context": multiprocessing_context, "generator": generator,
+            "prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers,
+            "pin_memory_device": pin_memory_device, "in_order": in_order,
+        }  # fmt: skip
+        args = torch_loader_args(dataset, **torch_args, worker_backend=worker_backend)
         extras: dict[str, Any] = {"device": device, "prefetch_to_device": prefetch_to_device,
                   "max_failures": max_failures}  # fmt: skip
         if isinstance(dataset, torch.utils.data.IterableDataset):
@@ -602,42 +685,13 @@ class DataLoader(LoaderEngine):
                     "come from each worker's own iterator); move batches to the device in the "
                     "loop, or use data.shard_dataset"
                 )
-            self._init_stream(dataset, args)
-            return
         config = replace(args.config, **extras)  # clorch_nb's options, validated
-        ds = as_dataset(dataset)
-        if args.sampler is not None:
-            check_sampler_size(ds.get_size(), args.sampler)
-        spec = get_process_spec(ds)
-        super().__init__(
-            ds,
-            config,
-            sampler=args.sampler,
-            seed=resolve_seed(None, generator, args.config.shuffle),
-            process_spec=spec,
-            worker_backend=choose_worker_backend(ds, spec, args.config),
-            user_dataset=dataset,
-        )
-
-    def _init_stream(self, dataset: Any, args: TorchLoaderArgs) -> None:
-        """A torch IterableDataset: its epochs are a :class:`StreamLoader`'s."""
-        c = args.config  # torch's rules for an iterable dataset: checked in torch_args
-        self.config, self.dataset, self.sampler = c, dataset, None
-        processes = c.num_workers > 0 and c.worker_backend == "process"
-        self.worker_backend = "process" if processes else "thread" if c.num_workers else "inline"
-        self._stream = StreamLoader(
-            dataset,
-            None if isinstance(c.collate_fn, Unbatched) else c.batch_size,
-            c.drop_last,
-            c.collate_fn,
-            num_workers=c.num_workers,
-            prefetch_factor=c.prefetch_factor,
-            timeout_s=c.timeout_s,
-            worker_init_fn=c.worker_init_fn,
-            generator=args.generator,
-            processes=c if processes else None,  # shipped by value now, or refused by name
-        )
-        self._made = True  # assigning torch's fixed attributes now raises
+        # torch draws an IterableDataset's base seed at each iter(), from generator= (else the
+        # global RNG): nothing is drawn now, so its workers' seeds are torch's very numbers
+        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+        seed = resolve_seed(None, None if iterable else generator, args.config.shuffle)
+        engine = build_engine(dataset, config, sampler=args.sampler, seed=seed, generator=generator)
+        self._start(engine, torch_attributes(dataset, **torch_args), extras)
 
     @classmethod
     def from_config(
@@ -647,65 +701,241 @@ class DataLoader(LoaderEngine):
         *,
         sampler: Any = None,
         seed: int = 0,
-        process_spec: ProcessSpec | None = None,
-        worker_backend: WorkerBackend = "inline",
-        user_dataset: Any = None,
+        generator: torch.Generator | None = None,
     ) -> DataLoader:
-        """A loader from a validated config (what :func:`dataloader` builds): the engine's
-        arguments (:class:`LoaderEngine`), without torch's argument rules."""
-        loader = cls.__new__(cls)
-        LoaderEngine.__init__(
-            loader,
-            dataset,
-            config,
-            sampler=sampler,
-            seed=seed,
-            process_spec=process_spec,
-            worker_backend=worker_backend,
-            user_dataset=user_dataset,
+        """A loader from a validated config (what :func:`dataloader` builds), without torch's
+        argument rules: the same engine (:func:`build_engine`) and the same torch attributes
+        (for that config) as ``DataLoader(...)`` gives.
+
+        Args:
+            dataset (Any): the user's dataset.
+            config (LoaderConfig): the options.
+            sampler (Any): an index sampler, or a batch sampler when
+                ``config.sampler_yields == "batches"``; None for the loader's own order.
+            seed (int): the loader's seed.
+            generator (torch.Generator | None): the user's ``generator=`` (torch's attribute).
+
+        Example:
+            >>> cfg = LoaderConfig(batch_size=2, shuffle=False)
+            >>> list(DataLoader.from_config([1, 2, 3], cfg))
+            [[1, 2], [3]]
+        """
+        batches = config.sampler_yields == "batches"
+        c = config
+        attributes = torch_attributes(
+            dataset if hasattr(dataset, "__len__") else range(as_dataset(dataset).get_size()),
+            batch_size=None if batches else c.batch_size,
+            shuffle=c.shuffle and sampler is None,
+            sampler=None if batches else sampler,
+            batch_sampler=sampler if batches else None,
+            num_workers=c.num_workers,
+            collate_fn=c.collate_fn,
+            pin_memory=c.pin_memory,
+            drop_last=c.drop_last,
+            timeout=c.timeout_s or 0,
+            worker_init_fn=c.worker_init_fn,
+            multiprocessing_context=c.start_method if c.num_workers else None,
+            generator=generator,
+            prefetch_factor=c.prefetch_factor if c.num_workers else None,
+            persistent_workers=c.persistent_workers,
+            in_order=c.in_order,
         )
+        attributes["dataset"] = dataset
+        extras = {k: getattr(c, k) for k in _EXTRA_DEFAULTS}
+        loader = cls.__new__(cls)
+        # an IterableDataset's base seeds are drawn per epoch from a generator seeded with seed
+        engine = build_engine(dataset, c, sampler=sampler, seed=seed,
+                              generator=torch.Generator().manual_seed(seed))  # fmt: skip
+        cls._start(loader, engine, attributes, extras)
         return loader
 
+    def _start(self, engine: Engine, attributes: dict[str, Any], extras: dict[str, Any]) -> None:
+        """What both fronts end with: the engine, torch's attributes, clorch_nb's options."""
+        self._engine = engine
+        self.dataset = attributes["dataset"]
+        for name, value in {**attributes, **extras}.items():
+            setattr(self, name, value)  # multiprocessing_context: torch's property checks it
+        self._made = True  # assigning torch's fixed attributes now raises (__setattr__)
 
-class IterableDataLoader(DataLoader):
-    """What ``DataLoader(dataset, ...)`` makes for a torch ``IterableDataset``: its epochs are a
-    :class:`~clorch_nb.data.stream.StreamLoader`'s (torch's semantics; see
-    :class:`DataLoader`'s ``dataset`` argument). A subclass, so the map-style
-    :class:`DataLoader` keeps the engine's own ``iter()`` (no extra frame in its tracebacks).
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._FIXED and self.__dict__.get("_made"):  # built
+            raise ValueError(
+                f"{name} attribute should not be set after {type(self).__name__} is "
+                "initialized (as in torch); build a new loader with it instead"
+            )
+        object.__setattr__(self, name, value)
 
-    Example:
-        >>> import torch
-        >>> class Count(torch.utils.data.IterableDataset):
-        ...     def __iter__(self):
-        ...         return iter(range(3))
-        >>> loader = DataLoader(Count(), batch_size=2)
-        >>> type(loader).__name__, [b.tolist() for b in loader]
-        ('IterableDataLoader', [[0, 1], [2]])
-    """
+    # -- the engine's members ---------------------------------------------------------------
+
+    config = property(lambda self: self._engine.config, doc="every option (LoaderConfig)")
+    worker_backend = property(
+        lambda self: self._engine.worker_backend,
+        doc='"inline" | "thread" | "process": where batches are built',
+    )
+    events = property(lambda self: self._engine.events, doc="the event bus (EventBus)")
+    stats = property(lambda self: self._engine.stats, doc="running totals (LoaderStats)")
+    seed = property(lambda self: self._engine.seed, doc="the loader's seed (int)")
+    process_spec = property(lambda self: self._engine.process_spec,
+                            doc="how process workers rebuild the dataset, or None")  # fmt: skip
+    plan_sampler = property(
+        lambda self: self._engine.plan_sampler,
+        doc="the sampler the epochs are planned from (an index or batch sampler), or None for "
+        "the loader's own order; ``sampler``/``batch_sampler`` are torch's attributes",
+    )
+    shuffle = property(lambda self: self._engine.config.shuffle, doc="the loader shuffles")
+    timeout_ms = property(lambda self: self._engine.config.timeout_ms, doc="batch timeout, ms")
+    position = property(lambda self: self._engine.position,
+                        doc="where the last epoch stands (EpochPosition); read-only")  # fmt: skip
+    worker_pool = property(
+        lambda self: self._engine.worker_pool,
+        doc="the running worker pool, or None; for tests and diagnostics",
+    )
 
     @property
-    def stream(self) -> StreamLoader:
-        """The :class:`~clorch_nb.data.stream.StreamLoader` that runs this loader's epochs."""
-        assert self._stream is not None  # DataLoader.__init__ made it (IterableDataset)
-        return self._stream
+    def multiprocessing_context(self) -> Any:
+        """torch's attribute: the context process workers start from, or None."""
+        return self.__dict__.get("_mp_context")
+
+    @multiprocessing_context.setter
+    def multiprocessing_context(self, context: Any) -> None:
+        if self.__dict__.get("_made"):
+            raise ValueError(
+                "multiprocessing_context is fixed once the loader is built here (its workers "
+                "were chosen for it); build a new loader with it instead"
+            )
+        object.__setattr__(self, "_mp_context", context)
 
     def __iter__(self) -> Any:
-        return iter(self.stream)
+        try:
+            return self._engine.__iter__()
+        except BaseException:  # this frame must not keep the loader alive in a kept error
+            del self
+            raise
 
     def __len__(self) -> int:
-        return len(self.stream)
+        return len(self._engine)
+
+    def peek(self, batch_index: int = 0) -> Any:
+        """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing
+        (:func:`~clorch_nb.data.epoch_iter.peek_batch`).
+
+        Raises:
+            ConfigError: a torch ``IterableDataset`` (its batches exist only in order).
+        """
+        return self._engine.peek(batch_index)
 
     def state_dict(self) -> dict[str, Any]:
-        """Refused: an iterable dataset is not resumable (:meth:`StreamLoader.state_dict`)."""
-        return self.stream.state_dict()
+        """The position after the last delivered batch (:meth:`LoaderEngine.state_dict`).
 
-    def close(self) -> None:
-        """Stop the process workers, if any (a stream's threads end with its epoch)."""
-        self.stream.close()
+        Raises:
+            ConfigError: a torch ``IterableDataset`` (not resumable).
+        """
+        return self._engine.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where the saver stopped (:meth:`LoaderEngine.load_state_dict`).
+
+        Raises:
+            ConfigError: not this loader's state; a torch ``IterableDataset``.
+        """
+        self._engine.load_state_dict(state)
+
+    def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
+        """The items skipped under ``max_failures`` in ``epoch``
+        (:meth:`LoaderEngine.skipped_in`).
+
+        Raises:
+            ConfigError: a torch ``IterableDataset`` (its batches are not planned).
+        """
+        return self._engine.skipped_in(epoch)
+
+    def start_workers(self) -> Any:
+        """Start the workers now and return the pool.
+
+        Raises:
+            ConfigError: a torch ``IterableDataset`` (its threads start with each epoch).
+        """
+        return self._engine.start_workers()
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the live process workers (``[]`` for threads or inline)."""
-        return self.stream.worker_pids()
+        """Process ids of the live worker processes (``[]`` for threads, inline, or none)."""
+        return self._engine.worker_pids()
+
+    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
+        """Call ``callback(event)`` for every :class:`BatchEvent` and :class:`EpochEvent`;
+        returns a function that unsubscribes. What the views use."""
+        return self._engine.subscribe(callback)
+
+    def close(self) -> None:
+        """Stop the current epoch and every worker; idempotent, callable from any thread
+        (:meth:`LoaderEngine.close`). The loader can be iterated again afterwards."""
+        self._engine.close()
+
+    def describe(self) -> str:
+        """Where batches are built and how they reach the loop (:meth:`LoaderEngine.describe`).
+
+        Example:
+            >>> print(DataLoader([1, 2]).describe())
+            inline (num_workers=0); pin_memory: off; device: none (batches stay where they are
+            built)
+        """
+        return self._engine.describe()
+
+    def __enter__(self) -> DataLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self.config
+        sampler = self.plan_sampler
+        return (
+            f"DataLoader(dataset={_short(repr(self.dataset))}, batch_size={c.batch_size}, "
+            f"shuffle={c.shuffle}, drop_last={c.drop_last}, num_workers={c.num_workers}, "
+            f"worker_backend={self.worker_backend!r}, "
+            f"sampler={None if sampler is None else type(sampler).__name__})"
+        )
+
+
+#: what a DataLoader holds: the map-style engine or the stream's (the same public members)
+Engine = LoaderEngine | IterableEngine
+
+
+def build_engine(
+    dataset: Any,
+    config: LoaderConfig,
+    *,
+    sampler: Any,
+    seed: int,
+    generator: torch.Generator | None = None,
+) -> Engine:
+    """The engine both fronts build a :class:`DataLoader` on: a torch ``IterableDataset``'s
+    (:class:`~clorch_nb.data.stream.IterableEngine`) or the map-style :class:`LoaderEngine`,
+    with the worker backend chosen for this dataset and config.
+
+    Raises:
+        ConfigError: a sampler built for a dataset of another size; what the engine refuses.
+
+    Example:
+        >>> type(build_engine([1, 2], LoaderConfig(batch_size=1), sampler=None, seed=0)).__name__
+        'LoaderEngine'
+    """
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        return IterableEngine(dataset, config, seed=seed, generator=generator)
+    ds = as_dataset(dataset)
+    if sampler is not None:
+        check_sampler_size(ds.get_size(), sampler)
+    spec = get_process_spec(ds)
+    return LoaderEngine(
+        ds,
+        config,
+        sampler=sampler,
+        seed=seed,
+        process_spec=spec,
+        worker_backend=choose_worker_backend(ds, spec, config),
+        user_dataset=dataset,
+    )
 
 
 def dataloader(
@@ -832,13 +1062,10 @@ def dataloader(
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
-    spec = get_process_spec(ds)
     return DataLoader.from_config(
-        ds,
+        dataset,
         config,
         sampler=sampler if batch_sampler is None else batch_sampler,
         seed=resolve_seed(seed, generator, config.shuffle),
-        process_spec=spec,
-        worker_backend=choose_worker_backend(ds, spec, config),
-        user_dataset=dataset,
+        generator=generator,
     )

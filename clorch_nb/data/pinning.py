@@ -30,12 +30,12 @@ import ctypes
 import os
 import warnings
 import weakref
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
+from clorch_nb._tree import map_tensors, unwalked_warning
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.cuda_seam import CudaSeam
 from clorch_nb.data.workers.arena import ALIGN, SHM_DIR, ParentArena, map_file, unmap
@@ -54,47 +54,6 @@ __all__ = [
 #: how batches get pinned: see the module docstring
 PinPath = Literal["registered arena", "pinned ring", "unpinned", "off"]
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """``batch`` with every tensor replaced by ``fn(tensor)``, at any depth of dicts (and other
-    mappings), lists, tuples and namedtuples; everything else is kept as it is (same object).
-
-    Args:
-        batch (Any): what a ``collate_fn`` returned.
-        fn (Callable[[Tensor], Tensor]): applied to each tensor once per occurrence.
-
-    Returns:
-        Any: the same structure (a namedtuple keeps its type; a mapping that cannot be rebuilt
-        from a dict becomes a dict); a container in which ``fn`` changed nothing is returned
-        as it is (the same object).
-
-    Example:
-        >>> from collections import namedtuple
-        >>> P = namedtuple("P", "x name")
-        >>> batch = {"p": P(torch.ones(2), "a"), "l": [torch.zeros(1), 3]}
-        >>> out = map_tensors(batch, lambda t: t + 1)
-        >>> out["p"].x.tolist(), out["p"].name, out["l"][0].tolist(), out["l"][1]
-        ([2.0, 2.0], 'a', [1.0], 3)
-    """
-    if isinstance(batch, torch.Tensor):
-        return fn(batch)
-    if isinstance(batch, Mapping):
-        items = {k: map_tensors(v, fn) for k, v in batch.items()}
-        if all(items[k] is v for k, v in batch.items()):
-            return batch
-        try:
-            return type(batch)(items)  # type: ignore[call-arg]
-        except TypeError:
-            return items
-    if isinstance(batch, list | tuple):
-        mapped = [map_tensors(v, fn) for v in batch]
-        if all(m is v for m, v in zip(mapped, batch, strict=True)):
-            return batch
-        if isinstance(batch, list):
-            return mapped
-        return type(batch)(*mapped) if hasattr(batch, "_fields") else type(batch)(mapped)
-    return batch
 
 
 def check_pin_memory(pin_memory: bool, cuda: CudaSeam) -> bool:
@@ -383,6 +342,7 @@ class PinStage:
     def __init__(self, cuda: CudaSeam, report: PinReport) -> None:
         self.cuda, self.report = cuda, report
         self.ring = PinnedRing(cuda)
+        self._unwalked = unwalked_warning("pin_memory=True", "stay unpinned")
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
@@ -402,7 +362,7 @@ class PinStage:
                 todo.setdefault(id(t), t)
             return t
 
-        map_tensors(batch, collect)
+        map_tensors(batch, collect, on_unwalked=self._unwalked)
         if not todo:
             self.report.zero_copy_batches += 1
             return batch

@@ -25,7 +25,6 @@ __all__ = [
     "check_sampler_size",
     "epoch_order",
     "epoch_plan",
-    "iter_from",
     "pad_skipped",
 ]
 
@@ -98,8 +97,9 @@ def check_sampler_size(size: int, sampler: Any) -> None:
 
 
 def _declared_size(sampler: Any) -> int | None:
-    if isinstance(sampler, torch.utils.data.BatchSampler):
-        return _declared_size(sampler.sampler)
+    if isinstance(sampler, torch.utils.data.BatchSampler):  # a subclass may have no .sampler
+        inner = getattr(sampler, "sampler", None)  # (accelerate's SkipBatchSampler, B65)
+        return None if inner is None else _declared_size(inner)
     if isinstance(sampler, DistributedSampler):
         return int(sampler.size)
     for name in ("data_source", "dataset"):
@@ -413,11 +413,3 @@ def pad_skipped(plan: Any, skip: int, drop_last: bool) -> Any:
         return plan
     full = torch.cat([torch.zeros(skip, dtype=torch.int64), plan.order])
     return EpochPlan(full, plan.batch_size, drop_last)
-
-
-def iter_from(plan: Any, first: int) -> Any:
-    """``plan``'s batches from batch ``first`` on (an :class:`EpochPlan` slices; any other plan,
-    e.g. a batch sampler's lists, is walked: indices only, no item is fetched)."""
-    if hasattr(plan, "iter_from"):
-        return plan.iter_from(first)
-    return itertools.islice(iter(plan), first, None)

@@ -41,6 +41,7 @@ delivered before it resumed from an earlier state are refused, naming that state
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -52,6 +53,7 @@ from clorch_nb.data.collate import default_collate
 from clorch_nb.data.dataset import TorchMapDataset, as_dataset
 from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.loader import DataLoader, dataloader
+from clorch_nb.data.protocols import set_epoch_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.data.shards.sampler import ShardSampler
@@ -127,6 +129,9 @@ class ReplayedBatch:
         sampler_epoch (int | None): the ``distributed_sampler``'s epoch used, or None.
         shard_items (list[ShardItem] | None): with a ``shard_dataset``: where each item is
             stored (shard and offset), parallel to ``indices``; else None.
+        skipped (tuple[int, ...]): under ``max_failures``, the dataset indices skipped (and
+            filled by the rule of :mod:`~clorch_nb.data.skipping`), the same as when the batch
+            was delivered; ``()`` without.
     """
 
     ref: BatchRef
@@ -135,10 +140,11 @@ class ReplayedBatch:
     seed: int
     sampler_epoch: int | None = None
     shard_items: list[ShardItem] | None = None
+    skipped: tuple[int, ...] = ()
 
 
 def _loader_rank(loader: DataLoader) -> int:
-    sampler = loader.sampler
+    sampler = loader.plan_sampler
     return sampler.rank if isinstance(sampler, DistributedSampler) else dist.rank()
 
 
@@ -192,14 +198,14 @@ def _isolated(dataset: Any) -> Any:
         return dataset.replica()  # its own read cache: the loop's is left as it was
     ds = as_dataset(dataset)
     owner = ds.wrapped if isinstance(ds, TorchMapDataset) else ds
-    if not callable(getattr(owner, "set_epoch", None)):
+    if set_epoch_hook(owner) is None:
         return ds
     return TorchMapDataset(copy.copy(owner)) if owner is not ds else copy.copy(ds)
 
 
 def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> DataLoader:
     config = loader.config
-    sampler = loader.sampler
+    sampler = loader.plan_sampler
     if config.batch_size is None:
         raise ConfigError(
             "replay() needs a loader that cuts its order into batch_size batches; this one has a "
@@ -238,6 +244,7 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
         collate_fn=config.collate_fn,
         sampler=sibling,
         seed=loader.seed,
+        max_failures=None if config.max_failures is None else config.batch_size,
     )
 
 
@@ -261,7 +268,12 @@ def _sibling(
 
 
 def _twin_from_state(
-    state: dict[str, Any], dataset: Any, collate_fn: Any, rank: int, sampler_epoch: int
+    state: dict[str, Any],
+    dataset: Any,
+    collate_fn: Any,
+    rank: int,
+    sampler_epoch: int,
+    skipping: bool = False,
 ) -> DataLoader:
     saved = LoaderState.from_dict(state)
     if dataset is None:
@@ -292,6 +304,7 @@ def _twin_from_state(
         collate_fn=collate_fn,
         sampler=sibling,
         seed=saved.seed,
+        max_failures=saved.batch_size if skipping else None,
     )
 
 
@@ -304,6 +317,7 @@ def replay(
     sampler_epoch: int | None = None,
     dataset: Any = None,
     collate_fn: Any = default_collate,
+    skipped: Sequence[int] | None = None,
 ) -> ReplayedBatch:
     """Rebuild batch ``batch`` of ``epoch`` on ``rank`` exactly as it was delivered: the same
     indices, the same RNG seed (so the same augmentation), on this thread, fetching only its items.
@@ -322,6 +336,12 @@ def replay(
             epoch; default ``epoch`` (the documented loop calls ``set_epoch(sampler, epoch)``).
         dataset (Dataset | None): with a state only: the dataset.
         collate_fn (Callable): with a state only: the run's ``collate_fn``.
+        skipped (Sequence[int] | None): under ``max_failures``, the dataset indices the
+            delivered batch skipped (its ``BatchEvent.skipped``; ``()`` for none). Default: what
+            the loader recorded for that epoch (:meth:`~DataLoader.skipped_in`), or a state's
+            ``skipped`` for its own epoch. A batch whose delivery skipped items is rebuilt by
+            the same rule only when the same items fail again; otherwise (a transient failure,
+            data changed since) replay refuses rather than return another batch.
 
     Returns:
         ReplayedBatch: the batch, its items' dataset indices and its seed (and for a
@@ -332,6 +352,9 @@ def replay(
             without ``dataset=``, a loader whose order replay cannot rebuild (a
             ``batch_sampler`` or another sampler type), or a shard batch delivered before the
             run that saved the state had itself resumed (replay it from the earlier state).
+            Under ``max_failures``: what the delivered batch skipped is unknown (pass
+            ``skipped=``), other items fail now than did then, or every item of the batch
+            failed (it was dropped: nothing was delivered).
 
     Example:
         >>> import torch
@@ -371,23 +394,62 @@ def replay(
         if ShardSampler.is_state(saved.sampler):
             return _shard_from_state(saved, dataset, collate_fn, ref, s_epoch)
     workers: tuple[str, int] | None = None  # (backend, num_workers) of the original loader
+    known = _delivered_skips(loader_or_state, ref, skipped)
     if isinstance(loader_or_state, DataLoader):
         twin = _twin_from_loader(loader_or_state, rank, s_epoch)
         if loader_or_state.worker_backend != "inline":
             workers = (loader_or_state.worker_backend, loader_or_state.num_workers)
     else:
-        twin = _twin_from_state(loader_or_state, dataset, collate_fn, rank, s_epoch)
+        twin = _twin_from_state(loader_or_state, dataset, collate_fn, rank, s_epoch,
+                                skipping=known is not None)  # fmt: skip
     with twin:
+        if twin.config.max_failures is not None and known is None:
+            raise ConfigError(
+                f"replay() of batch {ref} cannot tell which items that batch skipped under "
+                "max_failures (this loader did not deliver that epoch, or no longer remembers "
+                "it), so it cannot promise the delivered batch: a failure then that is gone now "
+                "would give another batch. Pass skipped=event.skipped (the batch's BatchEvent; "
+                "() if it skipped none)"
+            )
         out = _take(twin, ref, s_epoch, workers)
+    if known is not None and set(out.skipped) != set(known):
+        raise ConfigError(
+            f"batch {ref} was delivered with dataset indices {sorted(known)} skipped "
+            f"(max_failures), but rebuilt now {sorted(out.skipped) or 'none'} fail: the data, "
+            "or its failures, changed since, so this would not be the delivered batch. Its "
+            f"indices were {out.indices}; the skip rule filled the failed places from the batch's "
+            "other items"
+        )
     if isinstance(twin.dataset, ShardDataset):  # a shard dataset read without its sampler
         out = replace(out, shard_items=[ShardItem(*twin.dataset.where(i)) for i in out.indices])
     return out
 
 
+def _delivered_skips(
+    source: DataLoader | dict[str, Any], ref: BatchRef, given: Sequence[int] | None
+) -> tuple[int, ...] | None:
+    """The dataset indices batch ``ref`` skipped when delivered: ``given``, else the loader's
+    record (its own rank) or the state's (its own epoch); None when unknown (a state without
+    skipped items says nothing: it may have been saved without max_failures)."""
+    if given is not None:
+        return tuple(int(i) for i in given)
+    if isinstance(source, DataLoader):
+        if ref.rank != _loader_rank(source):
+            return None
+        record = source.skipped_in(ref.epoch)
+        if record is None:
+            return None
+        return tuple(s.index for s in record if s.batch_index == ref.batch)
+    saved = LoaderState.from_dict(source)
+    if saved.skipped and saved.epoch == ref.epoch:
+        return tuple(int(s[0]) for s in saved.skipped if s[1] == ref.batch)
+    return None
+
+
 def _shard_from_loader(loader: DataLoader, ref: BatchRef, sampler_epoch: int) -> ReplayedBatch:
     """A batch of a loader over a ``ShardSampler``: its indices from the plan that delivered it
     (:meth:`ShardSampler.delivered_plan`: the worker count and a resume decide the order)."""
-    sampler = loader.sampler
+    sampler = loader.plan_sampler
     assert isinstance(sampler, ShardSampler)
     _check_rank(ref.rank, sampler.num_replicas)
     plan, position = sampler.delivered_plan(sampler_epoch, ref.batch)
@@ -509,10 +571,13 @@ def _take(
         twin.seed, ref.epoch, permutation_size=twin.dataset.get_size() if own_perm else None
     )
     seed = batch_seed(base, ref.batch)
+    events: list[BatchEvent] = []
+    if twin.config.max_failures is not None:
+        twin.events.subscribe(lambda ev: events.append(ev) if isinstance(ev, BatchEvent) else None)
     it = iter(twin)
     indices = [int(i) for i in it.plan[ref.batch].tolist()]
     if workers is None:
-        out = next(it)
+        out = next(it, None)
     else:  # as a worker of the original loader saw it (thread-local: touches no other thread)
         backend, num_workers = workers
         info = WorkerInfo(ref.batch % num_workers, num_workers, seed, backend, twin.dataset,
@@ -520,13 +585,23 @@ def _take(
         before = get_worker_info()
         set_worker_info(info, process=False)
         try:
-            out = next(it)
+            out = next(it, None)
         finally:
             set_worker_info(before, process=False)
+    skipped: tuple[int, ...] = ()
+    if twin.config.max_failures is not None:
+        dropped = not events or len(events[0].skipped) >= len(indices)  # B62: not delivered
+        if dropped or events[0].batch_index != ref.batch:
+            raise ConfigError(
+                f"batch {ref}: every item of it fails (dataset indices {indices}), so under "
+                "max_failures it was dropped, not delivered; there is no batch to rebuild"
+            )
+        skipped = tuple(events[0].skipped)
     return ReplayedBatch(
         ref,
         out,
         indices,
         seed,
         sampler_epoch if sampler is not None else None,
+        skipped=skipped,
     )

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["capture", "order_digest", "restore"]
+__all__ = ["capture", "order_digest", "rank_order_key", "restore"]
 
 
 def _source(sampler: Any) -> tuple[str, torch.Generator | None] | None:
@@ -89,3 +89,24 @@ def order_digest(batches: Iterable[torch.Tensor]) -> str:
         h.update(len(t).to_bytes(8, "little"))
         h.update(t.numpy().tobytes())
     return h.hexdigest()
+
+
+def rank_order_key(sampler: Any) -> str | None:
+    """What decides the order of torch's ``DistributedSampler`` on every rank (its seed, epoch,
+    replicas, shuffle, drop_last), as a string; None for any other sampler.
+
+    A resume under DDP loads the state one rank saved (Lightning saves rank 0's checkpoint) on
+    every rank, so it cannot compare the first batches of *this* rank's order with the saver's;
+    it compares these settings instead (each rank's order is a function of them and its rank).
+
+    Example:
+        >>> s = torch.utils.data.DistributedSampler(range(8), num_replicas=2, rank=1, seed=3)
+        >>> rank_order_key(s)
+        'DistributedSampler(seed=3, epoch=0, num_replicas=2, shuffle=True, drop_last=False)'
+        >>> rank_order_key(torch.utils.data.SequentialSampler(range(8))) is None
+        True
+    """
+    if not isinstance(sampler, torch.utils.data.DistributedSampler):
+        return None
+    fields = ("seed", "epoch", "num_replicas", "shuffle", "drop_last")
+    return f"DistributedSampler({', '.join(f'{k}={getattr(sampler, k)!r}' for k in fields)})"

@@ -7,8 +7,9 @@ Ray and HF drop whole blocks or files with it. A loader that pulls by index can 
   ``get_item`` raises an ``Exception`` is replaced by the next item *of the same batch* that
   loaded (wrapping around to the batch's first), so the batch keeps its shape and only ever holds
   items its own sampler chose for it (never a validation item in a training batch). A batch
-  whose every item fails cannot be filled: it counts its items as skipped and raises its first
-  error;
+  whose every item fails cannot be filled: it is dropped (its items are counted as skipped and
+  named in its event; the epoch hands nothing over for it), so at ``batch_size=1`` a bad item
+  is skipped like at any size (B62);
 * **the budget** (:class:`FailureBudget`): ``max_failures`` is a count (``int >= 0``) or a
   fraction of the epoch's items (``0 < float < 1``); per epoch. The item that goes over it
   raises :class:`~clorch_nb.errors.SkipBudgetError` naming every skipped index and its error;

@@ -26,6 +26,7 @@ import types
 from typing import Any
 
 from clorch_nb.data.dataset import TorchMapDataset
+from clorch_nb.data.protocols import declares_thread_safe
 from clorch_nb.errors import ConfigError
 
 __all__ = ["check_thread_safe", "declared_thread_safe", "shared_handles"]
@@ -114,9 +115,7 @@ def shared_handles(dataset: Any, depth: int = 3) -> list[str]:
 def declared_thread_safe(dataset: Any) -> bool:
     """True if the dataset (or the torch dataset it wraps) has ``thread_safe = True``."""
     owner = dataset.wrapped if isinstance(dataset, TorchMapDataset) else dataset
-    return getattr(dataset, "thread_safe", None) is True or (
-        getattr(owner, "thread_safe", None) is True
-    )
+    return declares_thread_safe(dataset) or declares_thread_safe(owner)
 
 
 def check_thread_safe(dataset: Any, *, has_process_spec: bool, requested: str) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "Unbatched",
     "check_worker_number",
     "start_method_of",
+    "torch_attributes",
     "torch_backend",
     "torch_loader_args",
 ]
@@ -125,7 +126,8 @@ def torch_backend(
 ) -> str:
     """Where the torch front's workers run: processes, as torch's (a dataset without a
     ``process_spec`` is sent by value, a notebook cell's class included), unless
-    ``worker_backend="thread"`` is asked for or the dataset says ``thread_safe = True``.
+    ``worker_backend="thread"`` is asked for, the dataset says ``thread_safe = True``, or its
+    data lives in this process only (a ``process_local`` reason, e.g. ``memory://`` shards).
 
     Raises:
         ConfigError: ``worker_backend`` is not "thread", "process" or "auto", or "thread" with a
@@ -151,6 +153,8 @@ def torch_backend(
         return "process"
     if num_workers == 0 or declared_thread_safe(dataset):
         return "auto" if num_workers == 0 else "thread"
+    if isinstance(getattr(dataset, "process_local", None), str):
+        return "thread"  # its data lives in this process only (memory:// shards, B67)
     return "process"
 
 
@@ -362,3 +366,95 @@ def _iterable_args(
         **options,
     )
     return TorchLoaderArgs(config, None, generator)
+
+
+def torch_attributes(
+    dataset: Any,
+    *,
+    batch_size: int | None = 1,
+    shuffle: bool | None = None,
+    sampler: Any = None,
+    batch_sampler: Any = None,
+    num_workers: int = 0,
+    collate_fn: Callable[[Any], Any] | None = None,
+    pin_memory: bool = False,
+    drop_last: bool = False,
+    timeout: float = 0,
+    worker_init_fn: Callable[[int], None] | None = None,
+    multiprocessing_context: Any = None,
+    generator: torch.Generator | None = None,
+    prefetch_factor: int | None = None,
+    persistent_workers: bool = False,
+    pin_memory_device: str = "",
+    in_order: bool = True,
+) -> dict[str, Any]:
+    """The attributes torch 2.13's ``DataLoader(dataset, ...)`` holds after ``__init__`` for these
+    arguments (already checked by :func:`torch_loader_args`): what code that inspects a loader
+    reads (Lightning's ``_update_dataloader``, accelerate's ``prepare_data_loader`` and
+    ``skip_first_batches``), and what it passes back to ``type(loader)(...)`` to rebuild it.
+
+    ``sampler`` is the one given or torch's default (``RandomSampler`` with ``shuffle``, else
+    ``SequentialSampler``; torch's infinite constant sampler for an ``IterableDataset``);
+    ``batch_sampler`` a ``BatchSampler`` over it with automatic batching (``batch_size`` not
+    None), else the one given or None; ``batch_size`` None and ``drop_last`` False with a
+    batch sampler; ``collate_fn`` torch's ``default_collate`` (batched) or ``default_convert``;
+    ``prefetch_factor`` None at 0 workers, 2 by default with workers; ``multiprocessing_context``
+    a context object for a start-method string. The samplers are made once, here: a loader's
+    ``sampler`` is the object Lightning calls ``set_epoch`` on.
+
+    Args:
+        dataset (Any): the dataset, as given.
+        batch_size, shuffle, sampler, batch_sampler, num_workers, collate_fn, pin_memory,
+        drop_last, timeout, worker_init_fn, multiprocessing_context, generator,
+        prefetch_factor, persistent_workers, pin_memory_device, in_order: torch's arguments.
+
+    Returns:
+        dict[str, Any]: attribute name -> torch's value (``multiprocessing_context`` included).
+
+    Example:
+        >>> a = torch_attributes(list(range(10)), batch_size=4, shuffle=True)
+        >>> type(a["sampler"]).__name__, type(a["batch_sampler"]).__name__, a["prefetch_factor"]
+        ('RandomSampler', 'BatchSampler', None)
+        >>> torch_attributes(range(3), batch_size=None)["collate_fn"].__name__
+        'default_convert'
+    """
+    iterable = isinstance(dataset, torch.utils.data.IterableDataset)
+    if batch_sampler is not None:
+        batch_size, drop_last = None, False
+    if sampler is None:
+        if iterable:  # torch's placeholder for "no sampler" (see FOREIGN_PRIVATES)
+            sampler = torch.utils.data.dataloader._InfiniteConstantSampler()
+        elif shuffle and len(dataset) > 0:  # (torch refuses to shuffle an empty dataset)
+            sampler = torch.utils.data.RandomSampler(dataset, generator=generator)
+        else:
+            sampler = torch.utils.data.SequentialSampler(dataset)
+    if batch_size is not None and batch_sampler is None:
+        batch_sampler = torch.utils.data.BatchSampler(sampler, batch_size, drop_last)
+    if collate_fn is None:
+        collate_fn = (
+            torch.utils.data.default_collate
+            if batch_sampler is not None
+            else torch.utils.data.default_convert
+        )
+    if num_workers > 0 and prefetch_factor is None:
+        prefetch_factor = 2
+    if isinstance(multiprocessing_context, str):
+        multiprocessing_context = mp.get_context(multiprocessing_context)
+    return {
+        "dataset": dataset,
+        "num_workers": num_workers,
+        "prefetch_factor": prefetch_factor if num_workers > 0 else None,
+        "pin_memory": pin_memory,
+        "pin_memory_device": pin_memory_device,
+        "timeout": timeout,
+        "worker_init_fn": worker_init_fn,
+        "multiprocessing_context": multiprocessing_context,
+        "in_order": in_order,
+        "batch_size": batch_size,
+        "drop_last": drop_last,
+        "sampler": sampler,
+        "batch_sampler": batch_sampler,
+        "generator": generator,
+        "collate_fn": collate_fn,
+        "persistent_workers": bool(persistent_workers) and num_workers > 0,
+    }

@@ -9,6 +9,9 @@ from typing import Any, ParamSpec
 
 import torch
 
+from clorch_nb._tree import children
+from clorch_nb._tree import kind as tree_kind
+
 __all__ = [
     "Check",
     "as_int",
@@ -132,7 +135,8 @@ def as_int(value: Any, name: str) -> int:
 
 
 def same_batches(a: list[Any], b: list[Any]) -> bool:
-    """True if two lists of batches (dicts, tuples, lists of tensors or values) are equal."""
+    """True if two lists of batches (mappings, lists, tuples, dataclasses of tensors or values:
+    the batch walker's containers, :mod:`clorch_nb._tree`) are equal."""
     if len(a) != len(b):
         return False
     return all(_same(x, y) for x, y in zip(a, b, strict=True))
@@ -147,8 +151,13 @@ def _same(x: Any, y: Any) -> bool:
             and x.dtype == y.dtype
             and torch.equal(x, y)
         )
-    if isinstance(x, dict) and isinstance(y, dict):
+    kinds = (tree_kind(x), tree_kind(y))
+    if kinds == ("mapping", "mapping"):
         return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    if isinstance(x, list | tuple) and isinstance(y, list | tuple):
-        return type(x) is type(y) and same_batches(list(x), list(y))
+    if kinds != ("leaf", "leaf"):  # lists, tuples, namedtuples, dataclasses: same type, fields
+        return type(x) is type(y) and same_batches(_values(x), _values(y))
     return bool(x == y)
+
+
+def _values(x: Any) -> list[Any]:
+    return [v for _, v in children(x) or ()]

@@ -66,6 +66,11 @@ def _epoch(loader: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return images, torch.cat([torch.as_tensor(t) for _, t in batches])  # type: ignore[misc]
 
 
+def _generator(loader: Any) -> Any:
+    """The torch.Generator the loader's sampler draws from (None if it has none)."""
+    return getattr(getattr(loader, "sampler", None), "generator", None)
+
+
 @checker("Exercise 2", "a function that builds the loader, e.g. lambda: data.dataloader(...)")
 def _exercise_2(make_loader: Callable[[], Any]) -> str:
     require(
@@ -106,10 +111,17 @@ def _exercise_2(make_loader: Callable[[], Any]) -> str:
     again = make_loader()
     x0b, _ = _epoch(again)
     x1b, _ = _epoch(again)
+    shared = _generator(first) is not None and _generator(first) is _generator(again)
     require(
         torch.equal(x0, x0b) and torch.equal(x1, x1b),
-        "a second loader built the same way gave other orders: seed "
-        "it (torch.Generator().manual_seed(...) for the sampler, or seed= on the loader)",
+        "a second loader built by make_loader() gave other orders, although it draws from the "
+        "same torch.Generator as the first: that generator is built once, outside make_loader, "
+        "so the second loader goes on where the first stopped. Build the generator (and its "
+        "manual_seed) inside make_loader"
+        if shared
+        else "a second loader built by make_loader() gave other orders: nothing fixes the "
+        "shuffle's seed. Give the sampler a seeded generator built inside make_loader "
+        "(generator=torch.Generator().manual_seed(0)), or pass seed= to data.dataloader",
     )
     for ld in (first, again):
         if hasattr(ld, "close"):

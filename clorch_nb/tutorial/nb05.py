@@ -53,8 +53,9 @@ def _exercise_1(loader: Any) -> str:
         )
         require(
             seconds >= 0.8,
-            f"the epoch took {seconds:.2f} s, so no item was slow: build the loader over the "
-            "slow dataset of section 5 (item 40 sleeps 1 s)",
+            f"the epoch took {seconds:.2f} s, so no item was slow: this loader reads another "
+            "dataset. Build it over `slow`, the dataset of section 1 whose slow_item(40) sleeps "
+            "1 s (data.dataloader(slow, ...))",
         )
     finally:
         if hasattr(loader, "close"):

@@ -45,6 +45,13 @@ def _exercise_1(loader: Any, csv_path: str | os.PathLike[str]) -> str:
         require(batches, "the loader yielded no batches")
         sizes = [len(labels) for _, labels in batches]
         labels = torch.cat([torch.as_tensor(t).flatten() for _, t in batches])
+        short = len(rows) - len(labels)
+        require(
+            not (0 < short < 50 and set(sizes) == {50}),
+            f"an epoch yielded {len(labels)} of the {len(rows)} validation images: the short "
+            f"last batch of {short} was dropped; a validation epoch needs every image "
+            "(drop_last=False)",
+        )
         require(
             len(labels) == len(rows),
             f"an epoch yielded {len(labels)} items; the val split has {len(rows)} rows: build "
@@ -61,14 +68,27 @@ def _exercise_1(loader: Any, csv_path: str | os.PathLike[str]) -> str:
             "shuffle (shuffle=False)",
         )
         images = torch.cat([torch.as_tensor(x).reshape(len(x), -1) for x, _ in batches])
+        top = float(images.max())
+        require(
+            top <= 1.0 + 1e-6,
+            f"the pixels go up to {top:g}: scale them to [0, 1] (divide the decoded bytes by "
+            "255.0, as decode() does)",
+        )
         for k in sorted({0, len(rows) // 2, len(rows) - 1}):
             with Image.open(root / rows[k]["file"]) as im:
                 pixels = np.asarray(im.convert("L"), dtype=np.float32) / 255.0
             require(
-                images.shape[1] == pixels.size
-                and torch.allclose(
-                    images[k].float(), torch.from_numpy(pixels).flatten(), atol=1e-6
-                ),
+                images.shape[1] != 3 * pixels.size,
+                f"each image has {images.shape[1]} values, 3 per pixel: it was decoded in "
+                "colour; decode greyscale (Image.convert('L'), as decode() does)",
+            )
+            require(
+                images.shape[1] == pixels.size,
+                f"each image has {images.shape[1]} values, its file {pixels.size} pixels: "
+                "keep the images at their size (no crop or resize in a validation loader)",
+            )
+            require(
+                torch.allclose(images[k].float(), torch.from_numpy(pixels).flatten(), atol=1e-6),
                 f"item {k} is not its file {rows[k]['file']} decoded as it is: validation "
                 "images must not be augmented (augment=False)",
             )

@@ -59,6 +59,14 @@ def _exercise_1(bucket_batches: Callable[..., Any]) -> str:
         epochs[0] != epochs[1],
         "epochs 0 and 1 give the same batches; seed the generator with seed + epoch",
     )
+    first = {frozenset(b) for b in epochs[0]}
+    kept = sum(frozenset(b) in first for b in epochs[1]) / len(epochs[1])
+    require(
+        kept <= 0.5,
+        f"{kept:.0%} of epoch 1's batches are batches of epoch 0 in another order: the pools "
+        "never change, so an item meets the same batch partners every epoch; shuffle all the "
+        "indices (with the epoch's generator) before cutting them into pools",
+    )
     again = [[int(i) for i in b] for b in bucket_batches(lengths, batch_size, 1)]
     require(
         again == epochs[1],
@@ -70,15 +78,16 @@ def _exercise_1(bucket_batches: Callable[..., Any]) -> str:
     return (
         f"{len(epochs[0])} batches of at most {batch_size} from 1000 lengths: {share:.1%} "
         f"padding (dataset order: {plain:.0%}), every index once, a new order each epoch and "
-        "each seed, the same for the same arguments, not in length order."
+        "each seed (new batches, not the same ones reordered), the same for the same arguments, "
+        "not in length order."
     )
 
 
 def exercise_1(bucket_batches: Callable[..., Any]) -> Check:
     """Check a length-bucketing function ``(lengths, batch_size, epoch, seed=0) -> batches``:
     every index once per epoch, at most ``batch_size`` per batch, under half the padding of
-    unbucketed batches, batches not
-    in length order, new per epoch and seed, the same for the same arguments.
+    unbucketed batches, batches not in length order, new per epoch and seed (new batches, not
+    only the same batches reordered: the pools are shuffled), the same for the same arguments.
 
     Example:
         >>> exercise_1(lambda lengths, b, epoch, seed=0: [list(range(len(lengths)))])

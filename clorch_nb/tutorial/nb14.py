@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import numbers
 from collections.abc import Iterable
 from typing import Any
 
 from clorch_nb import data
 from clorch_nb.data.shards.sampler import ShardSampler
+from clorch_nb.errors import ConfigError
 from clorch_nb.tutorial._check import Check, checker, require
 
 __all__ = ["exercise_1", "exercise_2", "exercise_3"]
@@ -29,10 +31,12 @@ def _pairs(value: Any, what: str) -> set[tuple[int, int]]:
     out = set()
     for p in value:
         require(
-            isinstance(p, tuple) and len(p) == 2 and all(isinstance(x, int) for x in p),
+            isinstance(p, (tuple, list))
+            and len(p) == 2
+            and all(isinstance(x, numbers.Integral) and not isinstance(x, bool) for x in p),
             f"{p!r} is not a (rank, worker) pair of two ints, e.g. (1, 0)",
         )
-        out.add(p)
+        out.add((int(p[0]), int(p[1])))
     return out
 
 
@@ -191,6 +195,14 @@ def _exercise_3(consumed: Any, rest1: Any, loader1: Any) -> str:
             '"index" lists into one list',
         )
     size = loader1.dataset.get_size()
+    state = loader1.state_dict()
+    ran = state["batches_done"] == 0 and state["epoch"] > state["sampler"]["epoch"]
+    require(
+        ran or len(rest1) == size,
+        f"loader1 is still at batch {state['batches_done']} of its epoch: it has not run. "
+        "Collect rest1 by iterating loader1 (for b in loader1: ...) after "
+        "load_state_dict(states[0]), not by working the rest out from consumed",
+    )
     require(
         len(rest1) < size,
         f"rest1 holds {len(rest1)} items, a whole epoch: call loader1.load_state_dict(states[0]) "
@@ -205,16 +217,41 @@ def _exercise_3(consumed: Any, rest1: Any, loader1: Any) -> str:
         f"items {repeats[:5]} were seen twice: rest1 should hold only what loader1 delivered "
         "after load_state_dict(states[0])",
     )
-    return (
-        f"one rank without workers finishes the epoch: {len(consumed)} + {len(rest1)} = {size} "
-        "items, each exactly once (no padding is needed for one rank)."
+    delivered = _replayed_tail(loader1, state["epoch"] - 1, state["sampler"]["epoch"], len(rest1))
+    require(
+        rest1 == delivered,
+        "rest1 holds the right items but not in the order loader1 delivered them: collect them "
+        'from the batches loader1 yields, in order (for b in loader1: rest1 += b["index"].'
+        "tolist()), not worked out from consumed",
     )
+    return (
+        f"loader1 (one rank, no workers) ran the rest of the epoch: {len(consumed)} + "
+        f"{len(rest1)} = {size} items, each exactly once (no padding is needed for one rank)."
+    )
+
+
+def _replayed_tail(loader: Any, epoch: int, sampler_epoch: int, n: int) -> list[int]:
+    """The last ``n`` indices of the loader's epoch ``epoch`` as ``loader`` delivered them, rebuilt
+    batch by batch with :func:`data.replay` (the loader's own record, not a re-run)."""
+    batches: list[list[int]] = []
+    for k in range(1_000_000):
+        try:
+            replayed = data.replay(
+                loader, epoch=epoch, sampler_epoch=sampler_epoch, rank=0, batch=k
+            )
+            batches.append([int(i) for i in replayed.indices])
+        except ConfigError as e:
+            if "outside" in str(e):
+                break
+            batches.append([])  # delivered by the run that saved the state, before its plan
+    flat = [i for b in batches for i in b]
+    return flat[len(flat) - n :] if n else []
 
 
 def exercise_3(consumed: Any, rest1: Any, loader1: Any) -> Check:
     """Check a resume of section 5's state on 1 rank with ``num_workers=0``: ``consumed`` (the
     indices delivered before the stop) and ``rest1`` (those ``loader1`` delivered after
-    ``load_state_dict``) cover the epoch exactly once.
+    ``load_state_dict``, iterated to its end) cover the epoch exactly once.
 
     Example:
         >>> exercise_3([], [], ...)

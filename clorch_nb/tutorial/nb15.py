@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clorch_nb.instrumentation import CopyEvent
+from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
 from clorch_nb.tutorial._check import Check, checker, require
 from clorch_nb.widgets.diagnose import Breakdown, verdict
 
@@ -46,6 +46,18 @@ def exercise_1(path: Any, copied: Any) -> Check:
 @checker("Exercise 2", "your list of events")
 def _exercise_2(events: Any) -> str:
     require(isinstance(events, list), f"events is a {type(events).__name__}; build a list")
+    batches = [e for e in events if isinstance(e, BatchEvent)]
+    require(
+        sorted(e.batch_index for e in batches) == list(range(6)),
+        f"{len(batches)} BatchEvents: keep section 4's six BatchEvents (batches 0 to 5, one "
+        "every 100 ms) and change only the CopyEvents; without them the run has no steps to "
+        "feed and no verdict",
+    )
+    epochs = [e for e in events if isinstance(e, EpochEvent)]
+    require(
+        [e.kind for e in epochs] == ["start", "end"],
+        f"the run has {len(epochs)} EpochEvents; keep section 4's start and end events",
+    )
     copies = [e for e in events if isinstance(e, CopyEvent)]
     require(len(copies) == 6, f"{len(copies)} CopyEvents; one for each of the 6 batches")
     for e in copies:
@@ -65,6 +77,7 @@ def _exercise_2(events: Any) -> str:
     b = Breakdown()
     b.feed(tuple(e) for e in events)
     v = verdict(b, worker_backend="process", num_workers=2, busy_share=0.3)
+    require(v.kind != "no data", "the verdict is 'no data': the run holds no batch the loop took")
     require(v.kind != "copy-bound", f"the verdict is still {v.kind}")
     return (
         f"every copy ends before its step needs it: the device never waits for a copy, and the "
@@ -73,10 +86,11 @@ def _exercise_2(events: Any) -> str:
 
 
 def exercise_2(events: Any) -> Check:
-    """Check a run whose copies start two steps before their batch is needed and take 10 ms.
+    """Check a run whose copies start two steps before their batch is needed and take 10 ms:
+    section 4's epoch and batch events kept, a verdict that is neither copy-bound nor "no data".
 
     Example:
         >>> exercise_2([])
-        ✗ Exercise 2, not yet: 0 CopyEvents; one for each of the 6 batches
+        ✗ Exercise 2, not yet: 0 BatchEvents: keep section 4's six BatchEvents (batches 0 to 5, ...
     """
     return _exercise_2(events)

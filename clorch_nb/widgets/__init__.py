@@ -12,6 +12,8 @@
   :func:`clorch_nb.data.replay`, with each sample's dataset index and seed;
 * :func:`tune` -> :class:`TunedOptions` (:class:`TuneView`, :func:`tune_report`): probe worker
   backends, ``num_workers`` and ``prefetch_factor`` within a time budget, live, and choose;
+* :class:`MixView` / :func:`mix_report`: a :func:`clorch_nb.data.mix`'s planned and delivered
+  counts per source, epoch and rank, and each batch's share against the weights;
 * :func:`launch` -> :class:`RanksView` (:class:`RanksReport`): several ranks from one cell
   (:func:`clorch_nb.launch.launch`), their shards, throughput and steps live.
 
@@ -27,6 +29,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from clorch_nb.widgets.autotune import TuneReport, tune_report
+from clorch_nb.widgets.mix import MixReport, mix_report
 from clorch_nb.widgets.ranks import RanksReport, ranks_report
 from clorch_nb.widgets.replay import ReplayReport, replay_report
 from clorch_nb.widgets.shapes import ShapeReport, batch_shapes
@@ -36,6 +39,7 @@ from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats
 if TYPE_CHECKING:
     from clorch_nb.widgets.autotune_view import TunedOptions, TuneView, tune
     from clorch_nb.widgets.headspace import Headspace, headspace
+    from clorch_nb.widgets.mix_view import MixView
     from clorch_nb.widgets.ranks_view import RanksView, launch
     from clorch_nb.widgets.replay_view import ReplayView
     from clorch_nb.widgets.shapes_view import BatchShapesView
@@ -47,6 +51,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchShapesView",
     "Headspace",
+    "MixReport",
+    "MixView",
     "RanksReport",
     "RanksView",
     "ReplayReport",
@@ -65,6 +71,7 @@ __all__ = [
     "batch_shapes",
     "headspace",
     "launch",
+    "mix_report",
     "monitor",
     "ranks_report",
     "records_table",
@@ -88,6 +95,7 @@ _VIEWS = {
     "Headspace": "clorch_nb.widgets.headspace",
     "ReplayView": "clorch_nb.widgets.replay_view",
     "RanksView": "clorch_nb.widgets.ranks_view",
+    "MixView": "clorch_nb.widgets.mix_view",
     "launch": "clorch_nb.widgets.ranks_view",
 }
 

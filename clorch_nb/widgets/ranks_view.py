@@ -13,6 +13,7 @@ from typing import Any
 
 import ipywidgets as W
 from matplotlib.image import imread
+from matplotlib.ticker import MaxNLocator
 
 from clorch_nb import launch as _launch
 from clorch_nb.widgets._base import View, in_kernel
@@ -189,27 +190,22 @@ def _draw_steps(ax: Any, report: RanksReport) -> None:
     width = 0.8 / max(len(epochs), 1)
     for j, e in enumerate(epochs):
         xs = [row.rank + j * width for row in rows]
+        steps = [row.steps.get(e, 0) for row in rows]
         ax.bar(
             xs,
-            [row.steps.get(e, 0) for row in rows],
+            steps,
             width=width * 0.9,
             color=[RANK_COLORS[row.rank % len(RANK_COLORS)] for row in rows],
             alpha=1.0 - 0.5 * j / max(len(epochs), 1),
         )
-    for row in rows:
-        ax.text(
-            row.rank + 0.4 - width / 2,
-            0,
-            f"wait {row.wait_s:.1f} s",
-            ha="center",
-            va="bottom",
-            fontsize=7,
-            rotation=90,
-            color="white",
-        )
+        for x, n in zip(xs, steps, strict=True):  # which bar is which epoch, and its count
+            ax.text(x, n, f"epoch {e}\n{n}", ha="center", va="bottom", fontsize=7)
+    top = max([1, *(n for row in rows for n in row.steps.values())])
+    ax.set_ylim(0, top * 1.3)  # room for the labels above the bars
+    ax.yaxis.set_major_locator(MaxNLocator(4, integer=True))  # a count of steps
     ax.set_xticks(
         [r + 0.4 - width / 2 for r in range(len(rows))],
-        [f"rank {r}" for r in range(len(rows))],
+        [f"rank {row.rank}\n(waited {row.wait_s:.1f} s)" for row in rows],
         fontsize=8,
     )
     ax.set_title("steps per epoch (bars: epochs)", fontsize=10)

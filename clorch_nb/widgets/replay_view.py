@@ -11,6 +11,7 @@ from typing import Any
 
 import ipywidgets as W
 import numpy as np
+from matplotlib.patches import Rectangle
 from matplotlib.transforms import Bbox
 
 from clorch_nb import data
@@ -86,6 +87,10 @@ class ReplayView(View):
         return figure_png(draw(r))
 
 
+#: the fields whose value a grid shows next to each sample's index
+TARGET_KEYS = ("target", "label", "labels", "y", "cls")
+
+
 def _title(r: ReplayReport) -> str:
     return f"Replayed batch ({r.title}): {len(r.rows)} samples, seed {r.seed}"
 
@@ -98,23 +103,39 @@ def _draw_images(r: ReplayReport) -> Any:
     rgb = any(img.ndim == 3 for img in r.images)
     pad = max(1, h // 8)
     cell_h, cell_w = h + pad, w + pad
-    mosaic = np.ones((rows * cell_h, cols * cell_w, 3) if rgb else (rows * cell_h, cols * cell_w))
+    # white gaps: 1 in colour; 0 under gray_r, dark ink on white as every digit picture of the
+    # tutorials draws it
+    shape = (rows * cell_h, cols * cell_w, 3) if rgb else (rows * cell_h, cols * cell_w)
+    mosaic = np.ones(shape) if rgb else np.zeros(shape)
     for i, img in enumerate(r.images):
         y, x = (i // cols) * cell_h, (i % cols) * cell_w
         mosaic[y : y + h, x : x + w] = img if (img.ndim == 3 or not rgb) else img[..., None]
     fig = new_figure(1.1 * cols + 0.3, 1.25 * rows + 0.5)
     top = 1 - 0.45 / fig.get_figheight()
     ax = fig.add_axes((0.01, 0.01, 0.98, top - 0.01))
-    ax.imshow(mosaic, cmap=None if rgb else "gray", vmin=0, vmax=1, interpolation="nearest")
+    ax.imshow(mosaic, cmap=None if rgb else "gray_r", vmin=0, vmax=1, interpolation="nearest")
     for i, row in enumerate(r.rows):
         y, x = (i // cols) * cell_h, (i % cols) * cell_w
-        ax.text(x + w / 2, y - pad / 2, row.label, ha="center", va="bottom", fontsize=8)
+        ax.text(x + w / 2, y - pad / 2, _with_target(row), ha="center", va="bottom", fontsize=8)
+        frame = Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor="#AAAAAA", lw=0.6)
+        ax.add_patch(frame)  # white ink-free pixels would otherwise melt into the gaps
     ax.set_ylim(rows * cell_h, -pad * 3)
     ax.axis("off")
     fig.text(
         0.01, 1 - 0.08 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
     )
+    fig.text(
+        0.01, 1 - 0.3 / fig.get_figheight(), "above each image: #dataset index: its target",
+        fontsize=8, va="top", color="#333333",
+    )  # fmt: skip
     return fig
+
+
+def _with_target(row: Any) -> str:
+    """``#index``, and the sample's label when it has a short one (``#1625: 2``): a picture
+    meant to explain a loss spike shows what each image was trained as."""
+    target = next((row.fields[k] for k in TARGET_KEYS if k in row.fields), None)
+    return row.label if target is None or len(target) > 8 else f"{row.label}: {target}"
 
 
 def _draw_texts(r: ReplayReport) -> Any:

@@ -14,9 +14,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
+import torch  # noqa: F401 - the doctests run in this namespace
 
 from clorch_nb._text import KeyPath, key_path_label, key_path_text, plural, ranges
+from clorch_nb._tree import children
+from clorch_nb._tree import kind as tree_kind
 from clorch_nb.errors import CollateError, ConfigError
 
 __all__ = [
@@ -74,7 +76,9 @@ class Field:
 
 
 def describe_batch(batch: Any) -> tuple[Field, ...]:
-    """The leaves of ``batch`` in key order (mappings and tuples are walked, lists are leaves).
+    """The leaves of ``batch`` in key order: mappings, tuples (namedtuples) and dataclasses are
+    walked (the batch walker's containers, :mod:`clorch_nb._tree`); a list is one leaf, as the
+    loader gathers it (``list[str]``, its length as its shape).
 
     Example:
         >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
@@ -84,7 +88,8 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
     out: list[Field] = []
 
     def walk(x: Any, path: KeyPath) -> None:
-        if isinstance(x, torch.Tensor):
+        what = tree_kind(x)
+        if what == "tensor":
             out.append(
                 Field(
                     path,
@@ -94,17 +99,14 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
                     x.element_size() * x.numel(),
                 )
             )
-        elif isinstance(x, Mapping):
-            for k, v in x.items():
-                walk(v, (*path, k))
-        elif isinstance(x, tuple):
-            for i, v in enumerate(x):
-                walk(v, (*path, i))
-        elif type(x).__module__ == "numpy" and hasattr(x, "nbytes") and hasattr(x, "shape"):
-            out.append(Field(path, "ndarray", tuple(x.shape), str(x.dtype), int(x.nbytes)))
-        elif isinstance(x, list):
+        elif what == "list":
             types = sorted({type(v).__name__ for v in x})
             out.append(Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", None))
+        elif what != "leaf":
+            for k, v in children(x) or ():
+                walk(v, (*path, k))
+        elif type(x).__module__ == "numpy" and hasattr(x, "nbytes") and hasattr(x, "shape"):
+            out.append(Field(path, "ndarray", tuple(x.shape), str(x.dtype), int(x.nbytes)))
         else:
             out.append(Field(path, "other", None, type(x).__name__, None))
 

@@ -31,21 +31,31 @@ def _color(rank: int, worker: int, workers: int) -> tuple[float, float, float]:
 
 def _bars(ax: Any, table: ShardFiles) -> None:
     workers = max(1, table.num_workers)
+    widest = max(1, max(table.counts, default=1))
     for sp in table.spans:
         y, h = float(len(table.names) - 1 - sp.shard), 0.7
+        width: float = sp.stop - sp.first
         if sp.padding:
-            y, h = y - 0.45, 0.2  # under the shard's bar: the same items, read again
+            y, h = y - 0.45, 0.22  # under the shard's bar: the same items, read again
+            width = max(width, 0.02 * widest)  # one item would be a one-pixel sliver
         ax.broken_barh(
-            [(sp.first, sp.stop - sp.first)], (y - h / 2, h),
+            [(sp.first, width)], (y - h / 2, h),
             facecolors=_color(sp.rank, sp.worker, workers),
             edgecolor="black" if sp.padding else "white", linewidth=0.6,
             hatch="////" if sp.padding else None,
         )  # fmt: skip
+        if sp.padding:
+            n = sp.stop - sp.first
+            ax.annotate(
+                f"padding: {n} item{'s' if n != 1 else ''} read again by r{sp.rank} w{sp.worker}",
+                xy=(sp.first + width, y), xytext=(4, 0), textcoords="offset points",
+                ha="left", va="center", fontsize=8,
+            )  # fmt: skip
     for s in range(len(table.names)):  # one label per reader's stretch, not per block
         for a, b, r, w, pad in merged([sp for sp in table.spans if sp.shard == s]):
             if not pad and (b - a) / max(1, max(table.counts)) > 0.1:
                 ax.text((a + b) / 2, len(table.names) - 1 - s, f"r{r} w{w}",
-                        ha="center", va="center", fontsize=7)  # fmt: skip
+                        ha="center", va="center", fontsize=9)  # fmt: skip
 
 
 def _axes(ax: Any, table: ShardFiles) -> None:
@@ -68,14 +78,14 @@ def _legend(ax: Any, table: ShardFiles) -> None:
         for w in range(workers)
     ]
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="////", label="padding"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7,
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
               frameon=False)  # fmt: skip
 
 
 def draw_shard_files(table: ShardFiles) -> Figure:
     """The figure: bars per shard, a legend of (rank, worker), the check line as the title."""
-    fig = new_figure(9.0, 0.9 + 0.42 * max(1, len(table.names)))
-    ax = fig.add_axes((0.22, 0.18, 0.58, 0.7))
+    fig = new_figure(8.0, 0.9 + 0.42 * max(1, len(table.names)))
+    ax = fig.add_axes((0.2, 0.18, 0.6, 0.7))
     _bars(ax, table)
     _axes(ax, table)
     _legend(ax, table)

@@ -33,6 +33,20 @@ def _nice_ceil(x: float) -> float:
     return 10.0 * mag
 
 
+def reachable_top(in_flight: int | None) -> int | None:
+    """The most batches that wait ready in a loader's queue while the loop is slower than its
+    workers: ``in_flight - 2`` (one batch is being handed over, one ordered in its place is
+    still being built); None when there are no workers or nothing can wait.
+
+    Example:
+        >>> reachable_top(4), reachable_top(6), reachable_top(2), reachable_top(None)
+        (2, 4, None, None)
+    """
+    if not in_flight or in_flight <= 2:
+        return None
+    return in_flight - 2
+
+
 class ThroughputChart:
     """Three panels over loading time: items/s (overall and per worker), % of time waiting for
     data, batches ready in the queue; the headline numbers in the title.
@@ -76,10 +90,14 @@ class ThroughputChart:
             ax.tick_params(labelsize=10)
             ax.xaxis.set_major_locator(MaxNLocator(3))
             ax.yaxis.set_major_locator(MaxNLocator(3))
+        a2.yaxis.set_major_locator(MaxNLocator(3, integer=True))  # a count of batches
         a1.set_ylim(0, 100)
         a1.set_yticks([0, 50, 100])
-        #: the queue's capacity (batches the loader keeps in flight), a dashed line; set
-        #: :attr:`capacity` before rendering
+        #: the batches the loader keeps in flight (``max_in_flight``); set :attr:`capacity`
+        #: before rendering. The dashed line marks the queue's reachable top, ``capacity - 2``:
+        #: of the batches in flight, one is being handed to the loop and one, ordered in its
+        #: place, is still being built (measured for thread and process workers with a slow
+        #: loop: 4 in flight, at most 2 ready; 6 in flight, at most 4)
         self.capacity: int | None = None
         self.cap_line = a2.axhline(0, color="grey", linestyle="--", linewidth=1, visible=False)
         self.cap_text = a2.text(
@@ -142,13 +160,13 @@ class ThroughputChart:
         self.empty.set_visible(snap.batches == 0)
         for line in (self.total, self.wait, self.queue):  # one point: a dot, not nothing
             line.set_marker("o" if len(h) == 1 else "")
-        cap = self.capacity
-        self.cap_line.set_visible(bool(cap))
-        self.cap_text.set_visible(bool(cap))
-        if cap:
-            self.cap_line.set_ydata([cap, cap])
-            self.cap_text.set_position((1.0, cap))
-            self.cap_text.set_text(f"capacity {cap}")
+        qcap = reachable_top(self.capacity)
+        self.cap_line.set_visible(bool(qcap))
+        self.cap_text.set_visible(bool(qcap))
+        if qcap:
+            self.cap_line.set_ydata([qcap, qcap])
+            self.cap_text.set_position((1.0, qcap))
+            self.cap_text.set_text(f"at most {qcap} ready ({self.capacity} in flight)")
         self.total.set_data(t, [p.items_per_s for p in h])
         ids = tuple(sorted({w for p in h for w in p.per_worker}))
         if len(ids) < 2:  # one worker (or the main thread): its line is the overall one
@@ -170,7 +188,7 @@ class ThroughputChart:
         top = max(
             [0.0, *(p.items_per_s for p in h), *(v for p in h for v in p.per_worker.values())]
         )
-        qtop = max([0.0, float(cap or 0), *(p.queue_depth for p in h)])
+        qtop = max([0.0, float(qcap or 0), *(p.queue_depth for p in h)])
         return (t[-1] if t else 0.0), top, qtop, ids
 
     def _set_legend(self, ids: tuple[int, ...]) -> None:

@@ -24,6 +24,7 @@ from clorch_nb.widgets.diagnose import (
     C_END,
     C_EPOCH,
     C_INDEX,
+    C_NEEDED,
     C_START,
     COLLATE,
     FETCH,
@@ -88,6 +89,9 @@ class Timeline:
 
     def __init__(self, events: Iterable[tuple[Any, ...]]) -> None:
         self.spans: list[Span] = []
+        #: ``(t0, t1, epoch, batch_index)``: where the device waited for a batch's copy (from
+        #: when the step needed the batch to when its copy ended), drawn over the copy lane
+        self.device_waits: list[tuple[float, float, int, int]] = []
         self.worker_backend = "inline"
         self.num_workers = 0
         open_body: tuple[float, int, int, int] | None = None  # (t, epoch, batch, items)
@@ -95,6 +99,8 @@ class Timeline:
             if ev[0] == "copy":  # a CopyEvent: the batch's host-to-device copy
                 self.spans.append(Span(H2D, "copy", ev[C_START], ev[C_END], ev[C_EPOCH],
                                        ev[C_INDEX], 0))  # fmt: skip
+                if ev[C_END] > ev[C_NEEDED]:
+                    self.device_waits.append((ev[C_NEEDED], ev[C_END], ev[C_EPOCH], ev[C_INDEX]))
                 continue
             if isinstance(ev[0], str):  # an epoch event: it closes the body of the last batch
                 self.worker_backend, self.num_workers = ev[3], ev[4]

@@ -21,7 +21,7 @@ from clorch_nb.errors import ConfigError
 from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._render import figure_png, new_figure
 from clorch_nb.widgets.replay_view import ReplayView
-from clorch_nb.widgets.timeline import KINDS, MAIN_LOOP, Timeline
+from clorch_nb.widgets.timeline import H2D, KINDS, MAIN_LOOP, Timeline
 
 __all__ = ["TimelineView"]
 
@@ -32,6 +32,8 @@ COLORS = {
     "body": "#009E73",
     "copy": "#CC79A7",
 }
+#: the hatch over a copy where the device waited for it (from when the step needed the batch)
+DEVICE_WAIT_COLOR = "#B00020"
 LABELS = {
     "build": "building (get_item + collate)",
     "send": "sending to the main process",
@@ -174,9 +176,11 @@ class TimelineView(View):
         lanes = tl.lanes
         # laid out in inches: title and legend above the lanes, the axis label below, so the
         # legend never covers a lane whatever their number
-        kinds = [k for k in KINDS if any(s.kind == k for s in tl.spans)]
-        ncol = len(kinds) if len(kinds) <= 4 else 3  # the copy kind: the legend takes 2 rows
-        top_in = 0.75 + 0.25 * (-(-len(kinds) // max(ncol, 1)) - 1)
+        kinds = [k for k in KINDS if any(s.kind == k and s.t1 > s.t0 for s in tl.spans)]
+        waits = tl.device_waits
+        n_keys = len(kinds) + (1 if waits else 0)
+        ncol = n_keys if n_keys <= 4 else 3  # the copy kinds: the legend takes 2 rows
+        top_in = 0.75 + 0.25 * (-(-n_keys // max(ncol, 1)) - 1)
         bottom_in, lanes_in = 0.55, 0.45 * len(lanes)
         height = top_in + lanes_in + bottom_in
         fig = new_figure(9.0, height)
@@ -189,7 +193,7 @@ class TimelineView(View):
                 bars = [
                     (1000 * (s.t0 - t0), max(1000 * (s.t1 - s.t0), min_w))
                     for s in tl.spans
-                    if s.kind == kind and s.lane == lane
+                    if s.kind == kind and s.lane == lane and s.t1 > s.t0
                 ]
                 if bars:
                     ax.broken_barh(
@@ -199,8 +203,18 @@ class TimelineView(View):
                         edgecolor="white",
                         linewidth=0.5,
                     )
+        if waits and H2D in ypos:  # the device's wait, over the tail of each late copy
+            ax.broken_barh(
+                [(1000 * (a - t0), max(1000 * (b - a), min_w)) for a, b, _, _ in waits],
+                (ypos[H2D] - 0.35, 0.7),
+                facecolors="none",
+                edgecolor=DEVICE_WAIT_COLOR,
+                hatch="////",
+                linewidth=1.2,
+            )
         ax.set_yticks(list(ypos.values()), list(ypos))
-        ax.set_ylim(-0.6, len(lanes) - 0.4)
+        ax.set_ylim(-0.6, len(lanes) - 0.4 + (0.45 if tl.spans else 0.0))
+        self._mark_batches(ax, t0, len(lanes) - 1 + 0.4)
         ax.set_xlim(0, max(1e-3, 1000 * (tl.t_max - t0)))
         ax.set_xlabel("milliseconds", fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
@@ -218,7 +232,19 @@ class TimelineView(View):
             from matplotlib.patches import Patch
 
             fig.legend(
-                handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds],
+                handles=[Patch(color=COLORS[k], label=LABELS[k]) for k in kinds]
+                + (
+                    [
+                        Patch(
+                            facecolor="none",
+                            edgecolor=DEVICE_WAIT_COLOR,
+                            hatch="////",
+                            label="device waiting for the copy",
+                        )
+                    ]
+                    if waits
+                    else []
+                ),
                 loc="upper left",
                 bbox_to_anchor=(0.12, 1 - 0.3 / height),
                 ncol=ncol,
@@ -230,6 +256,29 @@ class TimelineView(View):
         if not tl.spans:
             ax.text(0.5, 0.5, "no batch yet", transform=ax.transAxes, ha="center", color="grey")
         return figure_png(fig)
+
+    def _mark_batches(self, ax: Any, t0: float, y: float) -> None:
+        """Above the main loop's lane: each batch's number (as the clickable strip shows them,
+        thinned where they would overlap), and a dashed line where a new epoch starts."""
+        batches = self.main_loop_batches()
+        if not batches:
+            return
+        span_ms = max(1e-3, 1000 * (self.timeline.t_max - t0))
+        last_x, epoch = -span_ms, batches[0][0]
+        for e, b, b0, b1 in batches:
+            x = 1000 * ((b0 + b1) / 2 - t0)
+            if e != epoch:  # the first batch of a new epoch: where its wait began
+                epoch, start = e, 1000 * (b0 - t0)
+                ax.axvline(start, color="#555555", linestyle="--", linewidth=1)
+                ax.text(start, y, f" epoch {e} ", ha="left", va="bottom", fontsize=8,
+                        color="#333333", fontweight="bold")  # fmt: skip
+                last_x = start + 0.08 * span_ms  # no batch number under the label
+                continue
+            if x - last_x >= 0.03 * span_ms:
+                ax.text(x, y, str(b), ha="center", va="bottom", fontsize=7, color="#333333")
+                last_x = x
+        ax.text(-0.005, y, "batch", transform=ax.get_yaxis_transform(), ha="right",
+                va="bottom", fontsize=7, color="#333333")  # fmt: skip
 
     def export_trace(self, path: str, *, align_with: str | None = None) -> str:
         """Chrome trace-event JSON of these spans: see :meth:`Timeline.export_trace`."""

@@ -400,6 +400,12 @@ class ShardDataset:
         return self._index
 
     @property
+    def process_local(self) -> str | None:
+        """Why only this process can read the shards (``memory://`` ones), or None. The loader
+        then uses threads for ``worker_backend="auto"`` and refuses ``"process"`` with this."""
+        return self.storage.process_local(self.paths)
+
+    @property
     def process_spec(self) -> ProcessSpec | None:
         """How a process worker rebuilds this dataset; None when ``transform`` or a callable
         format cannot be imported by name (a lambda, a notebook function)."""

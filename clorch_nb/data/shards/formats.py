@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -131,6 +132,8 @@ class TarFormat:
         field_starts: list[int] = []
         keys: list[tuple[int, int]] = []
         contiguous = True
+        seen: dict[str, int] = {}  # key -> its item (a key met again later is refused, B59)
+        here: dict[str, str] = {}  # the current item's fields -> the file that gave each
         with storage.open(path) as f:
             try:
                 for member in read_members(f, with_data=False):
@@ -138,12 +141,19 @@ class TarFormat:
                     if not key:
                         continue  # a file without an extension: WebDataset skips it too
                     if key != last_key:
+                        if key in seen:
+                            _refuse_repeat(path, member.name, key, seen[key], len(starts))
+                        seen[key] = len(starts)
+                        here = {}
                         starts.append(member.header_offset)
                         last_key = key
                         field_starts.append(len(fields))
                         keys.append((member.name_offset - starts[-1], len(key.encode("utf-8"))))
                     contiguous = contiguous and member.name_offset >= 0
                     ext = member.name[len(key) + 1 :].lower()
+                    if ext in here:  # one item, two files for one field: one would be lost
+                        _refuse_duplicate(path, member.name, here[ext], ext, len(starts) - 1)
+                    here[ext] = member.name
                     fields.append(
                         (
                             exts.setdefault(ext, len(exts)),
@@ -237,6 +247,8 @@ class TarFormat:
                 item.setdefault("__key__", key)
                 if key != item["__key__"]:
                     raise TarError(f"file {member.name!r} does not belong to key {item['__key__']}")
+                if ext in item:
+                    raise TarError(f"file {member.name!r} repeats field {ext!r} of its item")
                 item[ext] = member.data
         except TarError as exc:
             raise ShardError(
@@ -245,6 +257,32 @@ class TarFormat:
                 offset=offset,
             ) from exc
         return item
+
+
+def _refuse_duplicate(path: str, name: str, first: str, ext: str, item: int) -> None:
+    """Raise: one item has two files for field ``ext`` (appended twice, ``x.JPG`` next to
+    ``x.jpg``); reading it by assignment would silently keep only the last (B59)."""
+    raise ShardError(
+        f"shard {path!r}, item {item}: {name!r} repeats field {ext!r} of its item (already given "
+        f"by {first!r}; extensions are compared in lower case, as WebDataset does), so one of "
+        "the two files would be lost. WebDataset refuses it too ('duplicate file name in tar "
+        "file'); rewrite the shard with one file per field",
+        shard=path,
+        offset=item,
+    )
+
+
+def _refuse_repeat(path: str, name: str, key: str, first: int, item: int) -> None:
+    """Raise: key ``key`` comes back after other items (an appended or merged tar): two items
+    under one key would pair one sample's files with another's (B59)."""
+    raise ShardError(
+        f"shard {path!r}, item {item}: {name!r} starts a second item with key {key!r} (item "
+        f"{first} has it; its files are not consecutive), so two samples would share one key "
+        "and their fields could be paired wrongly. Rewrite the shard with each key's files "
+        "together and each key once",
+        shard=path,
+        offset=item,
+    )
 
 
 class JsonlFormat:
@@ -300,11 +338,26 @@ def _first_line(chunk: bytes) -> bytes:
     return chunk if end < 0 else chunk[: end + 1]
 
 
+#: the largest decoded row-group span (Arrow columns, not Python objects) a ParquetFormat keeps
+#: for the next read, in bytes
+PARQUET_KEEP_BYTES = 64 << 20
+
+
 class ParquetFormat:
     """Parquet through pyarrow: one item per row (a dict column -> value); items are reached by
-    row group, so a read starts at most one row group before the first item it needs."""
+    row group. Only the rows asked for become Python objects (the Arrow table is sliced first),
+    and the last decoded row-group span is kept (as Arrow columns, up to
+    :data:`PARQUET_KEEP_BYTES`) for the reads that follow: pyarrow writes one row group of up
+    to a million rows by default, and decoding it for every block made an epoch cost
+    O(rows**2 / block) and every read hold the whole shard as Python objects (B60)."""
 
     name = "parquet"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # thread workers share the format
+        # (path, its Scan (the count this read belongs to: a rewritten shard counted again is
+        # a new Scan), g0, g1, the Arrow table of row groups [g0, g1))
+        self._kept: tuple[str, Scan, int, int, Any] | None = None
 
     def _file(self, storage: Storage, path: str, f: Any) -> Any:
         try:
@@ -336,19 +389,31 @@ class ParquetFormat:
         bounds = np.concatenate([[0], np.cumsum(scan.row_groups)])
         g0 = int(np.searchsorted(bounds, first, side="right") - 1)
         g1 = int(np.searchsorted(bounds, stop, side="left"))
-        with storage.open(path) as f:
-            pf = self._file(storage, path, f)
-            try:
-                rows = pf.read_row_groups(list(range(g0, g1))).to_pylist()
-            except Exception as exc:
-                raise ShardError(
-                    f"shard {path!r}: row groups {g0}..{g1 - 1} (items {first}..{stop - 1}) "
-                    f"cannot be read ({type(exc).__name__}: {exc})",
-                    shard=path,
-                    offset=first,
-                ) from exc
+        kept = self._kept
+        if (
+            kept is not None
+            and kept[0] == path
+            and kept[1] is scan
+            and kept[2] <= g0 <= g1 <= kept[3]
+        ):
+            g0, table = kept[2], kept[4]  # decoded by an earlier read
+        else:
+            with storage.open(path) as f:
+                pf = self._file(storage, path, f)
+                try:
+                    table = pf.read_row_groups(list(range(g0, g1)))
+                except Exception as exc:
+                    raise ShardError(
+                        f"shard {path!r}: row groups {g0}..{g1 - 1} (items {first}..{stop - 1}) "
+                        f"cannot be read ({type(exc).__name__}: {exc})",
+                        shard=path,
+                        offset=first,
+                    ) from exc
+            if table.nbytes <= PARQUET_KEEP_BYTES:
+                with self._lock:
+                    self._kept = (path, scan, g0, g1, table)
         base = int(bounds[g0])
-        return rows[first - base : stop - base]
+        return table.slice(first - base, stop - first).to_pylist()
 
     def decode(self, raw: Any, path: str, offset: int) -> Any:
         """The row dict itself."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import weakref
 from typing import Any
 
 import torch
@@ -92,13 +93,55 @@ class ShardSampler(DistributedSampler):
         self._cached: tuple[WorkSettings, WorkPlan] | None = None
         # the last resumed epoch, for replay: (epoch, the saving run's plan, stream, before)
         self._resume_record: tuple[int, WorkPlan, tuple[Run, ...], int] | None = None
+        self._owner: weakref.ref[Any] | None = None  # the loader whose batches it plans
 
-    def bind_loader(self, *, batch_size: int, num_workers: int, drop_last: bool) -> None:
+    def bind_loader(
+        self, *, batch_size: int, num_workers: int, drop_last: bool, owner: object = None
+    ) -> None:
         """Plan for this loader: batches of ``batch_size`` dealt to ``num_workers`` workers, the
-        partial last batch dropped with ``drop_last`` (the loader calls it when it is made)."""
-        self.batch_size = check_int("batch_size", batch_size, minimum=1)
-        self.num_workers = check_int("num_workers", num_workers, minimum=0)
-        self.drop_last_batch = check_bool("drop_last", drop_last)
+        partial last batch dropped with ``drop_last`` (the loader calls it when it is made, as
+        ``owner``).
+
+        The plan is one loader's: a second live loader over this sampler with other settings
+        would change the first one's batches and the settings its checkpoints save, so it is
+        refused (one with the same settings plans the same batches, and is allowed: a notebook
+        cell run again). A closed loader gives the sampler up (:meth:`unbind_loader`) and binds
+        it again at its next ``iter()``.
+
+        Raises:
+            ConfigError: another live loader planned with other settings (both named).
+        """
+        settings = (
+            check_int("batch_size", batch_size, minimum=1),
+            check_int("num_workers", num_workers, minimum=0),
+            check_bool("drop_last", drop_last),
+        )
+        other = self._owner() if self._owner is not None else None
+        mine = (self.batch_size, self.num_workers, self.drop_last_batch)
+        if owner is not None and other is not None and other is not owner and settings != mine:
+            raise ConfigError(
+                "this ShardSampler already plans the batches of another loader that is still "
+                f"alive (batch_size={mine[0]}, num_workers={mine[1]}, drop_last={mine[2]}); a "
+                f"second one with batch_size={settings[0]}, num_workers={settings[1]}, "
+                f"drop_last={settings[2]} would change the first loader's batches and the "
+                "settings its checkpoints save. Make a sampler per loader (call "
+                "data.distributed_sampler(dataset, ...) again with the same arguments), or "
+                "drop the other loader first"
+            )
+        self.batch_size, self.num_workers, self.drop_last_batch = settings
+        if owner is not None:
+            self._owner = weakref.ref(owner)
+
+    def unbind_loader(self, owner: object) -> None:
+        """``owner`` (a loader being closed) no longer plans with this sampler: another loader
+        may bind other settings; ``owner`` binds its own again when iterated."""
+        if self._owner is not None and self._owner() is owner:
+            self._owner = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_owner"] = None  # a copy (pickled, deep-copied) belongs to no loader yet
+        return state
 
     # -- the plan -------------------------------------------------------------------------------
 

@@ -6,6 +6,11 @@ names, zero-padded to the width of the first bound. A glob (``*``, ``?``, ``[...
 on the local disk, or through fsspec for a URL (``s3://bucket/train-*.tar``), and its matches
 are sorted so every rank and every worker sees the same list. A list is kept in its order. A
 shard named twice would be read twice an epoch, so duplicates are refused, not dropped.
+
+A name that already names a file is that file, as Python's ``open()`` reads it: ``[``, ``]``,
+``?``, ``*`` and braces are legal in file names (``run[1]/part.jsonl``), so a pattern is only
+expanded when no file of that exact name exists (``glob.escape`` writes a pattern that matches a
+name literally). Without this, ``run[1]`` would silently read ``run1`` instead.
 """
 
 from __future__ import annotations
@@ -65,6 +70,19 @@ def expand_braces(pattern: str) -> list[str]:
     return [name for c in choices for name in expand_braces(head + c + tail)]
 
 
+def _exists_as_named(name: str, storage_options: dict[str, Any]) -> bool:
+    """True when ``name`` is itself an existing file (checked before it is read as a pattern)."""
+    if not is_url(name):
+        return os.path.isfile(os.path.expanduser(name))
+    try:
+        import fsspec  # the remote extra; only a URL with pattern characters asks
+
+        fs, _, _ = fsspec.get_fs_token_paths(name, storage_options=storage_options)
+        return bool(fs.isfile(name))
+    except Exception:  # noqa: BLE001 - a failed probe means "read it as a pattern", as before
+        return False
+
+
 def _glob_one(pattern: str, storage_options: dict[str, Any]) -> list[str]:
     if is_url(pattern):
         import fsspec  # the remote extra; only a URL glob needs it
@@ -115,8 +133,15 @@ def expand_sources(
                 f"sources has an entry {entry!r:.60} of type {type(entry).__name__}; each must "
                 "be a path or URL string"
             )
-        for name in expand_braces(os.fspath(entry)):
-            if _GLOB_CHARS.search(name.split("://", 1)[-1]):
+        literal = os.fspath(entry)
+        has_pattern = _BRACE.search(literal) or _GLOB_CHARS.search(literal.split("://", 1)[-1])
+        if has_pattern and _exists_as_named(literal, storage_options or {}):
+            out.append(literal)  # an existing file's name is the file, never a pattern
+            continue
+        for name in expand_braces(literal):
+            if _GLOB_CHARS.search(name.split("://", 1)[-1]) and not _exists_as_named(
+                name, storage_options or {}
+            ):
                 matched = _glob_one(name, storage_options or {})
                 if not matched:
                     raise ConfigError(f"sources glob {name!r} matches no file; check the path")

@@ -10,7 +10,9 @@ Failures are sorted in two: *permanent* (missing object, no permission) raise
 a timeout, a 5xx from the server) are retried ``retries`` times with exponential backoff
 (``backoff_s * 2**attempt``), then raise naming the URL and the last cause. Each attempt is
 bounded by ``timeout_s``: passed to the network client (s3fs ``connect_timeout`` /
-``read_timeout``, aiohttp ``ClientTimeout`` for HTTP) unless ``storage_options`` sets its own.
+``read_timeout``, aiohttp ``ClientTimeout`` for HTTP, added to any ``client_kwargs`` such as
+headers) unless ``storage_options`` sets the client's own. A server that ignores ``Range`` and
+sends the whole object is read correctly (the range is cut from it; a warning names the server).
 fsspec is imported only for a URL: local shards need no extra.
 """
 
@@ -22,12 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, TypeVar
 
+from clorch_nb._warn import warn_user
 from clorch_nb.data.shards.sources import is_url
 from clorch_nb.errors import ConfigError, ShardError
 
 __all__ = ["Storage", "is_transient"]
 
 T = TypeVar("T")
+
+#: fsspec protocols whose files live in the memory of the interpreter that wrote them (fsspec's
+#: memory filesystem is one store per process): another process, a process worker, sees none
+PROCESS_LOCAL_PROTOCOLS = frozenset({"memory"})
 
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError)
 _NETWORK_MODULES = ("aiohttp", "botocore", "urllib3", "requests", "http.client")
@@ -42,7 +49,10 @@ def is_transient(exc: BaseException) -> bool:
         (True, False)
     """
     if isinstance(exc, _PERMANENT):
-        return False
+        # fsspec's HTTP info() reports any failure, a timeout too, as FileNotFoundError(url)
+        # raised from it: the cause says which it was
+        cause = exc.__cause__
+        return isinstance(cause, Exception) and cause is not exc and is_transient(cause)
     status = getattr(exc, "status", None)  # an HTTP status: 4xx is the request's fault
     if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
         return False
@@ -102,6 +112,24 @@ class Storage:
         """
         return any(is_url(p) for p in paths)
 
+    def process_local(self, paths: tuple[str, ...] | list[str]) -> str | None:
+        """Why another process cannot read ``paths`` (the first shard on a filesystem that
+        lives in this interpreter's memory, ``memory://``), or None when any process can.
+
+        Example:
+            >>> Storage().process_local(["memory://b/a.jsonl"])[:39]
+            "shard 'memory://b/a.jsonl' is on fsspec"
+            >>> Storage().process_local(["a.tar", "s3://b/c.tar"]) is None
+            True
+        """
+        for p in paths:
+            if is_url(p) and p.split("://", 1)[0].lower() in PROCESS_LOCAL_PROTOCOLS:
+                return (
+                    f"shard {p!r} is on fsspec's memory filesystem, which exists only in the "
+                    "process that wrote it (a worker process would find no such file)"
+                )
+        return None
+
     # -- the three operations -------------------------------------------------------------------
 
     def identity(self, path: str) -> dict[str, Any]:
@@ -131,6 +159,8 @@ class Storage:
             return b""
         if is_url(path):
             data = self.retry(path, lambda: self._fs(path).cat_file(path, start=start, end=end))
+            if len(data) > end - start:  # more than asked: the server ignored the Range header
+                data = _whole_object_range(path, data, start, end)
         else:
             data = self.retry(path, lambda: _read_local(path, start, end))
         if len(data) != end - start:
@@ -171,10 +201,15 @@ class Storage:
             cfg.setdefault("connect_timeout", self.timeout_s)
             cfg.setdefault("read_timeout", self.timeout_s)
             opts["config_kwargs"] = cfg
-        elif protocol in ("http", "https") and "client_kwargs" not in opts:
-            import aiohttp
+        elif protocol in ("http", "https"):
+            # client settings (headers, auth) go in client_kwargs too: keep them, and add the
+            # time bound unless the user set the client's own, so a stalled server stays bounded
+            client = dict(opts.get("client_kwargs") or {})
+            if "timeout" not in client:
+                import aiohttp
 
-            opts["client_kwargs"] = {"timeout": aiohttp.ClientTimeout(total=self.timeout_s)}
+                client["timeout"] = aiohttp.ClientTimeout(total=self.timeout_s)
+            opts["client_kwargs"] = client
         return opts
 
     def retry(self, path: str, attempt: Callable[[], T]) -> T:
@@ -188,6 +223,11 @@ class Storage:
             try:
                 return attempt()
             except _PERMANENT as exc:
+                if is_transient(exc):  # a timeout reported as "not found" (see is_transient)
+                    if n == self.retries:
+                        raise self._gave_up(path, exc.__cause__ or exc) from exc
+                    time.sleep(self.backoff_s * 2**n)
+                    continue
                 raise ShardError(
                     f"shard {path!r} cannot be read: {type(exc).__name__}: {exc}. Check the path "
                     "or URL and the credentials in storage_options",
@@ -197,13 +237,50 @@ class Storage:
                 if not is_transient(exc):
                     raise
                 if n == self.retries:
-                    raise ShardError(
-                        f"shard {path!r} could not be read after {self.retries + 1} attempts "
-                        f"(timeout_s={self.timeout_s}); last error: {type(exc).__name__}: {exc}",
-                        shard=path,
-                    ) from exc
+                    raise self._gave_up(path, exc) from exc
                 time.sleep(self.backoff_s * 2**n)
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _gave_up(self, path: str, exc: BaseException) -> ShardError:
+        what = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        if isinstance(exc, TimeoutError) and not str(exc):
+            what += f" (no answer within timeout_s={self.timeout_s})"
+        return ShardError(
+            f"shard {path!r} could not be read after {self.retries + 1} attempts "
+            f"(timeout_s={self.timeout_s}); last error: {what}",
+            shard=path,
+        )
+
+
+_WARNED_NO_RANGES: set[str] = set()  # servers already named in a warning (one per server)
+
+
+def _whole_object_range(path: str, data: bytes, start: int, end: int) -> bytes:
+    """Bytes ``[start, end)`` of an answer that is longer than the range asked for: a server
+    that ignores ``Range`` sends the whole object from byte 0 (HTTP 200), which is sliced here
+    (and the server is named once in a warning: every read downloads the whole shard).
+
+    Raises:
+        ShardError: the answer is longer than asked and yet too short to be the whole object
+            (names the shard, the range and the length received).
+    """
+    if len(data) < end:
+        raise ShardError(
+            f"shard {path!r}: asked for bytes {start}..{end} ({end - start} bytes), the server "
+            f"sent {len(data)} bytes, which is neither that range nor the whole object; the "
+            "server does not answer Range requests as HTTP defines them",
+            shard=path,
+        )
+    server = path.split("://", 1)[-1].split("/", 1)[0]
+    if server not in _WARNED_NO_RANGES:
+        _WARNED_NO_RANGES.add(server)
+        warn_user(
+            f"the server {server!r} ignores HTTP Range requests: reading {path!r} (bytes "
+            f"{start}..{end}) returned the whole object ({len(data)} bytes). Items are read "
+            "correctly, but every read downloads the whole shard; use a server that supports "
+            "Range (most object stores do), or copy the shards locally"
+        )
+    return bytes(data[start:end])
 
 
 def _read_local(path: str, start: int, end: int) -> bytes:

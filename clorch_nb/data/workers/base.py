@@ -8,20 +8,21 @@ worker process), so the backends differ only in *where*, never in *what*.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import torch
 
-from clorch_nb._text import KeyPath, key_path_text
+from clorch_nb._text import key_path_text
+from clorch_nb._tree import find_tensor
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.skipping import Skipped, fill_failed
 from clorch_nb.errors import CollateError, WorkerError
 
 __all__ = [
+    "DROPPED",
     "BatchCancelled",
     "BatchResult",
     "BatchTask",
@@ -35,6 +36,25 @@ __all__ = [
 
 class BatchCancelled(Exception):  # noqa: N818 - a signal between worker parts, not an error
     """Raised by :func:`build_batch` when ``should_stop()`` says the epoch was abandoned."""
+
+
+class _Dropped:
+    """The type of :data:`DROPPED` (one instance; pickles to itself, so it crosses processes)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "DROPPED"
+
+    def __reduce__(self) -> str:
+        return "DROPPED"
+
+
+#: What :func:`build_batch` returns as the batch when ``max_failures`` is set and every item of
+#: the batch failed (nothing to fill it with, B62): the items are recorded as skipped (charged
+#: to the budget, named in the batch's event) and the epoch delivers nothing for that position,
+#: so at ``batch_size=1`` a bad item is skipped like at any other size.
+DROPPED = _Dropped()
 
 
 class BatchTask(NamedTuple):
@@ -127,40 +147,8 @@ def _no_children(exc: BaseException, worker: str) -> BaseException:
     return exc
 
 
-#: values that hold no tensor: skipped by type alone (a batch's list of 32 int labels took
-#: ~50 µs through the isinstance chain below, more than collating it)
-_LEAVES = frozenset({int, float, bool, str, bytes, complex, type(None)})
-
-
-def _grad_path(batch: Any, path: KeyPath = ()) -> KeyPath | None:
-    """The key path of the first tensor in ``batch`` that requires grad, or None."""
-    if type(batch) in _LEAVES:
-        return None
-    if isinstance(batch, torch.Tensor):
-        return path if batch.requires_grad else None
-    if isinstance(batch, Mapping):
-        children: Any = batch.items()
-    elif isinstance(batch, list | tuple):
-        if _LEAVES.issuperset(map(type, batch)):  # labels, paths: one pass in C
-            return None
-        children = enumerate(batch)
-    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        children = ((f.name, getattr(batch, f.name)) for f in dataclasses.fields(batch))
-    else:
-        return None
-    leaves = _LEAVES
-    for key, value in children:
-        kind = type(value)
-        if kind in leaves:
-            continue
-        if kind is torch.Tensor:
-            if value.requires_grad:
-                return (*path, key)
-            continue
-        found = _grad_path(value, (*path, key))
-        if found is not None:
-            return found
-    return None
+def _requires_grad(t: torch.Tensor) -> bool:
+    return t.requires_grad
 
 
 def refuse_autograd(batch: Any, batch_index: int, worker: str) -> None:
@@ -187,12 +175,10 @@ def refuse_autograd(batch: Any, batch_index: int, worker: str) -> None:
                 break
         else:
             return
-    path = _grad_path(batch)
-    if path is None:
+    found = find_tensor(batch, _requires_grad)
+    if found is None:
         return
-    tensor: Any = batch
-    for key in path:
-        tensor = tensor[key] if not dataclasses.is_dataclass(tensor) else getattr(tensor, str(key))
+    path, tensor = found
     fn = type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else None
     raise CollateError(
         f"batch {batch_index} built in {worker}: {key_path_text(path)} requires_grad "
@@ -226,7 +212,9 @@ def build_batch(
     With ``skipped`` (a list: the loader's ``max_failures`` is set), an item whose ``get_item``
     raises an ``Exception`` is skipped instead: recorded in ``skipped`` and replaced by the next
     item of the batch that loaded (:mod:`~clorch_nb.data.skipping`); a ``get_batch`` that raises
-    is retried item by item to find the bad ones.
+    is retried item by item to find the bad ones. When every item of the batch failed there is
+    nothing to fill it with: the batch is :data:`DROPPED` (the skips are recorded; the epoch
+    hands nothing over for it).
 
     Raises:
         BatchCancelled: ``should_stop()`` returned True before an item (checked between items so
@@ -281,6 +269,8 @@ def build_batch(
             items.append(None)
     if failed:
         assert first_error is not None
+        if len(failed) == len(items):  # nothing loaded to fill with: the batch is dropped (B62)
+            return DROPPED, time.perf_counter() - t0, 0.0
         items = fill_failed(items, failed, first_error, batch_index)
     t1 = time.perf_counter()
     try:

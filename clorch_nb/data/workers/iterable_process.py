@@ -47,8 +47,9 @@ from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info
 from clorch_nb.data.workers import forwarded_warnings, shm
 from clorch_nb.data.workers.by_value import ByValue, check_shippable_fn, dumps_fn
-from clorch_nb.data.workers.child import ExceptionBlob, set_process_info
+from clorch_nb.data.workers.child import set_process_info
 from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
+from clorch_nb.data.workers.messages import ExceptionBlob
 from clorch_nb.data.workers.process_handle import StartMethod, worker_context
 from clorch_nb.data.workers.remote_errors import exit_text, rebuild_exception
 from clorch_nb.errors import WorkerError, WorkerTimeoutError

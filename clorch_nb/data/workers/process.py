@@ -39,6 +39,22 @@ from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.data.workers.by_value import ByValue, dumps_fn
 from clorch_nb.data.workers.child import WorkerConfig
+from clorch_nb.data.workers.messages import (
+    Ack,
+    Built,
+    Cancel,
+    Failed,
+    Free,
+    InitError,
+    Message,
+    Ready,
+    Short,
+    StartEpoch,
+    Stop,
+    Task,
+    decode,
+    encode,
+)
 from clorch_nb.data.workers.polling import PollSet
 from clorch_nb.data.workers.prestart import BackgroundStart
 from clorch_nb.data.workers.process_handle import (
@@ -158,7 +174,7 @@ class ProcessPool:
             arena=self._parent_arena(),
         )
         if self._epoch is not None:
-            self._send(w, ("epoch", self._epoch, self._base_seed))
+            self._send(w, StartEpoch(self._epoch, self._base_seed))
         return w
 
     def _reap(self, w: WorkerHandle, *, kill: bool, drain: bool = True) -> str:
@@ -218,7 +234,7 @@ class ProcessPool:
         live = [w for w in self._workers if w is not None]
         for w in live:
             if w.status is None:
-                self._send_quiet(w, ("stop",))
+                self._send_quiet(w, Stop())
         deadline = time.monotonic() + 1.0
         for w in live:
             if w.status is None:
@@ -265,7 +281,7 @@ class ProcessPool:
                     self._parked[w.worker_id] = (tasks, dict(w.outstanding))
         for w in live:
             if w.status is None:
-                self._send_quiet(w, ("stop",))
+                self._send_quiet(w, Stop())
         deadline = time.monotonic() + 1.0
         for w in live:
             if w.status is None:
@@ -346,7 +362,7 @@ class ProcessPool:
                 w.queued.clear()
                 w.carried = w.started is not None
                 w.began, w.started = time.perf_counter(), None
-                self._send(w, ("epoch", epoch, base_seed))
+                self._send(w, StartEpoch(epoch, base_seed))
 
     def submit(self, task: BatchTask) -> None:
         """Send ``task`` to worker ``task.batch_index % num_workers``.
@@ -367,11 +383,11 @@ class ProcessPool:
             idx = idx.to(torch.int64)
         arr = idx.numpy()  # tobytes() copies (C order): never a view of the order tensor
         raw = arr.tobytes()
-        msg = ("task", task.epoch, task.batch_index, raw, w.arena.take_freed())
+        msg = Task(task.epoch, task.batch_index, raw, w.arena.take_freed())
         if not w.outstanding:
             # Idle, so nothing is lost if it died meanwhile (killed from outside): replace it.
             try:
-                w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
+                w.tasks.send_bytes(encode(msg))
             except OSError:
                 self._reap(w, kill=True)
                 w = self._spawn(wid)
@@ -387,12 +403,12 @@ class ProcessPool:
         """Send each short-of-``/dev/shm`` worker the slots freed since its last message."""
         for w in self._workers:
             if w is not None and w.worker_id in self._short and w.arena.freed:
-                self._send_quiet(w, ("free", w.arena.take_freed()))
+                self._send_quiet(w, Free(w.arena.take_freed()))
 
-    def _send(self, w: WorkerHandle, msg: tuple[Any, ...]) -> bool:
+    def _send(self, w: WorkerHandle, msg: Message) -> bool:
         """Send ``msg`` to ``w``; False if it had died (handled as :meth:`get` would)."""
         try:
-            w.tasks.send_bytes(pickle.dumps(msg, _HIGHEST))
+            w.tasks.send_bytes(encode(msg))
         except OSError:  # BrokenPipeError: it died; report it like get() would
             self._on_death(w)
             return False
@@ -462,10 +478,9 @@ class ProcessPool:
 
     def _handle(self, w: WorkerHandle, raw: bytes, *, keep: bool) -> None:
         """One message from ``w``: a current result goes to ``_pending``; stale ones are freed."""
-        msg = pickle.loads(raw)
-        kind = msg[0]
-        if kind == "ok":
-            _, epoch, bi, n, fetch_s, collate_s, enc, t_start, t_sent, skipped, warned = msg
+        msg = decode(raw)
+        if type(msg) is Built:
+            epoch, bi, enc = msg.epoch, msg.batch_index, msg.batch
             if not keep or epoch != self._epoch:
                 shm.discard_batch(enc, w.arena)
                 return
@@ -482,36 +497,39 @@ class ProcessPool:
                     bi,
                     w.worker_id,
                     batch,
-                    n,
-                    fetch_s,
-                    collate_s,
+                    msg.num_items,
+                    msg.fetch_s,
+                    msg.collate_s,
                     None,
-                    t_start,
-                    t_sent,
-                    warned,
-                    skipped=skipped,
+                    msg.t_start,
+                    msg.t_sent,
+                    msg.warnings,
+                    skipped=msg.skipped,
                 )
             )
-        elif kind == "error":
-            _, epoch, bi, n, blob, warned = msg
+        elif type(msg) is Failed:
+            epoch, bi = msg.epoch, msg.batch_index
             if keep and epoch == self._epoch:
                 w.outstanding.pop(bi, None)
                 w.queued.pop(bi, None)
-                err = rebuild_exception(blob, w.where)
+                err = rebuild_exception(msg.error, w.where)
                 self._pending.append(
-                    BatchResult(epoch, bi, w.worker_id, None, n, 0.0, 0.0, err, warnings=warned)
-                )
-        elif kind == "init_error" and keep:
-            exc = rebuild_exception(msg[1], w.where)
+                    BatchResult(
+                        epoch, bi, w.worker_id, None, msg.num_items, 0.0, 0.0, err,
+                        warnings=msg.warnings,
+                    )
+                )  # fmt: skip
+        elif type(msg) is InitError and keep:
+            exc = rebuild_exception(msg.error, w.where)
             self._reap(w, kill=True)
             raise exc
-        elif kind == "short":  # its /dev/shm is full: from now on freed slots go at once
+        elif type(msg) is Short:  # its /dev/shm is full: from now on freed slots go at once
             self._short.add(w.worker_id)
             self._send_freed()
-        elif kind == "ready" and keep and msg[1] == self._epoch:
+        elif type(msg) is Ready and keep and msg.epoch == self._epoch:
             w.started = time.perf_counter()
             w.unstarted.clear()
-        # "ack" needs nothing here: stop_epoch() waits for acks itself
+        # an Ack needs nothing here: stop_epoch() waits for acks itself
 
     def _on_death(self, w: WorkerHandle) -> None:
         """``w`` died: deliver what it finished, and blame the batch it was building with a
@@ -543,11 +561,12 @@ class ProcessPool:
     def _resend(self, worker_id: int, tasks: dict[int, bytes], held: dict[int, list[int]]) -> None:
         """Start a replacement for worker ``worker_id`` and send it ``tasks`` (in order)."""
         w = self._spawn(worker_id)
+        assert self._epoch is not None  # tasks in flight belong to the open epoch
         for bi, raw in tasks.items():
             w.outstanding[bi] = held[bi]
             w.unstarted[bi] = raw
             w.queued[bi] = raw
-            self._send(w, ("task", self._epoch, bi, raw, []))
+            self._send(w, Task(self._epoch, bi, raw, []))
 
     def worker_of(self, batch_index: int) -> int | None:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
@@ -581,12 +600,13 @@ class ProcessPool:
                         self._reap(w, kill=True)
                 return
             for w in busy:
+                assert token is not None  # tasks in flight belong to an open epoch
                 # the control pipe's cancel is seen between two get_item calls; the task pipe's,
                 # after every task sent before it, is acknowledged
-                self._send_quiet(w, ("cancel", token))
+                self._send_quiet(w, Cancel(token))
                 w.tasks.drop_unsent()  # tasks of the abandoned epoch not sent yet
                 with contextlib.suppress(OSError):  # it is dead; the wait below sees EOF
-                    w.tasks.send_bytes(pickle.dumps(("cancel", token), _HIGHEST))
+                    w.tasks.send_bytes(encode(Cancel(token)))
             waiting: dict[Any, WorkerHandle] = {
                 w.results: w for w in busy if self._workers[w.worker_id] is w
             }
@@ -597,15 +617,15 @@ class ProcessPool:
                 for conn in wait(list(waiting), left):
                     w = waiting[conn]
                     try:
-                        msg = pickle.loads(w.results.recv_bytes())
+                        msg = decode(w.results.recv_bytes())
                     except (EOFError, OSError):
                         del waiting[conn]
                         self._reap(w, kill=True)
                         continue
-                    if msg[0] == "ack" and msg[1] == token:
+                    if type(msg) is Ack and msg.epoch == token:
                         del waiting[conn]
-                    elif msg[0] == "ok":
-                        shm.discard_batch(msg[6], w.arena)
+                    elif type(msg) is Built:
+                        shm.discard_batch(msg.batch, w.arena)
             for w in waiting.values():
                 self._reap(w, kill=True)
             # Every worker is idle now and all it sent was read: a segment of theirs still in
@@ -626,7 +646,7 @@ class ProcessPool:
                     w.unstarted.clear()
                     w.queued.clear()
 
-    def _send_quiet(self, w: WorkerHandle, msg: tuple[Any, ...]) -> None:
+    def _send_quiet(self, w: WorkerHandle, msg: Message) -> None:
         """Send ``msg`` on ``w``'s control pipe (its watcher thread reads it at once)."""
         with contextlib.suppress(OSError):  # it is dead; a wait on it sees EOF
-            w.control.send_bytes(pickle.dumps(msg, _HIGHEST))
+            w.control.send_bytes(encode(msg))

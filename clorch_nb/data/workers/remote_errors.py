@@ -7,7 +7,7 @@ import pickle
 import signal
 
 from clorch_nb.data.workers.base import add_note
-from clorch_nb.data.workers.child import ExceptionBlob
+from clorch_nb.data.workers.messages import ExceptionBlob
 from clorch_nb.errors import WorkerError
 
 __all__ = ["exit_text", "rebuild_exception"]

@@ -21,7 +21,9 @@ from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
+from clorch_nb.data.mix import MixedDataset
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.protocols import has_get_batch, process_local_reason
 from clorch_nb.data.thread_safety import check_thread_safe
 from clorch_nb.data.torch_worker_info import user_dataset
 from clorch_nb.data.workers.arena import ParentArena
@@ -34,6 +36,7 @@ from clorch_nb.data.workers.by_value import (
 )
 from clorch_nb.data.workers.inline import InlinePool
 from clorch_nb.data.workers.sources import SharedTensors
+from clorch_nb.errors import ConfigError
 
 __all__ = [
     "PoolSlot",
@@ -67,7 +70,7 @@ def uses_get_batch(dataset: Any, config: LoaderConfig) -> bool:
     """True when a whole batch is one ``dataset.get_batch(indices)`` call: the dataset has
     ``get_batch`` and ``collate_fn`` is :func:`~clorch_nb.data.default_collate` (a custom
     ``collate_fn`` always gets the items)."""
-    return config.collate_fn is default_collate and callable(getattr(dataset, "get_batch", None))
+    return config.collate_fn is default_collate and has_get_batch(dataset)
 
 
 def choose_worker_backend(
@@ -79,6 +82,9 @@ def choose_worker_backend(
     ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
     processes, after checking that everything a worker needs can reach it. Threads are refused
     for a dataset that keeps a shared file-like handle (:mod:`~clorch_nb.data.thread_safety`).
+    A dataset whose data only this process can read says why in a ``process_local`` attribute
+    (a str; a shard dataset on ``memory://``): ``"auto"`` then picks threads, and ``"process"``
+    is refused with that reason (B67).
 
     Raises:
         NotShippableError: ``"process"`` for a dataset (or ``collate_fn``, ``worker_init_fn``)
@@ -92,15 +98,23 @@ def choose_worker_backend(
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     init_fn = config.worker_init_fn
+    local = process_local_reason(dataset)  # only this process can read its data
     if config.worker_backend == "auto":
         if (
             spec is not None
+            and local is None
             and sendable(config.collate_fn)
             and (init_fn is None or sendable(init_fn))
         ):
             return "process"
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="auto")
         return "thread"
+    if local is not None:
+        asked, fix = _asked_for_processes(config)
+        raise ConfigError(
+            f"{asked} cannot be used with this dataset: {local}. Workers that share this "
+            f"process's memory can read it: {fix.removeprefix('or ')}"
+        )
     if spec is None and not SharedTensors.supports(dataset):
         check_shippable(user_dataset(dataset))  # by value: NotShippableError names what cannot
     check_shippable_fn(config.collate_fn, "collate_fn")
@@ -128,8 +142,10 @@ def make_pool(
     :class:`ParentArena`).
     """
     if backend == "inline":
-        # a tensor_dataset draws no random numbers: no RNG seeding per batch (~2 us a batch)
-        draws = not isinstance(dataset, TensorDataset)
+        # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
+        draws = not isinstance(dataset, TensorDataset) and (
+            not isinstance(dataset, MixedDataset) or dataset.draws_random
+        )
         return InlinePool(
             dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
         )
@@ -218,6 +234,13 @@ class PoolSlot:
         if self.backend == "process":
             self.open().prestart()
 
+    def release(self, pool: WorkerPool) -> None:
+        """Stop ``pool``'s workers if it is still this slot's pool (an epoch that ended early
+        without ``persistent_workers``: its workers end with it, as torch's end with their
+        iterator); a pool already replaced or closed is left alone."""
+        if pool is self.pool:
+            self.close()
+
     def close(self) -> None:
         """Stop the pool's workers; idempotent in full: after an interrupted call (Ctrl-C) the
         pool stays here and a second call repeats whatever the first left."""
@@ -254,3 +277,14 @@ def ship_by_value(dataset: Any) -> ByValue:
             stacklevel=user_stacklevel(),
         )
     return source
+
+
+def _asked_for_processes(config: LoaderConfig) -> tuple[str, str]:
+    """The option that asked for process workers, and the fix that gives threads instead (the
+    torch front's own when it was ``multiprocessing_context=``)."""
+    if config.start_method is not None and config.worker_backend == "process":
+        return (
+            f"multiprocessing_context={config.start_method!r} (process workers)",
+            "or drop multiprocessing_context= (thread workers are then used)",
+        )
+    return "worker_backend='process'", "or use worker_backend='thread'"
