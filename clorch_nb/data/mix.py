@@ -50,6 +50,7 @@ from clorch_nb.data.dataset import (
     get_process_spec,
 )
 from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.protocols import has_get_batch
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.errors import ConfigError
 
@@ -234,7 +235,7 @@ class MixedDataset(TorchInterop):
         self._ordinal: np.ndarray | None = None
         self._perms: list[OrderedDict[int, np.ndarray]] = [OrderedDict() for _ in plan.names]
         self._lock = threading.Lock()  # thread workers share this copy and its caches
-        self._batched = [callable(getattr(ds, "get_batch", None)) for ds in self._ds]
+        self._batched = [has_get_batch(ds) for ds in self._ds]
         # tensor sources draw no random numbers: the loader need not seed RNGs per batch
         self.draws_random = not all(type(ds) is TensorDataset for ds in self._ds)
 

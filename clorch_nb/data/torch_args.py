@@ -20,6 +20,7 @@ import torch
 
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
+from clorch_nb.data.protocols import process_local_reason
 from clorch_nb.data.thread_safety import declared_thread_safe
 from clorch_nb.errors import ConfigError
 
@@ -153,7 +154,7 @@ def torch_backend(
         return "process"
     if num_workers == 0 or declared_thread_safe(dataset):
         return "auto" if num_workers == 0 else "thread"
-    if isinstance(getattr(dataset, "process_local", None), str):
+    if process_local_reason(dataset) is not None:
         return "thread"  # its data lives in this process only (memory:// shards, B67)
     return "process"
 

@@ -115,6 +115,15 @@ def choose_worker_backend(
             f"{asked} cannot be used with this dataset: {local}. Workers that share this "
             f"process's memory can read it: {fix.removeprefix('or ')}"
         )
+    transform = getattr(dataset, "transform", None)  # a shard dataset's: its process_spec
+    if spec is None and transform is not None and not sendable(transform):  # needs it imported
+        asked, last = _asked_for_processes(config)
+        raise ConfigError(
+            f"{asked} needs a dataset that worker processes can rebuild, and its "
+            f"transform={getattr(transform, '__qualname__', transform)!r} cannot be imported by "
+            "a worker (a lambda, or a function from a notebook cell or inside another "
+            f"function): define it at the top level of a .py module and pass that; {last}"
+        )
     if spec is None and not SharedTensors.supports(dataset):
         check_shippable(user_dataset(dataset))  # by value: NotShippableError names what cannot
     check_shippable_fn(config.collate_fn, "collate_fn")
