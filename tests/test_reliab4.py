@@ -15,6 +15,7 @@ import http.server
 import io
 import json
 import os
+import re
 import socket
 import tarfile
 import threading
@@ -538,3 +539,39 @@ def test_two_loaders_over_one_shard_sampler_do_not_mix_settings(tmp_path: Any) -
     del it, other
     gc.collect()
     assert [_ints(b) for b in first][:1] == [[0, 1, 2, 3]]  # the other loader is gone
+
+
+# -- named last round: a handle opened lazily, shared by thread workers -------------------------
+
+
+@pytest.mark.parametrize("front", ["dataloader", "DataLoader"])
+def test_a_handle_opened_on_first_use_is_refused_before_any_batch(
+    tmp_path: Any, front: str
+) -> None:
+    """Last round refused a handle opened in ``__init__``; one opened by the first
+    ``get_item`` slipped through and thread workers read other records' bytes. The pool now
+    builds its first batch alone and looks again: the epoch ends with an error naming the
+    attribute, and no batch (wrong or right) is delivered."""
+    path = str(tmp_path / "records.bin")
+    f4.write_records(path, 256)
+    ds = f4.LazyRecords(path, 256)
+    if front == "dataloader":
+        d = data.dataloader(ds, batch_size=8, shuffle=False, num_workers=4,
+                            worker_backend="thread")  # fmt: skip
+    else:
+        d = data.DataLoader(ds, batch_size=8, num_workers=4)
+    with d:
+        assert d.worker_backend == "thread"
+        delivered: list[Any] = []
+        with pytest.raises(ConfigError) as ei:
+            for b in d:
+                delivered.append(b)
+        assert delivered == []
+        assert re.match(
+            r"thread workers would share this dataset's dataset\.fh \(BufferedReader\), which "
+            r"its get_item opened while building batch \d \(a handle opened on first use\): "
+            r".*; nothing was delivered\. Fix: open per worker",
+            str(ei.value),
+        )
+    inline = data.dataloader(f4.LazyRecords(path, 256), batch_size=8, shuffle=False)
+    assert all(b["first"].tolist() == [i % 256 for i in idx(b)] for b in inline)
