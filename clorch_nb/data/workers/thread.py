@@ -73,7 +73,8 @@ class ThreadPool:
         # batch; the pool's first batch is built by one thread alone, then the dataset is looked
         # at again (thread_safety.lazy_handle_error) before any batch is built concurrently
         self._probed = threading.Event()
-        self._probe = threading.Lock()
+        self._probe = threading.Lock()  # guards _prober
+        self._prober: int | None = None  # the epoch token of the batch built alone, if any
         self._lazy_handle: BaseException | None = None
         if declared_thread_safe(dataset) or isinstance(dataset, TensorDataset):
             self._probed.set()  # guarded, or tensors only
@@ -185,7 +186,7 @@ class ThreadPool:
                 )
             finally:
                 if probing:
-                    self._end_probe(task.batch_index)
+                    self._end_probe(task.epoch, task.batch_index)
             if self._lazy_handle is not None:  # the epoch ends: no batch of it is delivered
                 n = len(task.indices)
                 result = BatchResult(task.epoch, task.batch_index, worker_id, None, n, 0.0, 0.0,
@@ -207,26 +208,28 @@ class ThreadPool:
 
     def _probe_turn(self, task: BatchTask) -> bool:
         """Until the pool's first batch is built: True for the thread that builds it alone;
-        the others wait for it (or for the epoch to be abandoned)."""
-        if self._probed.is_set():
-            return False
-        if self._probe.acquire(blocking=False):
-            if not self._probed.is_set():
-                return True
-            self._probe.release()
-            return False
-        while not self._probed.wait(0.05) and task.epoch == self._epoch and not self._closed:
-            pass
+        the others wait for it (or for their epoch to be abandoned). A prober stuck in an
+        abandoned epoch (a timeout) hands the turn to the next epoch's first thread."""
+        while not self._probed.is_set():
+            with self._probe:
+                if self._prober is None or self._prober != self._epoch:
+                    self._prober = task.epoch
+                    return True
+            if task.epoch != self._epoch or self._closed:
+                return False
+            self._probed.wait(0.05)
         return False
 
-    def _end_probe(self, batch_index: int) -> None:
+    def _end_probe(self, epoch: int, batch_index: int) -> None:
         try:
             handles = shared_handles(self.dataset)
             if handles:
                 self._lazy_handle = lazy_handle_error(handles, batch_index)
         finally:
-            self._probed.set()
-            self._probe.release()
+            with self._probe:
+                if self._prober == epoch or self._lazy_handle is not None:
+                    self._prober = None
+                    self._probed.set()
 
     def _abandoned(self, epoch: int | None) -> bool:
         # checked between items, so an abandoned epoch stops within one get_item
