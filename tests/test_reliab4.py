@@ -553,8 +553,8 @@ def test_a_handle_opened_on_first_use_is_refused_before_any_batch(
 ) -> None:
     """Last round refused a handle opened in ``__init__``; one opened by the first
     ``get_item`` slipped through and thread workers read other records' bytes. The pool now
-    builds its first batch alone and looks again: the epoch ends with an error naming the
-    attribute, and no batch (wrong or right) is delivered."""
+    looks again once its first batch is built, before handing any over: the epoch ends with an
+    error naming the attribute, and no batch (wrong or right) is delivered."""
     path = str(tmp_path / "records.bin")
     f4.write_records(path, 256)
     ds = f4.LazyRecords(path, 256)
@@ -572,7 +572,8 @@ def test_a_handle_opened_on_first_use_is_refused_before_any_batch(
         assert delivered == []
         assert re.match(
             r"thread workers would share this dataset's dataset\.fh \(BufferedReader\), which "
-            r"its get_item opened while building batch \d \(a handle opened on first use\): "
+            r"its get_item opened \(found when batch \d+ was built: a handle opened on first "
+            r"use\): "
             r".*; nothing was delivered\. Fix: open per worker",
             str(ei.value),
         )

@@ -19,8 +19,8 @@ stays the dataset's responsibility: the rule above.
 
 A handle opened lazily (``self.f = None`` in ``__init__``, opened by the first ``get_item``: the
 "open lazily so it pickles" idiom) is not there to see before the first batch. A thread pool
-therefore builds its first batch on one thread alone and looks again: a handle that appeared
-ends the epoch with :func:`lazy_handle_error` before any batch is built concurrently or
+therefore looks again when its first batch is built, before it hands any result over: a handle
+that appeared ends the epoch with :func:`lazy_handle_error`, so no batch read through it is
 delivered.
 """
 
@@ -165,18 +165,18 @@ def _fixes(spec: str) -> str:
 
 
 def lazy_handle_error(handles: list[str], batch_index: int) -> ConfigError:
-    """The error for a handle the dataset opened lazily, in its ``get_item`` while thread
-    worker built the pool's first batch ``batch_index`` alone (so before any batch was built
-    concurrently, and before any was delivered): B23's rule, found one batch later.
+    """The error for a handle the dataset opened lazily, in a ``get_item`` of the pool's first
+    batches (found when batch ``batch_index`` was built, before any batch was handed over):
+    B23's rule, found one batch later.
 
     Example:
         >>> str(lazy_handle_error(["dataset.f (BufferedReader)"], 0))[:72]
-        'thread workers would share this dataset's dataset.f (BufferedReader), w'
+        "thread workers would share this dataset's dataset.f (BufferedReader), wh"
     """
     return ConfigError(
         f"thread workers would share this dataset's {handles[0]}"
-        f"{' and more' if len(handles) > 1 else ''}, which its get_item opened while building "
-        f"batch {batch_index} (a handle opened on first use): every thread would read through "
+        f"{' and more' if len(handles) > 1 else ''}, which its get_item opened (found when batch "
+        f"{batch_index} was built: a handle opened on first use): every thread would read through "
         "its one position, so concurrent reads would silently return other items' bytes; "
         f"nothing was delivered. {_fixes(_OWN_HANDLE)}"
     )

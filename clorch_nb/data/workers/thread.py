@@ -70,11 +70,10 @@ class ThreadPool:
         self._closed = False
         self.rng_watch = RngWatch()  # B33: a get_item drawing from a global RNG
         # B23, lazily: a handle get_item opens on first use is not there before the first
-        # batch; the pool's first batch is built by one thread alone, then the dataset is looked
-        # at again (thread_safety.lazy_handle_error) before any batch is built concurrently
+        # batch; the dataset is looked at again once the first batch is built, before any
+        # result is handed over (thread_safety.lazy_handle_error)
         self._probed = threading.Event()
-        self._probe = threading.Lock()  # guards _prober
-        self._prober: int | None = None  # the epoch token of the batch built alone, if any
+        self._probe = threading.Lock()
         self._lazy_handle: BaseException | None = None
         if declared_thread_safe(dataset) or isinstance(dataset, TensorDataset):
             self._probed.set()  # guarded, or tensors only
@@ -149,7 +148,6 @@ class ThreadPool:
                     self._busy[worker_id] = task.batch_index
                     self._assigned[task.batch_index] = worker_id
             skipped: list[Skipped] | None = [] if self.skip_failures else None
-            probing = self._probe_turn(task)
             try:
                 if self._lazy_handle is not None:
                     raise self._lazy_handle
@@ -184,9 +182,8 @@ class ThreadPool:
                 result = BatchResult(
                     task.epoch, task.batch_index, worker_id, None, len(task.indices), 0.0, 0.0, exc
                 )
-            finally:
-                if probing:
-                    self._end_probe(task.epoch, task.batch_index)
+            if not self._probed.is_set():  # the first batches built: nothing handed over yet
+                self._look_again(task.batch_index)
             if self._lazy_handle is not None:  # the epoch ends: no batch of it is delivered
                 n = len(task.indices)
                 result = BatchResult(task.epoch, task.batch_index, worker_id, None, n, 0.0, 0.0,
@@ -206,30 +203,19 @@ class ThreadPool:
             if replaced:
                 return  # its slot has a fresh thread now
 
-    def _probe_turn(self, task: BatchTask) -> bool:
-        """Until the pool's first batch is built: True for the thread that builds it alone;
-        the others wait for it (or for their epoch to be abandoned). A prober stuck in an
-        abandoned epoch (a timeout) hands the turn to the next epoch's first thread."""
-        while not self._probed.is_set():
-            with self._probe:
-                if self._prober is None or self._prober != self._epoch:
-                    self._prober = task.epoch
-                    return True
-            if task.epoch != self._epoch or self._closed:
-                return False
-            self._probed.wait(0.05)
-        return False
-
-    def _end_probe(self, epoch: int, batch_index: int) -> None:
-        try:
-            handles = shared_handles(self.dataset)
-            if handles:
-                self._lazy_handle = lazy_handle_error(handles, batch_index)
-        finally:
-            with self._probe:
-                if self._prober == epoch or self._lazy_handle is not None:
-                    self._prober = None
-                    self._probed.set()
+    def _look_again(self, batch_index: int) -> None:
+        """Once, when the pool's first batch is built (before any result is handed over): look
+        at the dataset for handles again; one that appeared was opened by a get_item, and ends
+        the epoch (:func:`~clorch_nb.data.thread_safety.lazy_handle_error`)."""
+        with self._probe:
+            if self._probed.is_set():
+                return
+            try:
+                handles = shared_handles(self.dataset)
+                if handles:
+                    self._lazy_handle = lazy_handle_error(handles, batch_index)
+            finally:
+                self._probed.set()
 
     def _abandoned(self, epoch: int | None) -> bool:
         # checked between items, so an abandoned epoch stops within one get_item
