@@ -559,10 +559,10 @@ def test_a_handle_opened_on_first_use_is_refused_before_any_batch(
     f4.write_records(path, 256)
     ds = f4.LazyRecords(path, 256)
     if front == "dataloader":
-        d = data.dataloader(ds, batch_size=8, shuffle=False, num_workers=4,
+        d = data.dataloader(ds, batch_size=8, shuffle=False, num_workers=2,
                             worker_backend="thread")  # fmt: skip
     else:
-        d = data.DataLoader(ds, batch_size=8, num_workers=4)
+        d = data.DataLoader(ds, batch_size=8, num_workers=2)
     with d:
         assert d.worker_backend == "thread"
         delivered: list[Any] = []
@@ -577,8 +577,11 @@ def test_a_handle_opened_on_first_use_is_refused_before_any_batch(
             r".*; nothing was delivered\. Fix: open per worker",
             str(ei.value),
         )
-    inline = data.dataloader(f4.LazyRecords(path, 256), batch_size=8, shuffle=False)
+    ds.fh.close()
+    alone = f4.LazyRecords(path, 256)
+    inline = data.dataloader(alone, batch_size=8, shuffle=False)
     assert all(b["first"].tolist() == [i % 256 for i in idx(b)] for b in inline)
+    alone.fh.close()
 
 
 # -- named last round: resume from a checkpoint taken at an epoch boundary -----------------------
