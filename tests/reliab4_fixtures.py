@@ -72,3 +72,32 @@ class FailsWhileFlagged:
         if i in self.bad and os.path.exists(self.flag):
             raise OSError(f"storage hiccup at item {i}")
         return {"target": torch.tensor(i)}
+
+
+# -- classes named last round: a handle opened lazily, shared by thread workers -----------------
+
+
+class LazyRecords:
+    """``n`` fixed-size records in ``path`` (record ``i`` is 64 bytes of ``i % 256``), read with
+    ``seek`` + ``read`` through one handle opened on the first ``get_item`` (the "open lazily
+    so it pickles" idiom)."""
+
+    def __init__(self, path: str, n: int) -> None:
+        self.path, self.n = path, n
+        self.fh: Any = None
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, Any]:
+        if self.fh is None:
+            self.fh = open(self.path, "rb")  # noqa: SIM115 - kept open, on purpose
+        self.fh.seek(64 * i)
+        record = self.fh.read(64)
+        return {"target": torch.tensor(i), "first": torch.tensor(record[0])}
+
+
+def write_records(path: str, n: int) -> None:
+    with open(path, "wb") as fh:
+        for i in range(n):
+            fh.write(bytes([i % 256]) * 64)

@@ -73,6 +73,8 @@ def _fault_error_ok(ep: Episode, exc: BaseException, batch: int | None) -> str |
 
 def _fault_batch(ep: Episode, order: list[int] | None) -> int | None:
     """The batch in which the item fault must surface (None: it does not, or unknown)."""
+    if ep.max_failures is not None:
+        return None  # skipped (filled, or its batch dropped): no error surfaces
     if ep.fault in ("none", "slow", "env", "shm") or order is None or ep.at not in order:
         return None
     b = order.index(ep.at) // ep.batch_size

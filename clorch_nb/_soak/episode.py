@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clorch_nb import data
@@ -34,6 +34,8 @@ CONSUMERS = (
     "rerun",
 )
 ORDERS = ("seq", "shuffle", "dist", "list", "endless")
+#: item faults that raise an Exception (max_failures skips them; a BaseException is not skipped)
+SKIPPABLE = ("raise", "str", "lock", "init")
 
 
 class EndlessSampler:
@@ -79,6 +81,9 @@ class Episode:
         consumer (str): one of :data:`CONSUMERS`.
         k (int): batches taken before the consumer acts.
         delay_s (float): delay of the "close_thread" and "sigint" consumers.
+        max_failures (int | None): the loader's ``max_failures`` (drawn for faults that raise
+            an ``Exception``, in a known order): the faulty item is skipped by the fill rule,
+            and a batch of only that item is dropped (B62), with no error.
     """
 
     seed: int
@@ -99,6 +104,7 @@ class Episode:
     consumer: str
     k: int
     delay_s: float
+    max_failures: int | None = None
 
     def repro(self) -> str:
         """The one-line command that reruns this episode (a SIGINT's exact instant varies)."""
@@ -108,6 +114,7 @@ class Episode:
             f"width={self.width} order={self.order} drop_last={self.drop_last} "
             f"fault={self.fault}@{self.at} consumer={self.consumer} k={self.k} "
             f"delay={self.delay_s:.3f}s timeout_ms={self.timeout_ms}"
+            f"{'' if self.max_failures is None else f' max_failures={self.max_failures}'}"
         )
 
 
@@ -134,7 +141,7 @@ def draw(
     if rng.random() < 0.55:
         fault = rng.choice([f for f, where in ITEM_FAULTS.items() if backend in where])
     seconds = {"slow": rng.uniform(0.001, 0.01), "hang": 2.0}.get(fault, 0.0)
-    return Episode(
+    ep = Episode(
         seed=seed,
         index=index,
         backend=backend,
@@ -154,6 +161,10 @@ def draw(
         k=rng.randint(0, 4),
         delay_s=rng.uniform(0.0, 0.25),
     )
+    # drawn last, so every episode before this option existed keeps its other draws
+    if ep.fault in SKIPPABLE and ep.order in ("seq", "dist", "list") and rng.random() < 0.5:
+        ep = replace(ep, max_failures=4 * ep.n + 8)  # never spent: every fault is skipped
+    return ep
 
 
 def _sampler(ep: Episode) -> Any:
@@ -195,6 +206,7 @@ def make_loader(ep: Episode) -> data.DataLoader:
         drop_last=ep.drop_last,
         sampler=sampler,
         seed=ep.seed * 1000 + ep.index,
+        max_failures=ep.max_failures,
         **opts,
     )
 
@@ -211,11 +223,38 @@ def expected_order(ep: Episode) -> list[int] | None:
         order = list(range(ep.n)) if sampler is None else [int(i) for i in sampler]
     if ep.drop_last:
         order = order[: len(order) // ep.batch_size * ep.batch_size]
+    if ep.max_failures is not None:
+        order = skip_rule(order, ep.at, ep.batch_size)
     return order
+
+
+def skip_rule(order: list[int], bad: int, batch_size: int) -> list[int]:
+    """``order`` as ``max_failures`` delivers it when item ``bad`` always fails: in each batch
+    its places hold the next good item of the batch (wrapping); a batch of only ``bad`` is
+    dropped.
+
+    Example:
+        >>> skip_rule([0, 3, 3, 3, 4, 3], bad=3, batch_size=2)
+        [0, 0, 4, 4]
+    """
+    out: list[int] = []
+    for b in range(0, len(order), batch_size):
+        batch = order[b : b + batch_size]
+        if all(i == bad for i in batch):
+            continue  # nothing to fill it with: dropped (B62)
+        n = len(batch)
+        for p in range(n):
+            q = p
+            while batch[q] == bad:
+                q = (q + 1) % n
+            out.append(batch[q])
+    return out
 
 
 def epoch_size(ep: Episode) -> int:
     """How many indices one epoch delivers."""
+    if ep.max_failures is not None:
+        return len(expected_order(ep) or [])
     total = ep.n if ep.order in ("seq", "shuffle") else len(expected_order(ep) or [])
     if ep.order in ("seq", "shuffle") and ep.drop_last:
         total = total // ep.batch_size * ep.batch_size

@@ -16,6 +16,12 @@ Found one: ``worker_backend="auto"`` picks processes when the dataset has a ``pr
 seek + read) says so with a ``thread_safe = True`` attribute (``data.dataset(...,
 thread_safe=True)``). What the loader cannot see (a handle reached through several objects)
 stays the dataset's responsibility: the rule above.
+
+A handle opened lazily (``self.f = None`` in ``__init__``, opened by the first ``get_item``: the
+"open lazily so it pickles" idiom) is not there to see before the first batch. A thread pool
+therefore looks again when its first batch is built, before it hands any result over: a handle
+that appeared ends the epoch with :func:`lazy_handle_error`, so no batch read through it is
+delivered.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from clorch_nb.data.dataset import TorchMapDataset
 from clorch_nb.data.protocols import declares_thread_safe
 from clorch_nb.errors import ConfigError
 
-__all__ = ["check_thread_safe", "declared_thread_safe", "shared_handles"]
+__all__ = ["check_thread_safe", "declared_thread_safe", "lazy_handle_error", "shared_handles"]
 
 _CONNECTIONS = (socket.socket, sqlite3.Connection, sqlite3.Cursor)
 _LEAVES = (type(None), bool, int, float, complex, str, bytes, type, types.ModuleType)
@@ -144,9 +150,38 @@ def check_thread_safe(dataset: Any, *, has_process_spec: bool, requested: str) -
     raise ConfigError(
         f"worker_backend={requested!r} would run this dataset in thread workers, which share its "
         f"{handles[0]}{' and more' if len(handles) > 1 else ''}: a read position every get_item "
-        "moves, so concurrent reads would silently return other items' bytes. Fix: open per "
-        "worker (open the file inside get_item, keep one handle per thread in a "
+        f"moves, so concurrent reads would silently return other items' bytes. {_fixes(spec)}"
+    )
+
+
+def _fixes(spec: str) -> str:
+    return (
+        "Fix: open per worker (open the file inside get_item, keep one handle per thread in a "
         f"threading.local(), or read with os.pread, which has no shared position); or give it "
         f"{spec}; or, if a lock guards the handle, mark it thread_safe=True (an attribute of "
         "the dataset; data.dataset(..., thread_safe=True)); or use num_workers=0"
     )
+
+
+def lazy_handle_error(handles: list[str], batch_index: int) -> ConfigError:
+    """The error for a handle the dataset opened lazily, in a ``get_item`` of the pool's first
+    batches (found when batch ``batch_index`` was built, before any batch was handed over):
+    B23's rule, found one batch later.
+
+    Example:
+        >>> str(lazy_handle_error(["dataset.f (BufferedReader)"], 0))[:72]
+        "thread workers would share this dataset's dataset.f (BufferedReader), wh"
+    """
+    return ConfigError(
+        f"thread workers would share this dataset's {handles[0]}"
+        f"{' and more' if len(handles) > 1 else ''}, which its get_item opened (found when batch "
+        f"{batch_index} was built: a handle opened on first use): every thread would read through "
+        "its one position, so concurrent reads would silently return other items' bytes; "
+        f"nothing was delivered. {_fixes(_OWN_HANDLE)}"
+    )
+
+
+_OWN_HANDLE = (
+    "a process_spec so each process worker builds its own dataset, with its own handle "
+    "(worker_backend='process')"
+)

@@ -16,7 +16,9 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.skipping import Skipped
+from clorch_nb.data.thread_safety import declared_thread_safe, lazy_handle_error, shared_handles
 from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, batch_seed, set_worker_info, worker_seed
 from clorch_nb.data.workers.base import (
@@ -67,6 +69,14 @@ class ThreadPool:
         self._threads: list[threading.Thread | None] = [None] * self.num_workers
         self._closed = False
         self.rng_watch = RngWatch()  # B33: a get_item drawing from a global RNG
+        # B23, lazily: a handle get_item opens on first use is not there before the first
+        # batch; the dataset is looked at again once the first batch is built, before any
+        # result is handed over (thread_safety.lazy_handle_error)
+        self._probed = threading.Event()
+        self._probe = threading.Lock()
+        self._lazy_handle: BaseException | None = None
+        if declared_thread_safe(dataset) or isinstance(dataset, TensorDataset):
+            self._probed.set()  # guarded, or tensors only
         self._stops_sent = False
         for w in range(self.num_workers):
             self._spawn(w)
@@ -139,6 +149,8 @@ class ThreadPool:
                     self._assigned[task.batch_index] = worker_id
             skipped: list[Skipped] | None = [] if self.skip_failures else None
             try:
+                if self._lazy_handle is not None:
+                    raise self._lazy_handle
                 batch, fetch_s, collate_s = build_batch(
                     self.dataset,
                     self.collate_fn,
@@ -170,6 +182,12 @@ class ThreadPool:
                 result = BatchResult(
                     task.epoch, task.batch_index, worker_id, None, len(task.indices), 0.0, 0.0, exc
                 )
+            if not self._probed.is_set():  # the first batches built: nothing handed over yet
+                self._look_again(task.batch_index)
+            if self._lazy_handle is not None:  # the epoch ends: no batch of it is delivered
+                n = len(task.indices)
+                result = BatchResult(task.epoch, task.batch_index, worker_id, None, n, 0.0, 0.0,
+                                     self._lazy_handle, fatal=True)  # fmt: skip
             with self._slots:
                 replaced = self._threads[worker_id] is not me
                 if not replaced:
@@ -184,6 +202,20 @@ class ThreadPool:
             result = task = batch = None  # type: ignore[assignment]
             if replaced:
                 return  # its slot has a fresh thread now
+
+    def _look_again(self, batch_index: int) -> None:
+        """Once, when the pool's first batch is built (before any result is handed over): look
+        at the dataset for handles again; one that appeared was opened by a get_item, and ends
+        the epoch (:func:`~clorch_nb.data.thread_safety.lazy_handle_error`)."""
+        with self._probe:
+            if self._probed.is_set():
+                return
+            try:
+                handles = shared_handles(self.dataset)
+                if handles:
+                    self._lazy_handle = lazy_handle_error(handles, batch_index)
+            finally:
+                self._probed.set()
 
     def _abandoned(self, epoch: int | None) -> bool:
         # checked between items, so an abandoned epoch stops within one get_item
