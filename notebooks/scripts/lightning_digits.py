@@ -44,8 +44,10 @@ class Digits(lightning.LightningModule):
         self.steps: dict[int, list[list[int]]] = {}  # epoch -> the indices of each step
 
     def train_dataloader(self) -> torch.utils.data.DataLoader:
-        X, y = digits_tensors()  # (1797, 64), (1797,)
-        ds = torch.utils.data.TensorDataset(X, y, torch.arange(len(y)))  # the index rides along
+        images, labels = digits_tensors()  # (1797, 64) float32, (1797,) int64
+        ds = torch.utils.data.TensorDataset(
+            images, labels, torch.arange(len(labels))
+        )  # the index rides along
         make = data.DataLoader if self.loader == "clorch" else torch.utils.data.DataLoader
         return make(ds, batch_size=BATCH, shuffle=True, num_workers=0)
 
