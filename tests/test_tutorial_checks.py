@@ -1186,3 +1186,79 @@ def test_nb16_exercise_1_replay() -> None:
     hints(nb16.exercise_1(data.replay(loader(0, batch_size=32), epoch=1, rank=1, batch=5)),
           "batch_size=64")  # fmt: skip
     hints(nb16.exercise_1([0, 1, 2]), "pass what data.replay(...) returned")
+
+
+# -- 19 ---------------------------------------------------------------------------------------
+
+
+def _audit_counter(before: Any, after: Any, n: int) -> tuple[set[int], set[int]]:
+    from collections import Counter
+
+    reads = Counter(i for part in (before, after) for r in part for s in r for i in s)
+    return {i for i, c in reads.items() if c > 1}, set(range(n)) - set(reads)
+
+
+def _audit_loops(before: Any, after: Any, n: int) -> tuple[list[int], torch.Tensor]:
+    seen: set[int] = set()
+    twice: set[int] = set()
+    for rank in [*before, *after]:
+        for step in rank:
+            for i in step:
+                (twice if i in seen else seen).add(i)
+    never = torch.tensor(sorted(set(range(n)) - seen))  # a tensor and a list are fine too
+    return sorted(twice), never
+
+
+def _audit_per_rank(before: Any, after: Any, n: int) -> tuple[set[int], set[int]]:
+    repeated, seen = set(), set()
+    for b, a in zip(before, after, strict=False):  # rank by rank: misses reads across ranks
+        bs, as_ = {i for s in b for i in s}, {i for s in a for i in s}
+        repeated |= bs & as_
+        seen |= bs | as_
+    return repeated, set(range(n)) - seen
+
+
+def _audit_before_and_after(before: Any, after: Any, n: int) -> tuple[set[int], set[int]]:
+    b = {i for r in before for s in r for i in s}
+    a = {i for r in after for s in r for i in s}
+    return b & a, set(range(n)) - a - b  # misses a repeat inside one part (padding, elastic)
+
+
+def _audit_after_only(before: Any, after: Any, n: int) -> tuple[set[int], set[int]]:
+    repeated, _ = _audit_counter(before, after, n)
+    return repeated, set(range(n)) - {i for r in after for s in r for i in s}
+
+
+def _audit_max_index(before: Any, after: Any, n: int) -> tuple[set[int], set[int]]:
+    repeated, _ = _audit_counter(before, after, n)
+    seen = {i for part in (before, after) for r in part for s in r for i in s}
+    return repeated, set(range(max(seen) + 1)) - seen  # the size guessed from what was read
+
+
+def test_nb19_audit_of_a_resume() -> None:
+    from clorch_nb.tutorial import nb19
+
+    passes(nb19.exercise_1(_audit_counter))
+    passes(nb19.exercise_1(_audit_loops))
+    check = nb19.exercise_1(_audit_counter)
+    assert "read 384 digits twice and never showed 261" in check.message
+    assert "read 1 twice (the sampler's padding) and missed 0" in check.message
+    hints(nb19.exercise_1(_audit_per_rank), "on the exact resume", "every rank")
+    hints(nb19.exercise_1(_audit_before_and_after), "a resume on another number of ranks")
+    hints(nb19.exercise_1(_audit_after_only), "on the exact resume", "never_seen", "too many")
+    hints(nb19.exercise_1(_audit_max_index), "another number of ranks", "never_seen", "missing")
+    hints(nb19.exercise_1(lambda before, after, n: set()), "(repeated, never_seen)")
+    hints(nb19.exercise_1(lambda before, after, n: (3, set())), "return a set")
+    hints(nb19.exercise_1(_audit_counter([], [], 3)), "pass the function itself")
+    hints(nb19.exercise_1(...), "replace the ...")
+
+
+def test_nb19_rank_steps_are_torchs_distributed_sampler_in_batches() -> None:
+    from clorch_nb.tutorial import nb19
+
+    steps = nb19.rank_steps(1797, 2, 64)
+    assert [len(r) for r in steps] == [15, 15] and [len(r[-1]) for r in steps] == [3, 3]
+    reads = sorted(i for r in steps for s in r for i in s)
+    assert len(reads) == 1798 and set(reads) == set(range(1797))  # one padded repeat
+    s = torch.utils.data.DistributedSampler(range(1797), num_replicas=2, rank=1, seed=0)  # type: ignore[arg-type]
+    assert [i for step in steps[1] for i in step] == list(s)
