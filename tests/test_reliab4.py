@@ -563,7 +563,7 @@ def test_a_handle_opened_on_first_use_is_refused_before_any_batch(
         d = data.dataloader(ds, batch_size=8, shuffle=False, num_workers=2,
                             worker_backend="thread")  # fmt: skip
     else:
-        d = data.DataLoader(ds, batch_size=8, num_workers=2)
+        d = data.DataLoader(ds, batch_size=8, num_workers=2, worker_backend="thread")
     with d:
         assert d.worker_backend == "thread"
         delivered: list[Any] = []
