@@ -31,6 +31,7 @@ import sqlite3
 import types
 from typing import Any
 
+from clorch_nb._refs import function_references
 from clorch_nb.data.dataset import TorchMapDataset
 from clorch_nb.data.protocols import declares_thread_safe
 from clorch_nb.errors import ConfigError
@@ -56,15 +57,7 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
     if isinstance(obj, types.MethodType):
         return [(".__self__", obj.__self__)]
     if isinstance(obj, types.FunctionType):
-        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False):
-            try:
-                out.append((f" (closure {name})", cell.cell_contents))
-            except ValueError:  # an empty cell
-                continue
-        for name in obj.__code__.co_names:
-            if name in obj.__globals__:
-                out.append((f" (global {name})", obj.__globals__[name]))
-        return out
+        return function_references(obj)
     if isinstance(obj, dict):
         return [(f"[{k!r}]", v) for k, v in list(obj.items())[:100]]
     if isinstance(obj, list | tuple | set | frozenset):

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
+from clorch_nb._refs import function_references
 from clorch_nb.errors import NotShippableError
 
 __all__ = [
@@ -120,16 +121,7 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
     if isinstance(obj, types.FunctionType):
         if not _by_value(obj):
             return []  # pickled by reference: nothing of it travels
-        out: list[tuple[str, Any]] = []
-        for name, cell in zip(obj.__code__.co_freevars, obj.__closure__ or (), strict=False):
-            try:
-                out.append((f" (closure {name})", cell.cell_contents))
-            except ValueError:  # an empty cell
-                continue
-        for name in obj.__code__.co_names:
-            if name in obj.__globals__:
-                out.append((f" (global {name})", obj.__globals__[name]))
-        return out
+        return function_references(obj)
     if isinstance(obj, dict):
         return [(f"[{k!r}]", v) for k, v in list(obj.items())[:200]]
     if isinstance(obj, list | tuple | set | frozenset):
