@@ -41,6 +41,7 @@ from clorch_nb.tutorial import (
     nb14,
     nb15,
     nb16,
+    nb17,
 )
 
 X, Y = digits_tensors(flat=False)
@@ -1186,3 +1187,66 @@ def test_nb16_exercise_1_replay() -> None:
     hints(nb16.exercise_1(data.replay(loader(0, batch_size=32), epoch=1, rank=1, batch=5)),
           "batch_size=64")  # fmt: skip
     hints(nb16.exercise_1([0, 1, 2]), "pass what data.replay(...) returned")
+
+
+# -- notebook 17: an IterableDataset split over process workers ---------------------------------
+
+
+class _Contiguous(torch.utils.data.IterableDataset):  # right: a contiguous part per worker
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        per = -(-self.n // info.num_workers)
+        return iter(range(info.id * per, min(self.n, (info.id + 1) * per)))
+
+
+class _Strided(torch.utils.data.IterableDataset):  # right, written otherwise: every 2nd item
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        wid, count = (0, 1) if info is None else (info.id, info.num_workers)
+        yield from range(wid, self.n, count)
+
+
+class _NoSplit(_Contiguous):  # wrong: every worker iterates everything
+    def __iter__(self) -> Any:
+        return iter(range(self.n))
+
+
+class _FloorSplit(_Contiguous):  # wrong: n // num_workers per worker loses the last item
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        per = self.n // info.num_workers
+        return iter(range(info.id * per, (info.id + 1) * per))
+
+
+class _WorkerZeroOnly(_Contiguous):  # wrong: once each, but worker 1 does nothing
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        return iter(range(self.n) if info is None or info.id == 0 else [])
+
+
+class _AssumesWorkers(_Contiguous):  # wrong: get_worker_info() is None without workers
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        return iter(range(info.id, self.n, info.num_workers))
+
+
+@pytest.mark.timeout(180)
+def test_nb17_exercise_1_each_item_once() -> None:
+    passes(nb17.exercise_1(_Contiguous(101)))
+    passes(nb17.exercise_1(_Strided(101)))
+    hints(nb17.exercise_1(_NoSplit(101)), "came 2 times", "get_worker_info().id")
+    hints(nb17.exercise_1(_FloorSplit(101)), "[100] never came")
+    hints(nb17.exercise_1(_WorkerZeroOnly(101)), "worker 1 yielded nothing")
+    hints(nb17.exercise_1(_AssumesWorkers(101)), "get_worker_info() is None")
+    hints(nb17.exercise_1(list(range(101))), "pass an instance of your class")
+    hints(nb17.exercise_1(...), "replace the ...")
