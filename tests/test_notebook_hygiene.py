@@ -23,7 +23,7 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 MAX_OUTPUT_BYTES = 200 * 1024
 # Written on other branches (issue 14 links them from 00 and 08 already); empty this once they
 # are merged, so that a link to a missing notebook fails again.
-FORTHCOMING: set[str] = {"18_mixing_sources.ipynb"}  # linked before it exists
+FORTHCOMING: set[str] = set()  # notebooks linked before they exist (none now)
 
 
 def _read(path: Path) -> nbformat.NotebookNode:

@@ -42,6 +42,7 @@ from clorch_nb.tutorial import (
     nb15,
     nb16,
     nb17,
+    nb18,
 )
 
 X, Y = digits_tensors(flat=False)
@@ -1250,3 +1251,29 @@ def test_nb17_exercise_1_each_item_once() -> None:
     hints(nb17.exercise_1(_AssumesWorkers(101)), "get_worker_info() is None")
     hints(nb17.exercise_1(list(range(101))), "pass an instance of your class")
     hints(nb17.exercise_1(...), "replace the ...")
+
+
+# -- notebook 18: the exact shares of a mix ------------------------------------------------------
+
+
+def test_nb18_exercise_1_exact_shares() -> None:
+    clean = data.tensor_dataset(torch.zeros(1797, 1), torch.zeros(1797, dtype=torch.long))
+    jittered = data.dataset(size=1797, get_item=lambda i: {"data": torch.ones(1), "target": 0})
+    two = {"clean": clean, "jittered": jittered}
+
+    def mixed(weights: dict[str, float], **kw: Any) -> data.MixedDataset:
+        return data.mix(two, weights, **{"epoch_size": 1000, **kw})
+
+    passes(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 286))
+    m = mixed({"jittered": 1.0, "clean": 2.5})  # the same ratio, another order and scale
+    passes(nb18.exercise_1(m, np.int64(m.plan.counts[m.plan.names.index("jittered")])))
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 285), "rounded down")
+    hints(nb18.exercise_1(mixed({"clean": 2, "jittered": 5}), 714), "5 clean digits for every 2")
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}, epoch_size=None), 1027),
+          "epoch_size=1000")  # fmt: skip
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 449), "holds 286 jittered")
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 285.71), "not a whole number")
+    hints(nb18.exercise_1(data.mix({"a": clean, "b": jittered}, {"a": 5, "b": 2}), 286),
+          "named 'clean' and 'jittered'")  # fmt: skip
+    hints(nb18.exercise_1(two, 286), "pass what data.mix(...) returned")
+    hints(nb18.exercise_1(..., 286), "replace the ...")

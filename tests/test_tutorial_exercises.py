@@ -27,7 +27,7 @@ LESSONS = [p for p in PATHS if p.name != "00_index.ipynb"]
 EXERCISE = re.compile(r"\*\*Exercise (\d+)\.\*\*")
 CALL = re.compile(r"\bcheck\.exercise_(\d+)\(")
 # Notebooks written on other branches: links to them may exist before the files do.
-FORTHCOMING: set[str] = {"18_mixing_sources.ipynb"}  # linked before it exists
+FORTHCOMING: set[str] = set()  # notebooks linked before they exist (none now)
 
 
 def _read(path: Path) -> nbformat.NotebookNode:

@@ -86,7 +86,7 @@ class _WhoYields(IterableDataset[tuple[int, Any]]):
 
 
 def _pairs(loader: Any) -> list[tuple[int, int]]:
-    out = []
+    out: list[tuple[Any, Any]] = []
     for wids, items in loader:
         out.extend(zip(wids.tolist(), items.tolist(), strict=True))
     return [(int(w), int(i)) for w, i in out]
@@ -121,11 +121,12 @@ def _exercise_1(stream: Any) -> str:
         pairs = _pairs(loader)
     counts = Counter(item for _, item in pairs)
     twice = sorted(i for i, c in counts.items() if c > 1)
+    first = twice[0] if twice else -1
     require(
         not twice,
-        f"with 2 workers item {twice[0] if twice else 0} came {counts[twice[0]] if twice else 0} "
-        f"times ({len(pairs)} items for {n}): each worker iterates the whole dataset unless "
-        "__iter__ splits the work by get_worker_info().id and .num_workers",
+        f"with 2 workers item {first} came {counts[first]} times ({len(pairs)} items for {n}): "
+        "each worker iterates the whole dataset unless __iter__ splits the work by "
+        "get_worker_info().id and .num_workers",
     )
     missing = sorted(set(range(n)) - set(counts))
     require(
