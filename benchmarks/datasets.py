@@ -11,6 +11,7 @@ Every factory is cheap to call except :func:`records` (it builds the big Python 
 from __future__ import annotations
 
 import functools
+import io
 import os
 import random
 from pathlib import Path
@@ -215,6 +216,68 @@ def jpeg_item(path: str, idx: int, out_side: int) -> dict[str, Any]:
         arr = np.array(im)  # a writable copy
     t = torch.from_numpy(arr).permute(2, 0, 1).float().div_(255.0)
     return {"image": (t - _MEAN) / _STD, "target": idx % 2}
+
+
+def shard_bin(item: dict[str, Any]) -> torch.Tensor:
+    """Benchmark 9's shared transform: a shard item's ``bin`` field as a uint8 tensor (module
+    level in a light module: a process worker imports it by name)."""
+    return torch.frombuffer(bytearray(item["bin"]), dtype=torch.uint8)
+
+
+def jpeg_augment(im: Any, out_side: int) -> torch.Tensor:
+    """What :func:`jpeg_item` does to a decoded Pillow image (crop 7/8, resize, flip, normalise):
+    ``(3, out_side, out_side)`` float32."""
+    from PIL import Image
+
+    im = im.convert("RGB")
+    w, h = im.size
+    c = w * 7 // 8
+    x, y = random.randint(0, w - c), random.randint(0, h - c)
+    im = im.resize((out_side, out_side), Image.BILINEAR, box=(x, y, x + c, y + c))
+    if random.random() < 0.5:
+        im = im.transpose(Image.FLIP_LEFT_RIGHT)
+    t = torch.from_numpy(np.array(im)).permute(2, 0, 1).float().div_(255.0)
+    return (t - _MEAN) / _STD
+
+
+def jpeg_tars(folder: str, shards: int, per_shard: int) -> list[str]:
+    """WebDataset tars of the :func:`jpeg_files` photos (``jpg`` and ``cls`` fields; the JPEG
+    crops of scikit-learn's sample photos, written under ``folder/jpeg-src``), ``shards`` tars
+    of ``per_shard`` items; written once, kept."""
+    import tarfile
+
+    files = jpeg_files(os.path.join(folder, "jpeg-src"), shards * per_shard)
+    out = []
+    for s in range(shards):
+        path = os.path.join(folder, f"jpeg-{s:05d}.tar")
+        out.append(path)
+        if os.path.exists(path):
+            continue
+        with tarfile.open(path + ".part", "w") as tar:
+            for i in range(per_shard):
+                k = s * per_shard + i
+                tar.add(files[k], arcname=f"{k:06d}.jpg")
+                blob = str(k % 2).encode()
+                info = tarfile.TarInfo(f"{k:06d}.cls")
+                info.size = len(blob)
+                tar.addfile(info, io.BytesIO(blob))
+        os.replace(path + ".part", path)
+    return out
+
+
+#: the side :func:`jpeg_shard_item` resizes to (a module constant: the transform is imported
+#: by process workers by name)
+JPEG_SIDE = 192
+
+
+def jpeg_shard_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A shard item of :func:`jpeg_tars` decoded (Pillow, from the bytes) and augmented as
+    :func:`jpeg_item`: ``{"image": (3, 192, 192) float32, "target": int}``."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(item["jpg"])) as im:
+        image = jpeg_augment(im, JPEG_SIDE)
+    return {"image": image, "target": int(bytes(item["cls"]))}
 
 
 def jpeg_items(root: str, count: int, out_side: int, size: int) -> Any:

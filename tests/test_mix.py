@@ -520,17 +520,40 @@ def test_set_epoch_and_indices_are_checked() -> None:
         m.locate([0, 12])
 
 
-def test_process_workers_refusal_names_the_source() -> None:
+@pytest.mark.timeout(120)
+def test_process_workers_take_a_source_without_a_process_spec_by_value() -> None:
+    """A source built from a cell's function (no ``process_spec``) used to make process workers
+    refuse the mix; the mix is now sent by value: the batches of inline, in 2 processes."""
+
+    def notes(i: int) -> dict[str, torch.Tensor]:
+        return {"data": torch.tensor([float(9000 + i)]), "target": torch.tensor(9000 + i)}
+
     m = data.mix(
-        {"web": sources({"w": 5})["w"], "notes": data.dataset(size=3, get_item=lambda i: i)},
+        {"web": sources({"w": 5})["w"], "notes": data.dataset(size=3, get_item=notes)},
         {"web": 1, "notes": 1},
     )
     assert m.process_spec is None
-    with pytest.raises(ConfigError) as info:
-        data.dataloader(m, num_workers=2, worker_backend="process")
-    text = str(info.value)
-    assert "its source 'notes' (FunctionDataset(size=3)) has no process_spec" in text
-    assert "give sources['notes'] a process_spec" in text and "worker_backend='thread'" in text
+    inline = tags(data.dataloader(m, batch_size=2, shuffle=False))
+    with data.dataloader(m, batch_size=2, shuffle=False, num_workers=2,
+                         worker_backend="process") as loader:  # fmt: skip
+        assert loader.worker_backend == "process"
+        assert tags(loader) == inline
+    assert sum(t >= 9000 for t in inline) == sum(t < 9000 for t in inline) == 4  # 1 : 1 of 8
+
+
+def test_process_workers_refusal_names_the_source_that_cannot_ship(tmp_path: Path) -> None:
+    handle = open(tmp_path / "notes.txt", "w")  # noqa: SIM115 - the attribute under test
+    try:
+        holder = data.dataset(size=3, get_item=lambda i: {"data": torch.zeros(1),
+                                                          "target": torch.tensor(i)})  # fmt: skip
+        holder.log = handle
+        m = data.mix({"web": sources({"w": 5})["w"], "notes": holder}, {"web": 1, "notes": 1})
+        with pytest.raises(ConfigError) as info:
+            data.dataloader(m, num_workers=2, worker_backend="process")
+        assert "notes" in str(info.value) and "log" in str(info.value)
+        assert "open file" in str(info.value)
+    finally:
+        handle.close()
 
 
 def test_repr_says_what_each_epoch_takes() -> None:

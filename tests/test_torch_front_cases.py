@@ -5,6 +5,7 @@ takes its workers along, as torch's iterator does."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import psutil
 import pytest
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 def test_b61_a_dropped_iterator_ends_its_workers(processes: bool) -> None:
     """B61: two batches, ``del it``: torch 2.13 leaves no worker; ours left both alive for the
     loader's life. Threads and processes alike; the next epoch starts fresh workers."""
-    loader = data.DataLoader(WorkerIdDataset(64, processes), batch_size=4, num_workers=2)
+    loader = data.DataLoader(WorkerIdDataset(64, processes), batch_size=4, num_workers=2,
+                             worker_backend="process" if processes else "thread")  # fmt: skip
     assert loader.worker_backend == ("process" if processes else "thread")
     it = iter(loader)
     next(it), next(it)
@@ -51,3 +53,20 @@ def test_b61_persistent_workers_and_a_newer_epoch_keep_theirs() -> None:
     gc.collect()
     assert next(new)[0].tolist() == [0, 1, 2, 3] and loader.worker_pool is not None
     loader.close()
+
+
+def test_b61_an_iterator_collected_on_another_thread_ends_the_workers_from_its_own() -> None:
+    """The cyclic GC may collect a dropped iterator on any thread (one of the pool's own):
+    the workers are then ended from a short thread, never by a thread joining itself."""
+    loader = data.DataLoader(WorkerIdDataset(64), batch_size=4, num_workers=2)
+    it = iter(loader)
+    next(it)
+    box = [it]  # the last reference, dropped on another thread
+    del it
+    dropper = threading.Thread(target=box.clear)
+    dropper.start()
+    dropper.join(30)
+    for t in threading.enumerate():
+        if t.name == "clorch_nb-release-workers":
+            t.join(30)
+    assert loader.worker_pool is None

@@ -23,7 +23,14 @@ from typing import Any
 
 import torch
 
+from benchmarks import datasets
+
 #: labels in the table
+#: the shared transform: the ``bin`` field as a uint8 tensor; defined in ``benchmarks.datasets``
+#: so a process worker that imports it by name does not import every scenario module (this
+#: package's ``__init__``: hundreds of ms per worker, none of it the loader's)
+decode = datasets.shard_bin
+
 LABELS = {
     "torch": "torch IterableDataset",
     "webdataset": "webdataset",
@@ -40,18 +47,6 @@ PACKAGES = {
 }
 #: why Mosaic ``streaming`` is not in the ``bench`` extra (found with ``pip install --dry-run
 #: --report`` against this project's pins, torch held at 2.13.0 by a constraint)
-MOSAIC_LEFT_OUT = (
-    "not installed: left out of the bench extra. mosaicml-streaming 0.13.0 requires "
-    "numpy<2.2.0 (the project runs numpy 2.4) and transformers<5, whose huggingface-hub<1.0 "
-    "pin forces HF datasets back to 2.14.4; with numpy held, pip falls back to "
-    "mosaicml-streaming 0.10.0 with the same transformers/datasets downgrade plus the "
-    "azure/gcs/oci SDKs"
-)
-
-
-def decode(item: dict[str, Any]) -> torch.Tensor:
-    """The shared transform: the ``bin`` field as a uint8 tensor (module level: picklable)."""
-    return torch.frombuffer(bytearray(item["bin"]), dtype=torch.uint8)
 
 
 def decode_collate(items: list[dict[str, Any]]) -> torch.Tensor:
@@ -60,13 +55,13 @@ def decode_collate(items: list[dict[str, Any]]) -> torch.Tensor:
 
 
 def available(kind: str) -> str | None:
-    """None when the anchor ``kind`` imports; else the note for its rows."""
+    """None when the anchor ``kind`` imports; else the note for its rows (Mosaic streaming: when
+    its own venv, :mod:`benchmarks.mosaic_env`, is made or can be made)."""
     if kind == "mosaic":
-        try:
-            import streaming  # noqa: F401
-        except ImportError:
-            return MOSAIC_LEFT_OUT
-        return None
+        from benchmarks import mosaic_env
+
+        got = mosaic_env.ensure(build=False)
+        return got if isinstance(got, str) else None
     if kind not in PACKAGES:
         return None
     pip_name, module = PACKAGES[kind]
@@ -254,3 +249,43 @@ def s3_endpoint(paths: list[str], bucket: str = "shards") -> Iterator[dict[str, 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+class MosaicChild:
+    """Mosaic ``streaming`` in its own venv (``benchmarks/mosaic_child.py`` run by the venv's
+    python), asked one command at a time so its repeats interleave with the others'."""
+
+    def __init__(self, python: Any) -> None:
+        script = Path(__file__).resolve().parent.parent / "mosaic_child.py"
+        self.proc = subprocess.Popen(
+            [str(python), str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, text=True, bufsize=1,
+        )  # fmt: skip
+        self.local = ""  # the MDS folder it reads (set by "convert" or "local")
+
+    def ask(self, op: str, **kw: Any) -> dict[str, Any]:
+        """Send one command; its answer (raises RuntimeError with the child's error)."""
+        import json
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"op": op, **kw}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the Mosaic child exited (code {self.proc.poll()})")
+        answer: dict[str, Any] = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        if op in ("convert", "local"):
+            self.local = kw.get("out", kw.get("dir", ""))
+        return answer
+
+    def close(self) -> None:
+        """End the child (its workers with it)."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

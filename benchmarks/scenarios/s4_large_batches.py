@@ -250,7 +250,13 @@ def _run(ctx: Context) -> list[Row]:
             "the rest is Python on both sides, each about the floor itself in CPU (parent: "
             "poll, unpickle, the epoch's bookkeeping; worker: seeding random/numpy/torch per "
             "batch, get_worker_info, warning capture, the autograd check, pickling the reply), "
-            "and the two overlap only with prefetch. Profile: benchmarks/RESULTS.md, issue 23"
+            "and the two overlap only with prefetch. Measured 2026-12-02 (CPU time, psutil, "
+            "4,000 batches): parent ≈32 µs, worker ≈40 µs a batch; of the worker's, the "
+            "per-batch seeding is ≈7 µs (random.seed 4.3, numpy 1.4, torch 1.1). Kept on "
+            "purpose: the lazy alternative (no reseed per batch) saves those 7 µs but makes a "
+            "get_item that draws from random/numpy/torch depend on the worker count and "
+            "prefetch order; seeding each batch from its position gives the same batches on "
+            "any backend. Profile: benchmarks/RESULTS.md, issue 23"
             if b_us is not None
             else "",
         )

@@ -1,8 +1,10 @@
 """(7) Instrumentation and live-view overhead on the tensor path.
 
-``tensor_dataset`` N×D float32 at batch 64, shuffled, inline: three loaders over the same data —
+``tensor_dataset`` N×D float32 at batch 64, shuffled, inline: four loaders over the same data —
 no subscriber (the always-on counters only); one ``loader.subscribe`` callback that keeps every
-event (``deque(maxlen=4096).append``: the bus's own cost); and
+event (``deque(maxlen=4096).append``: the bus's own cost, a ``BatchEvent`` per batch); the same
+as a :class:`~clorch_nb.instrumentation.Batched` subscriber (``deque.extend`` of each list of
+batch records: no event object per batch); and
 ``for batch in clorch_nb.widgets.monitor(loader)`` with its live updates forced on as in a
 kernel (``live=True``; display output is captured, not printed). One measurement is a run of
 several epochs back to back (about a second, so the monitor's 4 Hz refreshes and budgeted chart
@@ -24,6 +26,7 @@ import torch
 
 from benchmarks.harness import Context, Row, Series, close_loader, versus
 from clorch_nb import data
+from clorch_nb.instrumentation import Batched
 
 TITLE = "7 instrumentation overhead"
 
@@ -64,6 +67,10 @@ def run(ctx: Context) -> list[Row]:
     # The cheapest real subscriber (a bounded C-level append): what remains is the bus's cost.
     seen: collections.deque[Any] = collections.deque(maxlen=4096)
     unsubscribe = subscribed.subscribe(seen.append)
+    # The same, as a Batched subscriber (what the widgets use): lists of plain record tuples
+    batched = data.dataloader(ds, batch_size=bs, shuffle=True)
+    seen_batched: collections.deque[Any] = collections.deque(maxlen=4096)
+    unsubscribe_batched = batched.subscribe(Batched(seen_batched.extend))
     monitored = data.dataloader(ds, batch_size=bs, shuffle=True)
     totals: dict[str, list[float]] = {}
 
@@ -78,6 +85,7 @@ def run(ctx: Context) -> list[Row]:
     cases = {
         "no subscriber": case("no subscriber", lambda: plain),
         "one subscriber": case("one subscriber", lambda: subscribed),
+        "one Batched subscriber": case("one Batched subscriber", lambda: batched),
     }
     mon_note = ctx.avail["monitor"][1] if not ctx.avail["monitor"][0] else ""
     if ctx.avail["monitor"][0]:
@@ -92,9 +100,10 @@ def run(ctx: Context) -> list[Row]:
     with contextlib.redirect_stdout(io.StringIO()):
         res = ctx.measure(TITLE, cases, unit="s", repeats=2 * ctx.repeats)
     unsubscribe()
-    for ld in (plain, subscribed, monitored):
+    unsubscribe_batched()
+    for ld in (plain, subscribed, batched, monitored):
         close_loader(ld)
-    if not seen:
+    if not seen or not seen_batched:
         raise RuntimeError("the subscriber saw no event")
     med = {k: s.median for k, s in res.items()}
     tot = {}
@@ -125,6 +134,20 @@ def run(ctx: Context) -> list[Row]:
             "same loader, no subscriber",
             res["no subscriber"],
             ("<=", 1.02),
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{case_txt}: steady-state loop time",
+            "time ↓",
+            "s",
+            "loader + 1 Batched subscriber",
+            res["one Batched subscriber"],
+            "same loader, no subscriber",
+            res["no subscriber"],
+            ("<=", 1.02),
+            note="instrumentation.Batched(deque.extend): the batch records in lists, no event "
+            "object per batch (what widgets.monitor subscribes as)",
         ),
         versus(
             ctx,

@@ -2,7 +2,8 @@
 against the streaming loaders users pick, on the same files: a torch ``IterableDataset`` that
 splits shards by ``get_worker_info()``, ``webdataset``, Hugging Face ``datasets`` streaming
 (its ``webdataset`` builder), litdata (after its conversion step, ``litdata.optimize``, timed as
-its own row) and Mosaic ``streaming`` (reported as not installed: see its row's note).
+its own row) and Mosaic ``streaming`` (in its own venv, made by the benchmark: its numpy < 2.2
+pin cannot share the project's; its conversion step, ``MDSWriter``, timed as its own row).
 
 The shard set: ``S`` tars of ``n`` items, each item a 4 KiB ``bin`` field and a ``cls`` field
 (written once, in a temporary folder). Every loader turns an item into a ``(4096,)`` uint8 tensor
@@ -17,18 +18,22 @@ started, shards opened); the resume cost at 50 % of the epoch (ours: a fresh loa
 ``load_state_dict`` + the first batch; litdata and HF: the same with their own ``state_dict``
 (HF through torchdata's ``StatefulDataLoader``, as HF documents); torch and webdataset: a fresh
 loader iterated to the same batch, the only way to get there); the peak RSS of the parent and its
-workers over a fresh epoch (sampled every 20 ms); the cost of counting the shards on first use
-(with the cache) against litdata's conversion. From S3 (moto's server in its own process on
-127.0.0.1, read through s3fs): items/s and time to the first batch of ours, the torch stream
-(fsspec) and HF streaming (``storage_options``). The memory-bound row streams shards totalling
-many times the loader's working set through 2 process workers and reports the largest worker
-RSS growth against the documented bound (see :func:`memory_bound_row`).
+workers over a fresh epoch (sampled every 20 ms), each case in a fresh interpreter
+(``s9_peak_child``: the case's own peak, its imports included); the cost of counting the shards
+on first use (with the cache) against litdata's conversion. From S3 (moto's server in its own
+process on 127.0.0.1, read through s3fs): items/s and time to the first batch of ours, the torch
+stream (fsspec) and HF streaming (``storage_options``). The memory-bound row streams shards
+totalling many times the loader's working set through 2 process workers and reports the largest
+worker RSS growth against the documented bound (see :func:`memory_bound_row`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -39,7 +44,8 @@ from typing import Any
 import psutil
 import torch
 
-from benchmarks.harness import Context, Row, Series, close_loader, versus
+from benchmarks import datasets, mosaic_env
+from benchmarks.harness import REPO, Context, Row, Series, close_loader, torch_threads, versus
 from benchmarks.scenarios import _stream_anchors as anchors
 from benchmarks.scenarios._stream_anchors import LABELS, TarStream, decode
 from benchmarks.scenarios._workers import TIMEOUT_MS
@@ -95,9 +101,9 @@ class PeakRss:
         self._thread.join()
 
 
-def _ours(ds: Any, workers: int) -> Any:
+def _ours(ds: Any, workers: int, batch: int = BATCH) -> Any:
     s = data.distributed_sampler(ds, num_replicas=1, rank=0, shuffle=False)
-    kw: dict[str, Any] = {"batch_size": BATCH, "sampler": s}
+    kw: dict[str, Any] = {"batch_size": batch, "sampler": s}
     if workers:
         kw.update(num_workers=workers, worker_backend="process", timeout_ms=TIMEOUT_MS)
     return data.dataloader(ds, **kw)
@@ -132,11 +138,13 @@ WHY = {
     "row). Ours no longer parses tar headers when reading (the index records where each file's "
     "data lies; before that fix, about half of our per-item time). cProfile of ours at 0 "
     "workers after it: the inline loader's per-batch save/restore of the global RNGs "
-    "(worker_info.seeded_globals, ~0.2 ms a batch on this machine, numpy's get_state/set_state "
-    "~75 us each; about 1/5 of our time at batch 64; torch's DataLoader at 0 workers, which "
-    "litdata uses, does not reseed), then the tar read (a slice per file and a key decode per "
-    "item, ~3 us with the I/O), the block cache's bookkeeping (~1 us), and the shared transform "
-    "and collate",
+    "(worker_info.seeded_globals: 86 us a batch in CPU time on 2026-12-02, of which numpy's "
+    "get_state + set_state 65 us; torch's DataLoader at 0 workers, which litdata uses, does not "
+    "reseed). Kept on purpose: the lazy alternative, seeding without the save/restore, costs "
+    "7 us but leaves the training loop's own random/numpy/torch draws reseeded at every batch "
+    "(the same numbers each step); numpy has no cheaper way to copy its global state. Then "
+    "the tar read (a slice per file and a key decode per item, ~3 us with the I/O), the block "
+    "cache's bookkeeping (~1 us), and the shared transform and collate",
 }
 WHY_S3 = (
     "ours reads a whole block (block_items items, ~1.2 MB) per ranged GET from a URL (before: "
@@ -144,13 +152,27 @@ WHY_S3 = (
     "per shard"
 )
 
+PEAK_NOTE = (
+    "each case in a fresh interpreter (its imports included; benchmarks/scenarios/"
+    "s9_peak_child.py), sampled every 20 ms; RSS, so a page shared by processes (torch's "
+    "libraries, a forked parent's heap) counts once per process"
+)
+
+#: what the Mosaic rows say about where they were measured
+MOSAIC_NOTE = {
+    "mosaic": "in its own venv made by the benchmark (benchmarks/mosaic_env.py: torch 2.14.1 + "
+    "torchvision 0.29.1, which streaming imports, mosaicml-streaming 0.13.0 with numpy<2.2), "
+    "driven command by command, so interleaved with the others; reads the MDS copy its "
+    "conversion row wrote",
+}
+
 #: anchors that resume from their own ``state_dict`` (the others iterate to the batch)
 NATIVE_RESUME = {"litdata", "hf"}
 
 
 def _counting_items_per_s(loader: Any, seen: dict[str, int], name: str) -> float:
     t0 = time.perf_counter()
-    n = sum(len(b) for b in loader)
+    n = sum(len(b["target"]) if isinstance(b, dict) else len(b) for b in loader)
     dt = time.perf_counter() - t0
     seen[name] = n
     return n / dt
@@ -193,6 +215,33 @@ def _peak_mib(make: Any) -> float:
         close_loader(loader)
 
 
+def _peak_fresh_mib(kind: str, shards: _Shards, workers: int) -> float:
+    """:func:`_peak_mib` of one loader (``kind``: ``"ours"`` or an anchor) in a fresh
+    interpreter (``benchmarks.scenarios.s9_peak_child``): the peak of that process and its
+    workers over one epoch, the interpreter's imports included, nothing of earlier cases."""
+    spec = {"kind": kind, "workers": workers, "paths": shards.paths,
+            "cache_dir": str(Path(shards.paths[0]).parent),
+            "torch_threads": torch.get_num_threads(),
+            "lit_dir": None if shards.lit_dir is None else str(shards.lit_dir)}  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.scenarios.s9_peak_child", json.dumps(spec)],
+        capture_output=True, text=True, timeout=600, cwd=REPO,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError((proc.stderr.strip().splitlines() or ["no output"])[-1])
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_mib"])
+
+
+def _mosaic_peak_mib(mosaic: anchors.MosaicChild, workers: int) -> float:
+    """Mosaic's peak RSS over a fresh epoch, in a fresh child of its venv (same data)."""
+    fresh = anchors.MosaicChild(mosaic_env.python())
+    try:
+        fresh.ask("local", dir=mosaic.local)
+        return float(fresh.ask("peak", workers=workers)["peak_mib"])
+    finally:
+        fresh.close()
+
+
 def _state_at(make: Any, k: int) -> dict[str, Any]:
     loader = make()
     try:
@@ -212,7 +261,13 @@ def _exact_note(seen: dict[str, int], name: str, size: int) -> str:
 
 
 def _rows_at(
-    ctx: Context, ds: Any, shards: _Shards, workers: int, kinds: list[str], reps: int
+    ctx: Context,
+    ds: Any,
+    shards: _Shards,
+    workers: int,
+    kinds: list[str],
+    reps: int,
+    mosaic: anchors.MosaicChild | None = None,
 ) -> list[Row]:
     t_phase = time.perf_counter()
 
@@ -226,33 +281,64 @@ def _rows_at(
         makers[kind] = lambda kind=kind: _theirs(kind, shards, workers)
     loaders = {name: make() for name, make in makers.items()}
     seen: dict[str, int] = {}
+    speed_cases = {k: lambda k=k, v=v: _counting_items_per_s(v, seen, k)
+                   for k, v in loaders.items()}  # fmt: skip
+    first_cases = {f"{k} first": lambda m=m: _first_batch_s(m) for k, m in makers.items()}
+    half = len(_ours(ds, 0)) // 2
+    if mosaic is not None:  # in its own venv, one command at a time: interleaved as the others
+        mosaic.ask("open", workers=workers)
+
+        def mosaic_epoch() -> float:
+            got = mosaic.ask("epoch", workers=workers)
+            seen["mosaic"] = got["n"]
+            return float(got["items_per_s"])
+
+        speed_cases["mosaic"] = mosaic_epoch
+        first_cases["mosaic first"] = lambda: float(mosaic.ask("first", workers=workers)["s"])
+        kinds = [*kinds, "mosaic"]
     try:
-        speed = ctx.measure(TITLE, {k: lambda k=k, v=v: _counting_items_per_s(v, seen, k)
-                                    for k, v in loaders.items()}, unit="items/s",
-                            repeats=reps)  # fmt: skip
+        speed = ctx.measure(TITLE, speed_cases, unit="items/s", repeats=reps)
     finally:
         for loader in loaders.values():
             close_loader(loader)
     phase("items/s")
-    first = ctx.measure(TITLE, {f"{k} first": lambda m=m: _first_batch_s(m)
-                                for k, m in makers.items()}, unit="s", warmup=0,
+    first = ctx.measure(TITLE, first_cases, unit="s", warmup=0,
                         repeats=1 if ctx.quick else 2)  # fmt: skip
     phase("first batch")
-    half = len(_ours(ds, 0)) // 2
     states: dict[str, Any] = {"ours": _state_at(makers["ours"], half)}
     resumers: dict[str, Any] = {"ours": makers["ours"]}
     stateful_ok = ctx.avail.get("torchdata", (False, ""))[0]  # HF resumes through torchdata
     for kind in kinds:
+        if kind not in makers:  # Mosaic: in its child, below
+            continue
         resumers[kind] = makers[kind]
         if kind in NATIVE_RESUME and (kind != "hf" or stateful_ok):
             resumers[kind] = lambda kind=kind: _theirs(kind, shards, workers, stateful=True)
             states[kind] = _state_at(resumers[kind], half)
-    resume = ctx.measure(TITLE, {f"{k} resume": lambda k=k, m=m: _resume_s(
-        m, states.get(k), half) for k, m in resumers.items()}, unit="s",
-        warmup=0, repeats=1 if ctx.quick else 2)  # fmt: skip
+    resume_cases = {f"{k} resume": lambda k=k, m=m: _resume_s(m, states.get(k), half)
+                    for k, m in resumers.items()}  # fmt: skip
+    if mosaic is not None:
+        mosaic.ask("state", workers=workers, k=half)
+        states["mosaic"] = True
+        resume_cases["mosaic resume"] = lambda: float(mosaic.ask("resume", workers=workers)["s"])
+    resume = ctx.measure(TITLE, resume_cases, unit="s", warmup=0,
+                         repeats=1 if ctx.quick else 2)  # fmt: skip
     phase("resume")
-    peak = {k: _peak_mib(m) for k, m in makers.items()}
-    phase("peak RSS")
+    peak: dict[str, float | None] = {}
+    peak_note: dict[str, str] = {}
+    if mosaic is not None:
+        try:
+            peak["mosaic"] = _mosaic_peak_mib(mosaic, workers)
+        except Exception as exc:  # noqa: BLE001 - reported in the row
+            peak["mosaic"] = None
+            peak_note["mosaic"] = f"peak RSS child failed: {ctx.record_error('mosaic peak', exc)}"
+    for k in makers:  # each in a fresh interpreter: the case's own peak
+        try:
+            peak[k] = _peak_fresh_mib(k, shards, workers)
+        except Exception as exc:  # noqa: BLE001 - reported in the row, the others go on
+            peak[k] = None
+            peak_note[k] = f"peak RSS child failed: {ctx.record_error(f'{TITLE} peak {k}', exc)}"
+    phase("peak RSS (a fresh interpreter per case)")
     size = ds.get_size()
     case = (
         f"{len(shards.paths)} tars x {size // len(shards.paths)} items of 4 KiB, {workers} workers"
@@ -265,13 +351,15 @@ def _rows_at(
                                      _exact_note(seen, kind, size)) if x)  # fmt: skip
         rows += [
             versus(ctx, TITLE, case, "items/s ↑", "items/s", "ours", speed["ours"], label,
-                   speed[kind], (">=", 1.0), note=note, why=WHY.get(kind, "")),
+                   speed.get(kind), (">=", 1.0), note=note or MOSAIC_NOTE.get(kind, ""),
+                   why=WHY.get(kind, "")),
             versus(ctx, TITLE, case, "time to first batch ↓", "s", "ours", first["ours first"],
-                   label, first[f"{kind} first"]),
+                   label, first.get(f"{kind} first")),
             versus(ctx, TITLE, f"{case}, at batch {half}", "resume cost ↓", "s", "ours",
-                   resume["ours resume"], f"{label} ({how})", resume[f"{kind} resume"]),
+                   resume["ours resume"], f"{label} ({how})", resume.get(f"{kind} resume")),
             versus(ctx, TITLE, case, "peak RSS, parent + workers ↓", "MiB", "ours", peak["ours"],
-                   label, peak[kind]),
+                   label, peak[kind], note="; ".join(peak_note.get(k, "") for k in ("ours", kind)
+                                                     if peak_note.get(k)) or PEAK_NOTE),
         ]  # fmt: skip
     return rows
 
@@ -408,10 +496,66 @@ def memory_bound_row(ctx: Context, folder: Path) -> list[Row]:
     ]  # fmt: skip
 
 
+#: why 2 process workers stop where they do on the decode-bound shards (profiled 2026-12-02)
+WHY_DECODE = (
+    "the workers' decode + augment is the whole cost (Pillow's JPEG decode and resize, torch's "
+    "normalise); on 2 cores shared with the parent's loop and the machine's other load the "
+    "ceiling is 2x less the parent's share (receiving and freeing ~4.5 MiB batches)"
+)
+
+
+#: the decode-bound rows' batch (as benchmark 10's): enough batches per epoch for 2 workers
+DECODE_BATCH = 32
+
+
+def decode_rows(ctx: Context, folder: Path, reps: int) -> list[Row]:
+    """Decode-bound shards: JPEG tars cut from the sample photos (``datasets.jpeg_tars``), each
+    item decoded and augmented in the worker (``datasets.jpeg_shard_item``); ours inline against
+    ours with 1 and 2 process workers, warm, items/s over an epoch (interleaved repeats)."""
+    shards, per_shard = (2, 32) if ctx.quick else (8, 120)
+    paths = datasets.jpeg_tars(str(folder), shards, per_shard)
+    ds = shard_dataset(paths, transform=datasets.jpeg_shard_item, cache_dir=folder,
+                       progress=False)  # fmt: skip
+    loaders = {w: _ours(ds, w, DECODE_BATCH) for w in (0, 1, 2)}
+    seen: dict[str, int] = {}
+    t0 = time.perf_counter()
+    with torch_threads(1):
+        for loader in loaders.values():  # warm: workers started, imports done
+            next(iter(loader))
+        cost = 0.0
+        for i in range(min(32, ds.get_size())):
+            t = time.perf_counter()
+            ds.get_item(i)
+            cost += time.perf_counter() - t
+        cost /= min(32, ds.get_size())
+        try:
+            speed = ctx.measure(f"{TITLE} (decode-bound)", {
+                f"ours {w}": lambda w=w, v=v: _counting_items_per_s(v, seen, f"ours {w}")
+                for w, v in loaders.items()}, unit="items/s", repeats=reps)  # fmt: skip
+        finally:
+            for loader in loaders.values():
+                close_loader(loader)
+    ctx.log(f"  decode-bound shards ({cost * 1e3:.2f} ms/item) in {time.perf_counter() - t0:.1f} s")
+    size = ds.get_size()
+    case = (f"{shards} JPEG tars x {per_shard} (sample photos, 224×224) → decode, crop, resize "
+            f"{datasets.JPEG_SIDE}, flip, normalise in the worker ({cost * 1e3:.2f} ms/item), "
+            f"batch {DECODE_BATCH}")  # fmt: skip
+    rows = []
+    for w, target in ((1, None), (2, (">=", 1.6))):
+        note = _exact_note(seen, f"ours {w}", size)
+        rows.append(versus(ctx, TITLE, f"{case}: scaling, {w} process worker{'s' * (w > 1)}",
+                           "items/s ↑", "items/s", f"ours, {w} process", speed[f"ours {w}"],
+                           "ours inline (0 workers)", speed["ours 0"], target, note=note,
+                           why=WHY_DECODE if w == 2 else ""))  # fmt: skip
+    return rows
+
+
 def run(ctx: Context) -> list[Row]:
     shards, per_shard = (4, 100) if ctx.quick else (8, 2_000)
     reps = min(ctx.repeats, 3)
     kinds, missing = [], {}
+    if not ctx.quick:  # its own venv, made once (minutes) and kept in benchmarks/.venvs
+        mosaic_env.ensure(build=True, log=ctx.log)
     for kind in ("torch", "webdataset", "hf", "litdata", "mosaic"):
         why = anchors.available(kind)
         if why is None and kind != "mosaic":
@@ -451,13 +595,32 @@ def run(ctx: Context) -> list[Row]:
                 rows.append(versus(ctx, TITLE, prep, "conversion step ↓", "s",
                                    "ours (count on first use)", count_s,
                                    "litdata optimize (2 workers)", convert_s))  # fmt: skip
+        mosaic = None
+        if "mosaic" not in missing:
+            mosaic = anchors.MosaicChild(mosaic_env.python())
+            try:
+                convert_s = float(mosaic.ask("convert", paths=paths, out=str(folder / "mds"))["s"])
+            except Exception as exc:  # noqa: BLE001 - reported, the other anchors go on
+                mosaic.close()
+                mosaic = None
+                missing["mosaic"] = f"conversion failed: {ctx.record_error('mosaic', exc)}"
+            else:
+                ctx.add_series(TITLE, Series("Mosaic MDSWriter (conversion)", "s", [convert_s]))
+                rows.append(versus(ctx, TITLE, prep, "conversion step ↓", "s",
+                                   "ours (count on first use)", count_s,
+                                   "Mosaic MDSWriter (1 process)", convert_s,
+                                   note=MOSAIC_NOTE["mosaic"]))  # fmt: skip
         for kind, why in missing.items():
             rows.append(versus(ctx, TITLE, prep, "conversion step / items/s", "—", "ours",
                                None, LABELS[kind], None, note=why))  # fmt: skip
         shard_set = _Shards(paths, lit_dir)
         workers_list = [0, 2] if ctx.avail.get("process", (True, ""))[0] else [0]
-        for workers in workers_list:
-            rows += _rows_at(ctx, ds, shard_set, workers, kinds, reps)
+        try:
+            for workers in workers_list:
+                rows += _rows_at(ctx, ds, shard_set, workers, kinds, reps, mosaic)
+        finally:
+            if mosaic is not None:
+                mosaic.close()
         t0 = time.perf_counter()
         try:
             rows += _s3_rows(ctx, paths, workers_list, reps)
@@ -468,6 +631,9 @@ def run(ctx: Context) -> list[Row]:
                                "'clorch-nb[bench]'"))  # fmt: skip
         ctx.log(f"  S3 rows in {time.perf_counter() - t0:.1f} s")
         if ctx.avail.get("process", (True, ""))[0]:
+            jpeg = folder / "decode-bound"
+            jpeg.mkdir()
+            rows += decode_rows(ctx, jpeg, reps)
             big = folder / "memory-bound"
             big.mkdir()
             rows += memory_bound_row(ctx, big)

@@ -52,7 +52,6 @@ from clorch_nb.data.replay import BatchRef, ReplayedBatch, ShardItem, batch_ref,
 from clorch_nb.data.shards import ShardDataset, shard_dataset
 from clorch_nb.data.shards.sampler import ShardSampler
 from clorch_nb.data.state import LoaderState
-from clorch_nb.data.stream import IterableEngine
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.warm_start import start_forkserver
@@ -66,7 +65,6 @@ __all__ = [
     "EpochIterator",
     "EpochPosition",
     "FullCopyPerRankWarning",
-    "IterableEngine",
     "LoaderConfig",
     "LoaderEngine",
     "LoaderState",

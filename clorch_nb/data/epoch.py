@@ -31,7 +31,7 @@ from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
 from clorch_nb.errors import WorkerError
-from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus, LoaderStats
+from clorch_nb.instrumentation import EpochEvent, EventBus, LoaderStats
 
 __all__ = ["Epoch", "EpochPosition", "Stage"]
 
@@ -341,9 +341,13 @@ class Epoch:
         st.wait_s += t1 - t0
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
-        if self.events:
+        if self.events:  # the record's fields only: a Batched subscriber keeps the tuple
             shard = "" if self.shard_of is None else self.shard_of(self.plan[index])
-            self.events.emit(_event(self.epoch, index, result, depth, t_asked, t0, t1, shard))
+            skipped = tuple(s.index for s in result.skipped) if result.skipped else ()
+            self.events.emit_batch(
+                self.epoch, index, wid, result.num_items, result.fetch_s, result.collate_s,
+                t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent, skipped, shard,
+            )  # fmt: skip
 
     def _epoch_event(self, kind: Literal["start", "end", "stopped"], n: int) -> None:
         if self.events:
@@ -359,24 +363,6 @@ def _closed_meanwhile(stop: StopRequest, exc: BaseException) -> None:
     ``__context__``), not "this process pool is closed"."""
     if stop.requested and isinstance(exc, WorkerError):
         stop.check()
-
-
-def _event(
-    epoch: int,
-    index: int,
-    result: BatchResult,
-    depth: int,
-    t_asked: float,
-    t0: float,
-    t1: float,
-    shard: str = "",
-) -> BatchEvent:
-    """The record of batch ``index`` handed over at ``t1`` after waiting since ``t0``."""
-    return BatchEvent(
-        epoch, index, result.worker_id, result.num_items, result.fetch_s, result.collate_s,
-        t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent,
-        tuple(s.index for s in result.skipped), shard,
-    )  # fmt: skip
 
 
 def _items(plan: Sequence[torch.Tensor], config: LoaderConfig) -> int:

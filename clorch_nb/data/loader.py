@@ -59,7 +59,7 @@ from clorch_nb.data.epoch_iter import (
 )
 from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook
+from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
 from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
 from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
@@ -73,11 +73,11 @@ from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 __all__ = ["DataLoader", "Engine", "LoaderEngine", "build_engine", "dataloader"]
 
 
-def _call_alive(method: weakref.WeakMethod[Callable[[int], None]], epoch: int) -> None:
-    """``method(epoch)`` if its object still lives (a finalizer that keeps nothing alive)."""
+def _call_alive(method: weakref.WeakMethod[Callable[..., None]], *args: Any) -> None:
+    """``method(*args)`` if its object still lives (a finalizer that keeps nothing alive)."""
     bound = method()
     if bound is not None:
-        bound(epoch)
+        bound(*args)
 
 
 def _short(text: str, limit: int = 80) -> str:
@@ -232,13 +232,24 @@ class LoaderEngine:
             self._active = weakref.ref(it)
             if not self.config.persistent_workers:  # torch's rule: workers belong to one
                 # iterator; dropped before its end (a break, then del), it takes them along (B61)
-                end = weakref.finalize(it, _call_alive, weakref.WeakMethod(self._dropped), epoch)
+                end = weakref.finalize(it, _call_alive, weakref.WeakMethod(self._dropped),
+                                       epoch, threading.get_ident())  # fmt: skip
                 end.atexit = False  # at exit, the pool's own finalizer closes it
             return it
 
-    def _dropped(self, epoch: int) -> None:
+    def _dropped(self, epoch: int, consumer: int) -> None:
         """The iterator of ``epoch`` was collected: without persistent workers, end them unless
-        a newer epoch has started (it owns them now)."""
+        a newer epoch has started (it owns them now). Here when the consumer's thread dropped it
+        (a ``del``, the end of a ``for``); when the cyclic GC collected it on another thread (one
+        of the pool's own, say), from a short thread of its own, never joining itself."""
+        if threading.get_ident() != consumer:
+            end = threading.Thread(target=self._end_dropped, args=(epoch,), daemon=True,
+                                   name="clorch_nb-release-workers")  # fmt: skip
+            end.start()
+        else:
+            self._end_dropped(epoch)
+
+    def _end_dropped(self, epoch: int) -> None:
         with self._lifecycle:
             active = self._active() if self._active is not None else None
             if active is None and self._epoch == epoch:
@@ -380,7 +391,9 @@ class LoaderEngine:
 
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
-        :class:`EpochEvent`; returns a function that unsubscribes. What the views use."""
+        :class:`EpochEvent`; returns a function that unsubscribes. A
+        :class:`~clorch_nb.instrumentation.Batched` instead gets the batch records in lists
+        (no event object per batch: what the views use)."""
         return self.events.subscribe(callback)
 
     def close(self) -> None:
@@ -397,8 +410,8 @@ class LoaderEngine:
             )  # its next() raises, never ends
             self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
             self._delivery.close()  # copies in flight, the pin thread
-            unbind = getattr(self.plan_sampler, "unbind_loader", None)
-            if callable(unbind):  # another loader may plan with it now; iter() binds it again
+            unbind = unbind_loader_hook(self.plan_sampler)
+            if unbind is not None:  # another loader may plan with it now; iter() binds it again
                 unbind(self)
 
     def describe(self) -> str:

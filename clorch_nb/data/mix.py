@@ -238,6 +238,18 @@ class MixedDataset(TorchInterop):
         # tensor sources draw no random numbers: the loader need not seed RNGs per batch
         self.draws_random = not all(type(ds) is TensorDataset for ds in self._ds)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What a process worker receives by value: everything but the lock (each copy makes
+        its own) and the caches (rebuilt on first use)."""
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["_perms"] = [OrderedDict() for _ in self.plan.names]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # -- the dataset protocol -------------------------------------------------------------------
 
     def get_size(self) -> int:

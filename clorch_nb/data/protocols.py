@@ -25,6 +25,10 @@ if it were absent.
 ``distributed_sampler(...)``        :class:`PlansRanks`: a dataset that makes its own rank split
                                     for :func:`~clorch_nb.data.distributed_sampler`
                                     (:func:`distributed_sampler_hook`).
+``process_local: str | None``       :class:`ProcessLocal`: why only this process can read the
+                                    data (a shard dataset on ``memory://``): ``"auto"`` picks
+                                    threads, ``"process"`` is refused with it
+                                    (:func:`process_local_reason`).
 ==================================  ==============================================================
 
 **On a sampler** (or a batch sampler)
@@ -36,6 +40,8 @@ if it were absent.
 ``bind_loader(batch_size=,          :class:`BindsLoader`: a sampler that plans whole batches is
 num_workers=, drop_last=)``         told the loader's when the loader is made
                                     (:func:`bind_loader_hook`).
+``unbind_loader(loader)``           :class:`BindsLoader`: that loader is closed; another may bind
+                                    other settings (:func:`unbind_loader_hook`).
 ==================================  ==============================================================
 
 **On an epoch's plan** (what the loader builds from; made by the loader, not by you)
@@ -72,6 +78,7 @@ __all__ = [
     "OrderedPlan",
     "Plan",
     "PlansRanks",
+    "ProcessLocal",
     "ResumablePlan",
     "SetsEpoch",
     "bind_loader_hook",
@@ -80,9 +87,11 @@ __all__ = [
     "has_get_batch",
     "plan_item_count",
     "plan_iter_from",
+    "process_local_reason",
     "process_spec_attr",
     "set_epoch_hook",
     "shard_of_hook",
+    "unbind_loader_hook",
 ]
 
 #: every optional hook the loader looks up by name, and on what
@@ -93,7 +102,9 @@ HOOKS = {
     "thread_safe": "dataset",
     "shard_of": "dataset",
     "distributed_sampler": "dataset",
+    "process_local": "dataset",
     "bind_loader": "sampler",
+    "unbind_loader": "sampler",
     "iter_from": "plan",
     "order": "plan",
 }
@@ -170,6 +181,12 @@ class PlansRanks(Protocol):
         ...
 
 
+class ProcessLocal(Protocol):
+    """A dataset whose data only this process can read, saying why (None: any process can)."""
+
+    process_local: str | None
+
+
 # -- samplers -----------------------------------------------------------------------------------
 
 
@@ -179,6 +196,10 @@ class BindsLoader(Protocol):
     def bind_loader(self, *, batch_size: int, num_workers: int, drop_last: bool) -> None:
         """Plan batches of ``batch_size`` for ``num_workers`` workers (``drop_last``: drop the
         partial last batch)."""
+        ...
+
+    def unbind_loader(self, owner: object) -> None:
+        """``owner`` (a loader being closed) no longer plans with this sampler."""
         ...
 
 
@@ -275,6 +296,25 @@ def distributed_sampler_hook(dataset: Any) -> Callable[..., Any] | None:
 def bind_loader_hook(sampler: Any) -> Callable[..., None] | None:
     """``sampler.bind_loader`` if it is callable (:class:`BindsLoader`), else None."""
     return _hook(sampler, "bind_loader")
+
+
+def unbind_loader_hook(sampler: Any) -> Callable[[object], None] | None:
+    """``sampler.unbind_loader`` if it is callable (:class:`BindsLoader`), else None."""
+    return _hook(sampler, "unbind_loader")
+
+
+def process_local_reason(dataset: Any) -> str | None:
+    """Why only this process can read ``dataset``'s data (its ``process_local`` str), or None
+    (:class:`ProcessLocal`; anything but a str counts as None).
+
+    Example:
+        >>> class InMemory:
+        ...     process_local = "its shards are in this process's memory://"
+        >>> process_local_reason(InMemory())[:9], process_local_reason(object())
+        ('its shard', None)
+    """
+    local = getattr(dataset, "process_local", None)
+    return local if isinstance(local, str) else None
 
 
 def plan_iter_from(plan: Any, first: int) -> Iterator[torch.Tensor]:

@@ -45,7 +45,7 @@ from clorch_nb.data.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
 from clorch_nb.data.workers.iterable_process import iterable_pool, torch_base_seed
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
-from clorch_nb.instrumentation import BatchEvent, EpochEvent, Event, EventBus, LoaderStats
+from clorch_nb.instrumentation import EpochEvent, Event, EventBus, LoaderStats
 
 __all__ = ["IterableEngine"]
 
@@ -286,9 +286,11 @@ class IterableEngine:
         st.wait_s += t1 - t_asked
         st.per_worker_batches[built.worker_id] = st.per_worker_batches.get(built.worker_id, 0) + 1
         if self.events:
-            self.events.emit(BatchEvent(
+            # emit_batch, as the map-style epoch: a batched subscriber (the monitor) takes
+            # the record as a tuple, a single one gets the BatchEvent
+            self.events.emit_batch(
                 epoch, index, built.worker_id, built.num_items, built.fetch_s, built.collate_s,
-                t1 - t_asked, 0, t1, t_asked, built.t_start, built.t_sent))  # fmt: skip
+                t1 - t_asked, 0, t1, t_asked, built.t_start, built.t_sent, (), "")  # fmt: skip
 
     def _epoch_event(self, kind: Any, epoch: int) -> None:
         if self.events:

@@ -4,6 +4,7 @@ This package imports nothing else from clorch_nb: the loader emits, the widgets 
 """
 
 from clorch_nb.instrumentation.events import (
+    Batched,
     BatchEvent,
     CopyEvent,
     EpochEvent,
@@ -12,4 +13,4 @@ from clorch_nb.instrumentation.events import (
     LoaderStats,
 )
 
-__all__ = ["BatchEvent", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
+__all__ = ["BatchEvent", "Batched", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]

@@ -2,7 +2,10 @@
 
 Events are immutable named tuples of plain numbers: cheap to make (about 0.4 us, a third of a
 frozen dataclass, which pays one ``object.__setattr__`` per field), picklable, and all a view
-needs. One is made per batch, so their cost is the loader's instrumentation cost.
+needs. A loader reports each batch with :meth:`EventBus.emit_batch` (its fields, positional):
+a :class:`BatchEvent` is made only while a subscriber takes single events; a :class:`Batched`
+subscriber (what the widgets use) gets the plain field tuples in lists, every ``every`` batches
+or ``within_s`` seconds, so watching a loop costs one tuple append per batch.
 Times are seconds (``*_s``) from ``time.perf_counter()``; ``worker_id`` is ``-1`` for batches
 built on the consuming thread (``num_workers=0``).
 """
@@ -11,9 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-__all__ = ["BatchEvent", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
+__all__ = [
+    "BatchEvent", "Batched", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats",
+]  # fmt: skip
 
 
 class BatchEvent(NamedTuple):
@@ -126,10 +131,73 @@ class LoaderStats:
     per_worker_batches: dict[int, int] = field(default_factory=dict)
 
 
+class Batched:
+    """A subscriber that takes batch records in lists instead of one event per batch.
+
+    Pass one to :meth:`EventBus.subscribe` (or ``loader.subscribe``). Each batch's record is the
+    plain tuple of its :class:`BatchEvent` fields, in that order (``BatchEvent._make(record)``
+    names them); the bus keeps them and calls ``on_batches(records)`` with the list, oldest
+    first, once ``every`` are kept or a record's ``t_s`` is ``within_s`` seconds past the last
+    delivery (the first batch is delivered at once, and so is every batch of a loop slower than
+    ``within_s`` a batch). Any other event (:class:`EpochEvent`, :class:`CopyEvent`) first
+    delivers the records kept so far, then goes to ``on_event``; so does unsubscribing and
+    :meth:`EventBus.flush`. Every subscriber sees its events in the order they happened.
+
+    Args:
+        on_batches (Callable[[list[tuple]], None]): takes a list of batch records (one per
+            batch, oldest first; the list is the subscriber's to keep).
+        on_event (Callable[[Event], None] | None): takes every other event; None: ignored.
+        every (int): most records kept before a delivery; >= 1.
+        within_s (float): most seconds (on the records' ``t_s`` clock) a record waits; >= 0.
+
+    Raises:
+        ValueError: ``every`` not an int >= 1, or ``within_s`` below 0 (names the value).
+
+    Example:
+        >>> bus, lists, others = EventBus(), [], []
+        >>> _ = bus.subscribe(Batched(lists.append, others.append, every=2, within_s=60.0))
+        >>> for i in range(4):
+        ...     bus.emit_batch(0, i, -1, 8, 0.1, 0.0, 0.1, 0, 10.0 + i, 0.0, 0.0, 0.0, (), "")
+        >>> [[r[1] for r in records] for records in lists]  # the first at once, then by two
+        [[0], [1, 2]]
+        >>> bus.emit(EpochEvent("end", 0, 4, "inline", 0, 14.0))
+        >>> [r[1] for r in lists[-1]], others[0].kind  # nothing kept is lost at the end
+        ([3], 'end')
+    """
+
+    __slots__ = ("buffer", "due", "every", "on_batches", "on_event", "within_s")
+
+    def __init__(
+        self,
+        on_batches: Callable[[list[tuple[Any, ...]]], None],
+        on_event: Callable[[Event], None] | None = None,
+        *,
+        every: int = 256,
+        within_s: float = 0.05,
+    ) -> None:
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"Batched(every={every!r}): needs an int >= 1 (records per list)")
+        if not within_s >= 0:
+            raise ValueError(f"Batched(within_s={within_s!r}): needs seconds >= 0")
+        self.on_batches, self.on_event = on_batches, on_event
+        self.every, self.within_s = every, within_s
+        self.buffer: list[tuple[Any, ...]] = []
+        self.due = float("-inf")  # t_s from which the next record is delivered at once
+
+    def flush(self) -> None:
+        """Deliver the records kept so far (nothing when there are none)."""
+        records = self.buffer
+        if records:
+            self.buffer = []
+            self.due = records[-1][8] + self.within_s
+            self.on_batches(records)
+
+
 class EventBus:
     """Synchronous fan-out of events to subscribers, called on the consuming thread.
 
-    Emitting with no subscriber costs one truth test, so loaders leave it on.
+    Emitting with no subscriber costs one truth test, so loaders leave it on. A subscriber is a
+    callable (``callback(event)`` for every event) or a :class:`Batched` (batch records in lists).
 
     Example:
         >>> bus = EventBus(); seen = []
@@ -139,30 +207,75 @@ class EventBus:
         ['hello']
     """
 
-    __slots__ = ("_subscribers",)
+    __slots__ = ("_batched", "_single", "_subscribers")
 
     def __init__(self) -> None:
-        # A tuple, replaced (never mutated) on subscribe/unsubscribe: emit iterates it without a
-        # copy, and a callback that unsubscribes during emit does not disturb that emit.
-        self._subscribers: tuple[Callable[[Event], None], ...] = ()
+        # Tuples, replaced (never mutated) on subscribe/unsubscribe: emit iterates them without
+        # a copy, and a callback that unsubscribes during emit does not disturb that emit.
+        self._subscribers: tuple[Callable[[Event], None] | Batched, ...] = ()
+        self._single: tuple[Callable[[Event], None], ...] = ()  # callables, for emit_batch
+        self._batched: tuple[Batched, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self._subscribers)
 
-    def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
-        """Call ``callback(event)`` for every event; returns a function that unsubscribes
-        (idempotent)."""
-        self._subscribers = (*self._subscribers, callback)
+    def _set(self, subs: tuple[Callable[[Event], None] | Batched, ...]) -> None:
+        self._subscribers = subs
+        self._single = tuple(s for s in subs if not isinstance(s, Batched))
+        self._batched = tuple(s for s in subs if isinstance(s, Batched))
+
+    def subscribe(self, callback: Callable[[Event], None] | Batched) -> Callable[[], None]:
+        """Call ``callback(event)`` for every event, or hand a :class:`Batched` its batch
+        records in lists and its other events one by one; returns a function that unsubscribes
+        (idempotent; a :class:`Batched` first gets the records it has not been given yet)."""
+        self._set((*self._subscribers, callback))
 
         def unsubscribe() -> None:
             subs = list(self._subscribers)
             if callback in subs:
                 subs.remove(callback)
-                self._subscribers = tuple(subs)
+                self._set(tuple(subs))
+                if isinstance(callback, Batched):
+                    callback.flush()
 
         return unsubscribe
 
     def emit(self, event: object) -> None:
-        """Deliver ``event`` to every subscriber, in subscription order."""
+        """Deliver ``event`` to every subscriber, in subscription order (a :class:`Batched`
+        first gets the batch records it keeps, then ``on_event(event)``)."""
         for cb in self._subscribers:
-            cb(event)  # type: ignore[arg-type]
+            if isinstance(cb, Batched):
+                cb.flush()
+                if cb.on_event is not None:
+                    cb.on_event(event)  # type: ignore[arg-type]
+            else:
+                cb(event)  # type: ignore[arg-type]
+
+    def emit_batch(self, *fields: Any) -> None:
+        """Report one batch: its :class:`BatchEvent` fields, positional and all 14 of them
+        (``epoch, batch_index, worker_id, num_items, fetch_s, collate_s, wait_s, queue_depth,
+        t_s, t_asked_s, t_start_s, t_sent_s, skipped, shard``). The :class:`BatchEvent` is made
+        only when a subscriber takes single events; a :class:`Batched` keeps the tuple.
+
+        Example:
+            >>> bus, seen = EventBus(), []
+            >>> _ = bus.subscribe(seen.append)
+            >>> bus.emit_batch(0, 0, -1, 8, 0.1, 0.0, 0.1, 0, 10.0, 0.0, 0.0, 0.0, (), "")
+            >>> seen[0].num_items, seen[0].t_s
+            (8, 10.0)
+        """
+        if self._single:
+            event = BatchEvent._make(fields)
+            for cb in self._single:
+                cb(event)
+        for b in self._batched:
+            buf = b.buffer
+            buf.append(fields)
+            if len(buf) >= b.every or fields[8] >= b.due:
+                b.flush()
+
+    def flush(self) -> None:
+        """Hand every :class:`Batched` subscriber the batch records it keeps (every epoch
+        event does that first, so an epoch's end, break, error or close loses none)."""
+        for b in self._batched:
+            b.flush()

@@ -169,7 +169,7 @@ def mix_report(
             + (f" over a {type(mixed).__name__}" if mixed is not loader else "")
         )
     if loader is not mixed:
-        sampler = loader.sampler if sampler is None else sampler
+        sampler = loader.plan_sampler if sampler is None else sampler
         batch_size = loader.batch_size if batch_size is None else batch_size
     batch_size = 32 if batch_size is None else int(batch_size)
     wanted = list(range(epochs)) if isinstance(epochs, int) else list(epochs)

@@ -192,6 +192,8 @@ class ThroughputStats:
         #: the hot path for a batch: one C call. Takes a BatchEvent or the same fields as a
         #: plain tuple (what the monitor passes: a tuple of numbers is untracked by the GC).
         self.add_batch = self._pending.append
+        #: many batch records at once (a :class:`~clorch_nb.instrumentation.Batched` list)
+        self.add_batches = self._pending.extend
         self.max_history = max_history
         self.rate_window_s = rate_window_s
         self.history: list[HistoryPoint] = []
@@ -259,11 +261,11 @@ class ThroughputStats:
         # Epoch events only move the clock (time inside epochs) and restart the per-worker
         # windows, so all batches fold in one go whatever the number of epochs in between.
         start_pos = 0
-        feed_batch, feed_epoch, recent = self.breakdown.batch, self.breakdown.epoch, self.recent
+        feed_batches, feed_epoch = self.breakdown.fold_batches, self.breakdown.epoch
+        recent = self.recent
         pos = 0
         for i, fields in epoch_marks:
-            for b in events[pos:i]:
-                feed_batch(b)
+            feed_batches(events[pos:i])
             recent.extend(events[pos:i])
             pos = i
             ev = EpochEvent(*fields)
@@ -272,8 +274,7 @@ class ThroughputStats:
             self._epoch(ev)
             if ev.kind == "start":
                 start_pos = i
-        for b in events[pos:]:
-            feed_batch(b)
+        feed_batches(events[pos:])
         recent.extend(events[pos:])
         self._fold(events, start_pos)
         t_end = self.elapsed(now)

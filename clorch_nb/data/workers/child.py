@@ -20,6 +20,7 @@ The messages on the three pipes are named records: :mod:`~clorch_nb.data.workers
 from __future__ import annotations
 
 import array
+import gc
 import os
 import pickle
 import queue
@@ -64,6 +65,7 @@ from clorch_nb.data.workers.messages import (
     decode,
     encode,
 )
+from clorch_nb.warm_start import in_forkserver_preload
 
 __all__ = ["WorkerConfig", "set_process_info", "worker_main"]
 
@@ -418,3 +420,18 @@ def _build_and_encode(
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
         return Failed(epoch, batch_index, n, ExceptionBlob.capture(exc))
+
+
+def _freeze_preloaded() -> None:
+    """In the forkserver, once this module (the first of its preload) has imported torch and
+    clorch_nb: move every object so far out of the cyclic collector's reach (``gc.freeze``), as
+    Python's docs advise before forking. A worker's collections then neither walk these ~170 k
+    objects nor write to their headers, so it no longer copies the server's pages on write: on
+    2 cores (2026-12-02, load ~12) a fresh 2-worker loader's first batch went from 1.2-1.4 s to
+    0.32-0.37 s, each worker's CPU over an epoch from 150 ms to 40 ms and its private memory
+    (USS) from 48 MiB to 12 MiB. The frozen objects live as long as the server anyway."""
+    gc.freeze()
+
+
+if in_forkserver_preload():
+    _freeze_preloaded()

@@ -23,7 +23,7 @@ from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.dataset import TensorDataset
 from clorch_nb.data.mix import MixedDataset
 from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.protocols import has_get_batch
+from clorch_nb.data.protocols import has_get_batch, process_local_reason
 from clorch_nb.data.thread_safety import check_thread_safe
 from clorch_nb.data.torch_worker_info import user_dataset
 from clorch_nb.data.workers.arena import ParentArena
@@ -98,8 +98,7 @@ def choose_worker_backend(
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     init_fn = config.worker_init_fn
-    local = getattr(dataset, "process_local", None)  # only this process can read its data
-    local = local if isinstance(local, str) else None
+    local = process_local_reason(dataset)  # only this process can read its data
     if config.worker_backend == "auto":
         if (
             spec is not None
