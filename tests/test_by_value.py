@@ -63,6 +63,9 @@ def test_cell_map_dataset_runs_in_process_workers_with_inline_batches() -> None:
         assert loader.worker_backend == "process"  # torch's choice, not threads (issue 31)
         assert loader.describe().startswith("process (num_workers=2, by value: ")
         got = [(b["sq"].tolist(), b["big"].tolist()) for b in loader]
+        # the epoch's workers have ended (persistent_workers=False): describe() still says
+        # what they received, and what the next epoch's receive (it said only "process" here)
+        assert loader.describe().startswith("process (num_workers=2, by value: ")
     assert got == inline
 
 

@@ -41,6 +41,8 @@ from clorch_nb.tutorial import (
     nb14,
     nb15,
     nb16,
+    nb17,
+    nb18,
 )
 
 X, Y = digits_tensors(flat=False)
@@ -1262,3 +1264,90 @@ def test_nb19_rank_steps_are_torchs_distributed_sampler_in_batches() -> None:
     assert len(reads) == 1798 and set(reads) == set(range(1797))  # one padded repeat
     s = torch.utils.data.DistributedSampler(range(1797), num_replicas=2, rank=1, seed=0)  # type: ignore[arg-type]
     assert [i for step in steps[1] for i in step] == list(s)
+# -- notebook 17: an IterableDataset split over process workers ---------------------------------
+
+
+class _Contiguous(torch.utils.data.IterableDataset):  # right: a contiguous part per worker
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        per = -(-self.n // info.num_workers)
+        return iter(range(info.id * per, min(self.n, (info.id + 1) * per)))
+
+
+class _Strided(torch.utils.data.IterableDataset):  # right, written otherwise: every 2nd item
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        wid, count = (0, 1) if info is None else (info.id, info.num_workers)
+        yield from range(wid, self.n, count)
+
+
+class _NoSplit(_Contiguous):  # wrong: every worker iterates everything
+    def __iter__(self) -> Any:
+        return iter(range(self.n))
+
+
+class _FloorSplit(_Contiguous):  # wrong: n // num_workers per worker loses the last item
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(range(self.n))
+        per = self.n // info.num_workers
+        return iter(range(info.id * per, (info.id + 1) * per))
+
+
+class _WorkerZeroOnly(_Contiguous):  # wrong: once each, but worker 1 does nothing
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        return iter(range(self.n) if info is None or info.id == 0 else [])
+
+
+class _AssumesWorkers(_Contiguous):  # wrong: get_worker_info() is None without workers
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        return iter(range(info.id, self.n, info.num_workers))
+
+
+@pytest.mark.timeout(180)
+def test_nb17_exercise_1_each_item_once() -> None:
+    passes(nb17.exercise_1(_Contiguous(101)))
+    passes(nb17.exercise_1(_Strided(101)))
+    hints(nb17.exercise_1(_NoSplit(101)), "came 2 times", "get_worker_info().id")
+    hints(nb17.exercise_1(_FloorSplit(101)), "[100] never came")
+    hints(nb17.exercise_1(_WorkerZeroOnly(101)), "worker 1 yielded nothing")
+    hints(nb17.exercise_1(_AssumesWorkers(101)), "get_worker_info() is None")
+    hints(nb17.exercise_1(list(range(101))), "pass an instance of your class")
+    hints(nb17.exercise_1(...), "replace the ...")
+
+
+# -- notebook 18: the exact shares of a mix ------------------------------------------------------
+
+
+def test_nb18_exercise_1_exact_shares() -> None:
+    clean = data.tensor_dataset(torch.zeros(1797, 1), torch.zeros(1797, dtype=torch.long))
+    jittered = data.dataset(size=1797, get_item=lambda i: {"data": torch.ones(1), "target": 0})
+    two = {"clean": clean, "jittered": jittered}
+
+    def mixed(weights: dict[str, float], **kw: Any) -> data.MixedDataset:
+        return data.mix(two, weights, **{"epoch_size": 1000, **kw})
+
+    passes(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 286))
+    m = mixed({"jittered": 1.0, "clean": 2.5})  # the same ratio, another order and scale
+    passes(nb18.exercise_1(m, np.int64(m.plan.counts[m.plan.names.index("jittered")])))
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 285), "rounded down")
+    hints(nb18.exercise_1(mixed({"clean": 2, "jittered": 5}), 714), "5 clean digits for every 2")
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}, epoch_size=None), 1027),
+          "epoch_size=1000")  # fmt: skip
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 449), "holds 286 jittered")
+    hints(nb18.exercise_1(mixed({"clean": 5, "jittered": 2}), 285.71), "not a whole number")
+    hints(nb18.exercise_1(data.mix({"a": clean, "b": jittered}, {"a": 5, "b": 2}), 286),
+          "named 'clean' and 'jittered'")  # fmt: skip
+    hints(nb18.exercise_1(two, 286), "pass what data.mix(...) returned")
+    hints(nb18.exercise_1(..., 286), "replace the ...")

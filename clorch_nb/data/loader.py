@@ -426,7 +426,8 @@ class LoaderEngine:
             >>> print(dataloader(ds, device="cpu").describe())
             inline (num_workers=0); pin_memory: off; device: cpu (no copy)
         """
-        shipped = getattr(getattr(self._workers.pool, "source", None), "describe", None)
+        source = getattr(self._workers.pool, "source", None) or self._workers.last_source
+        shipped = getattr(source, "describe", None)
         how = f", {shipped()}" if callable(shipped) else ""  # by value: what each worker gets
         return (
             f"{self.worker_backend} (num_workers={self.config.num_workers}{how}); "

@@ -219,6 +219,9 @@ class PoolSlot:
         self.backend, self.dataset, self.spec, self.config = backend, dataset, spec, config
         self.parent_arena = parent_arena
         self.pool: WorkerPool | None = None
+        #: what the last process pool sent its workers (kept after its workers end with an
+        #: epoch, so ``describe()`` still reports it; the next epoch sends the same)
+        self.last_source: Any = None
         weakref.finalize(owner, _close_slot, self)
 
     def open(self) -> WorkerPool:
@@ -234,6 +237,7 @@ class PoolSlot:
                     self.config,
                     parent_arena=self.parent_arena,
                 )
+            self.last_source = getattr(self.pool, "source", None)
         return self.pool
 
     def prestart(self) -> None:
