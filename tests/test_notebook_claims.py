@@ -157,6 +157,8 @@ CLAIMS: list[tuple[str, str, str, str, str, Callable[[list[float], list[float]],
         "19",
         r"resumed +rank 0: epoch 0: (\d+) steps, 768 items",
         lambda said, shown: said[2] == shown[0] == said[1] - said[0],
+    ),
+    (
         "mix counts",
         "18",
         r"\*\*(\d+) clean and (\d+) jittered\*\*, every epoch",
