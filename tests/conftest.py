@@ -1,5 +1,9 @@
-"""Shared fixtures.
+"""Shared fixtures, and the tiers.
 
+* Tiers: each test's folder sets its mark (``unit``, ``contract``, ``system``, ``docs``, ``ui``;
+  tests/README.md says what goes where); ``tests/unit`` tests get a 20 s timeout unless they set
+  their own. The terminal summary lists every test that took over 3 s and is not marked
+  ``slow`` (a report, not a failure): mark it ``slow`` or make it faster.
 * ``backend``: the loader options of each worker backend (inline, thread, process); loader
   tests take it so every behaviour is proven under all three.
 * ``no_leaks`` (autouse): after every test, no child process, no extra thread and no
@@ -13,6 +17,7 @@ import multiprocessing
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -66,6 +71,53 @@ def _alive(p: psutil.Process) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "contract", "system", "docs", "ui")
+UNIT_TIMEOUT_S = 20
+SLOW_REPORT_S = 3.0  # a test slower than this that is not marked slow is listed at the end
+_NOT_SLOW: set[str] = set()  # node ids of the collected tests not marked slow (and not ui)
+_TOOK: dict[str, float] = {}  # node id -> setup + call + teardown seconds, for _NOT_SLOW
+
+
+def _tier(path: Path) -> str | None:
+    try:
+        first = path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None  # the package's doctests, the notebooks under nbval
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = _tier(item.path)
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
+        if item.path.suffix == ".py" and not (
+            item.get_closest_marker("slow") or item.get_closest_marker("ui")
+        ):
+            _NOT_SLOW.add(item.nodeid)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.nodeid in _NOT_SLOW:
+        _TOOK[report.nodeid] = _TOOK.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    over = sorted(((s, n) for n, s in _TOOK.items() if s > SLOW_REPORT_S), reverse=True)
+    if not over:
+        return
+    terminalreporter.section(f"tests over {SLOW_REPORT_S:.0f} s not marked slow")
+    for seconds, nodeid in over:
+        terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
+    terminalreporter.write_line(
+        "mark them @pytest.mark.slow (or make them faster): the developer loop runs "
+        '-m "not slow and not ui"'
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

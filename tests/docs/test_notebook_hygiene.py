@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 NAME = re.compile(r"^(\d\d)_[a-z0-9_]+\.ipynb$")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

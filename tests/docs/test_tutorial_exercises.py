@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 LESSONS = [p for p in PATHS if p.name != "00_index.ipynb"]
 EXERCISE = re.compile(r"\*\*Exercise (\d+)\.\*\*")

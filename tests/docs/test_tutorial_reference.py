@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "tutorial_reference.md"
 ROW = re.compile(
     r"^\| `(?P<message>[^`]+)` \| .* \| \[(?P<nn>\d{2}) §(?P<section>\d+)\]"

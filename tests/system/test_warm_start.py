@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Imports clorch_nb.data (optionally as if in IPython), waits for the background start, prints
 # the forkserver's pid (None when none was started) and whether its torch preload finished.
