@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 
-class ProcessInUnitTest(RuntimeError):
+class ProcessInUnitTestError(RuntimeError):
     """A unit test tried to start a process."""
 
 
 def _refuse(what: str) -> Any:
     def start(*args: Any, **kwargs: Any) -> Any:
-        raise ProcessInUnitTest(
+        raise ProcessInUnitTestError(
             f"a unit test started {what}: tests/unit starts no process (it must run in seconds); "
             "move the test to tests/system (processes, subprocesses) or tests/contract "
             "(loader behaviour under every backend), or use the inline or thread backend"
