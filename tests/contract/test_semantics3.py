@@ -156,6 +156,7 @@ def test_b55_a_warning_from_get_item_reaches_the_callers_filters(backend: dict[s
 # -- B44: get_item that starts child processes ----------------------------------------------------
 
 
+@pytest.mark.slow  # each item starts a process pool
 def test_b44_pool_inside_get_item(backend: dict[str, Any]) -> None:
     """B44: ``[[0, 1], [4, 9]]`` inline and on threads; process workers (daemonic, as torch's)
     refuse with an error naming the cause and the fixes, not a bare AssertionError."""
@@ -662,6 +663,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # a fresh interpreter per backend
 @pytest.mark.timeout(90)
 def test_b37_endless_sampler_and_huge_dataset_start_at_once(backend: dict[str, Any]) -> None:
     """B37, in a child with a 2 GiB address space: an endless sampler (``len()`` 10) gives

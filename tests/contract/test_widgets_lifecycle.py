@@ -33,6 +33,7 @@ def _shown_monitor_epoch(loader: Any) -> Any:
     return mon
 
 
+@pytest.mark.slow  # 7 s on a quiet machine: 16 epochs, each a monitor with its figures
 def test_b29_monitor_per_epoch_leaves_bounded_widgets() -> None:
     """B29: 100 epochs, a monitor each, shown as in a kernel; the cell's end (finish) closes."""
     loader = _loader()

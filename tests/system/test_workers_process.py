@@ -495,6 +495,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.slow  # runs a script in a fresh interpreter
 @pytest.mark.timeout(120)
 def test_a_script_without_the_main_guard_is_told_to_add_it_first(tmp_path: Path) -> None:
     """A script that iterates a process loader at its top level: each worker re-imports it and
