@@ -49,21 +49,50 @@ def _python_helpers() -> set[int | None]:
     }
 
 
+_PROC_CHILDREN = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
+
+
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    """This process's descendants. On Linux from ``/proc/<pid>/task/<tid>/children`` (reads only
+    the family; ``psutil``'s ``children()`` reads every process on the machine, about 5 ms, twice
+    per test); elsewhere from psutil."""
+    if not _PROC_CHILDREN:
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            todo += [k for k in kids if k not in found]
+            found.update(kids)
+    return found
 
 
 def _leftovers(
     threads_before: set[threading.Thread], procs_before: set[int]
 ) -> tuple[list[Any], list[str], list[str]]:
     keep = {*_python_helpers(), *procs_before}
-    procs = [
-        p for p in psutil.Process().children(recursive=True) if p.pid not in keep and _alive(p)
-    ]
+    procs = [p for p in map(_process, _children() - keep) if p is not None and _alive(p)]
     procs += [p for p in multiprocessing.active_children() if p.pid not in keep]
     threads = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     segments = [f for f in os.listdir(shm.SHM_DIR) if f.startswith(f"{shm.PREFIX}-{os.getpid()}-")]
     return procs, threads, segments
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
 
 
 def _alive(p: psutil.Process) -> bool:
