@@ -100,6 +100,7 @@ def _timeline() -> Any:
     return mon.timeline()
 
 
+@pytest.mark.slow  # 2.6-4.1 s of CPU each: every view drawn, then closed
 @pytest.mark.parametrize("make", [_shard, _shapes, _timeline], ids=["shard", "shapes", "timeline"])
 def test_b29_every_view_closes(make: Callable[[], Any]) -> None:
     """B29 for every view: close(), ``with``, and garbage collection close the widget tree."""
