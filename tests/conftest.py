@@ -129,6 +129,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.get_closest_marker("slow") or item.get_closest_marker("ui")
         ):
             _NOT_SLOW.add(item.nodeid)
+    # unit first (the quickest failures), the browser last: its session-long Chromium starts
+    # and ends helper processes below this one, which no_leaks would count against later tests
+    # (tests/ui/conftest.py's own no_leaks knows them). The sort is stable: modules stay whole.
+    rank = {"unit": 0, "ui": 2}
+    items.sort(key=lambda item: rank.get(_tier(item.path) or "", 1))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
