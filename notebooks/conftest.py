@@ -2,7 +2,7 @@
 
 stderr is not compared: it carries warnings whose wording changes between library versions
 (matplotlib, torch, ipykernel) without the lesson changing. Stored notebooks carry no stderr at
-all (tests/test_notebook_hygiene.py checks that), so a new warning shows up at regeneration.
+all (tests/docs/test_notebook_hygiene.py checks that), so a new warning shows up at regeneration.
 """
 
 from __future__ import annotations

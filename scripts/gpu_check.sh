@@ -38,8 +38,8 @@ step() {  # step NAME COMMAND...: run, log, note the exit status in the summary
   [ $rc -eq 0 ] || status=1
 }
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts="" -rs -v)  # the ini sets timeout = 300
-step cuda_tests "${PYTEST[@]}" -m cuda -k "not corruption" tests/test_cuda_*.py --junitxml "$OUT/cuda_tests.xml"
-step corruption "${PYTEST[@]}" -m cuda -k corruption tests/test_cuda_*.py --junitxml "$OUT/corruption.xml"
+step cuda_tests "${PYTEST[@]}" -m cuda -k "not corruption" tests/system/test_cuda_*.py --junitxml "$OUT/cuda_tests.xml"
+step corruption "${PYTEST[@]}" -m cuda -k corruption tests/system/test_cuda_*.py --junitxml "$OUT/corruption.xml"
 step benchmark timeout 420 "$PY" -m benchmarks.gpu_feed --out "$OUT" ${QUICK:+--quick}
 echo "- figures: gpu_feed.md, gpu_feed.json" >> "$OUT/summary.md"
 cat "$OUT/summary.md"

@@ -1,5 +1,9 @@
-"""Shared fixtures.
+"""Shared fixtures, and the tiers.
 
+* Tiers: each test's folder sets its mark (``unit``, ``contract``, ``system``, ``docs``, ``ui``;
+  tests/README.md says what goes where); ``tests/unit`` tests get a 20 s timeout unless they set
+  their own. The terminal summary lists every test that took over 3 s and is not marked
+  ``slow`` (a report, not a failure): mark it ``slow`` or make it faster.
 * ``backend``: the loader options of each worker backend (inline, thread, process); loader
   tests take it so every behaviour is proven under all three.
 * ``order``: the delivery order (``in_order``: plan order; ``any_order``: torch's
@@ -16,6 +20,7 @@ import multiprocessing
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -70,21 +75,50 @@ def _python_helpers() -> set[int | None]:
     }
 
 
+_PROC_CHILDREN = Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").exists()
+
+
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
+    """This process's descendants. On Linux from ``/proc/<pid>/task/<tid>/children`` (reads only
+    the family; ``psutil``'s ``children()`` reads every process on the machine, about 5 ms, twice
+    per test); elsewhere from psutil."""
+    if not _PROC_CHILDREN:
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    found: set[int] = set()
+    todo = [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue  # exited meanwhile
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:
+                continue
+            todo += [k for k in kids if k not in found]
+            found.update(kids)
+    return found
 
 
 def _leftovers(
     threads_before: set[threading.Thread], procs_before: set[int]
 ) -> tuple[list[Any], list[str], list[str]]:
     keep = {*_python_helpers(), *procs_before}
-    procs = [
-        p for p in psutil.Process().children(recursive=True) if p.pid not in keep and _alive(p)
-    ]
+    procs = [p for p in map(_process, _children() - keep) if p is not None and _alive(p)]
     procs += [p for p in multiprocessing.active_children() if p.pid not in keep]
     threads = [t.name for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     segments = [f for f in os.listdir(shm.SHM_DIR) if f.startswith(f"{shm.PREFIX}-{os.getpid()}-")]
     return procs, threads, segments
+
+
+def _process(pid: int) -> psutil.Process | None:
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
 
 
 def _alive(p: psutil.Process) -> bool:
@@ -92,6 +126,58 @@ def _alive(p: psutil.Process) -> bool:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+TESTS = Path(__file__).resolve().parent
+TIERS = ("unit", "contract", "system", "docs", "ui")
+UNIT_TIMEOUT_S = 20
+SLOW_REPORT_S = 3.0  # a test slower than this that is not marked slow is listed at the end
+_NOT_SLOW: set[str] = set()  # node ids of the collected tests not marked slow (and not ui)
+_TOOK: dict[str, float] = {}  # node id -> setup + call + teardown seconds, for _NOT_SLOW
+
+
+def _tier(path: Path) -> str | None:
+    try:
+        first = path.resolve().relative_to(TESTS).parts[0]
+    except ValueError:
+        return None  # the package's doctests, the notebooks under nbval
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = _tier(item.path)
+        if tier is not None:
+            item.add_marker(getattr(pytest.mark, tier))
+        if tier == "unit" and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))
+        if item.path.suffix == ".py" and not (
+            item.get_closest_marker("slow") or item.get_closest_marker("ui")
+        ):
+            _NOT_SLOW.add(item.nodeid)
+    # unit first (the quickest failures), the browser last: its session-long Chromium starts
+    # and ends helper processes below this one, which no_leaks would count against later tests
+    # (tests/ui/conftest.py's own no_leaks knows them). The sort is stable: modules stay whole.
+    rank = {"unit": 0, "ui": 2}
+    items.sort(key=lambda item: rank.get(_tier(item.path) or "", 1))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.nodeid in _NOT_SLOW:
+        _TOOK[report.nodeid] = _TOOK.get(report.nodeid, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    over = sorted(((s, n) for n, s in _TOOK.items() if s > SLOW_REPORT_S), reverse=True)
+    if not over:
+        return
+    terminalreporter.section(f"tests over {SLOW_REPORT_S:.0f} s not marked slow")
+    for seconds, nodeid in over:
+        terminalreporter.write_line(f"{seconds:6.1f}s {nodeid}")
+    terminalreporter.write_line(
+        "mark them @pytest.mark.slow (or make them faster): the developer loop runs "
+        '-m "not slow and not ui"'
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -109,11 +195,18 @@ def no_leaks() -> Any:
     Loaders a test dropped are garbage-collected first (that is one of the ways workers must
     stop); leftovers get 3 s to finish exiting. Processes and threads that existed before the
     test (e.g. from session fixtures) are not counted.
+
+    What survives the collection is then frozen (``gc.freeze()``), so the next test's collection
+    walks only the objects that test made: a full collection walks everything earlier tests left
+    alive (caches, figures, fixtures), which was half the suite's CPU time. A survivor owns no
+    worker, thread or segment (or this test fails), so freezing it hides no leak from a later
+    test; frozen objects are still freed by reference counting.
     """
     threads_before = set(threading.enumerate())
     procs_before = _children()
     yield
     gc.collect()
+    gc.freeze()
     deadline = time.monotonic() + 3.0
     while True:
         procs, threads, segments = _leftovers(threads_before, procs_before)

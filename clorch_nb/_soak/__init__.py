@@ -8,7 +8,7 @@ index, and that no child process, loader thread, ``/dev/shm`` entry or file desc
 over the run, that memory stays bounded. Every violation prints a one-line repro.
 
 Run it with ``python -m clorch_nb._soak --minutes 10`` (``--help`` for the options); the test
-suite runs a short fixed-seed version (tests/test_soak.py).
+suite runs a short fixed-seed version (tests/system/test_soak.py).
 """
 
 from clorch_nb._soak.run import SoakReport, soak

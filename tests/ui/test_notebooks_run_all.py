@@ -7,6 +7,20 @@ with a Traceback, or a widget that failed to render). A screenshot of the whole 
 and one of each cell output holding a live widget.
 The server's root is a temporary copy of ``notebooks/``, so the committed ``.ipynb`` files are
 never opened, executed or saved by it.
+
+Which notebooks: nbval executes every notebook in a kernel of this environment in every full run,
+and ``test_widgets_browser.py`` renders every kind of view live (shards, batch shapes, monitor,
+timeline) from its own notebook. What only Run All in the browser adds is a tutorial's own widget
+outputs being drawn while its cells run, so by default this runs the two whose views change
+during the run:
+
+* 11: the live throughput monitor redrawn while process workers feed the loop, the verdict and
+  timeline views after it (the series' largest outputs);
+* 14: ``ShardView`` and ``ShardFilesView`` widgets beside sharded streams (tar and JSONL files
+  written from the kernel) read by two workers per rank, with a resume.
+
+The static views of 03, 06 and 16 are the kinds ``test_widgets_browser.py`` and
+``test_ranks_replay_browser.py`` draw. ``CLORCH_NB_ALL_NOTEBOOKS=1`` runs all 17.
 """
 
 from __future__ import annotations
@@ -16,8 +30,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import notebook_files
+
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = notebook_files.chosen(["11", "14"])
 RUN_TIMEOUT_S = 150  # the series promises < 60 s each on 2 cores; leave room for a busy machine
 
 pytestmark = [pytest.mark.ui]

@@ -62,8 +62,8 @@ class ShardDataset:
     and read again later), so while streaming a worker's RSS grows by at most
     ``cache_items * (item_nbytes + 1 KiB)`` plus the ``prefetch_factor`` batches on their way
     out, and the consuming process's by the ``prefetch_factor * num_workers`` batches in
-    flight, plus the allocator's slack (16 MiB in ``tests/test_shards_memory.py``); nothing grows
-    with the number or size of the shards.
+    flight, plus the allocator's slack (16 MiB in ``tests/system/test_shards_memory.py``);
+    nothing grows with the number or size of the shards.
 
     Attributes:
         paths (tuple[str, ...]): the shards, in source order.

@@ -165,6 +165,7 @@ def test_http_missing_shard_names_the_url(http_root, tmp_path: Path) -> None:
         shard_dataset(f"{http_root}/gone.tar", cache_dir=tmp_path, progress=False)
 
 
+@pytest.mark.slow  # process workers reading from a moto S3 server
 @pytest.mark.timeout(180)
 def test_s3_shards_through_process_workers_exactly_once(s3, tmp_path: Path) -> None:
     from clorch_nb import data

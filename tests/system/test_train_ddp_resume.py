@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_train_ddp import (
+from tests.system.test_train_ddp import (
     RUN_TIMEOUT_S,
     SCRIPT,
     Run,

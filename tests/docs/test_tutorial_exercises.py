@@ -21,7 +21,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests import notebook_files
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 LESSONS = [p for p in PATHS if p.name != "00_index.ipynb"]
 EXERCISE = re.compile(r"\*\*Exercise (\d+)\.\*\*")
@@ -31,7 +33,7 @@ FORTHCOMING: set[str] = set()  # notebooks linked before they exist (none now)
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
-    return nbformat.read(path, as_version=4)
+    return notebook_files.read(path)
 
 
 def _text(cell: nbformat.NotebookNode) -> str:

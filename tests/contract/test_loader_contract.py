@@ -237,7 +237,7 @@ def test_break_then_next_epoch_starts_clean(backend: dict[str, Any], order: str)
 
 def test_keyboard_interrupt_in_loop(backend: dict[str, Any], order: str) -> None:
     """KeyboardInterrupt raised in the consuming loop surfaces as itself; the next epoch is clean.
-    (A real Ctrl-C to the whole process group: test_workers_process.py.)"""
+    (A real Ctrl-C to the whole process group: tests/system/test_workers_process.py.)"""
     with loader(spec_ds("numbers", 12), backend, batch_size=2, shuffle=False) as dl:
         with pytest.raises(KeyboardInterrupt):
             for b in dl:

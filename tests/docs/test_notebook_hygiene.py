@@ -15,7 +15,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests import notebook_files
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 NAME = re.compile(r"^(\d\d)_[a-z0-9_]+\.ipynb$")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -27,7 +29,7 @@ FORTHCOMING: set[str] = set()  # notebooks linked before they exist (none now)
 
 
 def _read(path: Path) -> nbformat.NotebookNode:
-    return nbformat.read(path, as_version=4)
+    return notebook_files.read(path)
 
 
 def _markdown(nb: nbformat.NotebookNode) -> str:

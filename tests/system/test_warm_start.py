@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Imports clorch_nb.data (optionally as if in IPython), waits for the background start, prints
 # the forkserver's pid (None when none was started) and whether its torch preload finished.
@@ -147,6 +147,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # a fresh interpreter, interrupted while it imports torch
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 @pytest.mark.timeout(120)
 def test_an_interrupt_while_the_forkserver_imports_torch_leaves_it_running(tmp_path: Path) -> None:

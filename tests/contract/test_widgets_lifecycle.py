@@ -33,6 +33,7 @@ def _shown_monitor_epoch(loader: Any) -> Any:
     return mon
 
 
+@pytest.mark.slow  # 7 s on a quiet machine: 16 epochs, each a monitor with its figures
 def test_b29_monitor_per_epoch_leaves_bounded_widgets() -> None:
     """B29: 100 epochs, a monitor each, shown as in a kernel; the cell's end (finish) closes."""
     loader = _loader()
@@ -99,6 +100,7 @@ def _timeline() -> Any:
     return mon.timeline()
 
 
+@pytest.mark.slow  # 2.6-4.1 s of CPU each: every view drawn, then closed
 @pytest.mark.parametrize("make", [_shard, _shapes, _timeline], ids=["shard", "shapes", "timeline"])
 def test_b29_every_view_closes(make: Callable[[], Any]) -> None:
     """B29 for every view: close(), ``with``, and garbage collection close the widget tree."""

@@ -16,7 +16,7 @@ from jupyter_client.manager import KernelManager, start_new_kernel
 
 from tests.launch_checks import leftovers
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 

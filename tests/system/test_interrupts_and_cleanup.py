@@ -1,6 +1,6 @@
 """Issue 15: interrupts at any instant, cross-thread close, hostile exceptions, and what keeps a
 dropped loader's workers alive. Each test pins one class the fault-injection soak found, under
-every backend where it applies (the soak itself: tests/test_soak.py).
+every backend where it applies (the soak itself: tests/system/test_soak.py).
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ def test_a_rank_killed_by_a_signal_is_named() -> None:
         launching.launch(launch_fixtures.die_on, 2, args=(0,))
 
 
+@pytest.mark.slow  # waits out the launch timeout
 @pytest.mark.timeout(120)
 def test_timeout_stops_every_rank() -> None:
     seen: list[launching.RankMessage] = []

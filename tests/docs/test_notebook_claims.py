@@ -17,13 +17,15 @@ from typing import Any
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import notebook_files
+
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 
 
 def _notebook(prefix: str) -> nbformat.NotebookNode:
     (path,) = NOTEBOOKS.glob(f"{prefix}_*.ipynb")
-    return nbformat.read(path, as_version=4)
+    return notebook_files.read(path)
 
 
 def _markdown(prefix: str) -> str:

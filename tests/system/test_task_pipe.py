@@ -70,6 +70,7 @@ def test_drop_unsent_keeps_only_the_message_already_begun() -> None:
         r.close()
 
 
+@pytest.mark.slow  # a worker kept busy while tasks queue
 @pytest.mark.timeout(120)
 def test_tasks_larger_than_the_pipe_reach_a_busy_worker_in_order() -> None:
     """Batches of 30,000 indices (240 KB a task, 4 in flight) through one worker that is busy

@@ -1,11 +1,9 @@
 """Throughput: the aggregator on synthetic events with known numbers, the monitor on a real
-loader, and the dependency rules of the widgets package."""
+loader (inline). The widgets package's import rules, which need a fresh interpreter, are in
+tests/system/test_fresh_interpreter.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -167,37 +165,6 @@ def test_monitor_rejects_bad_arguments() -> None:
     loader = data.dataloader(data.tensor_dataset(torch.zeros(4, 1), torch.zeros(4)), batch_size=2)
     with pytest.raises(ConfigError, match="refresh_hz"):
         widgets.monitor(loader, refresh_hz=0)
-
-
-def test_pure_modules_import_without_ipywidgets_or_matplotlib() -> None:
-    code = textwrap.dedent("""
-        import sys
-        for name in ("ipywidgets", "matplotlib", "IPython"):
-            sys.modules[name] = None  # any import of them now fails
-        import clorch_nb.widgets as w
-        from clorch_nb.widgets import shards, shapes, throughput
-        assert w.shard_table(10, 3).epochs[0].ok
-        try:
-            w.ShardView
-        except ImportError:
-            pass
-        else:
-            raise SystemExit("ShardView imported without ipywidgets?")
-        print("ok")
-    """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "ok"
-
-
-def test_data_never_imports_widgets() -> None:
-    code = (
-        "import sys, clorch_nb, clorch_nb.data; "
-        "print([m for m in sys.modules if 'widgets' in m and m.startswith('clorch_nb')])"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
 
 
 def _stats_with_history(seconds: float, workers: int = 2) -> ThroughputStats:

@@ -1,7 +1,7 @@
 """Process workers: what only they can do wrong (public bug scenarios B12, B15, B17, B19, B20,
 shared memory, signals, parent death, start methods).
 
-Behaviours shared by every backend are in test_loader_contract.py.
+Behaviours shared by every backend are in tests/contract/test_loader_contract.py.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tests import fixtures
 from tests.fixtures import idx
 
 pytestmark = pytest.mark.timeout(120)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def proc_loader(ds: Any, **kw: Any) -> data.DataLoader:
@@ -499,6 +499,7 @@ except Exception as exc:
 """
 
 
+@pytest.mark.slow  # runs a script in a fresh interpreter
 @pytest.mark.timeout(120)
 def test_a_script_without_the_main_guard_is_told_to_add_it_first(tmp_path: Path) -> None:
     """A script that iterates a process loader at its top level: each worker re-imports it and

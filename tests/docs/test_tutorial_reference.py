@@ -5,13 +5,15 @@ a code cell of the notebook section it names; every notebook it links exists."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import notebook_files
+
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "tutorial_reference.md"
 ROW = re.compile(
     r"^\| `(?P<message>[^`]+)` \| .* \| \[(?P<nn>\d{2}) §(?P<section>\d+)\]"
@@ -24,6 +26,7 @@ def _rows() -> list[dict[str, str]]:
     return [m.groupdict() for m in ROW.finditer(DOC.read_text())]
 
 
+@functools.cache  # the whole package's source, parsed once for every row
 def _library_strings() -> list[str]:
     found = []
     for path in (ROOT / "clorch_nb").rglob("*.py"):
@@ -38,7 +41,7 @@ def _library_strings() -> list[str]:
 def _section_outputs(path: Path, section: str) -> str:
     """The text output of the code cells under '## <section>.' up to the next '## ' heading."""
     inside, parts = False, []
-    for cell in nbformat.read(path, as_version=4).cells:
+    for cell in notebook_files.read(path).cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("## "):

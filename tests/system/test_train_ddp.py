@@ -22,7 +22,7 @@ import psutil
 import pytest
 from torch.utils.data import DistributedSampler
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "train_ddp.py"
 EPOCHS, NPROC, SEED = 3, 2, 0
 # measured: 0.92-0.97 final test accuracy for seeds 0-3; chance is 0.10

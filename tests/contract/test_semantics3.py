@@ -159,6 +159,7 @@ def test_b55_a_warning_from_get_item_reaches_the_callers_filters(
 # -- B44: get_item that starts child processes ----------------------------------------------------
 
 
+@pytest.mark.slow  # each item starts a process pool
 def test_b44_pool_inside_get_item(backend: dict[str, Any]) -> None:
     """B44: ``[[0, 1], [4, 9]]`` inline and on threads; process workers (daemonic, as torch's)
     refuse with an error naming the cause and the fixes, not a bare AssertionError."""
@@ -255,7 +256,7 @@ def test_b53_a_64mb_dev_shm_loads_what_torch_loads() -> None:
     probe = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
     if probe.returncode != 0:
         pytest.skip(f"unshare -m is not allowed here: {probe.stderr.decode().strip()}")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         ["unshare", "-m", "sh", "-c",
          f"mount -t tmpfs -o size=64m tmpfs /dev/shm && exec {sys.executable} -c '{_B53}'"],
@@ -336,7 +337,7 @@ def test_b46_rerunning_a_cell_that_shows_a_loader_keeps_one_loaders_workers() ->
     leave 60 worker processes and 290 more fds. Now at most one loader's 2 workers are alive
     after any run and the kernel's fd count does not grow: a new loader of the same dataset and
     options retires its idle twins' workers (they restart if the old loader is iterated)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         [sys.executable, "-c", _B46], capture_output=True, text=True, timeout=170, cwd=root,
         env={**os.environ, "PYTHONPATH": root}, check=False,
@@ -671,13 +672,14 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow  # a fresh interpreter per backend
 @pytest.mark.timeout(90)
 def test_b37_endless_sampler_and_huge_dataset_start_at_once(backend: dict[str, Any]) -> None:
     """B37, in a child with a 2 GiB address space: an endless sampler (``len()`` 10) gives
     torch's first two batches ``[[4, 1, 7, 5], [3, 9, 0, 8]]`` at once, then a prompt error
     naming ``len(sampler)`` (it used to list the sampler forever); a 2**31-item dataset gives
     ``[0, 1, 2, 3]`` at once (it used to allocate 16 GiB)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run(
         [sys.executable, "-c", _B37, backend["name"]], capture_output=True, text=True,
         timeout=80, cwd=root, env={**os.environ, "PYTHONPATH": root}, check=False,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(300)
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
     [
         ["ruff", "check", "clorch_nb", "tests", "benchmarks", "examples", "scripts"],
         ["ruff", "format", "--check", "clorch_nb", "tests", "benchmarks", "examples", "scripts"],
-        ["mypy"],
+        pytest.param(["mypy"], marks=pytest.mark.slow),  # about a minute on 2 cores
     ],
     ids=["ruff", "ruff-format", "mypy"],
 )
