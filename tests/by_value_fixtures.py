@@ -1,4 +1,4 @@
-"""Notebook-cell-like code for tests/test_by_value.py (issue 31).
+"""Notebook-cell-like code for tests/contract/test_by_value.py (issue 31).
 
 A notebook runs each cell in ``__main__``'s namespace, so its classes and functions have
 ``__module__ == "__main__"`` and a worker process cannot import them. :func:`run_cell` does the

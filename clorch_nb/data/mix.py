@@ -529,7 +529,7 @@ def mix(
     """Several map-style datasets as one, by weight: each epoch holds exactly ``k_s`` items of
     source ``s``, spread evenly over the epoch.
 
-    Guarantees (tests: ``tests/test_mix.py``):
+    Guarantees (tests: ``tests/contract/test_mix.py``):
 
     * **exact shares**: per epoch, ``k_s`` items of source ``s`` (:func:`apportion` of
       ``epoch_size`` by the weights; ``mixed.plan.counts``);

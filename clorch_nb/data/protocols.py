@@ -3,7 +3,7 @@ must have, and every optional hook the loader looks for by name, with what it me
 
 A dataset needs :class:`Dataset` (``get_size``, ``get_item``). Everything below is optional; the
 loader finds it with the helper named beside it (the only place in ``clorch_nb.data`` that looks
-a hook up by name, checked by ``tests/test_protocols.py``), and an object without it works as
+a hook up by name, checked by ``tests/unit/test_protocols.py``), and an object without it works as
 if it were absent.
 
 **On a dataset**

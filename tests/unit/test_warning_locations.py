@@ -85,7 +85,8 @@ def test_pin_memory_without_cuda_warning_names_the_constructor(front: str) -> No
 
 @pytest.mark.timeout(60)
 def test_identical_worker_replicas_warning_names_the_loop() -> None:
-    loader = data.DataLoader(_Stream(), batch_size=4, num_workers=2)
+    # thread workers: a unit test starts no process (one replica check serves both kinds)
+    loader = data.DataLoader(_Stream(), batch_size=4, num_workers=2, worker_backend="thread")
     found = _caught(lambda: list(loader), "identical")
     assert len(found) == 1 and found[0].filename == __file__, [w.filename for w in found]
 

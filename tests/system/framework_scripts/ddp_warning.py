@@ -1,6 +1,6 @@
 """A plain DDP script (torchrun, gloo) that forgets the sampler: clorch_nb warns
 (FullCopyPerRankWarning) from the user's line; a sharded loader and the documented opt-out do
-not. tests/test_frameworks.py runs it:
+not. tests/system/test_frameworks.py runs it:
 
     torchrun --nproc_per_node=2 ddp_warning.py OUT_DIR
 """

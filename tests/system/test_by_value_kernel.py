@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from jupyter_client.manager import KernelManager, start_new_kernel
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 

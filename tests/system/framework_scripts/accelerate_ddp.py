@@ -1,4 +1,4 @@
-"""clorch_nb's DataLoader under accelerate, 2 processes (tests/test_frameworks.py runs it):
+"""clorch_nb's DataLoader under accelerate, 2 processes (tests/system/test_frameworks.py runs it):
 
     torchrun --nproc_per_node=2 accelerate_ddp.py OUT_DIR --workers 0
 

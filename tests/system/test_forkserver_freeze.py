@@ -28,7 +28,7 @@ def freeze_counts(n: int) -> data.Dataset:
         freed = gc.collect()
         return {"frozen": torch.tensor(gc.get_freeze_count()), "freed": torch.tensor(freed)}
 
-    spec = {"factory": "tests.test_forkserver_freeze:freeze_counts", "args": [n]}
+    spec = {"factory": "tests.system.test_forkserver_freeze:freeze_counts", "args": [n]}
     return data.dataset(size=n, get_item=get_item, process_spec=spec)
 
 

@@ -1,5 +1,5 @@
 """clorch_nb's DataLoader inside the real frameworks (issue 30), 2 CPU ranks over gloo: each
-script in tests/framework_scripts/ runs as a user would run it and writes what every rank got.
+script in tests/system/framework_scripts/ runs as a user would run it and writes what every rank got.
 
 - Lightning ``strategy="ddp"``: Lightning rebuilds our loader with its ``DistributedSampler``
   (``isinstance`` of torch's DataLoader, torch's attributes): every item exactly once per epoch
@@ -29,7 +29,7 @@ pytest.importorskip("accelerate")
 pytestmark = pytest.mark.slow
 
 SCRIPTS = Path(__file__).parent / "framework_scripts"
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N, BATCH = 64, 4
 OURS = "clorch_nb.data.loader.DataLoader"
 

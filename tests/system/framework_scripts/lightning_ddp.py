@@ -1,5 +1,5 @@
 """Train a tiny LightningModule whose train_dataloader() returns clorch_nb's DataLoader, and
-write what each rank trained on (tests/test_frameworks.py runs it).
+write what each rank trained on (tests/system/test_frameworks.py runs it).
 
     python lightning_ddp.py OUT_DIR --devices 2 --workers 0 --epochs 2
     python lightning_ddp.py OUT_DIR --devices 2 --workers 0 --epochs 1 --save-every 3

@@ -1,4 +1,4 @@
-"""Torch-front cases of public-bug-scenarios part 4 beyond B64/B65 (tests/test_one_loader.py,
+"""Torch-front cases of public-bug-scenarios part 4 beyond B64/B65 (tests/contract/test_one_loader.py,
 tests/test_torch_attributes.py): B61, an epoch left early with ``persistent_workers=False``
 takes its workers along, as torch's iterator does."""
 
