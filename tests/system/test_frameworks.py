@@ -1,5 +1,6 @@
 """clorch_nb's DataLoader inside the real frameworks (issue 30), 2 CPU ranks over gloo: each
-script in tests/system/framework_scripts/ runs as a user would run it and writes what every rank got.
+script in framework_scripts/ (beside this file) runs as a user would run it and writes what every
+rank got.
 
 - Lightning ``strategy="ddp"``: Lightning rebuilds our loader with its ``DistributedSampler``
   (``isinstance`` of torch's DataLoader, torch's attributes): every item exactly once per epoch
