@@ -1,6 +1,6 @@
 """Torch-front cases of public-bug-scenarios part 4 beyond B64/B65 (test_one_loader.py,
-test_torch_attributes.py beside this file): B61, an epoch left early with ``persistent_workers=False``
-takes its workers along, as torch's iterator does."""
+test_torch_attributes.py beside this file): B61, an epoch left early with
+``persistent_workers=False`` takes its workers along, as torch's iterator does."""
 
 from __future__ import annotations
 
