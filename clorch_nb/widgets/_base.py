@@ -246,9 +246,3 @@ class View:
 
     def __str__(self) -> str:
         return self.to_text()
-
-    def save_png(self, path: str) -> str:
-        """Write :meth:`to_png` to ``path``; returns ``path``."""
-        with open(path, "wb") as f:
-            f.write(self.to_png())
-        return path

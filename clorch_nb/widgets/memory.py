@@ -78,7 +78,6 @@ class MemoryTracker:
         self.min_interval_s = min_interval_s
         self._last = -float("inf")
         self.processes: dict[int, ProcessMemory] = {}
-        self.cost_s = 0.0  # seconds spent sampling
 
     def sample(self, epoch: int, *, now: float | None = None) -> bool:
         """Take a sample now (unless one was taken less than ``min_interval_s`` ago); returns
@@ -87,7 +86,6 @@ class MemoryTracker:
         if t - self._last < self.min_interval_s:
             return False
         self._last = t
-        t0 = time.perf_counter()
         psutil = self._psutil
         procs = _workers(self._me) or [self._me]
         for k, p in enumerate(procs):
@@ -99,7 +97,6 @@ class MemoryTracker:
             self.processes.setdefault(p.pid, ProcessMemory(p.pid, name)).samples.append(
                 (epoch, uss)
             )
-        self.cost_s += time.perf_counter() - t0
         return True
 
     def to_text(self) -> str:

@@ -101,7 +101,6 @@ class ShardDataset:
         self._lock = threading.Lock()  # guards the cache
         self._stripes = [threading.Lock() for _ in range(64)]  # one reader per block at a time
         self._spec_kwargs = spec_kwargs
-        self._last_shard: str | None = None
         # remote shards: one request per block, not per batch span (a request costs ~ms)
         self._whole_blocks = storage.remote(self.paths)
 
@@ -268,7 +267,6 @@ class ShardDataset:
 
     def _read(self, shard: int, first: int, stop: int) -> list[Any]:
         path = self.paths[shard]
-        self._last_shard = path
         scan = self._scan(shard)
         fmt = self._formats[shard]
         raws = self.storage.retry(path, lambda: fmt.read(self.storage, path, scan, first, stop))
@@ -316,11 +314,6 @@ class ShardDataset:
         """
         flat = np.asarray(indices, dtype=np.int64).reshape(-1)
         return self.paths[self.locate(int(flat[-1]))[0]] if flat.size else ""
-
-    @property
-    def last_shard(self) -> str | None:
-        """The shard this copy read from last (None before its first read)."""
-        return self._last_shard
 
     @property
     def cached_items(self) -> int:
