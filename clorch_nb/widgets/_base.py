@@ -160,6 +160,7 @@ class View:
     _widget_finalizer: Any = None
     _owned: list[Any] | None = None
     _closed: bool = False
+    _handle: Any = None  # the display of show(), which finish() replaces with the static form
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -216,6 +217,20 @@ class View:
         if self._widget_finalizer is not None:
             self._widget_finalizer()
         self._widget = None
+
+    def show(self) -> None:
+        """Display the live view now (in a kernel; a no-op elsewhere)."""
+        if in_kernel() and self._handle is None:
+            from IPython.display import display
+
+            self._handle = display(self, display_id=True)
+
+    def finish(self) -> None:
+        """Put the final text + PNG in the cell's output in place of the widget, and close it."""
+        if self._handle is not None:
+            self._handle.update(self.static_bundle(), raw=True)
+            self._handle = None
+        self.close()
 
     def __enter__(self) -> View:
         return self

@@ -10,7 +10,7 @@ from typing import Any
 
 import ipywidgets as W
 
-from clorch_nb.widgets._base import View, in_kernel
+from clorch_nb.widgets._base import View
 from clorch_nb.widgets._render import figure_png, new_figure, png_b64
 from clorch_nb.widgets.autotune import tune_report
 from clorch_nb.widgets.autotune_report import BACKENDS, TuneReport
@@ -149,20 +149,6 @@ class TuneView(View):
             frameon=False,
         )
         return figure_png(fig)
-
-    def show(self) -> None:
-        """Display the live view now (in a kernel; a no-op elsewhere)."""
-        if in_kernel() and self._handle is None:
-            from IPython.display import display
-
-            self._handle = display(self, display_id=True)
-
-    def finish(self) -> None:
-        """Put the final text + PNG in the cell's output in place of the widget, and close it."""
-        if self._handle is not None:
-            self._handle.update(self.static_bundle(), raw=True)
-            self._handle = None
-        self.close()
 
 
 class TunedOptions(dict[str, Any]):

@@ -16,7 +16,7 @@ from matplotlib.image import imread
 from matplotlib.ticker import MaxNLocator
 
 from clorch_nb import launch as _launch
-from clorch_nb.widgets._base import View, in_kernel
+from clorch_nb.widgets._base import View
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, png_b64
 from clorch_nb.widgets.ranks import RanksReport
 from clorch_nb.widgets.shard_epochs import draw_epochs
@@ -147,20 +147,6 @@ class RanksView(View):
         """Redraw the live widget from the report (no-op when it is not displayed)."""
         if self.has_widget:
             self._fill()
-
-    def show(self) -> None:
-        """Display the live view now (in a kernel; a no-op elsewhere)."""
-        if in_kernel() and self._handle is None:
-            from IPython.display import display
-
-            self._handle = display(self, display_id=True)
-
-    def finish(self) -> None:
-        """Put the final text + PNG in the cell's output in place of the widget, and close it."""
-        if self._handle is not None:
-            self._handle.update(self.static_bundle(), raw=True)
-            self._handle = None
-        self.close()
 
 
 def _draw_rates(ax: Any, report: RanksReport) -> None:
