@@ -9,6 +9,28 @@ mixed by weight (:func:`mix` -> :class:`MixedDataset`, exact shares per epoch), 
 :func:`cleanup_data`, and :func:`start_forkserver` (done at import in IPython and Jupyter, see
 :mod:`~clorch_nb.warm_start`).
 
+Glossary (words the code uses in more than one place, and what each means where):
+
+- **shard**: a rank's share of an epoch's indices (``distributed.py``, ``shard_plan.py``:
+  :class:`ShardPlan`, :class:`ShardMode`; ``widgets/shards.py`` draws it). A **shard file** is
+  one file of a sharded dataset (``data/shards/``: :class:`ShardDataset`, its ``ShardSampler``;
+  ``widgets/shard_files.py`` draws those).
+- **plan**: three things. *The loader's plan* (``plan.py``) is the list of this epoch's batches
+  of indices; *the rank plan* (``shard_plan.py``) is torch's split of the indices over ranks;
+  *the work plan* (``shards/work_plan.py``) is shard files -> ranks -> workers, in blocks.
+  :class:`MixPlan` is a mix's per-epoch counts.
+- **stream**: a torch ``IterableDataset`` run by ``stream.IterableEngine`` (no indices, no
+  resume). In ``shards/work_plan.py`` a *fresh/remaining stream* is a worker's list of runs of a
+  shard file, and "streaming shards" in the docs means reading shard files in order.
+- **sources**: in ``workers/sources.py``, how a process worker gets its dataset (shared
+  tensors, a ``process_spec``, by value); in ``shards/sources.py``, which files a shard dataset
+  reads; in :func:`mix`, the datasets mixed by weight.
+- **hook**: an optional method or attribute a dataset, sampler or plan may have; every one is
+  declared, with its meaning, in :mod:`~clorch_nb.data.protocols`.
+- **backend**: where batches are built, ``"inline"`` (``num_workers=0``), ``"thread"`` or
+  ``"process"``; **by value**: a dataset without a ``process_spec`` pickled (cloudpickle) once
+  per process worker start, its large tensors and arrays shared instead.
+
 Example:
     >>> import torch
     >>> from clorch_nb import data
