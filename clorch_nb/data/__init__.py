@@ -42,7 +42,7 @@ Example:
 """
 
 from clorch_nb.data.collate import cleanup_data, default_collate, pad_collate
-from clorch_nb.data.config import LoaderConfig, WorkerBackend, WorkerBackendChoice
+from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.dataset import (
     BatchedDataset,
     Dataset,
@@ -65,15 +65,13 @@ from clorch_nb.data.distributed import (
     set_epoch,
     shard_plan,
 )
-from clorch_nb.data.epoch import EpochPosition, Stage
-from clorch_nb.data.epoch_iter import EpochIterator
-from clorch_nb.data.loader import DataLoader, LoaderEngine, dataloader
+from clorch_nb.data.epoch import EpochPosition
+from clorch_nb.data.loader import DataLoader, dataloader
 from clorch_nb.data.mix import MixedDataset, MixPlan, mix
 from clorch_nb.data.process_spec import ProcessSpec
 from clorch_nb.data.replay import BatchRef, ReplayedBatch, ShardItem, batch_ref, replay
 from clorch_nb.data.shards import ShardDataset, shard_dataset
 from clorch_nb.data.shards.sampler import ShardSampler
-from clorch_nb.data.state import LoaderState
 from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.warm_start import start_forkserver
@@ -84,12 +82,9 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "DistributedSampler",
-    "EpochIterator",
     "EpochPosition",
     "FullCopyPerRankWarning",
     "LoaderConfig",
-    "LoaderEngine",
-    "LoaderState",
     "MixPlan",
     "MixedDataset",
     "ProcessSpec",
@@ -100,10 +95,7 @@ __all__ = [
     "ShardItem",
     "ShardPlan",
     "ShardSampler",
-    "Stage",
     "TensorDataset",
-    "WorkerBackend",
-    "WorkerBackendChoice",
     "WorkerInfo",
     "WorkerPool",
     "as_dataset",
