@@ -1264,6 +1264,8 @@ def test_nb19_rank_steps_are_torchs_distributed_sampler_in_batches() -> None:
     assert len(reads) == 1798 and set(reads) == set(range(1797))  # one padded repeat
     s = torch.utils.data.DistributedSampler(range(1797), num_replicas=2, rank=1, seed=0)  # type: ignore[arg-type]
     assert [i for step in steps[1] for i in step] == list(s)
+
+
 # -- notebook 17: an IterableDataset split over process workers ---------------------------------
 
 
