@@ -87,7 +87,7 @@ def test_lightning_ddp_gives_each_item_once_per_epoch_over_the_ranks(
     assert [r["rank"] for r in ranks] == [0, 1] and {r["world"] for r in ranks} == {2}
     for r in ranks:  # our engine trained, sharded by the sampler Lightning injected
         assert r["cls"] == OURS and r["sampler"] == "DistributedSampler"
-        assert r["backend"] == ("inline" if workers == 0 else "thread")
+        assert r["backend"] == ("inline" if workers == 0 else "process")  # torch front: processes
         assert [len(r["epochs"][e]) for e in ("0", "1")] == [8, 8]  # equal steps
     for e in ("0", "1"):
         assert _items(ranks, e) == list(range(N))  # every item exactly once per epoch
@@ -123,7 +123,7 @@ def test_accelerate_under_torchrun(tmp_path: Path, workers: int) -> None:
             assert sorted(a[case]["epochs"][e] + b[case]["epochs"][e]) == list(range(N))
     # kept out of prepare(), our loader (and engine) runs, sharded by distributed_sampler
     assert a["ours"]["cls"] == OURS
-    assert a["ours"]["backend"] == ("inline" if workers == 0 else "thread")
+    assert a["ours"]["backend"] == ("inline" if workers == 0 else "process")
     assert a["ours"]["epochs"][0] != a["ours"]["epochs"][1]
     # skip_first_batches: 2 batches of 4 fewer; of ours, exactly the rest of its epoch 0
     for r in ranks:
