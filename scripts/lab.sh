@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job: opens the tutorial series in JupyterLab, on real data.
-# Sets up .venv (torch==2.13.0 CPU build first, then the package with its notebook extras),
+# Sets up .venv (torch==2.13.0 CPU build first, then the package with its test extras, which
+# hold the notebooks' and frameworks' and let the same .venv run the suite),
 # then starts JupyterLab on notebooks/00_index.ipynb. It listens on localhost (127.0.0.1) with
 # Jupyter's token authentication on; on a headless machine it opens no browser: open the URL it
 # prints (it carries the token). Extra arguments go to `jupyter lab` (e.g. --port=8899).
