@@ -70,15 +70,21 @@ class MixView(View):
 
     @classmethod
     def from_loader(
-        cls, loader: data.DataLoader, *, epochs: int = 1, follow: bool = True
-    ) -> MixView:
+        cls, loader: data.DataLoader | list[data.DataLoader], *, epochs: int = 1,
+        follow: bool = True,
+    ) -> MixView:  # fmt: skip
         """The view of what ``loader`` hands out (every rank, with a ``distributed_sampler``);
         with ``follow``, it listens to the loader and marks the batches delivered so far.
+
+        ``loader`` may be one loader per rank (as :func:`~clorch_nb.widgets.mix.mix_report`
+        takes): the view follows the first one (the ranks step together: equal batches each).
 
         Raises:
             ConfigError: see :func:`~clorch_nb.widgets.mix.mix_report`.
         """
-        return cls(mix_report(loader, epochs=epochs), follow=loader if follow else None)
+        report = mix_report(loader, epochs=epochs)
+        first = loader[0] if isinstance(loader, list | tuple) else loader
+        return cls(report, follow=first if follow else None)
 
     def _on_event(self, ev: Any) -> None:
         if ev.__class__ is not BatchEvent or self.delivered is None:

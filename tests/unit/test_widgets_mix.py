@@ -147,3 +147,21 @@ def test_b29_the_view_closes_its_widgets_and_is_not_kept_alive_by_the_loader() -
     gc.collect()
     assert dropped() is None and live_widget_count() == before
     assert len(tags(dl)) == 100  # the dropped views unsubscribed as they went; nothing breaks
+
+
+def test_view_of_one_loader_per_rank_reports_every_rank_and_follows_the_first() -> None:
+    m = _mix()
+    loaders = [
+        data.dataloader(m, batch_size=8, sampler=data.distributed_sampler(m, 2, r, shuffle=False))
+        for r in range(2)
+    ]
+    view = widgets.MixView.from_loader(loaders, epochs=1)  # crashed: a list has no subscribe
+    assert view.report.to_text() == widgets.mix_report(loaders, epochs=1).to_text()
+    assert view.report.ranks == 2
+    it = iter(loaders[0])
+    next(it)
+    next(it)
+    assert view.delivered == [2]
+    list(iter(loaders[1]))  # the other rank's loader is not followed
+    assert view.delivered == [2]
+    view.close()
