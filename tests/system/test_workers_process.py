@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.worker_info import worker_seed
+from clorch_nb.data.datasets.process_spec import ProcessSpec
+from clorch_nb.data.datasets.worker_info import worker_seed
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchTask
 from clorch_nb.data.workers.process import ProcessPool

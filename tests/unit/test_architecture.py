@@ -246,10 +246,10 @@ def test_no_class_declares_fields_it_never_assigns() -> None:
 def test_the_loader_does_not_choose_or_build_worker_pools_itself() -> None:
     """Where batches are built (the ``auto`` rule, the process checks, the pool classes) lives in
     ``data/workers/select.py``; ``loader.py`` only asks it."""
-    imported = _imports(PKG / "data" / "loader.py")
+    imported = _imports(PKG / "data" / "loader" / "loader.py")
     workers = {m for m in imported if m.startswith("clorch_nb.data.workers")}
     assert workers <= {"clorch_nb.data.workers.base", "clorch_nb.data.workers.select"}, workers
-    source = (PKG / "data" / "loader.py").read_text()
+    source = (PKG / "data" / "loader" / "loader.py").read_text()
     for name in ("ThreadPool", "ProcessPool", "SharedTensors", '== "auto"', "sendable("):
         assert name not in source, f"loader.py mentions {name}: that belongs in workers/select.py"
 

@@ -1,6 +1,6 @@
 """Hooks named (issue 29): every optional dataset, sampler and plan hook the loader looks up by
-name is declared in ``clorch_nb/data/protocols.py`` with its meaning, and looked up only there
-(through its helpers), so a new dataset kind reads one file to learn the contract."""
+name is declared in ``clorch_nb/data/datasets/protocols.py`` with its meaning, and looked up only
+there (through its helpers), so a new dataset kind reads one file to learn the contract."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from clorch_nb import data
-from clorch_nb.data import protocols
+from clorch_nb.data.datasets import protocols
 
 PKG = Path(protocols.__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def _lookups_by_name(path: Path) -> list[tuple[int, str]]:
 
 def test_hooks_are_looked_up_only_through_protocols() -> None:
     bad = [
-        f"{p.relative_to(PKG)}:{line} looks up {name!r}; use clorch_nb.data.protocols"
+        f"{p.relative_to(PKG)}:{line} looks up {name!r}; use clorch_nb.data.datasets.protocols"
         for p in sorted(PKG.rglob("*.py"))
         if p != Path(protocols.__file__).resolve()
         for line, name in _lookups_by_name(p)

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 
 if TYPE_CHECKING:
-    from clorch_nb.data.process_spec import ProcessSpec
+    from clorch_nb.data.datasets.process_spec import ProcessSpec
 
 __all__ = [
     "HOOKS",
@@ -152,7 +152,8 @@ class SetsEpoch(Protocol):
 
 class HasProcessSpec(Protocol):
     """A dataset that process workers can rebuild: ``process_spec`` names an importable factory
-    and its arguments (:func:`~clorch_nb.data.process_spec.as_process_spec` reads the forms)."""
+    and its arguments (:func:`~clorch_nb.data.datasets.process_spec.as_process_spec` reads the
+    forms)."""
 
     process_spec: ProcessSpec | None
 
@@ -267,7 +268,7 @@ def set_epoch_hook(obj: Any) -> Callable[[int], None] | None:
 
 def process_spec_attr(dataset: Any) -> Any:
     """``dataset.process_spec`` as given (None without one); validated by
-    :func:`~clorch_nb.data.process_spec.as_process_spec` (:class:`HasProcessSpec`)."""
+    :func:`~clorch_nb.data.datasets.process_spec.as_process_spec` (:class:`HasProcessSpec`)."""
     return getattr(dataset, "process_spec", None)
 
 
