@@ -210,7 +210,8 @@ class MixedDataset(TorchInterop):
         epoch (int): the epoch :meth:`get_item` serves (:meth:`set_epoch`; 0 at first);
             read-only.
         draws_random (bool): False when every source is a ``tensor_dataset`` (nothing draws
-            from the global RNGs, so the loader skips seeding them per batch).
+            from the global RNGs, so the loader skips seeding them per batch; the
+            :func:`~clorch_nb.data.datasets.protocols.draws_random` hook).
 
     Example:
         >>> import torch

@@ -79,3 +79,16 @@ def test_plan_hooks() -> None:
 
     assert protocols.plan_item_count(Ordered()) == 5
     assert [b.tolist() for b in protocols.plan_iter_from(Ordered(), 4)] == [[4]]
+
+
+def test_draws_random_is_false_only_when_declared_exactly_false() -> None:
+    """The inline pool skips per-batch RNG seeding only for a dataset that says so: a mix of
+    tensor datasets does; a mix with any other source, or an odd value, counts as drawing."""
+
+    class Odd:
+        draws_random = 0  # only exactly False declares it
+
+    t = data.tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+    assert not protocols.draws_random(data.mix({"a": t, "b": t}, {"a": 1, "b": 1}))
+    assert protocols.draws_random(data.mix({"a": t, "b": [1, 2]}, {"a": 1, "b": 1}))
+    assert protocols.draws_random(Odd()) and protocols.draws_random(object())

@@ -22,10 +22,13 @@ from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.datasets.collate import default_collate
 from clorch_nb.data.datasets.dataset import TensorDataset
 from clorch_nb.data.datasets.process_spec import ProcessSpec
-from clorch_nb.data.datasets.protocols import has_get_batch, process_local_reason
+from clorch_nb.data.datasets.protocols import (
+    draws_random,
+    has_get_batch,
+    process_local_reason,
+)
 from clorch_nb.data.datasets.thread_safety import check_thread_safe
 from clorch_nb.data.datasets.torch_worker_info import user_dataset
-from clorch_nb.data.mix import MixedDataset
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.by_value import (
@@ -152,9 +155,7 @@ def make_pool(
     """
     if backend == "inline":
         # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
-        draws = not isinstance(dataset, TensorDataset) and (
-            not isinstance(dataset, MixedDataset) or dataset.draws_random
-        )
+        draws = not isinstance(dataset, TensorDataset) and draws_random(dataset)
         return InlinePool(
             dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
         )
