@@ -426,6 +426,7 @@ def test_worker_killed_between_epochs_is_replaced() -> None:
         assert victim not in dl.worker_pids()
 
 
+@pytest.mark.slow  # 3 s in set_epoch: the window
 @pytest.mark.timeout(120)
 def test_worker_killed_before_it_began_the_epoch_is_replaced() -> None:
     """A worker killed after the next epoch was sent but before it began it (here: during its
