@@ -34,8 +34,8 @@ import torch
 from benchmarks import datasets
 from benchmarks.harness import close_loader, torch_loader
 from clorch_nb import data
-from clorch_nb.data.cuda_seam import TorchCuda
-from clorch_nb.data.pinning import PinReport, RegisteredArena
+from clorch_nb.data.delivery.cuda_seam import TorchCuda
+from clorch_nb.data.delivery.pinning import PinReport, RegisteredArena
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import WorkerArena
 

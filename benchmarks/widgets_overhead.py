@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 
 from clorch_nb import data, widgets
-from clorch_nb.data.loader import DataLoader
+from clorch_nb.data.loader.loader import DataLoader
 from clorch_nb.data.workers.base import build_batch
 from clorch_nb.examples import digits_dataset
 from clorch_nb.instrumentation import BatchEvent
@@ -66,7 +66,7 @@ def instrumentation(reps: int) -> dict[str, list[float]]:
 
     def stubbed() -> float:
         # the loader without its event path: no record, no epoch events, no event objects
-        import clorch_nb.data.loader as L  # noqa: N812
+        import clorch_nb.data.loader.loader as L  # noqa: N812
 
         rec, ep = DataLoader._record, DataLoader._epoch_event
         DataLoader._record = lambda self, ev: None  # type: ignore[method-assign,assignment]

@@ -2,8 +2,8 @@
 
 Both scans that look inside a dataset before it goes somewhere (the by-value shipping check of
 process workers, :mod:`clorch_nb.data.workers.by_value`, and the shared-handle check of thread
-workers, :mod:`clorch_nb.data.thread_safety`) walk a function the same way: through its closure
-cells and the module globals its code names.
+workers, :mod:`clorch_nb.data.datasets.thread_safety`) walk a function the same way: through its
+closure cells and the module globals its code names.
 """
 
 from __future__ import annotations

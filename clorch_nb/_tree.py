@@ -8,7 +8,7 @@ containers are, and are only:
 * **dataclass instances**: children by field name.
 
 Everything else is a leaf: tensors, numbers, strings, numpy arrays, None, any other object.
-Collation (:mod:`clorch_nb.data.collate`), the autograd refusal, pinning, the device copy,
+Collation (:mod:`clorch_nb.data.datasets.collate`), the autograd refusal, pinning, the device copy,
 ``cleanup_data`` and the shape views all walk through this module, so a kind of batch is
 supported by all of them or by none (a dataclass batch used to be built by ``collate`` and then
 skipped by pinning without a word). An object of another kind that holds tensors is left as it

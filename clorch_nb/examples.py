@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from clorch_nb.data.dataset import TensorDataset, check_index, dataset, tensor_dataset
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.worker_info import get_worker_info
+from clorch_nb.data.datasets.dataset import TensorDataset, check_index, dataset, tensor_dataset
+from clorch_nb.data.datasets.process_spec import ProcessSpec
+from clorch_nb.data.datasets.worker_info import get_worker_info
 
 __all__ = [
     "NoisyDigits",

@@ -144,6 +144,10 @@ def shm_full(n: int, width: int) -> Any:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     os.pwrite = no_space  # type: ignore[assignment]  # this worker process only
+    # nothing will be freed (every write fails): wait 0.5 s for a slot, not 5 s, before the error
+    from clorch_nb.data.workers import child
+
+    child.SHM_WAIT_S = 0.5
 
     def get_item(i: int) -> dict[str, torch.Tensor]:
         return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
@@ -288,6 +292,26 @@ class BigBatches:
 
     def get_batch(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"data": torch.empty(len(indices), self.width), "target": indices.clone()}
+
+
+class SlowFirstEpoch:
+    """``slow(n, seconds)`` in epoch 0 only (``set_epoch`` tells each copy the epoch): a test
+    that abandons a slow epoch reads the next one at full speed."""
+
+    def __init__(self, n: int, seconds: float) -> None:
+        self.n, self.seconds, self._epoch = n, seconds, 0
+        self.process_spec = _spec("SlowFirstEpoch", n, seconds)
+
+    def set_epoch(self, epoch: int) -> None:
+        self._epoch = epoch
+
+    def get_size(self) -> int:
+        return self.n
+
+    def get_item(self, i: int) -> dict[str, torch.Tensor]:
+        if self._epoch == 0:
+            time.sleep(self.seconds)
+        return {"data": torch.tensor([float(i)]), "target": torch.tensor(i)}
 
 
 class SlowSetEpoch:

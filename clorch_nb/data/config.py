@@ -15,7 +15,7 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb._checks import check_bool, check_int, check_ms
-from clorch_nb.data.collate import default_collate
+from clorch_nb.data.datasets.collate import default_collate
 from clorch_nb.data.skipping import check_max_failures
 from clorch_nb.errors import ConfigError
 
@@ -71,10 +71,11 @@ class LoaderConfig:
             workers, whichever batch is built first (``state_dict()`` stays exact: it records
             the batches delivered ahead of the first missing one).
         pin_memory (bool): batches reach the loop in page-locked memory (torch's option; how:
-            :mod:`~clorch_nb.data.pinning`).
+            :mod:`~clorch_nb.data.delivery.pinning`).
         device (str | torch.device | None): copy each batch's tensors there (``"cuda"``,
             ``"cuda:1"``; ``"cpu"`` changes nothing); None keeps them where they were built.
-            Checked against the machine by :func:`~clorch_nb.data.device_feed.resolve_device`.
+            Checked against the machine by
+            :func:`~clorch_nb.data.delivery.device_feed.resolve_device`.
         prefetch_to_device (int): with a CUDA ``device``, batches copied ahead of the one the
             loop holds, >= 0 (default 2).
         max_failures (int | float | None): items whose ``get_item`` may fail per epoch, skipped

@@ -41,16 +41,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from clorch_nb.data.collate import default_collate
-from clorch_nb.data.dataset import (
+from clorch_nb.data.datasets.collate import default_collate
+from clorch_nb.data.datasets.dataset import (
     TensorDataset,
     TorchInterop,
     as_dataset,
     check_index,
     get_process_spec,
 )
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.protocols import has_get_batch
+from clorch_nb.data.datasets.process_spec import ProcessSpec
+from clorch_nb.data.datasets.protocols import has_get_batch
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.errors import ConfigError
 
@@ -210,7 +210,8 @@ class MixedDataset(TorchInterop):
         epoch (int): the epoch :meth:`get_item` serves (:meth:`set_epoch`; 0 at first);
             read-only.
         draws_random (bool): False when every source is a ``tensor_dataset`` (nothing draws
-            from the global RNGs, so the loader skips seeding them per batch).
+            from the global RNGs, so the loader skips seeding them per batch; the
+            :func:`~clorch_nb.data.datasets.protocols.draws_random` hook).
 
     Example:
         >>> import torch

@@ -49,23 +49,23 @@ import torch
 
 from clorch_nb import dist
 from clorch_nb._checks import check_int
-from clorch_nb.data.collate import default_collate
-from clorch_nb.data.dataset import TorchMapDataset, as_dataset
-from clorch_nb.data.distributed import DistributedSampler, distributed_sampler
-from clorch_nb.data.loader import DataLoader, dataloader
-from clorch_nb.data.protocols import set_epoch_hook
-from clorch_nb.data.seeds import draw_base_seed, fast_forward
-from clorch_nb.data.shards.dataset import ShardDataset
-from clorch_nb.data.shards.sampler import ShardSampler
-from clorch_nb.data.shards.work_plan import WorkPlan
-from clorch_nb.data.state import FORMAT, LoaderState
-from clorch_nb.data.worker_info import (
+from clorch_nb.data.datasets.collate import default_collate
+from clorch_nb.data.datasets.dataset import TorchMapDataset, as_dataset
+from clorch_nb.data.datasets.protocols import set_epoch_hook
+from clorch_nb.data.datasets.worker_info import (
     WorkerInfo,
     batch_seed,
     get_worker_info,
     seeded_globals,
     set_worker_info,
 )
+from clorch_nb.data.loader.loader import DataLoader, dataloader
+from clorch_nb.data.loader.seeds import draw_base_seed, fast_forward
+from clorch_nb.data.sampling.distributed import DistributedSampler, distributed_sampler
+from clorch_nb.data.shards.dataset import ShardDataset
+from clorch_nb.data.shards.sampler import ShardSampler
+from clorch_nb.data.shards.work_plan import WorkPlan
+from clorch_nb.data.state import FORMAT, LoaderState
 from clorch_nb.data.workers.base import build_batch
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
@@ -181,7 +181,7 @@ def epoch_base_seed(seed: int, epoch: int, *, permutation_size: int | None) -> i
         >>> loader = data.dataloader(ds, batch_size=2, seed=3, num_workers=1,
         ...                          worker_backend="thread")
         >>> seen = [list(loader) for _ in range(2)][1]  # epoch 1's seeds
-        >>> from clorch_nb.data.worker_info import batch_seed
+        >>> from clorch_nb.data.datasets.worker_info import batch_seed
         >>> base = epoch_base_seed(3, 1, permutation_size=4)
         >>> seen == [[batch_seed(base, b)] * 2 for b in range(2)]
         True

@@ -10,11 +10,11 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
 * ``seed``: the loader's seed; every epoch's order and every batch's RNG seed derive from it;
 * ``size``, ``batch_size``, ``drop_last``, ``shuffle``, ``num_batches``: the configuration the
   position means something in, compared on load;
-* ``sampler``: the :class:`~clorch_nb.data.distributed.DistributedSampler`'s own state (its
+* ``sampler``: the :class:`~clorch_nb.data.sampling.distributed.DistributedSampler`'s own state (its
   epoch, the layout of that epoch and how many of this rank's indices were consumed), or None;
 * ``order_rng``, ``order_digest``: for another sampler (torch's ``RandomSampler``...), the RNG
   state it draws the epoch's order from and a digest of the batches delivered, so the resumed
-  order is the saver's or the resume is refused (:mod:`~clorch_nb.data.sampler_rng`); None
+  order is the saver's or the resume is refused (:mod:`~clorch_nb.data.sampling.sampler_rng`); None
   without such a sampler;
 * ``skipped``: the epoch's items skipped under ``max_failures`` (``[index, batch, error]``), or
   None (:mod:`~clorch_nb.data.skipping`).
@@ -25,8 +25,8 @@ at batch ``batches_done``.
 
 The loader's :meth:`~clorch_nb.data.DataLoader.state_dict` and
 :meth:`~clorch_nb.data.DataLoader.load_state_dict` read and apply it; a
-:class:`~clorch_nb.data.distributed.DistributedSampler` saves and restores its own part (and
-its elastic rule).
+:class:`~clorch_nb.data.sampling.distributed.DistributedSampler` saves and restores its own part
+(and its elastic rule).
 """
 
 from __future__ import annotations

@@ -253,8 +253,9 @@ def test_keyboard_interrupt_in_loop(backend: dict[str, Any], order: str) -> None
 def test_stop_during_slow_items_is_prompt(backend: dict[str, Any], order: str) -> None:
     """Abandoning an epoch whose batches take 8 x 200 ms does not wait for them to finish:
     workers drop the epoch between two items. Waiting would take >= 1.6 s (a whole batch in
-    flight per worker); the bound leaves room for a loaded machine."""
-    with loader(spec_ds("slow", 24, 0.2), backend, batch_size=8, shuffle=False) as dl:
+    flight per worker); the bound leaves room for a loaded machine. The next epoch (fast: the
+    items are slow in epoch 0 only) is whole, none of the abandoned batches in it."""
+    with loader(spec_ds("SlowFirstEpoch", 24, 0.2), backend, batch_size=8, shuffle=False) as dl:
         it = iter(dl)
         next(it)
         t0 = time.monotonic()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from clorch_nb import data
-from clorch_nb.data.cuda_seam import FakeCuda, use_cuda
+from clorch_nb.data.delivery.cuda_seam import FakeCuda, use_cuda
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, CopyEvent
 from tests import fixtures, gpu_fixtures

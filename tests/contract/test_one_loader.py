@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.data.cuda_seam import FakeCuda, use_cuda
+from clorch_nb.data.delivery.cuda_seam import FakeCuda, use_cuda
 from clorch_nb.errors import ConfigError, LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 

@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler, TensorDataset
 
 from clorch_nb import data
-from clorch_nb.data.torch_args import torch_attributes
+from clorch_nb.data.loader.torch_args import torch_attributes
 
 ATTRIBUTES = (
     "dataset", "batch_size", "sampler", "batch_sampler", "num_workers", "collate_fn",

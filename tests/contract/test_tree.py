@@ -4,8 +4,8 @@ the device copy, ``cleanup_data``, the shape view) sees the same containers.
 
 The drift it closes: ``default_collate`` built dataclass batches that ``pin_memory=True`` and
 ``device=`` then left unpinned on the host without a word. There is no GPU here: the pin stage
-and the device feed run on :class:`~clorch_nb.data.cuda_seam.FakeCuda` (``is_pinned`` answers
-for the buffers it handed out), and a container the walker does not know must warn.
+and the device feed run on :class:`~clorch_nb.data.delivery.cuda_seam.FakeCuda` (``is_pinned``
+answers for the buffers it handed out), and a container the walker does not know must warn.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import torch
 from clorch_nb import _tree as tree
 from clorch_nb import data
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.cuda_seam import FakeCuda, use_cuda
-from clorch_nb.data.delivery import Delivery
-from clorch_nb.data.device_feed import DeviceFeed
-from clorch_nb.data.pinning import PinReport, PinStage
+from clorch_nb.data.delivery.cuda_seam import FakeCuda, use_cuda
+from clorch_nb.data.delivery.delivery import Delivery
+from clorch_nb.data.delivery.device_feed import DeviceFeed
+from clorch_nb.data.delivery.pinning import PinReport, PinStage
 from clorch_nb.data.workers.base import refuse_autograd
 from clorch_nb.errors import CollateError
 from clorch_nb.instrumentation import EventBus

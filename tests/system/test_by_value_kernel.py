@@ -8,15 +8,12 @@ measured with psutil); an open-file attribute is refused by name with no child p
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager, start_new_kernel
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.kernel_cells import run_cell
 
 pytestmark = pytest.mark.slow
 
@@ -29,42 +26,16 @@ def no_leaks() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def kernel() -> Iterator[Any]:
-    km: KernelManager
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(REPO))
-    try:
-        out = _run(kc, "import json, psutil, torch\nfrom clorch_nb import data\n", 120)
-        assert out["error"] is None, out
-        yield kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def _run(kc: Any, code: str, timeout_s: float) -> dict[str, Any]:
-    """Execute ``code`` as a cell; returns {"stdout", "error" (ename, evalue) or None}."""
-    msg_id = kc.execute(code)
-    out: dict[str, Any] = {"stdout": "", "error": None}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except Exception:  # noqa: BLE001 - queue.Empty: keep waiting
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "stream":
-            out["stdout"] += content["text"]
-        elif kind == "error":
-            out["error"] = (content["ename"], content["evalue"])
-        elif kind == "status" and content["execution_state"] == "idle":
-            return out
-    raise TimeoutError(f"the cell did not finish in {timeout_s} s; output so far: {out}")
+def kernel(jupyter_kernel: tuple[Any, Any]) -> Any:
+    """The module's kernel, with json, psutil, torch and ``data`` imported."""
+    _, kc = jupyter_kernel
+    out = run_cell(kc, "import json, psutil, torch\nfrom clorch_nb import data\n", 120)
+    assert out["error"] is None, out
+    return kc
 
 
 def _json(kc: Any, code: str, timeout_s: float = 180) -> Any:
-    out = _run(kc, code, timeout_s)
+    out = run_cell(kc, code, timeout_s)
     assert out["error"] is None, out
     return json.loads(out["stdout"].strip().splitlines()[-1])
 

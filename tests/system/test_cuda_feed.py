@@ -15,9 +15,9 @@ from collections import namedtuple
 import pytest
 import torch
 
-from clorch_nb.data.cuda_seam import TorchCuda
-from clorch_nb.data.device_feed import DeviceFeed
-from clorch_nb.data.pinning import PinnedRing, PinReport, PinStage, RegisteredArena
+from clorch_nb.data.delivery.cuda_seam import TorchCuda
+from clorch_nb.data.delivery.device_feed import DeviceFeed
+from clorch_nb.data.delivery.pinning import PinnedRing, PinReport, PinStage, RegisteredArena
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import WorkerArena
 

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 SCRIPTS = Path(__file__).parent / "framework_scripts"
 ROOT = Path(__file__).resolve().parents[2]
 N, BATCH = 64, 4
-OURS = "clorch_nb.data.loader.DataLoader"
+OURS = "clorch_nb.data.loader.loader.DataLoader"
 
 
 def _env() -> dict[str, str]:

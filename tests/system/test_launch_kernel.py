@@ -6,17 +6,13 @@ works; an exception in rank 1 surfaces in the cell naming rank 1."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager, start_new_kernel
 
+from tests.kernel_cells import run_cell
 from tests.launch_checks import leftovers
-
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
@@ -29,47 +25,10 @@ def no_leaks() -> Iterator[None]:
     yield
 
 
-@pytest.fixture(scope="module")
-def kernel() -> Iterator[tuple[KernelManager, Any]]:
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(REPO))
-    try:
-        yield km, kc
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-
-
-def _run(kc: Any, code: str, timeout_s: float, on_output: Any = None) -> dict[str, Any]:
-    """Execute ``code``; returns {"stdout", "error" (ename, evalue, traceback) or None,
-    "data" (the last display's text/plain)}; ``on_output(text)`` sees stdout as it comes."""
-    msg_id = kc.execute(code)
-    out: dict[str, Any] = {"stdout": "", "error": None, "data": []}
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            msg = kc.get_iopub_msg(timeout=1)
-        except Exception:  # noqa: BLE001 - queue.Empty: keep waiting
-            continue
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, content = msg["msg_type"], msg["content"]
-        if kind == "stream":
-            out["stdout"] += content["text"]
-            if on_output is not None:
-                on_output(out["stdout"])
-        elif kind == "error":
-            out["error"] = (content["ename"], content["evalue"], "\n".join(content["traceback"]))
-        elif kind in ("display_data", "update_display_data", "execute_result"):
-            out["data"].append(content["data"])
-        elif kind == "status" and content["execution_state"] == "idle":
-            return out
-    raise TimeoutError(f"the cell did not finish in {timeout_s} s; output so far: {out}")
-
-
 @pytest.mark.timeout(240)
-def test_shard_view_of_a_kernel_launch_is_torch_s(kernel: Any) -> None:
-    _, kc = kernel
-    out = _run(
+def test_shard_view_of_a_kernel_launch_is_torch_s(jupyter_kernel: Any) -> None:
+    _, kc = jupyter_kernel
+    out = run_cell(
         kc,
         "import json, torch\n"
         "from clorch_nb import widgets\n"
@@ -98,8 +57,8 @@ def test_shard_view_of_a_kernel_launch_is_torch_s(kernel: Any) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_interrupt_stops_every_rank_and_the_cell_runs_again(kernel: Any) -> None:
-    km, kc = kernel
+def test_interrupt_stops_every_rank_and_the_cell_runs_again(jupyter_kernel: Any) -> None:
+    km, kc = jupyter_kernel
     code = (
         "import clorch_nb.launch as launching\n"
         "from tests.launch_fixtures import forever\n"
@@ -115,14 +74,14 @@ def test_interrupt_stops_every_rank_and_the_cell_runs_again(kernel: Any) -> None
             interrupted[0] = True
             km.interrupt_kernel()
 
-    out = _run(kc, code, 240, on_output=interrupt_once_running)
+    out = run_cell(kc, code, 240, on_output=interrupt_once_running)
     assert interrupted[0], out["stdout"]
     assert out["error"] is not None and out["error"][0] == "KeyboardInterrupt", out["error"]
     started = [line.split() for line in out["stdout"].splitlines() if line.startswith("started")]
     pids, port = [int(s[2]) for s in started], int(started[0][3])
     assert len(pids) == 2
     assert leftovers(pids, port) == []
-    again = _run(
+    again = run_cell(
         kc,
         "from tests.launch_fixtures import read_shards\n"
         "print(launching.launch(read_shards, 2, kwargs={'epochs': 1}).results)\n",
@@ -132,9 +91,9 @@ def test_interrupt_stops_every_rank_and_the_cell_runs_again(kernel: Any) -> None
 
 
 @pytest.mark.timeout(240)
-def test_an_exception_in_rank_1_surfaces_in_the_cell(kernel: Any) -> None:
-    _, kc = kernel
-    out = _run(
+def test_an_exception_in_rank_1_surfaces_in_the_cell(jupyter_kernel: Any) -> None:
+    _, kc = jupyter_kernel
+    out = run_cell(
         kc,
         "from clorch_nb import widgets\n"
         "from tests.launch_fixtures import fail_on\n"

@@ -44,6 +44,7 @@ def _tune(ds: Any, budget_s: float, **kw: Any) -> tuple[TuneReport, float]:
     return report, time.perf_counter() - t0
 
 
+@pytest.mark.slow  # a 5 s tuning budget
 @pytest.mark.timeout(60)
 def test_items_holding_the_gil_go_to_processes() -> None:
     report, _ = _tune(tune_fixtures.gil_held(10_000, 0.002), 5.0, num_workers=[2])
@@ -54,6 +55,7 @@ def test_items_holding_the_gil_go_to_processes() -> None:
     assert rates["process"] > 1.5 * max(rates["inline"], rates["thread"])
 
 
+@pytest.mark.slow  # a 5 s tuning budget
 @pytest.mark.timeout(60)
 def test_items_releasing_the_gil_go_to_threads() -> None:
     # Processes are as fast in principle, but cost more: threads are chosen. On a loaded shared

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.data import collate
+from clorch_nb.data.datasets import collate
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import ParentArena, WorkerArena
 from clorch_nb.errors import SharedMemoryError, WorkerError

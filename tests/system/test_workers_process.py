@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.worker_info import worker_seed
+from clorch_nb.data.datasets.process_spec import ProcessSpec
+from clorch_nb.data.datasets.worker_info import worker_seed
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.base import BatchTask
 from clorch_nb.data.workers.process import ProcessPool
@@ -426,6 +426,7 @@ def test_worker_killed_between_epochs_is_replaced() -> None:
         assert victim not in dl.worker_pids()
 
 
+@pytest.mark.slow  # 3 s in set_epoch: the window
 @pytest.mark.timeout(120)
 def test_worker_killed_before_it_began_the_epoch_is_replaced() -> None:
     """A worker killed after the next epoch was sent but before it began it (here: during its

@@ -139,6 +139,81 @@ def test_no_import_cycle_in_the_package() -> None:
     assert not cycles, "import cycles (move the shared piece down a floor):\n" + "\n".join(cycles)
 
 
+#: ``clorch_nb.data``'s floors, bottom first: each folder (or top-level module) of data/ imports
+#: only from its own floor and the floors below; the siblings of one floor do not import each
+#: other. The package's ``__init__`` is the face above them all (CONTRIBUTING.md, "Floors").
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("skipping", "state"),
+    ("datasets",),
+    ("config",),
+    ("sampling",),
+    ("workers",),
+    ("shards",),
+    ("mix", "epoch", "delivery"),
+    ("loader",),
+    ("replay",),
+)
+
+
+def _floor_part(module: str) -> str | None:
+    """The folder or top-level module of data/ that ``module`` belongs to; None outside data/
+    and for the package's face (``clorch_nb.data`` itself)."""
+    parts = module.split(".")
+    return parts[2] if parts[:2] == ["clorch_nb", "data"] and len(parts) > 2 else None
+
+
+def _upward_imports(floors: tuple[tuple[str, ...], ...]) -> list[str]:
+    level = {part: i for i, parts in enumerate(floors) for part in parts}
+    modules = _package()
+    bad = []
+    for m, p in sorted(modules.items()):
+        src = _floor_part(m)
+        if src is None:
+            continue
+        for target, _, line in _imported(p, set(modules)):
+            if not target.startswith("clorch_nb.data"):
+                continue
+            dst = _floor_part(target)
+            where = f"{p.relative_to(PKG.parent)}:{line} imports {target}"
+            if dst is None:
+                bad.append(f"{where}: the package's face, above every floor")
+            elif dst != src and level[dst] >= level[src]:
+                side = "beside it" if level[dst] == level[src] else "above it"
+                bad.append(
+                    f"{where}: floor {level[src]} ({src}) may not import floor {level[dst]} "
+                    f"({dst}), {side}"
+                )
+    return bad
+
+
+def test_every_part_of_data_has_a_floor() -> None:
+    placed = [part for parts in FLOORS for part in parts]
+    present = {
+        p.stem if p.is_file() else p.name
+        for p in (PKG / "data").iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()
+    }
+    assert len(placed) == len(set(placed)), f"placed twice: {placed}"
+    assert present == set(placed), (
+        f"give each part of data/ a floor in FLOORS (and CONTRIBUTING.md's Floors): "
+        f"unplaced {sorted(present - set(placed))}, gone {sorted(set(placed) - present)}"
+    )
+
+
+def test_no_import_in_data_points_up_a_floor() -> None:
+    """Every import counts (function level and ``TYPE_CHECKING`` too), as for cycles."""
+    bad = _upward_imports(FLOORS)
+    assert not bad, (
+        "imports that point up (move the shared piece down to the lower floor):\n" + "\n".join(bad)
+    )
+
+
+def test_the_floor_check_sees_an_upward_import() -> None:
+    """The check is not vacuous: with the order turned upside down, the imports that exist
+    today all point up."""
+    assert _upward_imports(FLOORS[::-1])
+
+
 def test_no_private_name_is_imported_across_modules() -> None:
     modules = _package()
     bad = [
@@ -246,10 +321,10 @@ def test_no_class_declares_fields_it_never_assigns() -> None:
 def test_the_loader_does_not_choose_or_build_worker_pools_itself() -> None:
     """Where batches are built (the ``auto`` rule, the process checks, the pool classes) lives in
     ``data/workers/select.py``; ``loader.py`` only asks it."""
-    imported = _imports(PKG / "data" / "loader.py")
+    imported = _imports(PKG / "data" / "loader" / "loader.py")
     workers = {m for m in imported if m.startswith("clorch_nb.data.workers")}
     assert workers <= {"clorch_nb.data.workers.base", "clorch_nb.data.workers.select"}, workers
-    source = (PKG / "data" / "loader.py").read_text()
+    source = (PKG / "data" / "loader" / "loader.py").read_text()
     for name in ("ThreadPool", "ProcessPool", "SharedTensors", '== "auto"', "sendable("):
         assert name not in source, f"loader.py mentions {name}: that belongs in workers/select.py"
 

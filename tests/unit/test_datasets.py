@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.data.process_spec import ProcessSpec, as_process_spec
+from clorch_nb.data.datasets.process_spec import ProcessSpec, as_process_spec
 from clorch_nb.errors import ConfigError
 from clorch_nb.examples import docs_text
 from tests.fixtures import ds
@@ -388,7 +388,7 @@ def test_defdataset_process_spec_class_attribute():
         def get_item(self, idx: int) -> int:
             return idx
 
-    from clorch_nb.data.dataset import get_process_spec
+    from clorch_nb.data.datasets.dataset import get_process_spec
 
     assert get_process_spec(Spec(3)) == ProcessSpec("m:make", [3], {})
 

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 
-from clorch_nb.data.cuda_seam import FakeCuda
-from clorch_nb.data.device_feed import DeviceFeed, resolve_device
-from clorch_nb.data.pinning import PinReport, PinStage
+from clorch_nb.data.delivery.cuda_seam import FakeCuda
+from clorch_nb.data.delivery.device_feed import DeviceFeed, resolve_device
+from clorch_nb.data.delivery.pinning import PinReport, PinStage
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import CopyEvent
 

@@ -191,7 +191,7 @@ def test_b01_uneven_shards_pad_with_head_of_order():
     assert [shuffled.rank_indices[1][-1], shuffled.rank_indices[2][-1]] == shuffled.order[:2]
     assert shuffled.rank_indices == [torch_indices(10, 3, r, seed=5) for r in range(3)]
     # the docs say which positions are padding
-    import clorch_nb.data.distributed as mod
+    import clorch_nb.data.sampling.distributed as mod
 
     assert "the last position of the ranks that have one" in " ".join(mod.__doc__.split())
 

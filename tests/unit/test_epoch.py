@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.epoch import AnyOrder, Epoch, InOrder
-from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
+from clorch_nb.data.epoch.epoch import AnyOrder, Epoch, InOrder
+from clorch_nb.data.epoch.epoch_iter import FailedBatch, StopRequest
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import BatchResult, BatchTask
 from clorch_nb.instrumentation import EpochEvent, EventBus, LoaderStats

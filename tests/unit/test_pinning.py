@@ -1,7 +1,7 @@
 """``pin_memory=True`` on the CPU side (issue 20): which path pins, the registered arena (slots
 page-locked once, batches pinned without a copy), the pinned ring (buffers reused, a held batch
 never overwritten), the pin stage over custom batch structures, and the warning without a GPU.
-Every CUDA call goes to :class:`~clorch_nb.data.cuda_seam.FakeCuda`;
+Every CUDA call goes to :class:`~clorch_nb.data.delivery.cuda_seam.FakeCuda`;
 ``tests/system/test_cuda_feed.py`` runs the same paths on a GPU.
 """
 
@@ -16,8 +16,8 @@ from collections import OrderedDict, namedtuple
 import pytest
 import torch
 
-from clorch_nb.data.cuda_seam import FakeCuda
-from clorch_nb.data.pinning import (
+from clorch_nb.data.delivery.cuda_seam import FakeCuda
+from clorch_nb.data.delivery.pinning import (
     PinnedRing,
     PinReport,
     PinStage,

@@ -1,6 +1,6 @@
 """Hooks named (issue 29): every optional dataset, sampler and plan hook the loader looks up by
-name is declared in ``clorch_nb/data/protocols.py`` with its meaning, and looked up only there
-(through its helpers), so a new dataset kind reads one file to learn the contract."""
+name is declared in ``clorch_nb/data/datasets/protocols.py`` with its meaning, and looked up only
+there (through its helpers), so a new dataset kind reads one file to learn the contract."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from clorch_nb import data
-from clorch_nb.data import protocols
+from clorch_nb.data.datasets import protocols
 
 PKG = Path(protocols.__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def _lookups_by_name(path: Path) -> list[tuple[int, str]]:
 
 def test_hooks_are_looked_up_only_through_protocols() -> None:
     bad = [
-        f"{p.relative_to(PKG)}:{line} looks up {name!r}; use clorch_nb.data.protocols"
+        f"{p.relative_to(PKG)}:{line} looks up {name!r}; use clorch_nb.data.datasets.protocols"
         for p in sorted(PKG.rglob("*.py"))
         if p != Path(protocols.__file__).resolve()
         for line, name in _lookups_by_name(p)
@@ -79,3 +79,16 @@ def test_plan_hooks() -> None:
 
     assert protocols.plan_item_count(Ordered()) == 5
     assert [b.tolist() for b in protocols.plan_iter_from(Ordered(), 4)] == [[4]]
+
+
+def test_draws_random_is_false_only_when_declared_exactly_false() -> None:
+    """The inline pool skips per-batch RNG seeding only for a dataset that says so: a mix of
+    tensor datasets does; a mix with any other source, or an odd value, counts as drawing."""
+
+    class Odd:
+        draws_random = 0  # only exactly False declares it
+
+    t = data.tensor_dataset(torch.zeros(4, 1), torch.arange(4))
+    assert not protocols.draws_random(data.mix({"a": t, "b": t}, {"a": 1, "b": 1}))
+    assert protocols.draws_random(data.mix({"a": t, "b": [1, 2]}, {"a": 1, "b": 1}))
+    assert protocols.draws_random(Odd()) and protocols.draws_random(object())

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from clorch_nb import data
-from clorch_nb.data.epoch_iter import EpochIterator
+from clorch_nb.data.epoch.epoch_iter import EpochIterator
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.widgets.throughput import ThroughputStats
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.datasets.process_spec import ProcessSpec
 from clorch_nb.data.shards.dataset import REBUILD, ShardDataset
 from clorch_nb.data.shards.formats import ShardFormat, format_for
 from clorch_nb.data.shards.index import OnChange, ShardIndex, build_index

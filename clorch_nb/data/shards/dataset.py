@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from clorch_nb._checks import check_int
-from clorch_nb.data.collate import default_collate
-from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.datasets.collate import default_collate
+from clorch_nb.data.datasets.process_spec import ProcessSpec
 from clorch_nb.data.shards.formats import CallableFormat, Scan, ShardFormat
 from clorch_nb.data.shards.index import ShardIndex
 from clorch_nb.data.shards.sampler import ShardSampler

@@ -25,8 +25,8 @@ from typing import Any
 import torch
 
 from clorch_nb._checks import check_bool, check_int
-from clorch_nb.data.distributed import DistributedSampler
-from clorch_nb.data.shard_plan import ShardPlan
+from clorch_nb.data.sampling.distributed import DistributedSampler
+from clorch_nb.data.sampling.shard_plan import ShardPlan
 from clorch_nb.data.shards.work_plan import (
     Run,
     WorkPlan,

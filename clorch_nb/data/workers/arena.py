@@ -325,7 +325,7 @@ class ParentArena:
     def buffer(self, sid: int, name: str, nbytes: int) -> memoryview:
         """The first ``nbytes`` bytes of slot ``sid`` (file ``name``), over a fresh mapping (no
         fd kept) that goes, and queues the slot as free, when the buffer is freed. A subclass
-        may map a slot once instead (:class:`~clorch_nb.data.pinning.RegisteredArena`)."""
+        may map a slot once instead (:class:`~clorch_nb.data.delivery.pinning.RegisteredArena`)."""
         size = -(-nbytes // _PAGE) * _PAGE
         addr = map_file(os.path.join(SHM_DIR, name), size)
         mv = memoryview((ctypes.c_ubyte * size).from_address(addr))

@@ -17,7 +17,7 @@ import torch
 
 from clorch_nb._text import key_path_text
 from clorch_nb._tree import find_tensor
-from clorch_nb.data.collate import default_collate
+from clorch_nb.data.datasets.collate import default_collate
 from clorch_nb.data.skipping import Skipped, fill_failed
 from clorch_nb.errors import CollateError, WorkerError
 

@@ -33,12 +33,12 @@ from typing import Any
 
 import torch
 
-from clorch_nb.data import collate
-from clorch_nb.data.dataset import as_dataset
-from clorch_nb.data.epoch_hooks import call_set_epoch
-from clorch_nb.data.protocols import has_get_batch
-from clorch_nb.data.torch_worker_info import install_torch_worker_info
-from clorch_nb.data.worker_info import (
+from clorch_nb.data.datasets import collate
+from clorch_nb.data.datasets.dataset import as_dataset
+from clorch_nb.data.datasets.epoch_hooks import call_set_epoch
+from clorch_nb.data.datasets.protocols import has_get_batch
+from clorch_nb.data.datasets.torch_worker_info import install_torch_worker_info
+from clorch_nb.data.datasets.worker_info import (
     WorkerInfo,
     batch_seed,
     seed_worker,

@@ -1,5 +1,5 @@
 """``num_workers=0`` as a worker pool: each batch is built on the consuming thread, when the
-epoch asks for it, so the one delivery loop of :class:`~clorch_nb.data.epoch.Epoch` serves the
+epoch asks for it, so the one delivery loop of :class:`~clorch_nb.data.epoch.epoch.Epoch` serves the
 inline, thread and process backends alike."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.datasets.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.skipping import Skipped
-from clorch_nb.data.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
 
 __all__ = ["INLINE_WORKER_ID", "InlinePool"]
@@ -24,7 +24,7 @@ class InlinePool:
     the task, :meth:`get` builds it on the calling thread (one batch in flight at a time).
 
     Each batch is built with the global RNGs a process worker would give it
-    (:func:`~clorch_nb.data.worker_info.seeded_globals` of its ``batch_seed``), unless the
+    (:func:`~clorch_nb.data.datasets.worker_info.seeded_globals` of its ``batch_seed``), unless the
     dataset draws no random numbers (``draws=False``: a ``tensor_dataset``; ~2 us a batch saved).
 
     Args:

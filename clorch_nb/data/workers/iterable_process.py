@@ -44,7 +44,7 @@ import numpy as np
 import torch
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.worker_info import WorkerInfo, set_worker_info
+from clorch_nb.data.datasets.worker_info import WorkerInfo, set_worker_info
 from clorch_nb.data.workers import forwarded_warnings, shm
 from clorch_nb.data.workers.by_value import ByValue, check_shippable_fn, dumps_fn
 from clorch_nb.data.workers.child import set_process_info

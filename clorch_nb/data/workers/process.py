@@ -7,7 +7,7 @@ How it differs from ``torch.utils.data``'s workers, and why:
   imported torch and this package, so starting one costs a fork, not an interpreter; spawn
   elsewhere. The caller may be a Jupyter kernel with threads, which ``fork`` would break.
 * **the dataset is rebuilt, or sent once by value**: each worker calls ``source.build()``: a
-  :class:`~clorch_nb.data.process_spec.ProcessSpec` factory, :class:`SharedTensors` whose
+  :class:`~clorch_nb.data.datasets.process_spec.ProcessSpec` factory, :class:`SharedTensors` whose
   tensors were moved to shared memory once and are mapped by every worker (no copy per worker),
   or :class:`~clorch_nb.data.workers.by_value.ByValue`: the dataset pickled once with
   cloudpickle, its large tensors shared the same way (a class defined in a notebook cell works).
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.datasets.process_spec import ProcessSpec
 from clorch_nb.data.workers import shm, twins
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import BatchResult, BatchTask
@@ -109,7 +109,7 @@ class ProcessPool:
         parent_arena: Callable[[], ParentArena] = ParentArena,
     ) -> None:
         self.source = source
-        self._parent_arena = parent_arena  # pin_memory: registered slots (data/pinning.py)
+        self._parent_arena = parent_arena  # pin_memory: registered slots (data/delivery/pinning.py)
         self.num_workers = config.num_workers
         # by reference when importable, by value (cloudpickle) when defined in a cell
         self._collate_blob = dumps_fn(config.collate_fn)

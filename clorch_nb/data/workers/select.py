@@ -18,14 +18,17 @@ from typing import Any
 
 from clorch_nb._signals import deferred_sigint
 from clorch_nb._warn import user_stacklevel
-from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
-from clorch_nb.data.dataset import TensorDataset
-from clorch_nb.data.mix import MixedDataset
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.protocols import has_get_batch, process_local_reason
-from clorch_nb.data.thread_safety import check_thread_safe
-from clorch_nb.data.torch_worker_info import user_dataset
+from clorch_nb.data.datasets.collate import default_collate
+from clorch_nb.data.datasets.dataset import TensorDataset
+from clorch_nb.data.datasets.process_spec import ProcessSpec
+from clorch_nb.data.datasets.protocols import (
+    draws_random,
+    has_get_batch,
+    process_local_reason,
+)
+from clorch_nb.data.datasets.thread_safety import check_thread_safe
+from clorch_nb.data.datasets.torch_worker_info import user_dataset
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.by_value import (
@@ -81,10 +84,10 @@ def choose_worker_backend(
     ``num_workers=0``: inline. ``"thread"``: threads. ``"auto"``: processes when the dataset has a
     ``process_spec`` and ``collate_fn`` can reach a process, threads otherwise. ``"process"``:
     processes, after checking that everything a worker needs can reach it. Threads are refused
-    for a dataset that keeps a shared file-like handle (:mod:`~clorch_nb.data.thread_safety`).
-    A dataset whose data only this process can read says why in a ``process_local`` attribute
-    (a str; a shard dataset on ``memory://``): ``"auto"`` then picks threads, and ``"process"``
-    is refused with that reason (B67).
+    for a dataset that keeps a shared file-like handle
+    (:mod:`~clorch_nb.data.datasets.thread_safety`). A dataset whose data only this process can read
+    says why in a ``process_local`` attribute (a str; a shard dataset on ``memory://``): ``"auto"``
+    then picks threads, and ``"process"`` is refused with that reason (B67).
 
     Raises:
         NotShippableError: ``"process"`` for a dataset (or ``collate_fn``, ``worker_init_fn``)
@@ -152,9 +155,7 @@ def make_pool(
     """
     if backend == "inline":
         # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
-        draws = not isinstance(dataset, TensorDataset) and (
-            not isinstance(dataset, MixedDataset) or dataset.draws_random
-        )
+        draws = not isinstance(dataset, TensorDataset) and draws_random(dataset)
         return InlinePool(
             dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
         )

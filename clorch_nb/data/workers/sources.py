@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 import torch.multiprocessing  # registers the reductions that send storages as fds
 
-from clorch_nb.data.dataset import TensorDataset, TorchMapDataset
+from clorch_nb.data.datasets.dataset import TensorDataset, TorchMapDataset
 
 __all__ = ["SharedTensors"]
 
@@ -17,13 +17,14 @@ __all__ = ["SharedTensors"]
 class SharedTensors:
     """A dataset made only of tensors, sent to workers through shared memory.
 
-    Two kinds qualify (:meth:`supports`): our :class:`~clorch_nb.data.dataset.TensorDataset`
-    without a ``process_spec``, and ``torch.utils.data.TensorDataset`` (items stay tuples, as in
-    torch). Their tensors are moved to shared memory once (``Tensor.share_memory_()``, in place:
-    the caller's tensors keep their values and now live in shared memory). What reaches a worker
-    is a handle to that memory (a file descriptor, torch's ``file_descriptor`` strategy), never a
-    pickled copy of the data nor of any Python object: every worker maps the same pages, so
-    ``N`` workers over a 1 GB ``X`` use about 1 GB in total, not ``N + 1`` GB.
+    Two kinds qualify (:meth:`supports`): our
+    :class:`~clorch_nb.data.datasets.dataset.TensorDataset` without a ``process_spec``, and
+    ``torch.utils.data.TensorDataset`` (items stay tuples, as in torch). Their tensors are moved to
+    shared memory once (``Tensor.share_memory_()``, in place: the caller's tensors keep their values
+    and now live in shared memory). What reaches a worker is a handle to that memory (a file
+    descriptor, torch's ``file_descriptor`` strategy), never a pickled copy of the data nor of any
+    Python object: every worker maps the same pages, so ``N`` workers over a 1 GB ``X`` use about 1
+    GB in total, not ``N + 1`` GB.
 
     Args:
         tensors (tuple[torch.Tensor, ...]): the dataset's tensors, each of shape ``(N, ...)``.

@@ -16,11 +16,15 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.dataset import TensorDataset
+from clorch_nb.data.datasets.dataset import TensorDataset
+from clorch_nb.data.datasets.thread_safety import (
+    declared_thread_safe,
+    lazy_handle_error,
+    shared_handles,
+)
+from clorch_nb.data.datasets.torch_worker_info import install_torch_worker_info
+from clorch_nb.data.datasets.worker_info import WorkerInfo, batch_seed, set_worker_info, worker_seed
 from clorch_nb.data.skipping import Skipped
-from clorch_nb.data.thread_safety import declared_thread_safe, lazy_handle_error, shared_handles
-from clorch_nb.data.torch_worker_info import install_torch_worker_info
-from clorch_nb.data.worker_info import WorkerInfo, batch_seed, set_worker_info, worker_seed
 from clorch_nb.data.workers.base import (
     BatchCancelled,
     BatchResult,
@@ -206,7 +210,7 @@ class ThreadPool:
     def _look_again(self, batch_index: int) -> None:
         """Once, when the pool's first batch is built (before any result is handed over): look
         at the dataset for handles again; one that appeared was opened by a get_item, and ends
-        the epoch (:func:`~clorch_nb.data.thread_safety.lazy_handle_error`)."""
+        the epoch (:func:`~clorch_nb.data.datasets.thread_safety.lazy_handle_error`)."""
         with self._probe:
             if self._probed.is_set():
                 return

@@ -14,7 +14,7 @@ import weakref
 from typing import Any, Protocol
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.process_spec import ProcessSpec
+from clorch_nb.data.datasets.process_spec import ProcessSpec
 
 __all__ = ["Retirable", "forget", "pool_key", "retire_idle_twins", "track"]
 

@@ -2,8 +2,8 @@
 drawn from the loader's own generator, and that generator fast-forwarded to a resumed epoch.
 
 Each batch's seed derives from its epoch's base seed and its position
-(:func:`~clorch_nb.data.worker_info.batch_seed`, where the worker side of seeding lives), so
-augmentation is the same for any ``num_workers``, any backend and after a resume.
+(:func:`~clorch_nb.data.datasets.worker_info.batch_seed`, where the worker side of seeding lives),
+so augmentation is the same for any ``num_workers``, any backend and after a resume.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ from typing import Any, Literal
 
 import torch
 
-from clorch_nb.data.dataset import TorchMapDataset
-from clorch_nb.data.protocols import set_epoch_hook
+from clorch_nb.data.datasets.dataset import TorchMapDataset
+from clorch_nb.data.datasets.protocols import set_epoch_hook
 from clorch_nb.errors import WorkerStateError
 
 __all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "hook_owner"]

@@ -7,7 +7,7 @@ process, so a module global would tell every thread the last one's ``id``. Two m
 * **a thread-aware shim**: on first use, torch's ``get_worker_info`` function object gets new
   code (the same function object, so every earlier ``from torch.utils.data import
   get_worker_info`` sees it): it returns the torch view of clorch_nb's per-thread (or
-  per-process) :func:`~clorch_nb.data.worker_info.get_worker_info` when there is one, else
+  per-process) :func:`~clorch_nb.data.datasets.worker_info.get_worker_info` when there is one, else
   torch's own global, unchanged. torch's own DataLoader is unaffected: its workers never set
   clorch_nb's info, and outside any worker both are None.
 * **process workers** also set torch's module global (one worker per process, so it is
@@ -15,8 +15,8 @@ process, so a module global would tell every thread the last one's ``id``. Two m
 
 The torch view is a ``torch.utils.data._utils.worker.WorkerInfo`` with ``id``, ``num_workers``,
 ``seed`` (clorch_nb's seed of the batch being built, see
-:class:`~clorch_nb.data.worker_info.WorkerInfo`) and ``dataset`` (the user's object: a wrapped
-torch dataset is unwrapped).
+:class:`~clorch_nb.data.datasets.worker_info.WorkerInfo`) and ``dataset`` (the user's object: a
+wrapped torch dataset is unwrapped).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from clorch_nb.data.worker_info import WorkerInfo, get_worker_info
+from clorch_nb.data.datasets.worker_info import WorkerInfo, get_worker_info
 
 __all__ = ["install_torch_worker_info", "torch_view", "user_dataset"]
 

@@ -3,8 +3,8 @@
 The order is ``torch.randperm(N)`` from a generator seeded with ``seed + epoch`` (shuffle), else
 ``0..N-1``; ``shard_mode="even"`` pads it by repeating its head (or cuts it with ``drop_last``) to
 a multiple of the world size, ``"disjoint"`` keeps every item once; rank ``r`` takes positions
-``r, r + R, r + 2R, ...``. :class:`~clorch_nb.data.distributed.DistributedSampler` and the shard
-view both read it from here.
+``r, r + R, r + 2R, ...``. :class:`~clorch_nb.data.sampling.distributed.DistributedSampler` and the
+shard view both read it from here.
 """
 
 from __future__ import annotations

@@ -43,8 +43,8 @@ import torch
 from clorch_nb import dist
 from clorch_nb._checks import check_bool, check_int
 from clorch_nb._warn import user_stacklevel
-from clorch_nb.data.protocols import distributed_sampler_hook, set_epoch_hook
-from clorch_nb.data.shard_plan import (
+from clorch_nb.data.datasets.protocols import distributed_sampler_hook, set_epoch_hook
+from clorch_nb.data.sampling.shard_plan import (
     ShardMode,
     ShardPlan,
     arrange_order,
@@ -386,7 +386,7 @@ def distributed_sampler(
         ...  for r in range(3)]
         [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
     """
-    from clorch_nb.data.dataset import as_dataset
+    from clorch_nb.data.datasets.dataset import as_dataset
 
     if isinstance(n_or_dataset, bool):
         raise ConfigError(

@@ -18,9 +18,10 @@ Which path pins (:func:`pin_path`, reported by :class:`PinReport`):
    made, and batches stay in ordinary memory (torch's behaviour).
 
 A pinned buffer is reused only when no tensor views it any more (a ``weakref.finalize`` on the
-buffer the batch's storage wraps, as the arena does), and :mod:`~clorch_nb.data.device_feed`
-holds a batch's host tensors until its copy to the device has finished, so a ``non_blocking``
-copy never reads memory that a worker is already refilling.
+buffer the batch's storage wraps, as the arena does), and
+:mod:`~clorch_nb.data.delivery.device_feed` holds a batch's host tensors until its copy to the
+device has finished, so a ``non_blocking`` copy never reads memory that a worker is already
+refilling.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import torch
 
 from clorch_nb._tree import map_tensors, unwalked_warning
 from clorch_nb._warn import user_stacklevel
-from clorch_nb.data.cuda_seam import CudaSeam
+from clorch_nb.data.delivery.cuda_seam import CudaSeam
 from clorch_nb.data.workers.arena import ALIGN, SHM_DIR, ParentArena, map_file, unmap
 
 __all__ = [
@@ -61,7 +62,7 @@ def check_pin_memory(pin_memory: bool, cuda: CudaSeam) -> bool:
     calls this when it is made) and answers False, as torch's ``DataLoader`` does.
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> check_pin_memory(True, FakeCuda()), check_pin_memory(False, FakeCuda())
         (True, False)
     """
@@ -81,7 +82,7 @@ def pin_path(pin_memory: bool, worker_backend: str, cuda: CudaSeam) -> PinPath:
     """The path that pins a loader's batches (without warning; see :func:`check_pin_memory`).
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> pin_path(True, "process", FakeCuda()), pin_path(True, "thread", FakeCuda())
         ('registered arena', 'pinned ring')
         >>> no_gpu = FakeCuda(available=False)
@@ -266,7 +267,7 @@ class PinnedRing:
         keep (int): idle buffers kept for reuse; more are released.
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> cuda = FakeCuda(); ring = PinnedRing(cuda)
         >>> a, = ring.pin([torch.arange(4.0)]); del a
         >>> b, = ring.pin([torch.ones(3)])  # reuses the freed buffer
@@ -332,7 +333,7 @@ class PinStage:
             ``"off"`` or ``"unpinned"`` the stage returns batches as they are).
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> stage = PinStage(FakeCuda(), PinReport("pinned ring"))
         >>> out = stage({"x": torch.ones(2, 3), "name": "a"})
         >>> out["x"].sum().item(), out["name"], stage.report.copied_batches

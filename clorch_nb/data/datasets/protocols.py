@@ -29,6 +29,9 @@ if it were absent.
                                     data (a shard dataset on ``memory://``): ``"auto"`` picks
                                     threads, ``"process"`` is refused with it
                                     (:func:`process_local_reason`).
+``draws_random = False``            :class:`DrawsRandom`: building its items draws nothing from
+                                    the global RNGs (a mix of tensor datasets), so inline workers
+                                    skip seeding them per batch (:func:`draws_random`).
 ==================================  ==============================================================
 
 **On a sampler** (or a batch sampler)
@@ -65,7 +68,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import torch
 
 if TYPE_CHECKING:
-    from clorch_nb.data.process_spec import ProcessSpec
+    from clorch_nb.data.datasets.process_spec import ProcessSpec
 
 __all__ = [
     "HOOKS",
@@ -73,6 +76,7 @@ __all__ = [
     "BindsLoader",
     "Dataset",
     "DeclaresThreadSafe",
+    "DrawsRandom",
     "HasProcessSpec",
     "NamesShards",
     "OrderedPlan",
@@ -84,6 +88,7 @@ __all__ = [
     "bind_loader_hook",
     "declares_thread_safe",
     "distributed_sampler_hook",
+    "draws_random",
     "has_get_batch",
     "plan_item_count",
     "plan_iter_from",
@@ -103,6 +108,7 @@ HOOKS = {
     "shard_of": "dataset",
     "distributed_sampler": "dataset",
     "process_local": "dataset",
+    "draws_random": "dataset",
     "bind_loader": "sampler",
     "unbind_loader": "sampler",
     "iter_from": "plan",
@@ -152,7 +158,8 @@ class SetsEpoch(Protocol):
 
 class HasProcessSpec(Protocol):
     """A dataset that process workers can rebuild: ``process_spec`` names an importable factory
-    and its arguments (:func:`~clorch_nb.data.process_spec.as_process_spec` reads the forms)."""
+    and its arguments (:func:`~clorch_nb.data.datasets.process_spec.as_process_spec` reads the
+    forms)."""
 
     process_spec: ProcessSpec | None
 
@@ -185,6 +192,12 @@ class ProcessLocal(Protocol):
     """A dataset whose data only this process can read, saying why (None: any process can)."""
 
     process_local: str | None
+
+
+class DrawsRandom(Protocol):
+    """A dataset that says whether building its items draws from the global RNGs."""
+
+    draws_random: bool
 
 
 # -- samplers -----------------------------------------------------------------------------------
@@ -267,7 +280,7 @@ def set_epoch_hook(obj: Any) -> Callable[[int], None] | None:
 
 def process_spec_attr(dataset: Any) -> Any:
     """``dataset.process_spec`` as given (None without one); validated by
-    :func:`~clorch_nb.data.process_spec.as_process_spec` (:class:`HasProcessSpec`)."""
+    :func:`~clorch_nb.data.datasets.process_spec.as_process_spec` (:class:`HasProcessSpec`)."""
     return getattr(dataset, "process_spec", None)
 
 
@@ -315,6 +328,20 @@ def process_local_reason(dataset: Any) -> str | None:
     """
     local = getattr(dataset, "process_local", None)
     return local if isinstance(local, str) else None
+
+
+def draws_random(dataset: Any) -> bool:
+    """False only when ``dataset`` declares ``draws_random = False`` (exactly False;
+    :class:`DrawsRandom`): its items draw nothing from the global RNGs, so they need no seeding
+    per batch. Anything else, or no such attribute, counts as drawing.
+
+    Example:
+        >>> class Lookup:
+        ...     draws_random = False
+        >>> draws_random(Lookup()), draws_random(object())
+        (False, True)
+    """
+    return getattr(dataset, "draws_random", True) is not False
 
 
 def plan_iter_from(plan: Any, first: int) -> Iterator[torch.Tensor]:

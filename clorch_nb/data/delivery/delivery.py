@@ -5,7 +5,7 @@ once per loader from its :class:`~clorch_nb.data.config.LoaderConfig`.
 ``dataloader()``, and ``pin_memory=True`` without a GPU warns once, there) and gives the loader:
 
 1. **the arena** its process workers' batches arrive in (:meth:`Delivery.parent_arena`): with
-   the registered-arena path, slots page-locked once (:class:`~clorch_nb.data.pinning.
+   the registered-arena path, slots page-locked once (:class:`~clorch_nb.data.delivery.pinning.
    RegisteredArena`);
 2. **the stages** the epoch applies to each batch as it is received (:attr:`Delivery.stages`):
    the pin stage when batches stay on the host;
@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.cuda_seam import CudaSeam, default_cuda
-from clorch_nb.data.device_feed import DeviceFeed, resolve_device
-from clorch_nb.data.pinning import (
+from clorch_nb.data.delivery.cuda_seam import CudaSeam, default_cuda
+from clorch_nb.data.delivery.device_feed import DeviceFeed, resolve_device
+from clorch_nb.data.delivery.pinning import (
     PinReport,
     PinStage,
     RegisteredArena,
@@ -47,7 +47,7 @@ class Delivery:
         worker_backend ("inline" | "thread" | "process"): where batches are built (decides the
             pinning path).
         events (EventBus): where copy events go (only while someone subscribes).
-        cuda (CudaSeam | None): default :func:`~clorch_nb.data.cuda_seam.default_cuda`.
+        cuda (CudaSeam | None): default :func:`~clorch_nb.data.delivery.cuda_seam.default_cuda`.
 
     Attributes:
         device (torch.device | None): the checked ``device``.
@@ -57,7 +57,7 @@ class Delivery:
         ConfigError: ``device`` is not usable here (e.g. ``"cuda"`` without a GPU).
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> d = Delivery(LoaderConfig(pin_memory=True, device="cuda"), "process", EventBus(),
         ...              cuda=FakeCuda())
         >>> print(d.describe())

@@ -38,11 +38,11 @@ import torch
 
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.delivery import Delivery
-from clorch_nb.data.epoch import EpochPosition
-from clorch_nb.data.epoch_iter import EpochIterator, StopRequest
-from clorch_nb.data.torch_worker_info import install_torch_worker_info
-from clorch_nb.data.worker_info import WorkerInfo, set_worker_info, worker_seed
+from clorch_nb.data.datasets.torch_worker_info import install_torch_worker_info
+from clorch_nb.data.datasets.worker_info import WorkerInfo, set_worker_info, worker_seed
+from clorch_nb.data.delivery.delivery import Delivery
+from clorch_nb.data.epoch.epoch import EpochPosition
+from clorch_nb.data.epoch.epoch_iter import EpochIterator, StopRequest
 from clorch_nb.data.workers.iterable_process import iterable_pool, torch_base_seed
 from clorch_nb.errors import ConfigError, WorkerTimeoutError
 from clorch_nb.instrumentation import EpochEvent, Event, EventBus, LoaderStats
@@ -85,12 +85,12 @@ class _Built:
 
 class IterableEngine:
     """The epochs of a torch ``IterableDataset`` (see the module docstring): the same public
-    members as the map-style :class:`~clorch_nb.data.loader.LoaderEngine`.
+    members as the map-style :class:`~clorch_nb.data.loader.loader.LoaderEngine`.
 
     Args:
         dataset (torch.utils.data.IterableDataset): iterated once per worker per epoch.
         config (LoaderConfig): the validated options (``batch_size`` 1 with an
-            :class:`~clorch_nb.data.torch_args.Unbatched` ``collate_fn`` means no automatic
+            :class:`~clorch_nb.data.loader.torch_args.Unbatched` ``collate_fn`` means no automatic
             batching; ``drop_last`` drops each worker's short last batch, torch's rule).
         seed (int): the loader's seed; each epoch's base seed is drawn from a generator seeded
             with it, and worker ``w``'s ``get_worker_info().seed`` derives from that.

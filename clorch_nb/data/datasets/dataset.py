@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from clorch_nb._checks import check_bool
-from clorch_nb.data.process_spec import ProcessSpec, as_process_spec
-from clorch_nb.data.protocols import BatchedDataset, Dataset, process_spec_attr
+from clorch_nb.data.datasets.process_spec import ProcessSpec, as_process_spec
+from clorch_nb.data.datasets.protocols import BatchedDataset, Dataset, process_spec_attr
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -150,7 +150,7 @@ def dataset(
         thread_safe (bool): declare that ``get_item`` may run in several threads at once even
             though it uses a file-like handle (e.g. a lock guards it); without it, thread
             workers are refused for a dataset whose ``get_item`` holds such a handle (see
-            :mod:`~clorch_nb.data.thread_safety`).
+            :mod:`~clorch_nb.data.datasets.thread_safety`).
 
     Returns:
         FunctionDataset: implements :class:`Dataset`, plus ``len()`` and ``[]`` for torch.

@@ -3,7 +3,7 @@ in order.
 
 Each ``iter(loader)`` is one epoch:
 
-1. **plan** (:mod:`~clorch_nb.data.plan`): the epoch's index order (the sampler's, a fresh
+1. **plan** (:mod:`~clorch_nb.data.sampling.plan`): the epoch's index order (the sampler's, a fresh
    permutation, or ``0..N-1``) as one int64 tensor, cut into batches of ``batch_size``;
 2. **build**: each batch is made by :func:`~clorch_nb.data.workers.base.build_batch`, on this
    thread (``num_workers=0``, the inline pool) or in the worker pool that
@@ -12,14 +12,14 @@ Each ``iter(loader)`` is one epoch:
 3. **deliver**: in plan order, whatever finishes first; every handover is recorded
    (:class:`~clorch_nb.instrumentation.BatchEvent`) for the subscribed views.
 
-Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.Epoch`, made here per ``iter()``.
+Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.epoch.Epoch`, made here per ``iter()``.
 :class:`DataLoader` (a ``torch.utils.data.DataLoader`` for code that inspects loaders) holds one
 engine, built the same way by both fronts (:func:`build_engine`): :class:`LoaderEngine` here,
-or :class:`~clorch_nb.data.stream.IterableEngine` for a torch ``IterableDataset``. The engine
+or :class:`~clorch_nb.data.loader.stream.IterableEngine` for a torch ``IterableDataset``. The engine
 owns what outlives an epoch: the options (one frozen
 :class:`~clorch_nb.data.config.LoaderConfig`), its seed and generator, the worker pool (a
 :class:`~clorch_nb.data.workers.select.PoolSlot`), the event bus, and the position that
-``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.Epoch.position`).
+``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.epoch.Epoch.position`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,6 @@ from typing import Any
 
 import torch
 
-from clorch_nb.data import sampler_rng
-from clorch_nb.data.collate import default_collate
 from clorch_nb.data.config import (
     UNSET,
     LoaderConfig,
@@ -41,30 +39,32 @@ from clorch_nb.data.config import (
     WorkerBackendChoice,
     loader_config,
 )
-from clorch_nb.data.dataset import as_dataset, get_process_spec
-from clorch_nb.data.delivery import Delivery
-from clorch_nb.data.distributed import (
-    DistributedSampler,
-    sampler_epoch,
-    warn_full_copy_per_rank,
-)
-from clorch_nb.data.epoch import Epoch, EpochPosition, Stage
-from clorch_nb.data.epoch_hooks import EpochHooks
-from clorch_nb.data.epoch_iter import (
+from clorch_nb.data.datasets.collate import default_collate
+from clorch_nb.data.datasets.dataset import as_dataset, get_process_spec
+from clorch_nb.data.datasets.epoch_hooks import EpochHooks
+from clorch_nb.data.datasets.process_spec import ProcessSpec
+from clorch_nb.data.datasets.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
+from clorch_nb.data.delivery.delivery import Delivery
+from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Stage
+from clorch_nb.data.epoch.epoch_iter import (
     EpochIterator,
     StopRequest,
     peek_batch,
     release_frames,
     rng_untouched,
 )
-from clorch_nb.data.plan import check_sampler_size, epoch_plan, pad_skipped
-from clorch_nb.data.process_spec import ProcessSpec
-from clorch_nb.data.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
-from clorch_nb.data.seeds import draw_base_seed, fast_forward, resolve_seed
+from clorch_nb.data.loader.seeds import draw_base_seed, fast_forward, resolve_seed
+from clorch_nb.data.loader.stream import IterableEngine
+from clorch_nb.data.loader.torch_args import torch_attributes, torch_loader_args
+from clorch_nb.data.sampling import sampler_rng
+from clorch_nb.data.sampling.distributed import (
+    DistributedSampler,
+    sampler_epoch,
+    warn_full_copy_per_rank,
+)
+from clorch_nb.data.sampling.plan import check_sampler_size, epoch_plan, pad_skipped
 from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
-from clorch_nb.data.stream import IterableEngine
-from clorch_nb.data.torch_args import torch_attributes, torch_loader_args
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
@@ -163,8 +163,8 @@ class LoaderEngine:
         # new epoch had just opened, before that epoch was registered to be told
         self._lifecycle = threading.RLock()
         self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
-        # Delivery stages applied to each batch as it is received, in plan order (data/epoch.py):
-        # pinning, when batches stay on the host (data/delivery.py)
+        # Delivery stages applied to each batch as it is received, in plan order
+        # (data/epoch/epoch.py): pinning, when batches stay on the host (data/delivery/delivery.py)
         self._stages: tuple[Stage, ...] = self._delivery.stages
         self._workers.prestart()  # process workers start now, in the background
 
@@ -226,7 +226,7 @@ class LoaderEngine:
             self._run = run
             stop = StopRequest()
             # with a CUDA device=, the device feed copies batches ahead of the loop
-            # (data/delivery.py)
+            # (data/delivery/delivery.py)
             gen = self._delivery.wrap(run.batches(stop), epoch=epoch, start=start)
             it = EpochIterator(gen, stop, epoch, batches)
             self._active = weakref.ref(it)
@@ -257,7 +257,7 @@ class LoaderEngine:
 
     def peek(self, batch_index: int = 0) -> Any:
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
-        see :func:`~clorch_nb.data.epoch_iter.peek_batch` (Raises, Example)."""
+        see :func:`~clorch_nb.data.epoch.epoch_iter.peek_batch` (Raises, Example)."""
         it = self._active() if self._active is not None else None
         plan = None if it is None or it.delivered >= len(it) else it.plan
         if plan is None:  # the plan the next iter() makes, drawn without moving any RNG
@@ -556,11 +556,11 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
     ``pin_memory``, ``drop_last``, ``timeout``, ``worker_init_fn``,
     ``multiprocessing_context``, ``generator``, ``prefetch_factor``, ``persistent_workers``,
     ``pin_memory_device``, ``in_order``) hold torch's values for the same call
-    (:func:`~clorch_nb.data.torch_args.torch_attributes`). So Lightning and accelerate, which
+    (:func:`~clorch_nb.data.loader.torch_args.torch_attributes`). So Lightning and accelerate, which
     rebuild a loader from these attributes and ``__init__``'s signature (to inject a
     ``DistributedSampler``, or to skip batches), get this class back with their sampler.
     The batches come from one engine held inside: :class:`LoaderEngine` for a map-style
-    dataset, :class:`~clorch_nb.data.stream.IterableEngine` for a torch ``IterableDataset``;
+    dataset, :class:`~clorch_nb.data.loader.stream.IterableEngine` for a torch ``IterableDataset``;
     both keep the same contract (events, ``describe``, ``subscribe``, ``position``, ``close``,
     timeouts).
 
@@ -571,7 +571,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
     Args:
         dataset (Any): a torch map-style dataset (``__len__``/``__getitem__``) or a clorch_nb
             dataset; ``loader.dataset`` is this object. A torch ``IterableDataset`` is iterated
-            with torch's semantics, here or in thread workers (:mod:`~clorch_nb.data.stream`;
+            with torch's semantics, here or in thread workers (:mod:`~clorch_nb.data.loader.stream`;
             not resumable: ``state_dict()``, ``peek()`` and ``start_workers()`` refuse it).
         batch_size (int | None): items per batch (default 1). None: no automatic batching, each
             item is yielded as ``collate_fn(item)`` (torch's ``default_convert`` by default).
@@ -583,9 +583,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
             (see :func:`dataloader`'s ``worker_backend``). Warns beyond the CPUs, as torch does.
         collate_fn (Callable | None): None is ``torch.utils.data.default_collate`` (ints become
             tensors, dict subclasses keep their type).
-        pin_memory (bool): pin each batch when CUDA is present (:mod:`~clorch_nb.data.pinning`,
-            as ``dataloader(pin_memory=True)``); without it, a warning and unpinned batches, as
-            torch's.
+        pin_memory (bool): pin each batch when CUDA is present
+            (:mod:`~clorch_nb.data.delivery.pinning`, as ``dataloader(pin_memory=True)``);
+            without it, a warning and unpinned batches, as torch's.
         drop_last (bool): drop the short last batch.
         timeout (float): seconds to wait for a batch from a worker (0: forever); beyond it
             :class:`~clorch_nb.errors.WorkerTimeoutError`, a ``RuntimeError`` as torch's.
@@ -818,7 +818,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
 
     def peek(self, batch_index: int = 0) -> Any:
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing
-        (:func:`~clorch_nb.data.epoch_iter.peek_batch`).
+        (:func:`~clorch_nb.data.epoch.epoch_iter.peek_batch`).
 
         Raises:
             ConfigError: a torch ``IterableDataset`` (its batches exist only in order).
@@ -912,7 +912,7 @@ def build_engine(
     generator: torch.Generator | None = None,
 ) -> Engine:
     """The engine both fronts build a :class:`DataLoader` on: a torch ``IterableDataset``'s
-    (:class:`~clorch_nb.data.stream.IterableEngine`) or the map-style :class:`LoaderEngine`,
+    (:class:`~clorch_nb.data.loader.stream.IterableEngine`) or the map-style :class:`LoaderEngine`,
     with the worker backend chosen for this dataset and config.
 
     Raises:
@@ -996,7 +996,7 @@ def dataloader(
         seed (int | None): every epoch's order and every batch's RNG seed derive from it (so
             augmentation is the same for any ``num_workers`` and after a resume; seeds.py).
         generator (torch.Generator | None): the seed is drawn once from it (not with ``seed``).
-            Without either: :func:`~clorch_nb.data.seeds.resolve_seed`.
+            Without either: :func:`~clorch_nb.data.loader.seeds.resolve_seed`.
         batch_sampler (iterable of lists of int, with len): each batch's indices, as torch's
             (``BatchSampler``, length buckets); ``len(loader) == len(batch_sampler)``; refused
             with batch_size, shuffle, sampler or drop_last, as in torch.
@@ -1005,10 +1005,10 @@ def dataloader(
         pin_memory (bool): hand batches over in page-locked memory (torch's option): process
             workers write into registered shared-memory slots (no extra copy), other backends
             copy into a reused pinned ring; without a GPU it warns once and does nothing.
-            :meth:`DataLoader.describe` names the path (:mod:`~clorch_nb.data.pinning`).
+            :meth:`DataLoader.describe` names the path (:mod:`~clorch_nb.data.delivery.pinning`).
         device (str | torch.device | None): ``"cuda"``/``"cuda:k"``: the loop receives the
             batch's tensors on that device, copied on a side stream ahead of it
-            (:mod:`~clorch_nb.data.device_feed`; other fields stay on the host); ``"cpu"``
+            (:mod:`~clorch_nb.data.delivery.device_feed`; other fields stay on the host); ``"cpu"``
             changes nothing; ``"cuda"`` without a GPU is a ``ConfigError``.
         prefetch_to_device (int): with a CUDA ``device``, batches copied ahead, >= 0.
         max_failures (int | float | None): skip an item whose ``get_item`` raises, and fill its

@@ -20,8 +20,8 @@ import torch
 
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
-from clorch_nb.data.protocols import process_local_reason
-from clorch_nb.data.thread_safety import declared_thread_safe
+from clorch_nb.data.datasets.protocols import process_local_reason
+from clorch_nb.data.datasets.thread_safety import declared_thread_safe
 from clorch_nb.errors import ConfigError
 
 __all__ = [

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from clorch_nb.data.config import LoaderConfig, yields_batches_message
-from clorch_nb.data.distributed import DistributedSampler
+from clorch_nb.data.sampling.distributed import DistributedSampler
 from clorch_nb.errors import ConfigError
 
 __all__ = [
@@ -401,9 +401,9 @@ class SamplerPlan(Sequence[torch.Tensor]):
 
 
 def pad_skipped(plan: Any, skip: int, drop_last: bool) -> Any:
-    """``plan`` (an :class:`~clorch_nb.data.plan.EpochPlan`) with ``skip`` placeholder indices in
-    front, so a resumed sampler's rest keeps its batch positions (the placeholders' batches are
-    never built).
+    """``plan`` (an :class:`~clorch_nb.data.sampling.plan.EpochPlan`) with ``skip`` placeholder
+    indices in front, so a resumed sampler's rest keeps its batch positions (the placeholders'
+    batches are never built).
 
     Example:
         >>> [b.tolist() for b in pad_skipped(EpochPlan(torch.tensor([7, 8]), 2, False), 2, False)]

@@ -24,10 +24,10 @@ from typing import Any, Literal
 import torch
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.epoch_iter import FailedBatch, StopRequest
-from clorch_nb.data.protocols import plan_item_count, plan_iter_from
+from clorch_nb.data.datasets.protocols import plan_item_count, plan_iter_from
+from clorch_nb.data.epoch.epoch_iter import FailedBatch, StopRequest
+from clorch_nb.data.epoch.timeouts import seconds_left
 from clorch_nb.data.skipping import FailureBudget, Skipped
-from clorch_nb.data.timeouts import seconds_left
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
 from clorch_nb.errors import WorkerError
@@ -125,7 +125,7 @@ class Epoch:
     Example:
         >>> import torch
         >>> from clorch_nb.data import tensor_dataset
-        >>> from clorch_nb.data.plan import EpochPlan
+        >>> from clorch_nb.data.sampling.plan import EpochPlan
         >>> from clorch_nb.data.workers.inline import InlinePool
         >>> config = LoaderConfig(batch_size=2)
         >>> pool = InlinePool(tensor_dataset(torch.zeros(5, 1), torch.arange(5)), config,

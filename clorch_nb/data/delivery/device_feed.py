@@ -2,7 +2,7 @@
 
 :class:`DeviceFeed` turns a stream of host batches into a stream of device batches:
 
-1. **issue**: a batch received from the loader is pinned (:class:`~clorch_nb.data.pinning.
+1. **issue**: a batch received from the loader is pinned (:class:`~clorch_nb.data.delivery.pinning.
    PinStage`; on the helper thread for the pinned ring) and its tensors copied to the device
    on the feed's side stream, ``non_blocking`` from pinned memory, bracketed by two events;
    ``prefetch_to_device`` batches (default 2) are issued ahead of the one the loop gets;
@@ -20,7 +20,7 @@ depth of mappings, lists, tuples, namedtuples and dataclasses (the batch walker,
 :func:`clorch_nb._tree.map_tensors`); an object of another kind that holds tensors is left on
 the host with a warning naming it.
 ``device="cpu"`` needs none of this: :func:`resolve_device` accepts it and the loader adds no
-stage. Every CUDA call goes through :mod:`~clorch_nb.data.cuda_seam`.
+stage. Every CUDA call goes through :mod:`~clorch_nb.data.delivery.cuda_seam`.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 import torch
 
 from clorch_nb._tree import map_tensors, unwalked_warning
-from clorch_nb.data.cuda_seam import CudaSeam
-from clorch_nb.data.pinning import PinStage
+from clorch_nb.data.delivery.cuda_seam import CudaSeam
+from clorch_nb.data.delivery.pinning import PinStage
 from clorch_nb.errors import ConfigError, LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import CopyEvent
 
@@ -59,7 +59,7 @@ def resolve_device(device: Any, cuda: CudaSeam) -> torch.device | None:
             machine without it, or an index beyond the visible devices.
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> resolve_device("cpu", FakeCuda()), resolve_device("cuda:0", FakeCuda())
         (device(type='cpu'), device(type='cuda', index=0))
         >>> resolve_device("cuda", FakeCuda(available=False))
@@ -131,7 +131,7 @@ class DeviceFeed:
             or dropped when the epoch stopped early): what a resume must deliver again.
 
     Example:
-        >>> from clorch_nb.data.cuda_seam import FakeCuda
+        >>> from clorch_nb.data.delivery.cuda_seam import FakeCuda
         >>> cuda = FakeCuda()
         >>> feed = DeviceFeed(torch.device("cuda"), cuda, prefetch_to_device=1)
         >>> [b["x"].tolist() for b in feed.iterate([{"x": torch.ones(1)}, {"x": torch.zeros(1)}])]

@@ -32,7 +32,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar, overload
 
-from clorch_nb.data.dataset import TorchInterop
+from clorch_nb.data.datasets.dataset import TorchInterop
 from clorch_nb.errors import ConfigError
 
 __all__ = ["defdataset", "derived"]

@@ -1,11 +1,12 @@
 """The one place that calls ``torch.cuda``: availability, host-memory registration, pinned
 buffers, streams, events and copies, behind a small object the loader is handed.
 
-Everything above it (:mod:`~clorch_nb.data.pinning`, :mod:`~clorch_nb.data.device_feed`) talks to
-a :class:`CudaSeam`, never to ``torch.cuda``. So the logic of feeding a GPU (which path pins,
-which stream copies, who waits on which event, when a host buffer may be reused) is tested on a
-machine without a GPU with :class:`FakeCuda`, which logs every call and copies "to the device"
-by cloning on the CPU; tests marked ``cuda`` run the same code on :class:`TorchCuda`.
+Everything above it (:mod:`~clorch_nb.data.delivery.pinning`,
+:mod:`~clorch_nb.data.delivery.device_feed`) talks to a :class:`CudaSeam`, never to ``torch.cuda``.
+So the logic of feeding a GPU (which path pins, which stream copies, who waits on which event, when
+a host buffer may be reused) is tested on a machine without a GPU with :class:`FakeCuda`, which logs
+every call and copies "to the device" by cloning on the CPU; tests marked ``cuda`` run the same code
+on :class:`TorchCuda`.
 
 Streams and events are torch's own objects (``torch.cuda.Stream``, ``torch.cuda.Event``): the
 seam only makes them, so the code above uses their methods (``record``, ``wait_event``,

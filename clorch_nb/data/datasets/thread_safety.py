@@ -32,8 +32,8 @@ import types
 from typing import Any
 
 from clorch_nb._refs import function_references
-from clorch_nb.data.dataset import TorchMapDataset
-from clorch_nb.data.protocols import declares_thread_safe
+from clorch_nb.data.datasets.dataset import TorchMapDataset
+from clorch_nb.data.datasets.protocols import declares_thread_safe
 from clorch_nb.errors import ConfigError
 
 __all__ = ["check_thread_safe", "declared_thread_safe", "lazy_handle_error", "shared_handles"]
