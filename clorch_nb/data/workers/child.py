@@ -378,10 +378,9 @@ def _build(
         )  # fmt: skip
     if reply is None:
         return None
-    warned = forwarded_warnings.encode(caught)
-    if isinstance(reply, Failed):
-        return encode(Failed(reply.epoch, reply.batch_index, reply.num_items, reply.error, warned))
-    return encode(Built(*reply[:9], warned))
+    if caught:  # rare: the reply was made without them (one record per batch, not two)
+        reply = reply._replace(warnings=forwarded_warnings.encode(caught))
+    return encode(reply)
 
 
 def _build_and_encode(

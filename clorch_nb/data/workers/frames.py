@@ -118,6 +118,13 @@ class FrameReader:
             EOFError: the writer closed the pipe (or died) before a whole message came.
         """
         buf = self._buf
+        if not buf:  # the usual case: nothing kept, and one read brings exactly one message
+            buf = os.read(self._fd, CHUNK)
+            if len(buf) >= 4 and int.from_bytes(buf[:4], "big", signed=True) == len(buf) - 4:
+                return buf[4:]
+            if not buf:
+                raise EOFError
+            self._buf = buf
         while True:
             bounds = _frame_end(buf)
             if bounds is not None:
