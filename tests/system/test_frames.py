@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -24,7 +25,7 @@ def _messages() -> list[bytes]:
     return [bytes([i % 251]) * n for i, n in enumerate(SIZES)]
 
 
-def _in_thread(fn) -> threading.Thread:  # type: ignore[no-untyped-def]
+def _in_thread(fn: Callable[[], object]) -> threading.Thread:
     t = threading.Thread(target=fn, daemon=True)
     t.start()
     return t
@@ -33,7 +34,12 @@ def _in_thread(fn) -> threading.Thread:  # type: ignore[no-untyped-def]
 def test_reader_returns_what_send_bytes_sent_in_order() -> None:
     r, w = mp.Pipe(duplex=False)
     want = _messages()
-    writer = _in_thread(lambda: [w.send_bytes(m) for m in want])
+
+    def write() -> None:
+        for m in want:
+            w.send_bytes(m)
+
+    writer = _in_thread(write)
     reader = FrameReader(r)
     got = [reader.recv_bytes() for _ in want]
     writer.join(30)
@@ -48,7 +54,12 @@ def test_reader_returns_what_send_bytes_sent_in_order() -> None:
 def test_write_frame_reads_back_with_recv_bytes() -> None:
     r, w = mp.Pipe(duplex=False)
     want = _messages()
-    writer = _in_thread(lambda: [write_frame(w.fileno(), m) for m in want])
+
+    def write() -> None:
+        for m in want:
+            write_frame(w.fileno(), m)
+
+    writer = _in_thread(write)
     got = [r.recv_bytes() for _ in want]
     writer.join(30)
     assert got == want

@@ -379,7 +379,11 @@ def _build(
     if reply is None:
         return None
     if caught:  # rare: the reply was made without them (one record per batch, not two)
-        reply = reply._replace(warnings=forwarded_warnings.encode(caught))
+        warned = forwarded_warnings.encode(caught)
+        if isinstance(reply, Failed):
+            reply = Failed(reply.epoch, reply.batch_index, reply.num_items, reply.error, warned)
+        else:
+            reply = Built(*reply[:9], warned)
     return encode(reply)
 
 

@@ -167,7 +167,7 @@ class FrameReader:
         self._conn.close()
 
 
-def _frame_end(buf: bytes) -> tuple[int, int] | None:
+def _frame_end(buf: bytes | bytearray) -> tuple[int, int] | None:
     """(start, end) of the first frame's body in ``buf``, or None when it is not whole yet."""
     n = len(buf)
     if n < 4:
