@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import weakref
-from multiprocessing import connection, forkserver, reduction
+from multiprocessing import forkserver, reduction
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from clorch_nb import data
-from clorch_nb.data.workers import shm
+from clorch_nb.data.workers import frames, shm
 from clorch_nb.data.workers.process import ProcessPool
 from clorch_nb.data.workers.thread import ThreadPool
 from clorch_nb.errors import LoaderClosedError, WorkerError
@@ -187,16 +187,16 @@ def test_ctrl_c_while_receiving_a_process_result(
     KeyboardInterrupt, not EOFError, and nothing of the epoch stays in /dev/shm."""
     fired: list[bool] = []
     if where == "mid-message":
-        original = connection.Connection._recv
+        original = frames.FrameReader.recv_bytes
 
-        def cut(self: Any, size: int, read: Any = os.read) -> Any:
-            if size > 64 and not fired:  # the body of a result message (headers are 4 bytes)
+        def cut(self: frames.FrameReader) -> bytes:
+            if not fired:  # called once the pipe is readable: a result message waits
                 fired.append(True)
-                original(self, size // 2)
+                os.read(self.fileno(), 8)  # its header and the start of its body, no more
                 raise KeyboardInterrupt
-            return original(self, size, read)
+            return original(self)
 
-        monkeypatch.setattr(connection.Connection, "_recv", cut)
+        monkeypatch.setattr(frames.FrameReader, "recv_bytes", cut)
     else:
         original_decode = shm.decode_batch
 

@@ -14,7 +14,10 @@ a task), :class:`InitError` (the dataset or ``worker_init_fn`` failed; the worke
 On the pipe a message is the pickled plain tuple ``(tag, *fields)``: a tuple pickles in C, a
 ``NamedTuple`` through Python-level hooks (measured: ~1.7 µs vs ~8 µs to pickle a
 :class:`Built`, ~1.5 vs ~7 µs to unpickle). :func:`encode` adds ~0.3 µs and :func:`decode`
-~0.7 µs to the tuple's cost; the records stay ordinary picklable values too.
+~0.7 µs to the tuple's cost; the records stay ordinary picklable values too. A :class:`Built`'s
+batch (an :class:`~clorch_nb.data.workers.shm.EncodedBatch`) travels as the plain tuple of its
+fields as well: its own ``__reduce__`` and the class lookup cost ~1 µs more each way, at one
+:class:`Built` per batch (issue 34's floor).
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import traceback
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from clorch_nb.data.workers.shm import EncodedBatch
+
 if TYPE_CHECKING:
     from clorch_nb.data.skipping import Skipped
-    from clorch_nb.data.workers.shm import EncodedBatch
 
 __all__ = [
     "Ack",
@@ -156,6 +160,7 @@ _KINDS: tuple[type, ...] = (
     StartEpoch, Task, Cancel, Stop, Free, Built, Failed, Ack, Ready, Short, InitError,
 )  # fmt: skip
 _TAG = {kind: tag for tag, kind in enumerate(_KINDS)}
+_BUILT = _TAG[Built]
 
 
 def encode(msg: Message) -> bytes:
@@ -165,6 +170,8 @@ def encode(msg: Message) -> bytes:
         >>> decode(encode(Task(0, 3, b"", [1])))
         Task(epoch=0, batch_index=3, indices=b'', freed=[1])
     """
+    if type(msg) is Built:  # its batch as a plain tuple too (see the module docstring)
+        return pickle.dumps((_BUILT, *msg[:5], msg.batch.fields(), *msg[6:]), _HIGHEST)
     return pickle.dumps((_TAG[type(msg)], *msg), _HIGHEST)
 
 
@@ -176,6 +183,8 @@ def decode(raw: bytes) -> Message:
         'Stop'
     """
     t = pickle.loads(raw)
+    if t[0] == _BUILT:
+        return tuple.__new__(Built, (*t[1:6], EncodedBatch(*t[6]), *t[7:]))
     return tuple.__new__(_KINDS[t[0]], t[1:])  # type: ignore[no-any-return]
 
 

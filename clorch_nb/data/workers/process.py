@@ -423,23 +423,35 @@ class ProcessPool:
             Exception: a worker's exception building a batch is returned in
                 ``BatchResult.error``, rebuilt (see :func:`rebuild_exception`).
         """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        # None: no limit, or 0.0 (one look without waiting), so no clock is read
+        deadline = time.monotonic() + timeout_s if timeout_s else None
         if self._away:
             self._unpark()
         if self._short:
             self._send_freed()
         while not self._pending:
-            live = [w for w in self._workers if w is not None]
-            if not any(w.outstanding for w in live):
+            # one pass over the workers (this runs twice per batch at batch_size=1)
+            live: list[WorkerHandle] = []
+            busy = unsent = False
+            ready: list[Any] = []  # messages already read with an earlier one (frames.py)
+            for w in self._workers:
+                if w is not None:
+                    live.append(w)
+                    busy = busy or bool(w.outstanding)
+                    unsent = unsent or w.tasks.unsent
+                    if w.results.buffered:
+                        ready.append(w.results)
+            if not busy:
                 raise WorkerError(  # an internal invariant, reported rather than hung on
                     "no batch is in flight in the process pool; the loader and pool disagree"
                 )
-            full = flush_all([w.tasks for w in live])  # rare: tasks waiting for room
+            full = flush_all([w.tasks for w in live]) if unsent else []  # rare: pipes full
             by_obj, waitables = self._waitables(live)
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = self._polls.wait(waitables, remaining, writable=full)
-            if not ready:
-                return None
+            if not ready:  # (a buffered message leaves its pipe looking idle to poll)
+                remaining = timeout_s if deadline is None else max(0.0, deadline - time.monotonic())
+                ready = self._polls.wait(waitables, remaining, writable=full)
+                if not ready:
+                    return None
             if self._wake_r in ready:
                 while self._wake_r.poll():
                     self._wake_r.recv_bytes()
@@ -462,6 +474,8 @@ class ProcessPool:
                         self._reap(w, kill=True, drain=False)
                         raise
                     self._handle(w, raw, keep=True)
+                    while w.results.buffered:  # the rest of what that one read took
+                        self._handle(w, w.results.recv_bytes(), keep=True)
                 elif not w.results.poll():  # sentinel: it exited and has nothing left to read
                     dead.append(w)
             for w in dict.fromkeys(dead):
@@ -614,7 +628,8 @@ class ProcessPool:
             while waiting and (left := deadline - time.monotonic()) > 0:
                 if flush_all([w.tasks for w in waiting.values()]):
                     left = min(left, 0.005)  # a cancel still waits for room: retry soon
-                for conn in wait(list(waiting), left):
+                buffered = [conn for conn in waiting if conn.buffered]  # read with an earlier one
+                for conn in buffered or wait(list(waiting), left):
                     w = waiting[conn]
                     try:
                         msg = decode(w.results.recv_bytes())

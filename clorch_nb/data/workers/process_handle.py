@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
+from clorch_nb.data.workers.frames import FrameReader
 from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
 from clorch_nb.data.workers.task_pipe import TaskPipe
 from clorch_nb.errors import WorkerError
@@ -43,7 +44,7 @@ class WorkerHandle:
     pid: int
     proc: Any  # multiprocessing.process.BaseProcess
     tasks: TaskPipe  # parent's send end (never blocks: see task_pipe.py)
-    results: Connection  # parent's receive end
+    results: FrameReader  # parent's receive end, read in bulk (frames.py)
     control: Connection  # parent's send end of the worker's control pipe (cancel, stop)
     arena: ParentArena = field(default_factory=ParentArena)  # its large batches' slots
     # batch_index -> first indices, for the tasks of the current epoch not yet answered
@@ -111,7 +112,7 @@ def start_worker(
             proc.pid,
             proc,
             TaskPipe(task_w),
-            result_r,
+            FrameReader(result_r),
             control_w,
             arena=arena or ParentArena(),
         )
