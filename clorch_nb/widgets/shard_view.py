@@ -18,7 +18,7 @@ from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._render import figure_png
 from clorch_nb.widgets.shard_epochs import draw_epochs
-from clorch_nb.widgets.shard_figures import ALARM, ColorBy, draw_shards
+from clorch_nb.widgets.shard_figures import ALARM, MAX_LABELLED, ColorBy, draw_shards
 from clorch_nb.widgets.shards import records_table, settings_table
 
 __all__ = ["ShardView", "draw_epochs", "draw_shards"]
@@ -128,7 +128,14 @@ class ShardView(View):
         return self.color_toggle.value  # type: ignore[no-any-return]
 
     def to_text(self) -> str:
-        """The shown epoch's grid and every epoch's check line, as deterministic text."""
+        """What the picture shows, as deterministic text, then every epoch's check line.
+
+        Coloured by rank with more than 32 positions per rank (the picture's strips over the
+        dataset index), every epoch's strip (:meth:`~clorch_nb.widgets.shards.ShardTable.
+        strips_text`); otherwise the shown epoch's grid of ranks x positions.
+        """
+        if self.color_by == "rank" and _strips(self.table):
+            return self.table.strips_text(self.epoch)
         return self.table.to_text(self.epoch)
 
     def to_png(self) -> bytes:
@@ -222,6 +229,11 @@ class ShardView(View):
         with self.widget.hold_sync():
             self.image.value = figure_png(self.figure(checks=False))
             self.check.value = _check_html(self.table, self.epoch)
+
+
+def _strips(table: Any) -> bool:
+    """True when :func:`draw_epochs` draws strips over the dataset index (not grids)."""
+    return max(e.num_positions for e in table.epochs) > MAX_LABELLED
 
 
 def _check_html(table: Any, shown: int) -> str:

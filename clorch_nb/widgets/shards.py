@@ -294,6 +294,65 @@ class ShardTable:
             lines.append("  " + warning)
         return "\n".join(lines)
 
+    def strips_text(self, shown: int, *, max_indices: int = 60) -> str:
+        """Every epoch over the dataset index, as text: what the strips of the shard view draw.
+
+        One row per epoch, one character per dataset index ``0, 1, 2, ...`` (the first
+        ``max_indices``): the rank that reads it, ``*`` where a rank also reads it as a padding
+        repeat, ``!`` where two ranks read it, ``-`` where none does; then the indices each rank
+        reads, the padding repeats, and every epoch's check line.
+
+        Example:
+            >>> t = shard_table(5, 2, shuffle=False, epochs=1)
+            >>> print(t.strips_text(0).splitlines()[3])
+            epoch 0      *1010
+        """
+        lines = [
+            self.title(),
+            f"{_epochs_label(len(self.epochs))}: which rank reads each dataset index "
+            "(the rank's number, * = also read as padding repeat, ! = read by 2+ ranks, "
+            "- = no rank reads it)",
+        ]
+        n = min(self.size, max_indices)
+        lines.append(("index        " + "".join(f"{i:<10}" for i in range(0, n, 10))).rstrip())
+        for e in self.epochs:
+            strip = e.strip()
+            chars = [_strip_char(strip, i) for i in range(n)]
+            more = f"  ... {self.size - n} more" if self.size > n else ""
+            if len(self.epochs) == 1:
+                label = f"epoch {e.epoch:<7}"
+            else:  # the slider's epoch marked, as in the picture
+                label = ("\u25b6" if e.epoch == shown else " ") + f"epoch {e.epoch:<6}"
+            lines.append(label + "".join(chars) + more)
+        lines.append("indices each rank reads:")
+        for e in self.epochs:
+            for r, row in enumerate(e.rank_indices):
+                runs = ranges(row, limit=6)
+                count = "" if runs.endswith(" in all)") else f" ({plural(len(row), 'item')})"
+                lines.append(f"  epoch {e.epoch}, rank {r}: {runs}{count}")
+            for r, _p, i in e.padding_cells:
+                lines.append(f"  epoch {e.epoch}: index {i} read again by rank {r} (padding)")
+        lines.append("checks:")
+        lines.extend("  " + x.check_line() for x in self.epochs)
+        warning = self.repeat_warning()
+        if warning:
+            lines.append("  " + warning)
+        return "\n".join(lines)
+
+
+def _strip_char(strip: IndexStrip, i: int) -> str:
+    """Index ``i`` of a strip as one character: overlap, padding, gap or the reading rank."""
+    if strip.overlap[i]:
+        return "!"
+    if strip.padded[i]:
+        return "*"
+    owner = strip.owner[i]
+    return "-" if owner is None else str(owner)
+
+
+def _epochs_label(n: int) -> str:
+    return "Epoch 0" if n == 1 else f"Epochs 0-{n - 1}"
+
 
 def _mark(e: EpochShards, rank: int, pos: int) -> str:
     if e.is_padding[rank][pos]:

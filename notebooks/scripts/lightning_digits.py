@@ -60,6 +60,13 @@ class Digits(lightning.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.5)
 
 
+def public_name(obj: object) -> str:
+    """The class of ``obj`` as its users import it (clorch_nb's loader as ``clorch_nb.data``'s)."""
+    if type(obj) is data.DataLoader:
+        return "clorch_nb.data.DataLoader"
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
 def fit(name: str, out_dir: str, loader: str, *, epochs: int, **options: object) -> None:
     ckpt_path = options.pop("ckpt_path", None)
     callbacks = []
@@ -90,7 +97,7 @@ def fit(name: str, out_dir: str, loader: str, *, epochs: int, **options: object)
     rank, used = trainer.global_rank, trainer.train_dataloader
     record = {
         "rank": rank,
-        "loader": f"{type(used).__module__}.{type(used).__qualname__}",
+        "loader": public_name(used),
         "sampler": type(used.sampler).__name__,
         "epochs": {str(e): s for e, s in module.steps.items()},
         "warnings": full_copy,

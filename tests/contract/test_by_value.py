@@ -170,6 +170,50 @@ def test_what_cannot_cross_is_refused_by_path_before_any_worker(
     assert {p.pid for p in psutil.Process().children(recursive=True)} == children
 
 
+def test_every_attribute_that_cannot_cross_is_named_by_path_with_its_fix() -> None:
+    ds = type("Holder", (), {})()
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    with contextlib.ExitStack() as stack:
+        ds.fh = stack.enter_context(open(__file__, "rb"))  # the stack closes it
+        ds.inner = type("Inner", (), {})()
+        ds.inner.lock = threading.Lock()
+        ds.x = torch.zeros(2, device="meta")
+        ds.ok = [1, 2, 3]
+        with pytest.raises(NotShippableError) as ei:
+            check_shippable(ds)
+    lines = str(ei.value).splitlines()
+    assert lines[0] == (
+        "cannot send this dataset to process workers: 3 attributes cannot cross a process boundary:"
+    )
+    assert lines[1].startswith("  dataset.fh: an open file (BufferedReader ")
+    assert lines[2] == "  dataset.x: a META tensor (meta, shape (2,)), which CPU workers cannot " \
+        "share. Keep the dataset's tensors on the CPU and move batches to the device in the " \
+        "loop (or with the loader's device=)"  # fmt: skip
+    assert lines[3] == "  dataset.inner.lock: a lock (_thread.lock)"  # one level deeper: after
+    # the fix shared by the file and the lock; the tensor's is on its own line
+    assert lines[4].startswith(
+        "Fix for dataset.fh and dataset.inner.lock: create it in each worker instead: open it "
+        "lazily in __getitem__"
+    )
+    assert "process_spec" in lines[4] and "worker_backend='thread'" in lines[4]
+    assert len(lines) == 5 and "dataset.ok" not in str(ei.value)
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == children
+
+
+def test_many_attributes_that_cannot_cross_are_named_up_to_twenty() -> None:
+    ds = type("Holder", (), {})()
+    for i in range(25):
+        setattr(ds, f"lock{i}", threading.Lock())
+    with pytest.raises(NotShippableError) as ei:
+        check_shippable(ds)
+    lines = str(ei.value).splitlines()
+    assert lines[0].endswith(": 25 attributes cannot cross a process boundary:")
+    assert lines[1:21] == [f"  dataset.lock{i}: a lock (_thread.lock)" for i in range(20)]
+    assert lines[21] == "  ... and 5 more"
+    assert lines[22].startswith("Fix for dataset.lock0, dataset.lock1, ")
+    assert " and dataset.lock19: create it in each worker instead" in lines[22]
+
+
 def test_a_dataset_that_drops_its_handle_in_getstate_is_shipped() -> None:
     class Lazy:
         def __init__(self) -> None:

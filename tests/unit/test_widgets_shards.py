@@ -215,3 +215,32 @@ def test_view_mimebundle_and_constructors() -> None:
     assert r.controls == {} and r.table.epochs[0].overlaps == {2: (0, 1)}
     with pytest.raises(ConfigError, match="from_records"):
         ShardView.from_sampler([0, 1, 2])  # type: ignore[arg-type]
+
+
+def test_strips_text_says_what_the_strips_draw() -> None:
+    # 5 items on 2 ranks, not shuffled: rank 0 reads 0, 2, 4; rank 1 reads 1, 3 and 0 again
+    text = shard_table(5, 2, shuffle=False, epochs=1).strips_text(0)
+    lines = text.splitlines()
+    assert lines[2:4] == ["index        0", "epoch 0      *1010"]
+    assert "  epoch 0, rank 0: 0, 2, 4 (3 items)" in lines
+    assert "  epoch 0: index 0 read again by rank 1 (padding)" in lines
+    # records with an overlap and a missing item
+    rec = records_table([[[0, 1], [1, 3]]], 5).strips_text(0).splitlines()
+    assert rec[3] == "epoch 0      0!-1-"
+
+
+def test_view_text_follows_the_picture() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb.widgets import ShardView
+
+    big = ShardView(1797, 2, seed=1337, epochs=2)  # 899 positions: strips over the index
+    assert big.figure().axes[-1].get_xlabel() == "dataset index"
+    text = big.to_text()
+    assert "(position)" not in text and "which rank reads each dataset index" in text
+    owners = shard_table(1797, 2, seed=1337, epochs=2).epochs[0].strip().owner
+    row = next(x for x in text.splitlines() if x.startswith("\u25b6epoch 0"))
+    assert row.split()[2] == "".join(str(o) for o in owners[:60])  # its padding is index 1789
+    big.color_toggle.value = "index"  # now the grid of positions, in picture and text
+    assert "(position)" in big.to_text()
+    small = ShardView(10, 3)  # grids in the picture, a grid in the text
+    assert "(position)" in small.to_text()

@@ -13,11 +13,11 @@ What a worker receives (:class:`ByValue`, sent once per worker start, never per 
   **read-only** (a worker's write would otherwise reach the others); smaller ones are pickled.
 
 Before anything is pickled, :func:`check_shippable` walks the dataset and refuses what cannot
-cross a process boundary with :class:`~clorch_nb.errors.NotShippableError` naming its attribute
-path (``dataset.fh: an open file ...``) and the fix: an open file, a socket, a lock, a
-generator, a database connection, a memory map, a CUDA tensor. Anything else that ``cloudpickle``
-refuses is located the same way (the deepest attribute whose pickling fails). No worker has
-started at that point, so nothing is left behind.
+cross a process boundary with :class:`~clorch_nb.errors.NotShippableError` naming the attribute
+path of each such object (``dataset.fh: an open file ...``) and its fix: an open file, a socket,
+a lock, a generator, a database connection, a memory map, a CUDA tensor. Anything else that
+``cloudpickle`` refuses is located the same way (the deepest attribute whose pickling fails). No
+worker has started at that point, so nothing is left behind.
 
 A class (or function) of ``__main__`` redefined since the dataset was shipped, as when its cell
 is run again, is what the workers run from the next epoch (:meth:`ByValue.refresh`): the
@@ -63,6 +63,7 @@ _GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorTyp
 _LEAVES = (type(None), bool, int, float, complex, str, bytes, bytearray, range, type,
            types.ModuleType, types.BuiltinFunctionType)  # fmt: skip
 _MAX_SEEN = 5000  # objects visited at most by the walk (containers: their first 200 items)
+_MAX_NAMED = 20  # attributes that cannot cross named one by one in the error
 
 _FIX = (
     "Fix: create it in each worker instead: open it lazily in __getitem__ (or __iter__) on first "
@@ -147,7 +148,8 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
 
 def check_shippable(dataset: Any, *, root: str = "dataset") -> None:
     """Refuse, before any worker starts, a dataset holding something that cannot cross a
-    process boundary (see the module docstring), naming its attribute path and the fix.
+    process boundary (see the module docstring), naming every such attribute by its path, with
+    its fix.
 
     Args:
         dataset (Any): the user's dataset object (a torch dataset, not clorch_nb's adapter).
@@ -167,6 +169,7 @@ def check_shippable(dataset: Any, *, root: str = "dataset") -> None:
         cannot send this dataset to process workers: dataset.lock: a
     """
     seen: set[int] = set()
+    found: list[tuple[str, str]] = []  # (path, why) of every object that cannot cross
     frontier: list[tuple[str, Any]] = [(root, dataset)]
     while frontier and len(seen) <= _MAX_SEEN:
         nxt: list[tuple[str, Any]] = []
@@ -176,14 +179,44 @@ def check_shippable(dataset: Any, *, root: str = "dataset") -> None:
             seen.add(id(obj))
             why = _what(obj)
             if why is not None:
-                raise NotShippableError(_message(path, why))
+                found.append((path, why))  # named, not walked into
+                continue
             nxt.extend((path + suffix, child) for suffix, child in _children(obj))
         frontier = nxt
+    if found:
+        raise NotShippableError(_message(found))
 
 
-def _message(path: str, why: str) -> str:
-    fix = "" if "tensor (" in why and "CPU" in why else f". {_FIX}"
-    return f"cannot send this dataset to process workers: {path}: {why}{fix}"
+def _own_fix(why: str) -> bool:
+    """True when ``why`` carries its own fix (a device tensor: keep it on the CPU)."""
+    return "tensor (" in why and "CPU" in why
+
+
+def _message(found: list[tuple[str, str]]) -> str:
+    """One attribute: ``"...: dataset.fh: an open file (...). Fix: ..."``. Several: each on its
+    own line by path (the first :data:`_MAX_NAMED`), then the fix for those that share it.
+
+    Example:
+        >>> text = _message([("dataset.a", "a lock (x)"), ("dataset.b", "a generator (g)")])
+        >>> print(text[:text.index(" create")])
+        cannot send this dataset to process workers: 2 attributes cannot cross a process boundary:
+          dataset.a: a lock (x)
+          dataset.b: a generator (g)
+        Fix for dataset.a and dataset.b:
+    """
+    head = "cannot send this dataset to process workers: "
+    if len(found) == 1:
+        path, why = found[0]
+        return f"{head}{path}: {why}" + ("" if _own_fix(why) else f". {_FIX}")
+    lines = [f"{head}{len(found)} attributes cannot cross a process boundary:"]
+    lines.extend(f"  {path}: {why}" for path, why in found[:_MAX_NAMED])
+    if len(found) > _MAX_NAMED:
+        lines.append(f"  ... and {len(found) - _MAX_NAMED} more")
+    shared = [path for path, why in found[:_MAX_NAMED] if not _own_fix(why)]
+    if shared:
+        which = shared[0] if len(shared) == 1 else ", ".join(shared[:-1]) + f" and {shared[-1]}"
+        lines.append(f"Fix for {which}: {_FIX.removeprefix('Fix: ')}")
+    return "\n".join(lines)
 
 
 def _locate(obj: Any, path: str, error: BaseException, depth: int = 0) -> tuple[str, str]:
