@@ -246,17 +246,17 @@ def _run(ctx: Context) -> list[Row]:
             GOAL_FLOOR_S,
             (f"≤ {GOAL_FLOOR_S * 1e6:g} µs (issue 13)", None if f is None else f <= GOAL_FLOOR_S),
             note=process_note(ctx),
-            why=f"a bare process round trip costs {b_us:.0f} µs on this machine in this run; "
-            "the rest is Python on both sides, each about the floor itself in CPU (parent: "
-            "poll, unpickle, the epoch's bookkeeping; worker: seeding random/numpy/torch per "
-            "batch, get_worker_info, warning capture, the autograd check, pickling the reply), "
-            "and the two overlap only with prefetch. Measured 2026-12-02 (CPU time, psutil, "
-            "4,000 batches): parent ≈32 µs, worker ≈40 µs a batch; of the worker's, the "
-            "per-batch seeding is ≈7 µs (random.seed 4.3, numpy 1.4, torch 1.1). Kept on "
-            "purpose: the lazy alternative (no reseed per batch) saves those 7 µs but makes a "
-            "get_item that draws from random/numpy/torch depend on the worker count and "
-            "prefetch order; seeding each batch from its position gives the same batches on "
-            "any backend. Profile: benchmarks/RESULTS.md, issue 23"
+            why=f"a bare process round trip costs {b_us:.0f} µs on this machine in this run. "
+            "The worker and the parent share a core: a pipe's sync wake-up puts the woken parent "
+            "on the worker's core and it preempts the worker inside its write, so the floor is "
+            "the parent's CPU plus the worker's CPU plus two switches (a separate core costs "
+            "more: waking an idle vCPU here is tens of µs). Measured 2026-12-02 (schedstat): "
+            "parent ≈29, worker ≈34 µs a batch. The worker's per-batch seeding is ≈6.5 µs "
+            "(random 4.1, numpy 1.3, torch 1.0), kept on purpose: without it the wall time drops "
+            "4.6 µs, but a get_item that draws from random/numpy/torch would depend on the "
+            "worker count. The epoch's per-batch zero-timeout poll for more finished batches "
+            "costs ≈13 µs of wall at load 0 (it finds one 6–9 % of the time; kept so queue_depth "
+            "counts every built batch). Record: benchmarks/results/issue34_floor.md"
             if b_us is not None
             else "",
         )

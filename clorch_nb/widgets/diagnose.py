@@ -16,8 +16,8 @@ The split uses only the timestamps in :class:`~clorch_nb.instrumentation.BatchEv
   - ``starved``: not yet started although workers had delivered before (too few workers or too
     little prefetch for the loop's pace);
   - ``items`` / ``collate``: being built (split by the worker's ``fetch_s`` : ``collate_s``);
-  - ``transport``: built, not yet in the loop's hands (encoding into shared memory, the pipe,
-    decoding, reordering).
+  - ``transport``: built, not yet in the loop's hands (a process worker reserving and filling
+    shared memory, the pipe, decoding, reordering).
 
 The three shares add up to the epochs' wall time (up to clock reads between events), so the
 coverage is close to 100 %.

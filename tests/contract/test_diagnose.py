@@ -169,13 +169,12 @@ def test_huge_batches_are_transport_bound() -> None:
         BigBatches(64, 2_000_000), batch_size=8, num_workers=2, worker_backend="process"
     )
     v = _run(loader, epochs=2)
-    # The wait is moving the batches, not building them. Which stage the verdict names depends
-    # on the machine: a worker still encoding batch k into shared memory has not started k + 1,
-    # so on a busy machine much of the wait for k + 1 counts as "starved" (seen at load 1-2
-    # beside other test runs: starved 51-62 %, transport 35-48 %, items 0 %).
+    # The wait is moving the batches, not building them: a process worker stamps its start when
+    # it takes the task up, so reserving a 64 MB shared-memory slot counts as transport, not as
+    # a worker that had not started (which read as "starved" 51-62 % at load 1-2 before).
     parts = v.wait_parts
     wait = sum(parts.values())
-    assert v.kind == "data-bound" and v.stage in ("transport", "starved"), v.to_text()
+    assert v.kind == "data-bound" and v.stage == "transport", v.to_text()
     assert parts["transport"] >= 0.25 * wait, v.to_text()
     assert parts["items"] + parts["collate"] <= 0.1 * wait, v.to_text()
 

@@ -13,6 +13,13 @@ from typing import Any
 
 import pytest
 
+try:  # matplotlib's first import on a fresh machine runs fc-list (a subprocess) to build its
+    # font cache: done here, before the fixture below refuses subprocesses, so the widget tests
+    # do not fail on a fresh venv when tests/unit runs alone (the full suite's doctests warm it)
+    import matplotlib.font_manager  # noqa: F401
+except ImportError:  # the widgets extra is not installed: those tests skip
+    pass
+
 
 class ProcessInUnitTestError(RuntimeError):
     """A unit test tried to start a process."""

@@ -303,6 +303,9 @@ def worker_main(
     while True:
         msg = _next_message(task_reader, cfg.parent_pid)
         if type(msg) is Task:
+            # stamped before seeding and the slot reservation below: the verdict counts those as
+            # transport (moving the batch), not as a worker that had not started (starved)
+            t_task = time.perf_counter()
             task_epoch, batch_index, raw = msg.epoch, msg.batch_index, msg.indices
             arena.release(msg.freed + state.take_freed())  # cheap when both are empty
             if task_epoch != epoch or task_epoch <= state.cancelled:
@@ -334,6 +337,7 @@ def worker_main(
                     where,
                     state,
                     arena,
+                    t_task,
                 )
             finally:
                 arena.finish()
@@ -359,6 +363,7 @@ def _build(
     where: str,
     state: _State,
     arena: WorkerArena,
+    t_task: float,
 ) -> bytes | None:
     """One task -> the encoded reply, :class:`Built` or :class:`Failed` (None if the epoch was
     cancelled meanwhile)."""
@@ -374,7 +379,7 @@ def _build(
     with forwarded_warnings.recording() as caught:  # replayed under the consumer's filters
         reply = _build_and_encode(
             dataset, collate_fn, epoch, batch_index, indices, n, use_get_batch, cfg, where, state,
-            arena,
+            arena, t_task,
         )  # fmt: skip
     if reply is None:
         return None
@@ -399,6 +404,7 @@ def _build_and_encode(
     where: str,
     state: _State,
     arena: WorkerArena,
+    t_task: float,
 ) -> Built | Failed | None:
     """Build and encode one batch: the reply, or None if the epoch was cancelled."""
     skipped: list[Any] | None = [] if cfg.skip_failures else None
@@ -413,7 +419,6 @@ def _build_and_encode(
             should_stop=lambda: epoch <= state.cancelled,
             skipped=skipped,
         )
-        t_built = time.perf_counter()
         try:
             enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where, arena=arena)
         except Exception as exc:
@@ -421,8 +426,8 @@ def _build_and_encode(
             raise
         del batch
         t_sent = time.perf_counter()
-        return Built(epoch, batch_index, n, fetch_s, collate_s, enc, t_built - fetch_s - collate_s,
-                     t_sent, tuple(skipped or ()))  # fmt: skip
+        return Built(epoch, batch_index, n, fetch_s, collate_s, enc, t_task, t_sent,
+                     tuple(skipped or ()))  # fmt: skip
     except BatchCancelled:
         return None
     except BaseException as exc:  # noqa: BLE001 - delivered to the consumer

@@ -99,8 +99,10 @@ class Built(NamedTuple):
         epoch (int), batch_index (int), num_items (int): which batch, and its items.
         fetch_s (float), collate_s (float): seconds in ``get_item``/``get_batch`` and collate.
         batch (EncodedBatch): the batch (:mod:`~clorch_nb.data.workers.shm`).
-        t_start (float), t_sent (float): the worker's ``perf_counter`` when it began building
-            and when it sent.
+        t_start (float), t_sent (float): the worker's ``perf_counter`` when it took the task up
+            (before seeding and reserving its shared-memory slot, which count as moving the
+            batch: the ``transport`` stage of :func:`clorch_nb.widgets.diagnose`) and when it
+            sent.
         skipped (tuple[Skipped, ...]): items skipped under ``max_failures``.
         warnings (bytes): the batch's warnings
             (:mod:`~clorch_nb.data.workers.forwarded_warnings`).
