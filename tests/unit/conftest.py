@@ -7,18 +7,19 @@ import alone), a process worker pool about one.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.process
 import subprocess
 from typing import Any
 
 import pytest
 
-try:  # matplotlib's first import on a fresh machine runs fc-list (a subprocess) to build its
-    # font cache: done here, before the fixture below refuses subprocesses, so the widget tests
-    # do not fail on a fresh venv when tests/unit runs alone (the full suite's doctests warm it)
+# matplotlib's first import on a fresh machine runs fc-list (a subprocess) to build its font
+# cache: done here, before the fixture below refuses subprocesses, so the widget tests do not fail
+# on a fresh venv when tests/unit runs alone (the full suite's doctests warm it). Without the
+# widgets extra those tests skip.
+with contextlib.suppress(ImportError):
     import matplotlib.font_manager  # noqa: F401
-except ImportError:  # the widgets extra is not installed: those tests skip
-    pass
 
 
 class ProcessInUnitTestError(RuntimeError):

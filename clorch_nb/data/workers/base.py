@@ -74,7 +74,8 @@ class BatchResult:
     """A built batch, or the error that stopped it, with the worker's timings in seconds.
 
     ``t_start``/``t_sent`` are the worker's ``time.perf_counter()`` when it took the batch up
-    (a process worker: before seeding and reserving shared memory) and when the batch was ready to hand over (built, and encoded for a process worker);
+    (a process worker: before seeding and reserving shared memory) and when the batch was ready
+    to hand over (built, and encoded for a process worker);
     CLOCK_MONOTONIC, so comparable across processes on Linux. 0.0 when unknown. ``warnings``:
     what a process worker recorded while building it (``forwarded_warnings.encode``).
     """
