@@ -73,7 +73,7 @@ class _Layout:
     def _check(self) -> bool:
         """Known states written with the public API read back here byte for byte; a fast
         restore gives back what the public API reported. The caller's state is put back."""
-        original = np.random.get_state()
+        original: Any = np.random.get_state()  # the legacy tuple
         try:
             key = np.arange(7, 7 + 624, dtype=np.uint32) * np.uint32(2654435761)
             for pos, has_gauss, gauss in ((5, 1, 0.1234567890123), (623, 0, 0.0)):
@@ -89,7 +89,7 @@ class _Layout:
             np.random.seed(12345)
             np.random.normal()  # leaves a Gaussian cached
             self.restore(token)
-            now = np.random.get_state()
+            now: Any = np.random.get_state()
             return bool(
                 np.array_equal(now[1], original[1]) and now[0] == original[0]
                 and now[2:] == original[2:]
@@ -122,8 +122,8 @@ def _current() -> _Layout:
     """The checked layout of the global RandomState as it is now (checked again after
     ``np.random.set_bit_generator`` or anything else that replaced it)."""
     global _layout
-    rs = np.random.get_state.__self__  # the global RandomState behind np.random.*
-    bg = np.random.get_bit_generator()  # numpy >= 1.25
+    rs = np.random.get_state.__self__  # type: ignore[attr-defined]  # the global RandomState
+    bg = np.random.get_bit_generator()  # type: ignore[attr-defined]  # numpy >= 1.25
     layout = _layout
     if layout is None or layout.rs is not rs or layout.bg is not bg:
         with _lock:
