@@ -71,13 +71,48 @@ def test_an_index_of_the_previous_version_is_recounted_not_misread(tmp_path: Pat
     cached.write_text(json.dumps(old))
     ds = shard_dataset(tars, cache_dir=tmp_path, progress=False)
     assert ds.counts == (3, 2) and all(s.tar_layout is not None for s in ds.index.scans)
-    assert json.loads(cached.read_text())["version"] == 2
+    assert json.loads(cached.read_text())["version"] == 3
     # the same version-1 dict passed as index= is trusted as given and read by parsing
     for entry in old["shards"].values():
         entry["count"] = 3 if entry is old["shards"][tars[0]] else 2
     given = shard_dataset(tars, index=old, progress=False)
     assert all(s.tar_layout is None for s in given.index.scans)
     assert given.get_items(range(5)) == ds.get_items(range(5))
+
+
+def test_a_version_2_index_is_read_as_it_is_and_version_3_is_compressed(tmp_path: Path) -> None:
+    """Version 3 writes the arrays zlib-compressed (the index travels in every process worker's
+    spec); a version-2 cache (the same arrays, plain base64) is still read, not recounted."""
+    import base64
+    import zlib
+
+    import numpy as np
+
+    tars = [str(t) for t in numbered_tars(tmp_path, [40, 25])]
+    first = shard_dataset(tars, cache_dir=tmp_path, progress=False)
+    (cached,) = tmp_path.glob("index-*.json")
+    v3 = json.loads(cached.read_text())
+    assert v3["version"] == 3
+    v2 = json.loads(cached.read_text())
+    v2["version"] = 2
+    for e3, e2 in zip(v3["shards"].values(), v2["shards"].values(), strict=True):
+        dtype = e3["tar_layout"]["dtype"]
+        for holder, key, dt in [(e2, "offsets", "<i8"), *((e2["tar_layout"], k, dtype) for k in (
+                "fields", "field_starts", "keys"))]:  # fmt: skip
+            text = holder[key]
+            assert text.startswith("zlib:")
+            raw = zlib.decompress(base64.b64decode(text[5:]))
+            assert len(base64.b64encode(raw)) > len(text)  # compression paid for itself
+            holder[key] = base64.b64encode(raw).decode()  # what version 2 wrote
+            assert np.frombuffer(raw, dt).size > 0
+    cached.write_text(json.dumps(v2))
+    again = shard_dataset(tars, cache_dir=tmp_path, progress=False)
+    assert json.loads(cached.read_text())["version"] == 2  # read as it is: no recount, no rewrite
+    for a, b in zip(first.index.scans, again.index.scans, strict=True):
+        assert np.array_equal(a.offsets, b.offsets)
+        assert np.array_equal(a.tar_layout.fields, b.tar_layout.fields)
+        assert np.array_equal(a.tar_layout.keys, b.tar_layout.keys)
+    assert again.get_items(range(65)) == first.get_items(range(65))
 
 
 def test_a_shard_rewritten_in_place_since_counting_is_refused(tmp_path: Path) -> None:

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+# numpy imports numpy.random lazily, on a worker's first seed: imported here, it is in the
+# forkserver before any worker forks (5 ms of every worker's start, on its first batch's path)
+import numpy.random  # noqa: F401
 import torch
 
 from clorch_nb.data.datasets import collate
