@@ -518,3 +518,60 @@ def test_loader_repr_and_context_manager():
         assert "batch_size=2" in repr(loader) and "backend='inline'" in repr(loader)
     loader.close()  # idempotent
     assert batches(loader) == [[0, 1], [2, 3]]
+
+
+# -- memory: what the loader keeps between batches -----------------------------------------------
+
+
+class _Tracked(data.Dataset):
+    """Six items; get_batch notes whether a batch handed out before is still alive."""
+
+    def __init__(self) -> None:
+        self.handed: list = []
+        self.alive_at_build: list[bool] = []
+
+    def get_size(self) -> int:
+        return 6
+
+    def get_item(self, i: int) -> dict:
+        return {"data": torch.tensor([float(i)])}
+
+    def get_batch(self, indices: torch.Tensor) -> dict:
+        self.alive_at_build.append(any(r() is not None for r in self.handed))
+        return {"data": indices.to(torch.float32).unsqueeze(1)}
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter({"data": torch.tensor([float(i)])} for i in range(6))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("style", ["map", "iterable"])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_dropped_batch_is_freed_at_once(style: str, num_workers: int):
+    """The loader keeps no reference to a batch it handed over (map-style and iterable, inline
+    and threads): one the consumer drops is freed at once, and inline never alive while the
+    next is built (the delivery loops held the last batch until the next was asked for, so an
+    inline loader held two while building; the iterable engine's replica check held two
+    workers' first batches for the whole epoch)."""
+    import weakref
+
+    ds_ = _Tracked() if style == "map" else _Stream()
+    kw = {"num_workers": num_workers, "worker_backend": "thread"} if num_workers else {}
+    make = data.dataloader if style == "map" else data.DataLoader  # torch's front takes streams
+    loader = make(ds_, batch_size=2, shuffle=False, **kw)
+    handed: list = ds_.handed if style == "map" else []
+    with loader:
+        it = iter(loader)
+        for k in range(3):
+            batch = next(it)
+            handed.append(weakref.ref(batch["data"]))
+            del batch
+            # iterable in workers: worker 0's first batch is kept until worker 1's first is
+            # compared with it (the replica check), i.e. until the second batch
+            kept = style == "iterable" and num_workers and k == 0
+            assert (handed[-1]() is None) != kept  # freed as the consumer dropped it
+        assert [r() for r in handed] == [None, None, None]
+    if style == "map" and num_workers == 0:
+        assert ds_.alive_at_build == [False, False, False]

@@ -287,7 +287,12 @@ class Epoch:
                 t1 = time.perf_counter()
                 self._record(index, result, len(ready), t_asked, t0, t1)
                 self._done(index, pending, n)
-                yield batch
+                # Handed over without a reference left in this frame (a popped value is not kept
+                # while the generator waits): a batch the consumer drops is freed at once, not
+                # when the next one is asked for, and never alive while the next is built
+                handoff = [batch]
+                batch = result = got = None
+                yield handoff.pop()
         except BaseException as exc:
             ready.clear()  # this frame lives on in the error's traceback: hold no batch
             result = got = batch = None

@@ -269,7 +269,10 @@ class IterableEngine:
                 self._record(epoch, index, built, t_asked, t1)
                 index += 1
                 self._delivered = index
-                yield batch
+                # no reference left here while the consumer has it (as Epoch.batches)
+                handoff = [batch]
+                batch = built = None
+                yield handoff.pop()
         except BaseException:
             self._epoch_event("stopped", epoch)
             raise
@@ -310,10 +313,11 @@ class IterableEngine:
             if not chunk or (len(chunk) < size and self.config.drop_last):
                 return
             t_fetched = time.perf_counter()
-            batch = self.config.collate_fn(chunk)
-            yield _Built(batch, worker_id, len(chunk), t_start, t_fetched - t_start,
-                         time.perf_counter() - t_fetched)  # fmt: skip
-            if len(chunk) < size:
+            handoff = [_Built(self.config.collate_fn(chunk), worker_id, len(chunk), t_start,
+                              t_fetched - t_start, time.perf_counter() - t_fetched)]  # fmt: skip
+            last, chunk = len(chunk) < size, []  # the items are not kept while it is consumed
+            yield handoff.pop()
+            if last:
                 return
 
     def _inline(self) -> Iterator[_Built]:
@@ -371,9 +375,10 @@ class IterableEngine:
                     continue
                 turn += 1
                 if len(firsts) < 2 and w not in firsts:
-                    firsts[w] = value.batch
-                    self._check_replicas(firsts)
-                yield value
+                    firsts = self._check_replicas(firsts, w, value.batch)
+                handoff = [value]
+                value = None
+                yield handoff.pop()
         finally:
             stop.set()
             for q in queues:  # unblock a producer waiting to put
@@ -386,10 +391,11 @@ class IterableEngine:
         t_start = time.perf_counter()
         for w, batch, num_items in self._processes.epoch(epoch, base_seed, check=request.check):
             if len(firsts) < 2 and w not in firsts:
-                firsts[w] = batch
-                self._check_replicas(firsts)
+                firsts = self._check_replicas(firsts, w, batch)
             # built in the worker: its own fetch and collate times are not sent back
-            yield _Built(batch, w, num_items, t_start, 0.0, 0.0)
+            handoff = [_Built(batch, w, num_items, t_start, 0.0, 0.0)]
+            batch = None
+            yield handoff.pop()
             t_start = time.perf_counter()
 
     def _get(self, q: queue.Queue[Any], w: int, request: StopRequest) -> Any:
@@ -409,11 +415,15 @@ class IterableEngine:
                         "timeout, or look at what the dataset's __iter__ waits for"
                     ) from None
 
-    def _check_replicas(self, firsts: dict[int, Any]) -> None:
-        if self._warned or len(firsts) < 2:
-            return
+    def _check_replicas(self, firsts: dict[int, Any], worker_id: int, batch: Any) -> dict[int, Any]:
+        """Record ``worker_id``'s first batch; with two workers' firsts, warn if they are the
+        same. Returns what to keep: the batches only until they are compared (then the worker
+        ids alone, so no batch is held for the rest of the epoch)."""
+        firsts = {**firsts, worker_id: batch}
+        if len(firsts) < 2:
+            return firsts
         a, b = firsts.values()
-        if _same_batch(a, b):
+        if not self._warned and _same_batch(a, b):
             self._warned = True
             warnings.warn(
                 "two workers' first batches of this IterableDataset are identical: every worker "
@@ -424,6 +434,7 @@ class IterableEngine:
                 UserWarning,
                 stacklevel=user_stacklevel(),
             )
+        return dict.fromkeys(firsts)
 
 
 def _put(out: queue.Queue[Any], msg: Any, stop: threading.Event) -> bool:
