@@ -207,6 +207,7 @@ class Epoch:
         todo = plan_iter_from(plan, self.start)
         ready: dict[int, BatchResult] = {}  # built, not yet handed over (in arrival order)
         pending: set[int] = set()  # submitted, not yet handed over
+        handoff: list[Any] = []  # the batch being handed over (see the yield)
         next_submit = self.start
         broken = False  # a timeout or a dead worker: its busy workers are not worth waiting for
         plan_error: list[BaseException] = []  # the plan failed to cut batch next_submit
@@ -290,7 +291,7 @@ class Epoch:
                 # Handed over without a reference left in this frame (a popped value is not kept
                 # while the generator waits): a batch the consumer drops is freed at once, not
                 # when the next one is asked for, and never alive while the next is built
-                handoff = [batch]
+                handoff.append(batch)
                 batch = result = got = None
                 yield handoff.pop()
         except BaseException as exc:
