@@ -97,9 +97,12 @@ class _Layout:
         finally:
             np.random.set_state(original)
 
+    # Under the bit generator's lock, as numpy's own draws and set_state are: a draw in another
+    # thread (numpy may run a large one without the GIL) never sees half a state.
     def save(self) -> tuple[bytes, bytes]:
-        return (ctypes.string_at(self.mt_addr, _MT_NBYTES),
-                ctypes.string_at(self.gauss_addr, _GAUSS_NBYTES))  # fmt: skip
+        with self.bg.lock:
+            return (ctypes.string_at(self.mt_addr, _MT_NBYTES),
+                    ctypes.string_at(self.gauss_addr, _GAUSS_NBYTES))  # fmt: skip
 
     @staticmethod
     def public_state(token: tuple[bytes, bytes]) -> tuple[Any, ...]:
@@ -110,8 +113,9 @@ class _Layout:
         return ("MT19937", np.frombuffer(mt[:-4], dtype=np.uint32).copy(), pos, has, g)
 
     def restore(self, token: tuple[bytes, bytes]) -> None:
-        ctypes.memmove(self.mt_addr, token[0], _MT_NBYTES)
-        ctypes.memmove(self.gauss_addr, token[1], _GAUSS_NBYTES)
+        with self.bg.lock:
+            ctypes.memmove(self.mt_addr, token[0], _MT_NBYTES)
+            ctypes.memmove(self.gauss_addr, token[1], _GAUSS_NBYTES)
 
 
 _layout: _Layout | None = None
