@@ -496,3 +496,32 @@ def test_clorch_options_on_torchs_front_work_or_are_refused_by_name() -> None:
 
     with pytest.raises(ConfigError, match="max_failures=1"):
         DataLoader(Stream(), batch_size=2, max_failures=1)
+
+
+@pytest.mark.parametrize(
+    ("kw", "value", "torch_sentence"),
+    [
+        ({"num_workers": -1}, "num_workers=-1", "num_workers option should be non-negative"),
+        ({"timeout": -1}, "timeout=-1", "timeout option should be non-negative"),
+        ({"prefetch_factor": 2}, "prefetch_factor=2 with num_workers=0", "could only be specified"),
+        ({"persistent_workers": True}, "persistent_workers=True", "needs num_workers > 0"),
+        ({"sampler": [0, 1], "shuffle": True}, "shuffle=True with sampler=list", "mutually"),
+        (
+            {"batch_sampler": [[0]], "batch_size": 2, "drop_last": True},
+            "batch_size=2, drop_last=True with batch_sampler",
+            "batch_sampler option is mutually exclusive",
+        ),
+        ({"batch_size": None, "drop_last": True}, "batch_size=None with drop_last=True", "auto-"),
+    ],
+)
+def test_torchs_argument_errors_are_raised_as_torch_does_and_name_the_value(
+    kw: dict, value: str, torch_sentence: str
+) -> None:
+    """Where torch's DataLoader raises ValueError, ours raises a ConfigError (a ValueError) with
+    torch's sentence, the value given and the fix: torch's own is the oracle for *whether*."""
+    tds = torch.utils.data.TensorDataset(torch.zeros(4, 2))
+    with pytest.raises(ValueError, match=torch_sentence.split(" option")[0]):
+        torch.utils.data.DataLoader(tds, **kw)
+    with pytest.raises(ConfigError) as got:
+        DataLoader(tds, **kw)
+    assert str(got.value).startswith(value) and torch_sentence in str(got.value)

@@ -979,14 +979,19 @@ def dataloader(
         prefetch_factor (int): with workers, at most ``prefetch_factor * num_workers`` batches in
             flight; >= 1. Ignored (accepted) when ``num_workers=0``.
         collate_fn (Callable[[list], Any]): merges items into a batch.
-        worker_backend ("auto" | "thread" | "process"): "process" rebuilds the dataset in each
-            worker from its ``process_spec`` (never pickling it); a ``tensor_dataset`` without
-            one has its two tensors moved to shared memory once (``share_memory_()``, in place)
-            and mapped by every worker, so ``X`` is not copied per worker. Closures over big
-            Python lists do not pickle and would be copied anyway: give such datasets a
-            ``process_spec`` that loads the data in the worker, or use threads. "auto" picks
-            processes when ``num_workers > 0``, the dataset has a ``process_spec`` and
-            ``collate_fn`` is an importable module-level function; threads otherwise. Workers
+        worker_backend ("auto" | "thread" | "process"): "process" gives each worker the
+            dataset by recipe, rebuilt from its ``process_spec``, or else by value: pickled once
+            per worker start with cloudpickle (a class, lambda or ``collate_fn`` from a notebook
+            cell included), its tensors and numpy arrays of 64 KiB or more through shared
+            memory; what cannot cross a process boundary (an open file, a lock, a CUDA tensor)
+            raises ``NotShippableError`` naming it before any worker starts. A
+            ``tensor_dataset`` has its two tensors moved to shared memory once
+            (``share_memory_()``, in place) and mapped by every worker, so ``X`` is not copied
+            per worker. A dataset big in Python objects is copied into every worker by value:
+            give it a ``process_spec`` that loads the data in the worker, or use threads.
+            "auto" picks processes when ``num_workers > 0``, the dataset has a ``process_spec``
+            and ``collate_fn`` can reach a worker; threads otherwise (torch's front,
+            ``DataLoader``, picks processes as torch does). Workers
             start from a forkserver (spawn where there is none), never by forking the caller:
             in a script, iterate inside ``if __name__ == "__main__":`` since workers re-import
             the main script (as torch's DataLoader needs on macOS and Windows).

@@ -210,10 +210,11 @@ def torch_loader_args(
     With ``num_workers > 0`` the workers are processes, as torch's are (:func:`torch_backend`).
 
     Raises:
-        ValueError: what torch raises ValueError for (negative ``num_workers`` or ``timeout``,
-            ``prefetch_factor`` without workers, ``persistent_workers`` without workers, a
-            sampler with ``shuffle``, ``batch_sampler`` with its exclusive options,
-            ``batch_size=None`` with ``drop_last``); ConfigError (a ValueError) for what
+        ConfigError (a ValueError, as torch's): what torch raises ValueError for (negative
+            ``num_workers`` or ``timeout``, ``prefetch_factor`` without workers,
+            ``persistent_workers`` without workers, a sampler with ``shuffle``,
+            ``batch_sampler`` with its exclusive options, ``batch_size=None`` with
+            ``drop_last``), with torch's sentence, the value given and the fix; and what
             clorch_nb refuses (a fork start method).
         TypeError: ``multiprocessing_context`` of a wrong type.
 
@@ -226,34 +227,56 @@ def torch_loader_args(
         >>> args.config.batch_size, args.config.shuffle, args.config.collate_fn.__name__
         (2, False, 'default_collate')
     """
+    # torch's checks in torch's order, with torch's sentence (what a search finds), each as a
+    # ConfigError (a ValueError, as torch's) that also names the value given and the fix
     if num_workers < 0:
-        raise ValueError(
-            "num_workers option should be non-negative; use num_workers=0 to disable "
-            "multiprocessing."
+        raise ConfigError(
+            f"num_workers={num_workers!r}: num_workers option should be non-negative; use "
+            "num_workers=0 to load on the calling thread, or k > 0 for k worker processes"
         )
     if timeout < 0:
-        raise ValueError("timeout option should be non-negative")
+        raise ConfigError(
+            f"timeout={timeout!r}: timeout option should be non-negative; use 0 (no limit) or "
+            "a number of seconds"
+        )
     if num_workers == 0 and prefetch_factor is not None:
-        raise ValueError(
-            "prefetch_factor option could only be specified in multiprocessing."
-            "let num_workers > 0 to enable multiprocessing, otherwise set prefetch_factor to None."
+        raise ConfigError(
+            f"prefetch_factor={prefetch_factor!r} with num_workers=0: prefetch_factor option "
+            "could only be specified in multiprocessing; set num_workers > 0, or leave "
+            "prefetch_factor at None"
         )
     if prefetch_factor is not None and prefetch_factor < 0:
-        raise ValueError("prefetch_factor option should be non-negative")
+        raise ConfigError(
+            f"prefetch_factor={prefetch_factor!r}: prefetch_factor option should be "
+            "non-negative; use None (torch's default of 2) or an int >= 1"
+        )
     if persistent_workers and num_workers == 0:
-        raise ValueError("persistent_workers option needs num_workers > 0")
+        raise ConfigError(
+            "persistent_workers=True with num_workers=0: persistent_workers option needs "
+            "num_workers > 0; set num_workers > 0, or drop persistent_workers"
+        )
     if sampler is not None and shuffle not in (False, None):
-        raise ValueError("sampler option is mutually exclusive with shuffle")
+        raise ConfigError(
+            f"shuffle={shuffle!r} with sampler={type(sampler).__name__}: sampler option is "
+            "mutually exclusive with shuffle; the sampler sets the order, so drop shuffle (or "
+            "pass shuffle=False)"
+        )
     if batch_sampler is not None and (
         batch_size != 1 or shuffle not in (False, None) or sampler is not None or drop_last
     ):
-        raise ValueError(
-            "batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and "
-            "drop_last"
+        clash = [f"batch_size={batch_size!r}"] if batch_size != 1 else []
+        clash += [f"shuffle={shuffle!r}"] if shuffle not in (False, None) else []
+        clash += [f"sampler={type(sampler).__name__}"] if sampler is not None else []
+        clash += ["drop_last=True"] if drop_last else []
+        raise ConfigError(
+            f"{', '.join(clash)} with batch_sampler: batch_sampler option is mutually exclusive "
+            "with batch_size, shuffle, sampler, and drop_last; the batch sampler decides every "
+            "batch, so drop those"
         )
     if batch_size is None and drop_last:
-        raise ValueError(
-            "batch_size=None option disables auto-batching and is mutually exclusive with drop_last"
+        raise ConfigError(
+            "batch_size=None with drop_last=True: batch_size=None option disables auto-batching "
+            "and is mutually exclusive with drop_last; drop drop_last, or give a batch_size"
         )
     start_method = start_method_of(multiprocessing_context, num_workers)
     if generator is not None and not isinstance(generator, torch.Generator):
