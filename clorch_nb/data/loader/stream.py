@@ -332,7 +332,7 @@ class IterableEngine:
             for built in self._batches(iter(self.dataset), info.worker_id):
                 if not _put(out, ("batch", built), stop):
                     return
-                built = None  # handed over: not held while the next batch is built
+                del built  # handed over: not held while the next batch is built
             _put(out, ("end", None), stop)
         except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
             _put(out, ("error", exc), stop)

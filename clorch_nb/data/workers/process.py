@@ -211,9 +211,18 @@ class ProcessPool:
             try:
                 if not w.results.poll():
                     return
-                self._handle(w, w.results.recv_bytes(), keep=keep)
+                raw = w.results.recv_bytes()
             except Exception:  # noqa: BLE001 - EOF, or a message cut short: the sweep frees it
                 return
+            try:
+                self._handle(w, raw, keep=keep)
+            except Exception:
+                # A worker whose worker_init_fn or dataset build failed reported why, then
+                # exited: found dead first (a task write that broke its pipe), its own error is
+                # what its death means, not "died with exit code 0" (it was swallowed here)
+                if keep and type(decode(raw)) is InitError:
+                    raise
+                return  # a batch that cannot be decoded (its segment gone): the sweep frees it
 
     def wake(self) -> None:
         """Make a :meth:`get` blocked on another thread return None at once (the loader's
