@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+import weakref
 
 import pytest
 import torch
@@ -556,8 +557,6 @@ def test_a_dropped_batch_is_freed_at_once(style: str, num_workers: int):
     its hand-over), and inline never alive while the next is built. The delivery loops held the
     last batch until the next was asked for, so an inline loader held two while building; the
     iterable engine's replica check held two workers' first batches for the whole epoch."""
-    import weakref
-
     ds_ = _Tracked() if style == "map" else _Stream()
     kw = {"num_workers": num_workers, "worker_backend": "thread"} if num_workers else {}
     make = data.dataloader if style == "map" else data.DataLoader  # torch's front takes streams

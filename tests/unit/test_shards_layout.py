@@ -6,11 +6,14 @@ block per request."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import tarfile
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from clorch_nb.data.shards import shard_dataset
@@ -83,11 +86,6 @@ def test_an_index_of_the_previous_version_is_recounted_not_misread(tmp_path: Pat
 def test_a_version_2_index_is_read_as_it_is_and_version_3_is_compressed(tmp_path: Path) -> None:
     """Version 3 writes the arrays zlib-compressed (the index travels in every process worker's
     spec); a version-2 cache (the same arrays, plain base64) is still read, not recounted."""
-    import base64
-    import zlib
-
-    import numpy as np
-
     tars = [str(t) for t in numbered_tars(tmp_path, [40, 25])]
     first = shard_dataset(tars, cache_dir=tmp_path, progress=False)
     (cached,) = tmp_path.glob("index-*.json")

@@ -255,6 +255,7 @@ class IterableEngine:
         )
         stages = self._delivery.stages  # pin_memory=True: the pin stage
         index = 0
+        handoff: list[Any] = []  # the batch being handed over (see the yield)
         try:
             while True:
                 stop.check()
@@ -270,7 +271,7 @@ class IterableEngine:
                 index += 1
                 self._delivered = index
                 # no reference left here while the consumer has it (as Epoch.batches)
-                handoff = [batch]
+                handoff.append(batch)
                 batch = built = None
                 yield handoff.pop()
         except BaseException:
