@@ -41,6 +41,7 @@ __all__ = [
     "kind",
     "map_tensors",
     "rebuild",
+    "same",
     "tensors",
     "unwalked_warning",
 ]
@@ -289,3 +290,37 @@ def unwalked_warning(option: str, fate: str) -> Callable[[KeyPath, Any], None]:
         )
 
     return warn
+
+
+def same(x: Any, y: Any) -> bool:
+    """True if two batches hold the same values: tensors by shape, dtype and value, containers
+    (mappings, lists, tuples, namedtuples, dataclasses) by type and fields, leaves by ``==``.
+
+    Example:
+        >>> same({"x": torch.ones(2), "y": [1]}, {"x": torch.ones(2), "y": [1]})
+        True
+        >>> same((torch.ones(2),), [torch.ones(2)]), same(torch.ones(2), torch.ones(2).int())
+        (False, False)
+    """
+    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
+        return (
+            isinstance(x, torch.Tensor)
+            and isinstance(y, torch.Tensor)
+            and x.shape == y.shape
+            and x.dtype == y.dtype
+            and bool(torch.equal(x, y))
+        )
+    kinds = (kind(x), kind(y))
+    if kinds == ("mapping", "mapping"):
+        return x.keys() == y.keys() and all(same(x[k], y[k]) for k in x)
+    if kinds != ("leaf", "leaf"):  # lists, tuples, namedtuples, dataclasses: same type, fields
+        a, b = list(children(x) or ()), list(children(y) or ())
+        return (
+            type(x) is type(y)
+            and len(a) == len(b)
+            and all(same(u, v) for (_, u), (_, v) in zip(a, b, strict=True))
+        )
+    try:
+        return bool(x == y)
+    except Exception:  # noqa: BLE001 - incomparable values are not the same
+        return False

@@ -17,7 +17,13 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
   order is the saver's or the resume is refused (:mod:`~clorch_nb.data.sampling.sampler_rng`); None
   without such a sampler;
 * ``skipped``: the epoch's items skipped under ``max_failures`` (``[index, batch, error]``), or
-  None (:mod:`~clorch_nb.data.skipping`).
+  None (:mod:`~clorch_nb.data.skipping`);
+* ``iterable``: the loader's dataset is a torch ``IterableDataset`` (``size`` is then its
+  ``len()``, or -1 without one); ``stream``: mid-epoch, its position, which is inside the
+  workers' iterators: ``num_workers``, the epoch's torch ``base_seed``, ``next_worker`` (whose
+  batch comes next), ``finished`` (workers whose iterator ended) and ``replicas`` (each worker's
+  :func:`~clorch_nb.data.datasets.stream.replica_state` after its last delivered batch: the items
+  it yielded and the dataset's or iterator's own ``state_dict()``, which may hold tensors).
 
 Restoring costs no batch: the epoch's order is recomputed from the seed (``epoch`` draws, one
 permutation per earlier epoch when shuffling; nothing is fetched or collated) and delivery starts
@@ -83,6 +89,8 @@ class LoaderState:
     order_digest: str | None = None
     skipped: list[list[Any]] | None = None
     also_done: tuple[int, ...] = ()
+    iterable: bool = False
+    stream: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: ints, bools, strings and (for the sampler) a nested dict of those."""
@@ -102,6 +110,7 @@ class LoaderState:
             )
         fields: dict[str, Any] = {k: state.get(k) for k in cls.__dataclass_fields__}
         also = fields.pop("also_done") or []  # absent from states saved in order
+        fields["iterable"] = bool(fields["iterable"])  # absent from states before streams
         if not isinstance(also, list | tuple) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in also
         ):
@@ -117,6 +126,8 @@ class LoaderState:
             "order_rng": (dict, type(None)),
             "order_digest": (str, type(None)),
             "skipped": (list, type(None)),
+            "iterable": bool,
+            "stream": (dict, type(None)),
         }
         for key, value in fields.items():
             want = kinds.get(key, int)
@@ -141,7 +152,7 @@ class LoaderState:
         ``seed_fixed=False`` (the loader was built without ``seed=``) adopts the saved seed.
         """
         fix = "build the loader with the same dataset and options as the one that saved it"
-        for key in ("size", "batch_size", "drop_last", "shuffle"):
+        for key in ("iterable", "size", "batch_size", "drop_last", "shuffle"):
             if getattr(self, key) != getattr(here, key):
                 raise refuse("loader", key, getattr(self, key), getattr(here, key), fix)
         if seed_fixed and self.seed != here.seed:

@@ -9,8 +9,7 @@ from typing import Any, ParamSpec
 
 import torch
 
-from clorch_nb._tree import children
-from clorch_nb._tree import kind as tree_kind
+from clorch_nb._tree import same
 
 __all__ = [
     "Check",
@@ -137,27 +136,4 @@ def as_int(value: Any, name: str) -> int:
 def same_batches(a: list[Any], b: list[Any]) -> bool:
     """True if two lists of batches (mappings, lists, tuples, dataclasses of tensors or values:
     the batch walker's containers, :mod:`clorch_nb._tree`) are equal."""
-    if len(a) != len(b):
-        return False
-    return all(_same(x, y) for x, y in zip(a, b, strict=True))
-
-
-def _same(x: Any, y: Any) -> bool:
-    if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-        return (
-            isinstance(x, torch.Tensor)
-            and isinstance(y, torch.Tensor)
-            and x.shape == y.shape
-            and x.dtype == y.dtype
-            and torch.equal(x, y)
-        )
-    kinds = (tree_kind(x), tree_kind(y))
-    if kinds == ("mapping", "mapping"):
-        return x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    if kinds != ("leaf", "leaf"):  # lists, tuples, namedtuples, dataclasses: same type, fields
-        return type(x) is type(y) and same_batches(_values(x), _values(y))
-    return bool(x == y)
-
-
-def _values(x: Any) -> list[Any]:
-    return [v for _, v in children(x) or ()]
+    return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))

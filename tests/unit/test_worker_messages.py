@@ -22,6 +22,7 @@ EVERY_KIND: list[Any] = [
     m.Free([1]),
     m.Built(2, 5, 1, 0.5, 0.25, ENC, 10.0, 11.0, (), b"w"),
     m.Failed(2, 5, 1, BLOB, b""),
+    m.Ended(2, 6),
     m.Ack(2),
     m.Ready(2),
     m.Short(),
@@ -31,7 +32,7 @@ EVERY_KIND: list[Any] = [
 
 def test_every_kind_is_listed_once() -> None:
     assert {type(msg) for msg in EVERY_KIND} == set(m.Message.__args__)  # type: ignore[attr-defined]
-    assert len(EVERY_KIND) == 11
+    assert len(EVERY_KIND) == 12
 
 
 @pytest.mark.parametrize("msg", EVERY_KIND, ids=lambda x: type(x).__name__)

@@ -16,17 +16,21 @@ callable in ``stages``: applied to every batch as it is handed over, before it i
 
 from __future__ import annotations
 
+import sys
 import time
+import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 
+from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.datasets.protocols import plan_item_count, plan_iter_from
 from clorch_nb.data.epoch.epoch_iter import FailedBatch, StopRequest
 from clorch_nb.data.epoch.timeouts import seconds_left
+from clorch_nb.data.sampling.stream_plan import NO_INDICES, StreamPlan
 from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
@@ -48,9 +52,11 @@ class EpochPosition:
         start (int): the first batch this run builds (> 0 when resumed mid-epoch).
         delivered (int): batches of the epoch done: the ``start`` skipped ones plus those
             handed over so far; ``== num_batches`` once the epoch is delivered to its end.
-        num_batches (int): batches in the epoch.
+        num_batches (int): batches in the epoch (a stream without ``len()``: those delivered).
         also_done (tuple[int, ...]): batch positions past ``delivered`` already handed over
             (``in_order=False`` delivers whichever batch is ready first); sorted.
+        finished (bool): the epoch's last ``next()`` has raised ``StopIteration`` (a state taken
+            before it resumes into the epoch's empty remainder, torchdata's convention).
 
     Example:
         >>> EpochPosition(epoch=2, start=1, delivered=3, num_batches=5).delivered
@@ -62,6 +68,7 @@ class EpochPosition:
     delivered: int
     num_batches: int
     also_done: tuple[int, ...] = field(default=(), repr=False)
+    finished: bool = field(default=False, repr=False)
 
 
 class InOrder:
@@ -122,6 +129,12 @@ class Epoch:
         shard_of (Callable[[torch.Tensor], str] | None): names the shard a batch's indices
             were read from, for its event's ``shard`` (the dataset's ``shard_of``; None: ``""``).
 
+    A stream's epoch (a torch ``IterableDataset``) has a
+    :class:`~clorch_nb.data.sampling.stream_plan.StreamPlan` as ``plan``: tickets dealt to the
+    workers in turn instead of batches of indices, and the epoch ends when every worker has
+    answered that its iterator ended. Everything else (pools, order policies, failures,
+    timeouts, events, stages) is the same loop.
+
     Example:
         >>> import torch
         >>> from clorch_nb.data import tensor_dataset
@@ -163,6 +176,8 @@ class Epoch:
         self.on_end, self.on_stop = on_end, on_stop
         self.skip = frozenset(skip)
         self.shard_of = shard_of
+        self.stream = plan if isinstance(plan, StreamPlan) else None
+        self._finished = False
         self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
         self._open_pool = open_pool
         self._delivered = start
@@ -181,8 +196,16 @@ class Epoch:
     @property
     def position(self) -> EpochPosition:
         """Where the epoch stands now (a frozen value)."""
+        stream = self.stream
+        if stream is not None:  # its batches handed over (its tickets are not batches)
+            n = stream.delivered
+            if stream.num_batches is not None and not self._finished:
+                n = max(n, stream.num_batches)
+            return EpochPosition(self.epoch, 0, stream.delivered, n, (), self._finished)
         ahead = tuple(sorted(self._ahead))
-        return EpochPosition(self.epoch, self.start, self._delivered, len(self.plan), ahead)
+        return EpochPosition(
+            self.epoch, self.start, self._delivered, len(self.plan), ahead, self._finished
+        )
 
     def batches(self, stop: StopRequest) -> Iterator[Any]:
         """The epoch's batches from ``start`` on (a generator; one per epoch), in the order the
@@ -195,8 +218,8 @@ class Epoch:
         also wakes the pool). On any error or stop the pool's epoch is stopped (a timeout or a
         dead worker also discards its busy workers) and an ``EpochEvent("stopped")`` is emitted.
         """
-        epoch, plan, config = self.epoch, self.plan, self.config
-        n = len(plan)
+        epoch, plan, config, stream = self.epoch, self.plan, self.config, self.stream
+        n = len(plan) if stream is None else sys.maxsize  # a stream ends when its workers do
         policy = InOrder() if config.in_order else AnyOrder()
         pool = self._open_pool()
         stop.wake = pool.wake
@@ -204,7 +227,7 @@ class Epoch:
         timed = config.timeout_s is not None or config.start_timeout_s is not None
         stages, skip = self.stages, self.skip
         self._ahead = {i for i in skip if i >= self.start}  # delivered before a resume
-        todo = plan_iter_from(plan, self.start)
+        todo = plan_iter_from(plan, self.start) if stream is None else iter(())
         ready: dict[int, BatchResult] = {}  # built, not yet handed over (in arrival order)
         pending: set[int] = set()  # submitted, not yet handed over
         handoff: list[Any] = []  # the batch being handed over (see the yield)
@@ -214,12 +237,21 @@ class Epoch:
         started = False
         try:
             stop.check()
-            pool.start_epoch(epoch, self.base_seed)
-            self._epoch_event("start", n)
+            if stream is None:
+                pool.start_epoch(epoch, self.base_seed)
+            else:  # each worker's replica starts afresh, or where a loaded state left it
+                pool.start_epoch(epoch, self.base_seed, stream.start_replicas)
+            self._epoch_event("start", self.position.num_batches)
             started = True
             self._advance(n)
             while self._delivered < n:
                 t_asked = time.perf_counter()
+                while stream is not None and stream.live and len(pending) < max_in_flight:
+                    pool.submit(BatchTask(epoch, next_submit, NO_INDICES, stream.deal()))
+                    pending.add(next_submit)
+                    next_submit += 1
+                if stream is not None and not pending:
+                    break  # every worker's iterator has ended
                 while next_submit < n and len(pending) < max_in_flight and not plan_error:
                     try:
                         indices = next(todo)
@@ -250,8 +282,22 @@ class Epoch:
                         raise
                     if got is not None:
                         ready[got.batch_index] = got
+                        if got.ended and stream is not None:  # no more tickets for it
+                            stream.end(got.worker_id)
                         result = policy.pick(ready, self._delivered)
                 index = result.batch_index
+                if result.ended:  # a stream worker's end: a ticket without a batch
+                    assert stream is not None
+                    stream.reached_end(result.worker_id)
+                    result = None
+                    self._done(index, pending, n)
+                    continue
+                if stream is not None:
+                    stream.handed(result.worker_id, result.replica)
+                    if result.error is None and stream.identical_replicas(
+                        result.worker_id, result.batch
+                    ):
+                        _warn_identical_replicas(self.num_workers)
                 failure: BaseException | None = result.error
                 if result.warnings:  # a process worker's: through this thread's warning filters
                     try:
@@ -278,7 +324,7 @@ class Epoch:
                     continue
                 if len(pending) > 1:  # others in flight: take what has finished
                     try:
-                        _take_finished(pool, ready, len(pending) - 1)
+                        _take_finished(pool, ready, len(pending) - 1, stream)
                     except Exception:
                         broken = True
                         raise
@@ -322,11 +368,12 @@ class Epoch:
                 self.on_stop(pool)
         finally:
             if started:
-                self._epoch_event("stopped", len(self.plan))
+                self._epoch_event("stopped", self.position.num_batches)
 
     def _finish(self) -> None:
         """The epoch was delivered to its end: ``EpochEvent("end")``, then ``on_end``."""
-        self._epoch_event("end", len(self.plan))
+        self._finished = True
+        self._epoch_event("end", self.position.num_batches)
         if self.on_end is not None:
             self.on_end()
 
@@ -347,6 +394,8 @@ class Epoch:
         st.wait_s += t1 - t0
         wid = result.worker_id
         st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
+        if self.stream is not None:  # a stream's batches are numbered as handed over
+            index = self.stream.delivered - 1
         if self.events:  # the record's fields only: a Batched subscriber keeps the tuple
             shard = "" if self.shard_of is None else self.shard_of(self.plan[index])
             skipped = tuple(s.index for s in result.skipped) if result.skipped else ()
@@ -377,7 +426,20 @@ def _items(plan: Sequence[torch.Tensor], config: LoaderConfig) -> int:
     return len(plan) * (config.batch_size or 1) if count is None else count
 
 
-def _take_finished(pool: WorkerPool, ready: dict[int, BatchResult], in_flight: int) -> None:
+def _warn_identical_replicas(num_workers: int) -> None:
+    warnings.warn(
+        "two workers' first batches of this IterableDataset are identical: every worker "
+        "iterates the whole dataset (torch's semantics), so each item is loaded "
+        f"{num_workers} times. Split the work by torch.utils.data.get_worker_info() (id, "
+        "num_workers) in __iter__, or use data.shard_dataset for exactness and resume",
+        UserWarning,
+        stacklevel=user_stacklevel(),
+    )
+
+
+def _take_finished(
+    pool: WorkerPool, ready: dict[int, BatchResult], in_flight: int, stream: StreamPlan | None
+) -> None:
     # Take what else has finished, without waiting, so queue_depth counts every built batch
     # (not only those that arrived while we waited) and workers' result pipes do not fill.
     while in_flight > len(ready):
@@ -385,3 +447,5 @@ def _take_finished(pool: WorkerPool, ready: dict[int, BatchResult], in_flight: i
         if extra is None:
             return
         ready[extra.batch_index] = extra
+        if extra.ended and stream is not None:
+            stream.end(extra.worker_id)

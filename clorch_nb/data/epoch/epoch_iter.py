@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -172,17 +173,26 @@ class EpochIterator:
                 raise batch.error
             return batch
 
+    def _planned(self) -> tuple[int, str]:
+        """The epoch's batches, and as text (a stream without ``len()``: unbounded, "?")."""
+        try:
+            n = len(self.plan)
+        except TypeError:
+            return sys.maxsize, "?"
+        return n, str(n)
+
     def _ended_by(self, exc: BaseException) -> None:
         """The epoch ended with ``exc`` before its last batch: every later ``next()`` says so,
         never ``StopIteration`` (the batches after it were not delivered)."""
-        if self.delivered < len(self.plan):
+        n, n_text = self._planned()
+        if self.delivered < n:
             try:
                 what = f"{type(exc).__name__}: {exc}"[:300]
             except Exception:  # noqa: BLE001 - a hostile __str__
                 what = type(exc).__name__
             self._stale = (
                 f"this iterator's epoch {self.epoch} ended at batch {self.delivered} of "
-                f"{len(self.plan)} with {what}; its remaining batches were not delivered. "
+                f"{n_text} with {what}; its remaining batches were not delivered. "
                 "Iterate the loader again for a new epoch (or load_state_dict() to resume)"
             )
 
@@ -190,11 +200,12 @@ class EpochIterator:
         """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (or ``why``, e.g. a
         ``load_state_dict`` or ``loader.close()``; then ``next()`` raises, never a silent
         ``StopIteration``); with neither, only :meth:`close` it."""
-        if (new_epoch is not None or why is not None) and self.delivered < len(self.plan):
+        n, n_text = self._planned()
+        if (new_epoch is not None or why is not None) and self.delivered < n:
             why = why or f"iter(loader) was called again and started epoch {new_epoch}"
             self._stale = (
                 f"this iterator's epoch {self.epoch} was stopped after {_DELIVERED} of "
-                f"{len(self.plan)} batches: {why}."
+                f"{n_text} batches: {why}."
             )
             if new_epoch is None:  # loader.close(): the consumer's next() says it was closed
                 self._stale_type = LoaderClosedError

@@ -14,9 +14,10 @@ Each ``iter(loader)`` is one epoch:
 
 Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.epoch.Epoch`, made here per ``iter()``.
 :class:`DataLoader` (a ``torch.utils.data.DataLoader`` for code that inspects loaders) holds one
-engine, built the same way by both fronts (:func:`build_engine`): :class:`LoaderEngine` here,
-or :class:`~clorch_nb.data.loader.stream.IterableEngine` for a torch ``IterableDataset``. The engine
-owns what outlives an epoch: the options (one frozen
+:class:`LoaderEngine`, built the same way by both fronts (:func:`build_engine`) for both dataset
+kinds: a torch ``IterableDataset``'s epoch is a
+:class:`~clorch_nb.data.sampling.stream_plan.StreamPlan` (tickets for each worker's own iterator)
+on the same :class:`~clorch_nb.data.epoch.epoch.Epoch` and worker pools. The engine owns what outlives an epoch: the options (one frozen
 :class:`~clorch_nb.data.config.LoaderConfig`), its seed and generator, the worker pool (a
 :class:`~clorch_nb.data.workers.select.PoolSlot`), the event bus, and the position that
 ``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.epoch.Epoch.position`).
@@ -44,6 +45,7 @@ from clorch_nb.data.datasets.dataset import as_dataset, get_process_spec
 from clorch_nb.data.datasets.epoch_hooks import EpochHooks
 from clorch_nb.data.datasets.process_spec import ProcessSpec
 from clorch_nb.data.datasets.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
+from clorch_nb.data.datasets.stream import check_replica_count, is_stream, warn_fast_forward
 from clorch_nb.data.delivery.delivery import Delivery
 from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Stage
 from clorch_nb.data.epoch.epoch_iter import (
@@ -53,8 +55,12 @@ from clorch_nb.data.epoch.epoch_iter import (
     release_frames,
     rng_untouched,
 )
-from clorch_nb.data.loader.seeds import draw_base_seed, fast_forward, resolve_seed
-from clorch_nb.data.loader.stream import IterableEngine
+from clorch_nb.data.loader.seeds import (
+    draw_base_seed,
+    fast_forward,
+    resolve_seed,
+    torch_base_seed,
+)
 from clorch_nb.data.loader.torch_args import torch_attributes, torch_loader_args
 from clorch_nb.data.sampling import sampler_rng
 from clorch_nb.data.sampling.distributed import (
@@ -63,6 +69,7 @@ from clorch_nb.data.sampling.distributed import (
     warn_full_copy_per_rank,
 )
 from clorch_nb.data.sampling.plan import check_sampler_size, epoch_plan, pad_skipped
+from clorch_nb.data.sampling.stream_plan import StreamPlan
 from clorch_nb.data.skipping import Skipped, skipped_records
 from clorch_nb.data.state import LoaderState
 from clorch_nb.data.workers.base import WorkerPool
@@ -70,7 +77,7 @@ from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Event, EventBus, LoaderStats
 
-__all__ = ["DataLoader", "Engine", "LoaderEngine", "build_engine", "dataloader"]
+__all__ = ["DataLoader", "LoaderEngine", "build_engine", "dataloader"]
 
 
 def _call_alive(method: weakref.WeakMethod[Callable[..., None]], *args: Any) -> None:
@@ -126,10 +133,16 @@ class LoaderEngine:
         process_spec: ProcessSpec | None = None,
         worker_backend: WorkerBackend = "inline",
         user_dataset: Any = None,
+        generator: torch.Generator | None = None,
     ) -> None:
         self.config = config
         self.dataset = dataset if user_dataset is None else user_dataset
         self._ds = dataset  # the protocol view of it (get_size, get_item)
+        # a torch IterableDataset: each epoch is a StreamPlan (tickets dealt to the workers'
+        # own iterators), its base seed drawn at iter() from generator=, as torch's (B64)
+        self._stream = is_stream(dataset)
+        self._torch_generator = generator
+        self._len_reported: int | None = None  # torch's: len(loader) of a stream, once asked
         self.plan_sampler = sampler
         # the loader's own RNG (torch's `generator` is the DataLoader's attribute): one base
         # seed and, with shuffle, one permutation drawn from it per epoch
@@ -174,6 +187,11 @@ class LoaderEngine:
     # -- public -----------------------------------------------------------------------------
 
     def __len__(self) -> int:
+        if self._stream:  # torch's: from the dataset's len() (TypeError without one)
+            n = len(self.dataset)
+            size = self.config.batch_size or 1
+            self._len_reported = n // size if self.config.drop_last else -(-n // size)
+            return self._len_reported
         n = len(self.plan_sampler) if self.plan_sampler is not None else self._ds.get_size()
         return self.config.num_batches(n)
 
@@ -183,8 +201,12 @@ class LoaderEngine:
         with self._lifecycle:
             saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
             also_done = () if self._resume is None else self._resume.also_done  # not built again
-            epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
-            self._bind_sampler()  # given up by a close(): planned for this loader again
+            if self._stream:  # tickets for the workers' own iterators: no order to plan
+                epoch, batches, base_seed = self._next_stream_epoch()
+                start, saved = 0, None
+            else:
+                epoch, start, skip = self._next_epoch()  # a loaded state's, or the next one
+                self._bind_sampler()  # given up by a close(): planned for this loader again
             self._stop_active(superseded_by=epoch)
             if self._hooks.before_epoch(epoch) == "restart":
                 self.close()  # a replaced shared tensor: fresh workers map the new one
@@ -193,13 +215,14 @@ class LoaderEngine:
             if not self._full_copy_checked:  # under DDP, a sampler that does not split by rank
                 self._full_copy_checked = warn_full_copy_per_rank(self.plan_sampler)
             try:
-                base_seed = draw_base_seed(self._generator)
-                if saved is not None:
-                    sampler_rng.restore(self.plan_sampler, saved.order_rng)
-                self._epoch_rng = self._sampler_rng()
-                batches = pad_skipped(self._plan(), skip, self.config.drop_last)
-                if saved is not None and saved.order_digest is not None:
-                    self._check_same_order(batches, saved.batches_done, saved.order_digest)
+                if not self._stream:
+                    base_seed = draw_base_seed(self._generator)
+                    if saved is not None:
+                        sampler_rng.restore(self.plan_sampler, saved.order_rng)
+                    self._epoch_rng = self._sampler_rng()
+                    batches = pad_skipped(self._plan(), skip, self.config.drop_last)
+                    if saved is not None and saved.order_digest is not None:
+                        self._check_same_order(batches, saved.batches_done, saved.order_digest)
             except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
                 release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
                 del self, exc
@@ -237,6 +260,26 @@ class LoaderEngine:
                 end.atexit = False  # at exit, the pool's own finalizer closes it
             return it
 
+    def _next_stream_epoch(self) -> tuple[int, StreamPlan, int]:
+        """``(epoch, plan, base_seed)`` of a stream's next ``iter()``: a loaded state's (its
+        workers' replicas where they were, the same base seed), or the next epoch's from the
+        start (a base seed drawn as torch draws it)."""
+        saved, self._resume = self._resume, None
+        nw = self.config.num_workers
+        try:
+            reported = len(self)
+        except TypeError:
+            reported = None
+        if saved is None or saved.stream is None:
+            epoch = (0 if self._epoch is None else self._epoch + 1) if saved is None else saved.epoch
+            plan = StreamPlan.over(nw, reported)
+            return epoch, plan, torch_base_seed(self._torch_generator)
+        st = saved.stream
+        replicas = {int(w): r for w, r in st["replicas"].items()}
+        plan = StreamPlan.over(nw, reported, first=st["next_worker"], ended=st["finished"],
+                               replicas=replicas, delivered=saved.batches_done)  # fmt: skip
+        return saved.epoch, plan, int(st["base_seed"])
+
     def _dropped(self, epoch: int, consumer: int) -> None:
         """The iterator of ``epoch`` was collected: without persistent workers, end them unless
         a newer epoch has started (it owns them now). Here when the consumer's thread dropped it
@@ -258,6 +301,12 @@ class LoaderEngine:
     def peek(self, batch_index: int = 0) -> Any:
         """Batch ``batch_index`` of the open epoch (or the next), built here, disturbing nothing:
         see :func:`~clorch_nb.data.epoch.epoch_iter.peek_batch` (Raises, Example)."""
+        if self._stream:
+            raise ConfigError(
+                f"DataLoader.peek() is not available for a torch IterableDataset "
+                f"({type(self.dataset).__name__}): batch i of a stream exists only once the ones "
+                "before it are read; take next(iter(loader)) instead"
+            )
         it = self._active() if self._active is not None else None
         plan = None if it is None or it.delivered >= len(it) else it.plan
         if plan is None:  # the plan the next iter() makes, drawn without moving any RNG
@@ -308,6 +357,9 @@ class LoaderEngine:
         saved = LoaderState.from_dict(state)
         here = LoaderState.from_dict(self.state_dict())
         saved.check_matches(here, seed_fixed=self.config.seed is not None)
+        if saved.stream is not None:
+            check_replica_count(int(saved.stream["num_workers"]), self.config.num_workers)
+            warn_fast_forward(self.dataset, saved.stream["replicas"])
         if isinstance(self.plan_sampler, DistributedSampler) and saved.sampler is not None:
             self.plan_sampler.load_state_dict(saved.sampler)
         why = (
@@ -368,7 +420,11 @@ class LoaderEngine:
         """Where the last epoch stands (epoch 0, nothing delivered, before the first
         ``iter()``). Read-only."""
         if self._run is None:
-            return EpochPosition(0, 0, 0, len(self) if self._epoch is None else 0)
+            try:
+                n = len(self) if self._epoch is None else 0
+            except TypeError:  # a stream without len()
+                n = 0
+            return EpochPosition(0, 0, 0, n)
         pos = self._run.position
         ahead = self._delivery.ahead  # copied to the device ahead, not yet handed over
         return replace(pos, delivered=pos.delivered - ahead) if ahead else pos
@@ -496,7 +552,12 @@ class LoaderEngine:
             )
 
     def _saved_state(self, pos: EpochPosition) -> LoaderState:
+        if self._stream:
+            return self._stream_state(pos)
         epoch, start, done, n = pos.epoch, pos.start, pos.delivered, pos.num_batches
+        # delivered to the end and its StopIteration raised: the next epoch; before that (a state
+        # taken in the loop after the last batch), the epoch's empty remainder (torchdata's)
+        at_end = done >= n and (pos.finished or self._run is None)
         sampler_state = None
         if isinstance(self.plan_sampler, DistributedSampler):
             if pos.also_done:
@@ -514,9 +575,9 @@ class LoaderEngine:
         if foreign and 0 < done < n and self._run is not None:  # ours are recomputed from seeds
             key = sampler_rng.rank_order_key(sampler)  # the same on every rank (DDP resume)
             digest = key or sampler_rng.order_digest(self._run.plan[:done])
-        if done >= n or self._epoch is None:
+        if at_end or self._epoch is None:
             order_rng = self._sampler_rng()  # what the next epoch's iter() draws from now
-        if done >= n and self._epoch is not None:  # delivered to the end: the next epoch
+        if at_end and self._epoch is not None:  # delivered to the end: the next epoch
             epoch, done = epoch + 1, 0
         return LoaderState(
             epoch=epoch,
@@ -532,6 +593,43 @@ class LoaderEngine:
             order_digest=digest,
             skipped=self._skipped_now(done, n),
             also_done=pos.also_done if done < n else (),
+        )
+
+    def _stream_state(self, pos: EpochPosition) -> LoaderState:
+        """A stream's position: mid-epoch, each worker's replica after its last delivered batch
+        (so batches built ahead and not delivered are built again after a resume, never lost);
+        after the epoch's ``StopIteration``, the next epoch's start."""
+        run = self._run
+        epoch, done, stream = pos.epoch, pos.delivered, None
+        if run is None or run.stream is None:
+            epoch, done = (0 if self._epoch is None else self._epoch + 1), 0
+        elif pos.finished:
+            epoch, done = epoch + 1, 0
+        else:
+            plan = run.stream
+            stream = {
+                "num_workers": self.config.num_workers,
+                "base_seed": run.base_seed,
+                "next_worker": plan.next_worker,
+                "finished": sorted(plan.finished),
+                "replicas": {str(w): r for w, r in plan.replicas.items()},
+            }
+        try:
+            size = len(self.dataset)
+        except TypeError:
+            size = -1
+        return LoaderState(
+            epoch=epoch,
+            batches_done=done,
+            seed=self.seed,
+            size=size,
+            batch_size=self.config.batch_size,
+            drop_last=self.config.drop_last,
+            shuffle=False,
+            num_batches=max(done, pos.num_batches if stream is not None else 0),
+            sampler=None,
+            iterable=True,
+            stream=stream,
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
@@ -559,10 +657,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
     (:func:`~clorch_nb.data.loader.torch_args.torch_attributes`). So Lightning and accelerate, which
     rebuild a loader from these attributes and ``__init__``'s signature (to inject a
     ``DistributedSampler``, or to skip batches), get this class back with their sampler.
-    The batches come from one engine held inside: :class:`LoaderEngine` for a map-style
-    dataset, :class:`~clorch_nb.data.loader.stream.IterableEngine` for a torch ``IterableDataset``;
-    both keep the same contract (events, ``describe``, ``subscribe``, ``position``, ``close``,
-    timeouts).
+    The batches come from one :class:`LoaderEngine` held inside, for a map-style dataset and a
+    torch ``IterableDataset`` alike (the same contract: events, ``describe``, ``subscribe``,
+    ``position``, ``close``, timeouts, ``state_dict``).
 
     :func:`dataloader` returns this class too (built with :meth:`from_config`), with clorch_nb's
     own defaults: ``batch_size=32``, shuffling, a fixed ``seed=``, persistent workers,
@@ -571,8 +668,11 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
     Args:
         dataset (Any): a torch map-style dataset (``__len__``/``__getitem__``) or a clorch_nb
             dataset; ``loader.dataset`` is this object. A torch ``IterableDataset`` is iterated
-            with torch's semantics, here or in thread workers (:mod:`~clorch_nb.data.loader.stream`;
-            not resumable: ``state_dict()``, ``peek()`` and ``start_workers()`` refuse it).
+            with torch's semantics (each worker its own replica, round robin, a worker's error
+            delivered for its batch and the epoch going on), here, in threads or in processes
+            (by value); ``state_dict()`` resumes it exactly, by the dataset's own
+            ``state_dict()`` or by fast-forwarding its workers' iterators
+            (:mod:`~clorch_nb.data.datasets.stream`); ``peek()`` refuses it.
         batch_size (int | None): items per batch (default 1). None: no automatic batching, each
             item is yielded as ``collate_fn(item)`` (torch's ``default_convert`` by default).
         shuffle (bool | None): a new permutation each epoch, drawn from the loader's seed (one
@@ -633,7 +733,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         'RandomSampler'
     """
 
-    _engine: Engine  # what runs the epochs (build_engine)
+    _engine: LoaderEngine  # what runs the epochs (build_engine)
     dataset: Any  # the user's dataset, as given (torch's attribute)
 
     #: torch's rule: these describe the epochs already planned; assigning one raises
@@ -678,19 +778,16 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         args = torch_loader_args(dataset, **torch_args, worker_backend=worker_backend)
         extras: dict[str, Any] = {"device": device, "prefetch_to_device": prefetch_to_device,
                   "max_failures": max_failures}  # fmt: skip
-        if isinstance(dataset, torch.utils.data.IterableDataset):
-            given = [f"{k}={v!r}" for k, v in extras.items() if v != _EXTRA_DEFAULTS[k]]
-            if given:
-                raise ConfigError(
-                    f"{', '.join(given)}: not available for a torch IterableDataset (its items "
-                    "come from each worker's own iterator); move batches to the device in the "
-                    "loop, or use data.shard_dataset"
-                )
+        if is_stream(dataset) and max_failures is not None:
+            raise ConfigError(
+                f"max_failures={max_failures!r}: not available for a torch IterableDataset (an "
+                "item is not fetched by index, so a failed one cannot be skipped and replaced); "
+                "catch the error in __iter__, or use a map-style dataset"
+            )
         config = replace(args.config, **extras)  # clorch_nb's options, validated
         # torch draws an IterableDataset's base seed at each iter(), from generator= (else the
         # global RNG): nothing is drawn now, so its workers' seeds are torch's very numbers
-        iterable = isinstance(dataset, torch.utils.data.IterableDataset)
-        seed = resolve_seed(None, None if iterable else generator, args.config.shuffle)
+        seed = resolve_seed(None, None if is_stream(dataset) else generator, args.config.shuffle)
         engine = build_engine(dataset, config, sampler=args.sampler, seed=seed, generator=generator)
         self._start(engine, torch_attributes(dataset, **torch_args), extras)
 
@@ -750,7 +847,7 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         cls._start(loader, engine, attributes, extras)
         return loader
 
-    def _start(self, engine: Engine, attributes: dict[str, Any], extras: dict[str, Any]) -> None:
+    def _start(self, engine: LoaderEngine, attributes: dict[str, Any], extras: dict[str, Any]) -> None:
         """What both fronts end with: the engine, torch's attributes, clorch_nb's options."""
         self._engine = engine
         self.dataset = attributes["dataset"]
@@ -899,9 +996,6 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         )
 
 
-#: what a DataLoader holds: the map-style engine or the stream's (the same public members)
-Engine = LoaderEngine | IterableEngine
-
 
 def build_engine(
     dataset: Any,
@@ -910,10 +1004,9 @@ def build_engine(
     sampler: Any,
     seed: int,
     generator: torch.Generator | None = None,
-) -> Engine:
-    """The engine both fronts build a :class:`DataLoader` on: a torch ``IterableDataset``'s
-    (:class:`~clorch_nb.data.loader.stream.IterableEngine`) or the map-style :class:`LoaderEngine`,
-    with the worker backend chosen for this dataset and config.
+) -> LoaderEngine:
+    """The engine both fronts build a :class:`DataLoader` on, for a torch ``IterableDataset`` and
+    a map-style dataset alike, with the worker backend chosen for this dataset and config.
 
     Raises:
         ConfigError: a sampler built for a dataset of another size; what the engine refuses.
@@ -922,8 +1015,9 @@ def build_engine(
         >>> type(build_engine([1, 2], LoaderConfig(batch_size=1), sampler=None, seed=0)).__name__
         'LoaderEngine'
     """
-    if isinstance(dataset, torch.utils.data.IterableDataset):
-        return IterableEngine(dataset, config, seed=seed, generator=generator)
+    if is_stream(dataset):  # its workers iterate their own replicas: no sampler, no spec
+        return LoaderEngine(dataset, config, seed=seed, generator=generator,
+                            worker_backend=choose_worker_backend(dataset, None, config))  # fmt: skip
     ds = as_dataset(dataset)
     if sampler is not None:
         check_sampler_size(ds.get_size(), sampler)

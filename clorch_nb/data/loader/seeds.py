@@ -27,6 +27,19 @@ def draw_base_seed(generator: torch.Generator) -> int:
     return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
 
 
+def torch_base_seed(generator: torch.Generator | None) -> int:
+    """The base seed torch's DataLoader draws at each ``iter()``: one int64 from ``generator``,
+    or from torch's global RNG when None (so ``torch.manual_seed`` decides it). A stream's
+    worker ``w`` is seeded with ``base_seed + w``, as torch's.
+
+    Example:
+        >>> torch_base_seed(torch.Generator().manual_seed(1)) == torch_base_seed(
+        ...     torch.Generator().manual_seed(1))
+        True
+    """
+    return int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+
+
 def resolve_seed(seed: int | None, generator: Any, shuffle: bool) -> int:
     """The loader's seed, fixed once when it is built (randomness isolation):
 

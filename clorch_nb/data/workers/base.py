@@ -60,13 +60,17 @@ DROPPED = _Dropped()
 class BatchTask(NamedTuple):
     """One batch to build: the ``epoch`` token, its position in the epoch and its indices.
 
-    ``indices`` is an int64 tensor of shape ``(B,)``. A NamedTuple (immutable, as a frozen
-    dataclass, but made in ~0.3 us instead of ~1 us: one is made per batch on every backend).
+    ``indices`` is an int64 tensor of shape ``(B,)`` (empty for a stream's ticket: the worker's
+    own iterator decides the items). ``worker``: the worker that must build it (a stream's
+    ticket goes to one replica, :class:`~clorch_nb.data.sampling.stream_plan.StreamPlan`); -1:
+    any (map-style). A NamedTuple (immutable, as a frozen dataclass, but made in ~0.3 us instead
+    of ~1 us: one is made per batch on every backend).
     """
 
     epoch: int
     batch_index: int
     indices: torch.Tensor
+    worker: int = -1
 
 
 @dataclass(slots=True)
@@ -93,6 +97,8 @@ class BatchResult:
     warnings: bytes = b""  # a process worker's warnings, re-issued by the consumer
     fatal: bool = False  # the error ends the epoch and its workers (a worker died building it)
     skipped: tuple[Skipped, ...] = ()  # items skipped under max_failures (data/skipping.py)
+    ended: bool = False  # a stream's ticket: the worker's iterator has ended (no batch)
+    replica: Any = None  # a stream's worker: its replica's position after this ticket
 
 
 def add_note(exc: BaseException, note: str) -> None:
@@ -304,9 +310,13 @@ class WorkerPool(Protocol):
         """Process ids of the live worker processes (``[]`` for backends without processes)."""
         ...
 
-    def start_epoch(self, epoch: int, base_seed: int) -> None:
+    def start_epoch(
+        self, epoch: int, base_seed: int, replicas: dict[int, Any] | None = None
+    ) -> None:
         """Begin epoch token ``epoch``; workers reseed their RNGs from ``base_seed``, set
-        ``get_worker_info().epoch`` and (process workers) call the dataset's ``set_epoch``."""
+        ``get_worker_info().epoch`` and (process workers) call the dataset's ``set_epoch``.
+        A stream's workers start a fresh replica (:class:`~clorch_nb.data.datasets.stream.Replica`),
+        or the one ``replicas[worker_id]`` describes (a resumed epoch)."""
         ...
 
     def submit(self, task: BatchTask) -> None:

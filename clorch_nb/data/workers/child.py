@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import array
 import gc
+import importlib
 import os
 import pickle
 import queue
+import random
 import signal
 import threading
 import time
@@ -33,6 +35,7 @@ from typing import Any
 
 # numpy imports numpy.random lazily, on a worker's first seed: imported here, it is in the
 # forkserver before any worker forks (5 ms of every worker's start, on its first batch's path)
+import numpy as np
 import numpy.random  # noqa: F401
 import torch
 
@@ -40,6 +43,7 @@ from clorch_nb.data.datasets import collate
 from clorch_nb.data.datasets.dataset import as_dataset
 from clorch_nb.data.datasets.epoch_hooks import call_set_epoch
 from clorch_nb.data.datasets.protocols import has_get_batch
+from clorch_nb.data.datasets.stream import Replica, StreamEnded
 from clorch_nb.data.datasets.torch_worker_info import install_torch_worker_info
 from clorch_nb.data.datasets.worker_info import (
     WorkerInfo,
@@ -56,6 +60,7 @@ from clorch_nb.data.workers.messages import (
     Ack,
     Built,
     Cancel,
+    Ended,
     ExceptionBlob,
     Failed,
     Free,
@@ -95,6 +100,11 @@ class WorkerConfig:
             raises are skipped and replaced (:mod:`~clorch_nb.data.skipping`).
         init_blob (bytes | None): the pickled ``worker_init_fn``, called once after the dataset
             is built, with ``get_worker_info()`` set; None: none.
+        stream (tuple[int, bool] | None): a torch ``IterableDataset``'s ``(batch_size,
+            drop_last)``: the worker fills tickets from its own
+            :class:`~clorch_nb.data.datasets.stream.Replica`, is seeded as torch seeds its
+            workers (once, from its first epoch's base seed) and runs ``worker_init_fn`` then.
+            None: map-style.
     """
 
     worker_id: int
@@ -106,6 +116,7 @@ class WorkerConfig:
     environ: tuple[tuple[str, str], ...] | None = None
     skip_failures: bool = False
     init_blob: bytes | None = None
+    stream: tuple[int, bool] | None = None
 
 
 def _apply_environ(environ: tuple[tuple[str, str], ...] | None) -> None:
@@ -232,6 +243,23 @@ def _begin_epoch(
     return None
 
 
+_TORCH_WORKER = "torch.utils.data._utils.worker"  # torch's numpy seeding lives there, private
+
+
+def seed_as_torch(base_seed: int, worker_id: int) -> int:
+    """Seed ``random``, torch and numpy as torch's worker loop does (a stream's process worker,
+    once); returns the worker's seed, ``base_seed + worker_id``."""
+    seed = base_seed + worker_id
+    random.seed(seed)
+    torch.manual_seed(seed)
+    generate_state = getattr(importlib.import_module(_TORCH_WORKER), "_generate_state", None)
+    if generate_state is not None:
+        np.random.seed(generate_state(base_seed, worker_id))
+    else:  # pragma: no cover - a torch without it
+        np.random.seed(seed % 2**32)
+    return seed
+
+
 def set_process_info(worker_id: int, num_workers: int, seed: int, dataset: Any) -> None:
     """Set this process worker's ``get_worker_info()``, clorch_nb's and torch's (``dataset``
     None while the dataset is being built: a ``process_spec`` factory or an unpickled
@@ -241,10 +269,11 @@ def set_process_info(worker_id: int, num_workers: int, seed: int, dataset: Any) 
     install_torch_worker_info(info, process=True)
 
 
-def _init_worker(cfg: WorkerConfig, dataset: Any) -> None:
-    """Set this worker's ``get_worker_info()`` (clorch_nb's and torch's) and run torch's
-    ``worker_init_fn(worker_id)`` if one was given (before any epoch's seeding)."""
-    set_process_info(cfg.worker_id, cfg.num_workers, worker_seed(0, cfg.worker_id), dataset)
+def _init_worker(cfg: WorkerConfig, dataset: Any, seed: int | None = None) -> None:
+    """Set this worker's ``get_worker_info()`` (clorch_nb's and torch's; ``seed``, else the
+    map-style worker's) and run torch's ``worker_init_fn(worker_id)`` if one was given."""
+    seed = worker_seed(0, cfg.worker_id) if seed is None else seed
+    set_process_info(cfg.worker_id, cfg.num_workers, seed, dataset)
     if cfg.init_blob is not None:
         pickle.loads(cfg.init_blob)(cfg.worker_id)
 
@@ -276,17 +305,15 @@ def worker_main(
         collate_fn = pickle.loads(cfg.collate_blob)
         set_process_info(cfg.worker_id, cfg.num_workers, worker_seed(0, cfg.worker_id), None)
         # a factory may return a torch map-style dataset: adapted as the main process does
-        dataset = as_dataset(source.build(), argument="the process_spec factory's result")
+        dataset = source.build()
+        if cfg.stream is None:  # a stream's worker iterates the object itself
+            dataset = as_dataset(dataset, argument="the process_spec factory's result")
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
         exc.add_note(f"[clorch_nb] while building the dataset in {where} from {source!r:.200}")
         results.send_bytes(encode(InitError(ExceptionBlob.capture(exc))))
         return
-    try:
-        _init_worker(cfg, dataset)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
-        exc.add_note(f"[clorch_nb] in worker_init_fn({cfg.worker_id}) in {where}")
-        results.send_bytes(encode(InitError(ExceptionBlob.capture(exc))))
-        return
+    if cfg.stream is None and not _started(cfg, dataset, where, results):
+        return  # a stream's worker starts at its first epoch (its seed is that epoch's)
     use_get_batch = cfg.use_get_batch and has_get_batch(dataset)
     # Every task already waiting is read in one system call, each reply written in one
     # (frames.py): at one item per batch, Connection's two reads per message and its Python
@@ -303,9 +330,17 @@ def worker_main(
     epoch: int | None = None  # the current epoch token
     base_seed = 0
     epoch_error: BaseException | None = None  # the dataset's set_epoch failed: every task says so
+    replica: Replica | None = None  # a stream's: this epoch's iterator
+    stream_seed: int | None = None  # a stream worker's torch seed, once it has started
     while True:
         msg = _next_message(task_reader, cfg.parent_pid)
-        if type(msg) is Task:
+        if type(msg) is Task and replica is not None:
+            t_task = time.perf_counter()
+            arena.release(msg.freed + state.take_freed())
+            if msg.epoch == epoch and msg.epoch > state.cancelled:
+                write_frame(results_fd, _fill_ticket(replica, msg.epoch, msg.batch_index, cfg,
+                                                     where, arena, t_task))  # fmt: skip
+        elif type(msg) is Task:
             # stamped before seeding and the slot reservation below: the verdict counts those as
             # transport (moving the batch), not as a worker that had not started (starved)
             t_task = time.perf_counter()
@@ -346,6 +381,23 @@ def worker_main(
                 arena.finish()
             if reply is not None:
                 write_frame(results_fd, reply)
+        elif type(msg) is StartEpoch and cfg.stream is not None:
+            epoch, base_seed = msg.epoch, msg.base_seed
+            if stream_seed is None:  # torch seeds a worker once, as it starts
+                stream_seed = seed_as_torch(base_seed, cfg.worker_id)
+                if not _started(cfg, dataset, where, results, stream_seed):
+                    return
+            set_worker_info(WorkerInfo(cfg.worker_id, cfg.num_workers, stream_seed, "process",
+                                       dataset, epoch), process=True)  # fmt: skip
+            try:
+                call_set_epoch(dataset, epoch, where)
+            except Exception as exc:  # noqa: BLE001 - the replica's first ticket reports it
+                add_note(exc, f"[clorch_nb] in set_epoch({epoch}) in {where}")
+                replica = Replica(_Raising(exc), collate_fn, 1, False)
+            else:
+                batch_size, drop_last = cfg.stream
+                replica = Replica(dataset, collate_fn, batch_size, drop_last, resume=msg.replica)
+            write_frame(results_fd, encode(Ready(epoch)))
         elif type(msg) is StartEpoch:
             epoch, base_seed = msg.epoch, msg.base_seed
             epoch_error = _begin_epoch(dataset, cfg, epoch, base_seed, where)
@@ -353,6 +405,61 @@ def worker_main(
         elif type(msg) is Cancel:
             state.cancelled = max(state.cancelled, msg.epoch)
             write_frame(results_fd, encode(Ack(msg.epoch)))
+
+
+def _started(
+    cfg: WorkerConfig, dataset: Any, where: str, results: Connection, seed: int | None = None
+) -> bool:
+    """Set this worker's ``get_worker_info()`` and run ``worker_init_fn``; False (the error sent
+    to the parent, which raises it) when that failed."""
+    try:
+        _init_worker(cfg, dataset, seed)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which raises it
+        exc.add_note(f"[clorch_nb] in worker_init_fn({cfg.worker_id}) in {where}")
+        results.send_bytes(encode(InitError(ExceptionBlob.capture(exc))))
+        return False
+    return True
+
+
+class _Raising:
+    """An iterable whose iterator raises ``exc``: a replica whose ``set_epoch`` failed."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __iter__(self) -> Any:
+        raise self.exc
+
+
+def _fill_ticket(
+    replica: Replica,
+    epoch: int,
+    batch_index: int,
+    cfg: WorkerConfig,
+    where: str,
+    arena: WorkerArena,
+    t_task: float,
+) -> bytes:
+    """A stream's ticket -> the encoded reply: :class:`Built` with the replica's next batch,
+    :class:`Failed` with its error, or :class:`Ended`."""
+    with forwarded_warnings.recording() as caught:  # replayed under the consumer's filters
+        arena.begin()
+        try:
+            batch, n, fetch_s, collate_s = replica.fetch(batch_index, where)
+            enc = shm.encode_batch(batch, parent_pid=cfg.parent_pid, where=where, arena=arena)
+            del batch
+            reply: Any = Built(epoch, batch_index, n, fetch_s, collate_s, enc, t_task,
+                               time.perf_counter(), (), b"", replica.state())  # fmt: skip
+        except StreamEnded:
+            return encode(Ended(epoch, batch_index))
+        except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
+            reply = Failed(epoch, batch_index, 0, ExceptionBlob.capture(exc), b"",
+                           replica.state())  # fmt: skip
+        finally:
+            arena.finish()
+    if caught:
+        reply = reply._replace(warnings=forwarded_warnings.encode(caught))
+    return encode(reply)
 
 
 def _build(
@@ -388,10 +495,7 @@ def _build(
         return None
     if caught:  # rare: the reply was made without them (one record per batch, not two)
         warned = forwarded_warnings.encode(caught)
-        if isinstance(reply, Failed):
-            reply = Failed(reply.epoch, reply.batch_index, reply.num_items, reply.error, warned)
-        else:
-            reply = Built(*reply[:9], warned)
+        reply = reply._replace(warnings=warned)
     return encode(reply)
 
 

@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.datasets.stream import Replica, StreamEnded
 from clorch_nb.data.datasets.worker_info import batch_seed, seeded_globals
 from clorch_nb.data.skipping import Skipped
 from clorch_nb.data.workers.base import BatchCancelled, BatchResult, BatchTask, build_batch
@@ -17,6 +18,7 @@ __all__ = ["INLINE_WORKER_ID", "InlinePool"]
 
 #: the ``worker_id`` recorded for batches built on the consuming thread (``num_workers=0``)
 INLINE_WORKER_ID = -1
+_WHERE = "the main thread (num_workers=0)"
 
 
 class InlinePool:
@@ -32,6 +34,9 @@ class InlinePool:
         config (LoaderConfig): ``collate_fn``.
         use_get_batch (bool): fetch a batch with ``dataset.get_batch`` in one call.
         draws (bool): the dataset may draw random numbers (seed the globals per batch).
+        stream (bool): a torch ``IterableDataset``: each batch is the next of this thread's
+            :class:`~clorch_nb.data.datasets.stream.Replica` (the globals are not reseeded, as
+            torch's ``num_workers=0``).
 
     Example:
         >>> import torch
@@ -46,14 +51,22 @@ class InlinePool:
     num_workers = 0
 
     def __init__(
-        self, dataset: Any, config: LoaderConfig, *, use_get_batch: bool, draws: bool
+        self,
+        dataset: Any,
+        config: LoaderConfig,
+        *,
+        use_get_batch: bool,
+        draws: bool,
+        stream: bool = False,
     ) -> None:
+        self._dataset, self._config, self._stream = dataset, config, stream
+        self._replica: Replica | None = None
         self._build = partial(
             build_batch,
             dataset,
             config.collate_fn,
             use_get_batch=use_get_batch,
-            worker="the main thread (num_workers=0)",
+            worker=_WHERE,
             should_stop=self._woken,
         )
         self._draws = draws
@@ -72,9 +85,16 @@ class InlinePool:
         """No worker processes: ``[]``."""
         return []
 
-    def start_epoch(self, epoch: int, base_seed: int) -> None:
-        """Seed this epoch's batches from ``base_seed``; forget any task left from before."""
+    def start_epoch(
+        self, epoch: int, base_seed: int, replicas: dict[int, Any] | None = None
+    ) -> None:
+        """Seed this epoch's batches from ``base_seed``; forget any task left from before; a
+        stream starts its replica afresh (or from ``replicas[-1]``)."""
         self._base_seed, self._task, self._wake = base_seed, None, False
+        if self._stream:
+            c = self._config
+            self._replica = Replica(self._dataset, c.collate_fn, c.batch_size or 1, c.drop_last,
+                                    resume=(replicas or {}).get(INLINE_WORKER_ID))  # fmt: skip
 
     def submit(self, task: BatchTask) -> None:
         """Keep ``task``; :meth:`get` builds it."""
@@ -95,6 +115,8 @@ class InlinePool:
             self._wake = False
             return None
         bi = task.batch_index
+        if self._replica is not None:
+            return self._from_replica(task, self._replica)
         t0 = time.perf_counter()
         skipped: list[Skipped] | None = [] if self._skip else None
         try:
@@ -122,6 +144,24 @@ class InlinePool:
             task.epoch, bi, INLINE_WORKER_ID, batch, task.indices.shape[0], fetch_s, collate_s,
             None, t0, time.perf_counter(), skipped=tuple(skipped or ()),
         )  # fmt: skip
+
+    def _from_replica(self, task: BatchTask, replica: Replica) -> BatchResult:
+        """A stream's ticket: the next batch of the replica, its error, or its end."""
+        self._task = None
+        t0 = time.perf_counter()
+        try:
+            batch, n, fetch_s, collate_s = replica.fetch(task.batch_index, _WHERE)
+        except StreamEnded:
+            return BatchResult(task.epoch, task.batch_index, INLINE_WORKER_ID, None, 0, 0.0, 0.0,
+                               ended=True)  # fmt: skip
+        except (KeyboardInterrupt, SystemExit, GeneratorExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the batch's error; the epoch goes on
+            return BatchResult(task.epoch, task.batch_index, INLINE_WORKER_ID, None, 0, 0.0, 0.0,
+                               exc, replica=replica.state())  # fmt: skip
+        return BatchResult(task.epoch, task.batch_index, INLINE_WORKER_ID, batch, n, fetch_s,
+                           collate_s, None, t0, time.perf_counter(),
+                           replica=replica.state())  # fmt: skip
 
     def worker_of(self, batch_index: int) -> int | None:
         """The consuming thread builds every batch: :data:`INLINE_WORKER_ID` once submitted."""

@@ -7,7 +7,7 @@ done with). On the **control pipe** (read at once by the worker's watcher thread
 :class:`Cancel`, :class:`Stop`, :class:`Free`.
 
 Worker -> parent, on the **result pipe**: :class:`Built` (a batch), :class:`Failed` (a batch's
-error), :class:`Ack`, :class:`Ready` (the epoch's start-up, the dataset's ``set_epoch``
+error), :class:`Ended` (a stream worker's iterator has ended), :class:`Ack`, :class:`Ready` (the epoch's start-up, the dataset's ``set_epoch``
 included, is done), :class:`Short` (``/dev/shm`` is full: send freed slots without waiting for
 a task), :class:`InitError` (the dataset or ``worker_init_fn`` failed; the worker ends).
 
@@ -36,6 +36,7 @@ __all__ = [
     "Ack",
     "Built",
     "Cancel",
+    "Ended",
     "ExceptionBlob",
     "Failed",
     "Free",
@@ -57,10 +58,12 @@ _HIGHEST = pickle.HIGHEST_PROTOCOL
 
 
 class StartEpoch(NamedTuple):
-    """Task pipe: begin ``epoch`` (seed the worker from ``base_seed``, call ``set_epoch``)."""
+    """Task pipe: begin ``epoch`` (seed the worker from ``base_seed``, call ``set_epoch``);
+    ``replica``: a stream worker's replica position to resume from (None: from the start)."""
 
     epoch: int
     base_seed: int
+    replica: Any = None
 
 
 class Task(NamedTuple):
@@ -106,6 +109,8 @@ class Built(NamedTuple):
         skipped (tuple[Skipped, ...]): items skipped under ``max_failures``.
         warnings (bytes): the batch's warnings
             (:mod:`~clorch_nb.data.workers.forwarded_warnings`).
+        replica (dict | None): a stream worker's replica position after this batch
+            (:meth:`~clorch_nb.data.datasets.stream.Replica.state`).
     """
 
     epoch: int
@@ -118,17 +123,27 @@ class Built(NamedTuple):
     t_sent: float
     skipped: tuple[Skipped, ...]
     warnings: bytes = b""
+    replica: Any = None
 
 
 class Failed(NamedTuple):
     """A batch that failed: ``error`` (an :class:`ExceptionBlob`) is raised for it in the
-    parent; ``warnings`` as in :class:`Built`."""
+    parent; ``warnings`` and ``replica`` as in :class:`Built`."""
 
     epoch: int
     batch_index: int
     num_items: int
     error: ExceptionBlob
     warnings: bytes = b""
+    replica: Any = None
+
+
+class Ended(NamedTuple):
+    """A stream worker's answer to ticket ``batch_index``: its iterator has ended (torch's
+    ``_IterableDatasetStopIteration``); it gets no more tickets this epoch."""
+
+    epoch: int
+    batch_index: int
 
 
 class Ack(NamedTuple):
@@ -154,12 +169,13 @@ class InitError(NamedTuple):
 
 
 Message = (
-    StartEpoch | Task | Cancel | Stop | Free | Built | Failed | Ack | Ready | Short | InitError
+    StartEpoch | Task | Cancel | Stop | Free | Built | Failed | Ended | Ack | Ready | Short
+    | InitError
 )
 
 #: every record, by its tag on the wire (its position here)
 _KINDS: tuple[type, ...] = (
-    StartEpoch, Task, Cancel, Stop, Free, Built, Failed, Ack, Ready, Short, InitError,
+    StartEpoch, Task, Cancel, Stop, Free, Built, Failed, Ended, Ack, Ready, Short, InitError,
 )  # fmt: skip
 _TAG = {kind: tag for tag, kind in enumerate(_KINDS)}
 _BUILT = _TAG[Built]

@@ -43,6 +43,7 @@ from clorch_nb.data.workers.messages import (
     Ack,
     Built,
     Cancel,
+    Ended,
     Failed,
     Free,
     InitError,
@@ -94,6 +95,10 @@ class ProcessPool:
         use_get_batch (bool): workers use ``dataset.get_batch`` when the dataset has one (the
             loader passes True when ``collate_fn`` is the default).
         start_method ("forkserver" | "spawn" | None): default forkserver where available.
+        stream (bool): a torch ``IterableDataset``: each worker fills the tickets sent to it
+            (``BatchTask.worker``) from its own replica
+            (:class:`~clorch_nb.data.datasets.stream.Replica`), and answers
+            :class:`~clorch_nb.data.workers.messages.Ended` once its iterator has ended.
 
     Raises:
         pickle.PicklingError: ``collate_fn`` cannot be pickled (the loader checks this first).
@@ -107,8 +112,12 @@ class ProcessPool:
         use_get_batch: bool,
         start_method: StartMethod | None = None,
         parent_arena: Callable[[], ParentArena] = ParentArena,
+        stream: bool = False,
     ) -> None:
         self.source = source
+        self._stream = (config.batch_size or 1, config.drop_last) if stream else None
+        self._owners: dict[int, int] = {}  # a stream's tickets in flight: ticket -> worker
+        self._replicas: dict[int, Any] = {}  # a stream's epoch: where each replica resumes
         self._parent_arena = parent_arena  # pin_memory: registered slots (data/delivery/pinning.py)
         self.num_workers = config.num_workers
         # by reference when importable, by value (cloudpickle) when defined in a cell
@@ -164,6 +173,7 @@ class ProcessPool:
             world.environ,  # today's, not the forkserver's from its start (B45)
             self._skip_failures,
             self._init_blob,
+            self._stream,
         )
         self._worlds[worker_id] = world
         w = start_worker(
@@ -174,7 +184,7 @@ class ProcessPool:
             arena=self._parent_arena(),
         )
         if self._epoch is not None:
-            self._send(w, StartEpoch(self._epoch, self._base_seed))
+            self._send(w, StartEpoch(self._epoch, self._base_seed, self._replicas.get(worker_id)))
         return w
 
     def _reap(self, w: WorkerHandle, *, kill: bool, drain: bool = True) -> str:
@@ -336,13 +346,19 @@ class ProcessPool:
 
     # -- WorkerPool -----------------------------------------------------------------------------
 
-    def start_epoch(self, epoch: int, base_seed: int) -> None:
+    def start_epoch(
+        self, epoch: int, base_seed: int, replicas: dict[int, Any] | None = None
+    ) -> None:
         """Begin epoch token ``epoch``; before each batch a worker seeds ``random``, numpy and
-        torch from ``batch_seed(base_seed, batch_index)`` and sets its ``get_worker_info()``."""
+        torch from ``batch_seed(base_seed, batch_index)`` and sets its ``get_worker_info()``
+        (a stream's worker: seeded once as torch does, and its replica starts afresh or where
+        ``replicas[worker_id]`` says)."""
         if self._closed:
             raise WorkerError("this process pool is closed; iterate the loader again for a new one")
         self._background.join()
         self._epoch, self._base_seed = epoch, base_seed
+        self._replicas = dict(replicas or {})
+        self._owners.clear()
         self._pending.clear()
         self._away = False
         self._parked.clear()  # an earlier epoch's unfinished tasks
@@ -371,7 +387,7 @@ class ProcessPool:
                 w.queued.clear()
                 w.carried = w.started is not None
                 w.began, w.started = time.perf_counter(), None
-                self._send(w, StartEpoch(epoch, base_seed))
+                self._send(w, StartEpoch(epoch, base_seed, self._replicas.get(wid)))
 
     def submit(self, task: BatchTask) -> None:
         """Send ``task`` to worker ``task.batch_index % num_workers``.
@@ -385,7 +401,9 @@ class ProcessPool:
             self._unpark()
         if self._short:
             self._send_freed()
-        wid = task.batch_index % self.num_workers
+        wid = task.worker if task.worker >= 0 else task.batch_index % self.num_workers
+        if self._stream is not None:
+            self._owners[task.batch_index] = wid
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices
         if idx.dtype is not torch.int64:
@@ -514,6 +532,8 @@ class ProcessPool:
                 raise
             w.outstanding.pop(bi, None)
             w.queued.pop(bi, None)
+            if self._owners:
+                self._owners.pop(bi, None)
             self._pending.append(
                 BatchResult(
                     epoch,
@@ -528,20 +548,29 @@ class ProcessPool:
                     msg.t_sent,
                     msg.warnings,
                     skipped=msg.skipped,
+                    replica=msg.replica,
                 )
             )
         elif type(msg) is Failed:
             epoch, bi = msg.epoch, msg.batch_index
             if keep and epoch == self._epoch:
+                self._owners.pop(bi, None)
                 w.outstanding.pop(bi, None)
                 w.queued.pop(bi, None)
                 err = rebuild_exception(msg.error, w.where)
                 self._pending.append(
                     BatchResult(
                         epoch, bi, w.worker_id, None, msg.num_items, 0.0, 0.0, err,
-                        warnings=msg.warnings,
+                        warnings=msg.warnings, replica=msg.replica,
                     )
                 )  # fmt: skip
+        elif type(msg) is Ended:
+            if keep and msg.epoch == self._epoch:
+                self._owners.pop(msg.batch_index, None)
+                w.outstanding.pop(msg.batch_index, None)
+                w.queued.pop(msg.batch_index, None)
+                self._pending.append(BatchResult(msg.epoch, msg.batch_index, w.worker_id, None, 0,
+                                                 0.0, 0.0, ended=True))  # fmt: skip
         elif type(msg) is InitError and keep:
             exc = rebuild_exception(msg.error, w.where)
             self._reap(w, kill=True)
@@ -591,15 +620,21 @@ class ProcessPool:
             w.queued[bi] = raw
             self._send(w, Task(self._epoch, bi, raw, []))
 
+    def _owner(self, batch_index: int) -> int:
+        """The worker ``batch_index`` was (or will be) sent to."""
+        if self._stream is not None:
+            return self._owners.get(batch_index, 0)
+        return batch_index % self.num_workers
+
     def worker_of(self, batch_index: int) -> int | None:
         """The worker holding ``batch_index`` (each batch has a fixed worker), if in flight."""
-        w = self._workers[batch_index % self.num_workers]
+        w = self._workers[self._owner(batch_index)]
         return w.worker_id if w is not None and batch_index in w.outstanding else None
 
     def start_times(self, batch_index: int) -> tuple[int | None, float, float | None]:
         """When the worker of ``batch_index`` began and finished starting this epoch
         (``time.perf_counter()``; finished is None while it still starts)."""
-        wid = batch_index % self.num_workers
+        wid = self._owner(batch_index)
         w = self._workers[wid]
         return (wid, time.perf_counter(), None) if w is None else (wid, w.began, w.started)
 

@@ -27,6 +27,7 @@ from clorch_nb.data.datasets.protocols import (
     has_get_batch,
     process_local_reason,
 )
+from clorch_nb.data.datasets.stream import is_stream
 from clorch_nb.data.datasets.thread_safety import check_thread_safe
 from clorch_nb.data.datasets.torch_worker_info import user_dataset
 from clorch_nb.data.workers.arena import ParentArena
@@ -153,16 +154,17 @@ def make_pool(
     of each process worker's arena (``pin_memory``'s registered slots; default
     :class:`ParentArena`).
     """
+    stream = is_stream(dataset)  # a torch IterableDataset: each worker iterates its replica
     if backend == "inline":
         # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
-        draws = not isinstance(dataset, TensorDataset) and draws_random(dataset)
-        return InlinePool(
-            dataset, config, use_get_batch=uses_get_batch(dataset, config), draws=draws
-        )
+        draws = not stream and not isinstance(dataset, TensorDataset) and draws_random(dataset)
+        return InlinePool(dataset, config, use_get_batch=not stream and uses_get_batch(
+            dataset, config), draws=draws, stream=stream)  # fmt: skip
     if backend == "thread":
         from clorch_nb.data.workers.thread import ThreadPool
 
-        return ThreadPool(dataset, config, use_get_batch=uses_get_batch(dataset, config))
+        return ThreadPool(dataset, config, use_get_batch=not stream and uses_get_batch(
+            dataset, config), stream=stream)  # fmt: skip
     if backend == "process":
         from clorch_nb.data.workers.process import ProcessPool
 
@@ -178,6 +180,7 @@ def make_pool(
             config,
             use_get_batch=config.collate_fn is default_collate,
             parent_arena=parent_arena or ParentArena,
+            stream=stream,
         )
     raise ValueError(f"no worker pool for backend {backend!r}")  # internal: a Literal
 

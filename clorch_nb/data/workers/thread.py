@@ -17,6 +17,7 @@ from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.datasets.dataset import TensorDataset
+from clorch_nb.data.datasets.stream import Replica, StreamEnded
 from clorch_nb.data.datasets.thread_safety import (
     declared_thread_safe,
     lazy_handle_error,
@@ -48,10 +49,19 @@ class ThreadPool:
         dataset (Any): the dataset, shared by all threads.
         config (LoaderConfig): the loader's options (``num_workers`` threads, ``collate_fn``).
         use_get_batch (bool): use ``dataset.get_batch`` instead of ``get_item`` + ``collate_fn``.
+        stream (bool): a torch ``IterableDataset``: each thread has its own task queue and its
+            own :class:`~clorch_nb.data.datasets.stream.Replica` per epoch, and fills the tickets
+            sent to it (``BatchTask.worker``); ``worker_init_fn`` runs at its first ticket,
+            once the epoch's base seed is known (``get_worker_info().seed`` is torch's
+            ``base_seed + worker_id``).
     """
 
-    def __init__(self, dataset: Any, config: LoaderConfig, *, use_get_batch: bool) -> None:
+    def __init__(
+        self, dataset: Any, config: LoaderConfig, *, use_get_batch: bool, stream: bool = False
+    ) -> None:
         self.dataset = dataset
+        self._config, self._stream = config, stream
+        self._replicas: dict[int, Replica] = {}
         self.collate_fn = config.collate_fn
         self.num_workers = config.num_workers
         self.use_get_batch = use_get_batch
@@ -62,6 +72,9 @@ class ThreadPool:
         self._epoch: int | None = None  # the current epoch token; None between epochs
         self._base_seed = 0
         self._tasks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        # a stream's tickets go to one thread each: a queue per thread (else one shared queue)
+        self._queues = [queue.SimpleQueue() if stream else self._tasks
+                        for _ in range(self.num_workers)]  # fmt: skip
         self._results: queue.SimpleQueue[BatchResult] = queue.SimpleQueue()
         self._assigned: dict[int, int] = {}  # batch_index -> worker building it now
         self._busy: dict[int, int] = {}  # worker_id -> batch_index it is building now
@@ -99,7 +112,7 @@ class ThreadPool:
         """torch's ``worker_init_fn(worker_id)``, once per thread as it starts, with
         ``get_worker_info()`` set (its seed: :func:`worker_seed` of the current base seed);
         returns its error, reported with every batch this thread takes."""
-        seed = worker_seed(self._base_seed, worker_id)
+        seed = self._seed_of(worker_id)
         info = WorkerInfo(worker_id, self.num_workers, seed, "thread", self.dataset, self._epoch)
         set_worker_info(info, process=False)
         try:
@@ -109,15 +122,32 @@ class ThreadPool:
             return exc
         return None
 
+    def _seed_of(self, worker_id: int) -> int:
+        """``get_worker_info().seed`` of ``worker_id``: torch's ``base_seed + worker_id`` for a
+        stream, :func:`worker_seed` otherwise."""
+        if self._stream:
+            return self._base_seed + worker_id
+        return worker_seed(self._base_seed, worker_id)
+
     def _run(self, worker_id: int) -> None:
-        init_error = None if self.worker_init_fn is None else self._init_worker(worker_id)
+        init_pending = self.worker_init_fn is not None
+        init_error = None
+        if init_pending and not self._stream:  # a stream's: at its first ticket (its seed)
+            init_error, init_pending = self._init_worker(worker_id), False
+        tasks = self._queues[worker_id]
         while True:
-            task = self._tasks.get()
+            task = tasks.get()
             if task is _STOP:
                 return
             assert isinstance(task, BatchTask)
             if task.epoch != self._epoch:
                 continue  # an abandoned epoch's task
+            if init_pending:
+                init_error, init_pending = self._init_worker(worker_id), False
+            if self._stream and init_error is None:
+                self._results.put(self._ticket(worker_id, task))
+                task = None  # type: ignore[assignment]
+                continue
             if init_error is not None:
                 self._results.put(
                     BatchResult(
@@ -207,6 +237,30 @@ class ThreadPool:
             if replaced:
                 return  # its slot has a fresh thread now
 
+    def _ticket(self, worker_id: int, task: BatchTask) -> BatchResult:
+        """A stream's ticket: the next batch of this thread's replica, its error, or its end."""
+        replica, bi = self._replicas[worker_id], task.batch_index
+        set_worker_info(WorkerInfo(worker_id, self.num_workers, self._seed_of(worker_id),
+                                   "thread", self.dataset, task.epoch), process=False)  # fmt: skip
+        with self._slots:
+            self._busy[worker_id] = bi
+            self._assigned[bi] = worker_id
+        try:
+            batch, n, fetch_s, collate_s = replica.fetch(bi, f"thread worker {worker_id}")
+            t_sent = time.perf_counter()
+            return BatchResult(task.epoch, bi, worker_id, batch, n, fetch_s, collate_s, None,
+                               t_sent - fetch_s - collate_s, t_sent,
+                               replica=replica.state())  # fmt: skip
+        except StreamEnded:
+            return BatchResult(task.epoch, bi, worker_id, None, 0, 0.0, 0.0, ended=True)
+        except BaseException as exc:  # noqa: BLE001 - the batch's error; the epoch goes on
+            return BatchResult(task.epoch, bi, worker_id, None, 0, 0.0, 0.0, exc,
+                               replica=replica.state())  # fmt: skip
+        finally:
+            with self._slots:
+                self._busy.pop(worker_id, None)
+                self._assigned.pop(bi, None)
+
     def _look_again(self, batch_index: int) -> None:
         """Once, when the pool's first batch is built (before any result is handed over): look
         at the dataset for handles again; one that appeared was opened by a get_item, and ends
@@ -225,9 +279,19 @@ class ThreadPool:
         # checked between items, so an abandoned epoch stops within one get_item
         return epoch != self._epoch
 
-    def start_epoch(self, epoch: int, base_seed: int) -> None:
-        """Begin epoch token ``epoch``; threads derive their seeds from ``base_seed``."""
+    def start_epoch(
+        self, epoch: int, base_seed: int, replicas: dict[int, Any] | None = None
+    ) -> None:
+        """Begin epoch token ``epoch``; threads derive their seeds from ``base_seed``; a
+        stream's threads each start a fresh replica (or the one ``replicas`` describes)."""
         self._base_seed = base_seed
+        if self._stream:
+            c, saved = self._config, replicas or {}
+            self._replicas = {
+                w: Replica(self.dataset, c.collate_fn, c.batch_size or 1, c.drop_last,
+                           resume=saved.get(w))  # fmt: skip
+                for w in range(self.num_workers)
+            }
         self.rng_watch.new_epoch()
         self._assigned.clear()
         self._epoch = epoch
@@ -235,7 +299,7 @@ class ThreadPool:
     def submit(self, task: BatchTask) -> None:
         """Queue ``task``."""
         self.rng_watch.submitted(task.batch_index)
-        self._tasks.put(task)
+        self._queues[task.worker].put(task)  # a stream's ticket: to its thread
 
     def get(self, timeout_s: float | None) -> BatchResult | None:
         """Next result of the current epoch, or None after ``timeout_s`` seconds with none."""
@@ -284,14 +348,15 @@ class ThreadPool:
         if self._closed:
             return
         # drain what is queued so the next epoch does not wait behind stale tasks
-        try:
-            while True:
-                item = self._tasks.get_nowait()
-                if item is _STOP:
-                    self._tasks.put(item)
-                    break
-        except queue.Empty:
-            pass
+        for tasks in dict.fromkeys(self._queues):  # the one shared queue, or each thread's
+            try:
+                while True:
+                    item = tasks.get_nowait()
+                    if item is _STOP:
+                        tasks.put(item)
+                        break
+            except queue.Empty:
+                pass
         # Give threads in the middle of a batch a moment to finish it (their result is dropped).
         deadline = time.monotonic() + 0.05
         while self._busy and time.monotonic() < deadline:
@@ -317,8 +382,8 @@ class ThreadPool:
         self._closed = True
         self._epoch = None
         if not self._stops_sent:  # (re)sent in full if a first call was cut short: extras are inert
-            for _ in self._threads:
-                self._tasks.put(_STOP)
+            for tasks in self._queues:
+                tasks.put(_STOP)
             self._stops_sent = True
         for t in self._threads:
             if t is not None and t.is_alive():
