@@ -70,10 +70,10 @@ def test_an_iterable_dataset_gets_the_same_class() -> None:
 #: "refused" (ConfigError naming the member)
 MEMBERS: dict[str, tuple[str, Any]] = {
     "peek": ("refused", lambda d: d.peek()),
-    "state_dict": ("refused", lambda d: d.state_dict()),
-    "load_state_dict": ("refused", lambda d: d.load_state_dict({})),
-    "start_workers": ("refused", lambda d: d.start_workers()),
-    "skipped_in": ("refused", lambda d: d.skipped_in(0)),
+    "state_dict": ("ok", lambda d: d.state_dict()),
+    "load_state_dict": ("ok", lambda d: d.load_state_dict(d.state_dict())),
+    "start_workers": ("ok", lambda d: d.start_workers()),
+    "skipped_in": ("ok", lambda d: d.skipped_in(0)),
     "worker_pids": ("ok", lambda d: d.worker_pids()),
     "subscribe": ("ok", lambda d: d.subscribe(lambda ev: None)()),
     "close": ("ok", lambda d: d.close()),
@@ -168,7 +168,7 @@ def test_timeout_names_the_worker() -> None:
     it = iter(loader)
     try:
         assert next(it) == 0
-        with pytest.raises(RuntimeError, match="timed out after 0.3 seconds .* thread worker 0"):
+        with pytest.raises(RuntimeError, match="timed out after 0.3 seconds.* thread worker 0"):
             next(it)
     finally:
         gate.set()

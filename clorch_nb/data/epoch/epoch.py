@@ -56,7 +56,8 @@ class EpochPosition:
         also_done (tuple[int, ...]): batch positions past ``delivered`` already handed over
             (``in_order=False`` delivers whichever batch is ready first); sorted.
         finished (bool): the epoch's last ``next()`` has raised ``StopIteration`` (a state taken
-            before it resumes into the epoch's empty remainder, torchdata's convention).
+            before it resumes into the epoch's empty remainder, torchdata's convention); not
+            compared (two positions at the same batch are equal).
 
     Example:
         >>> EpochPosition(epoch=2, start=1, delivered=3, num_batches=5).delivered
@@ -68,7 +69,7 @@ class EpochPosition:
     delivered: int
     num_batches: int
     also_done: tuple[int, ...] = field(default=(), repr=False)
-    finished: bool = field(default=False, repr=False)
+    finished: bool = field(default=False, repr=False, compare=False)
 
 
 class InOrder:

@@ -87,9 +87,14 @@ def _batch_error(
 ) -> WorkerTimeoutError:
     who = f"{backend} worker {worker}" if worker is not None else "no worker (queued)"
     shown = idx[:8].tolist()
+    what = (
+        f"dataset indices {shown}{'...' if len(idx) > 8 else ''}"
+        if len(idx)
+        else "the next items of its iterator"  # a stream's ticket
+    )
     return WorkerTimeoutError(
-        f"batch {batch_index} (dataset indices {shown}{'...' if len(idx) > 8 else ''}) was not "
-        f"ready within timeout_ms={config.timeout_ms:g}: {who} held it. A get_item may be stuck "
+        f"DataLoader timed out after {config.timeout_s:g} seconds: batch {batch_index} ({what})"
+        f" was not ready within timeout_ms={config.timeout_ms:g}: {who} held it. A get_item may be stuck "
         "(I/O, a lock) or slower than the limit; raise timeout_ms or fix the dataset (the "
         "limit counts building the batch, not the worker's start-up; the next epoch starts "
         "fresh workers)"

@@ -147,6 +147,8 @@ class ThreadPool:
             if self._stream and init_error is None:
                 self._results.put(self._ticket(worker_id, task))
                 task = None  # type: ignore[assignment]
+                if self._threads[worker_id] is not threading.current_thread():
+                    return  # replaced while stuck (a timeout): its slot has a fresh thread
                 continue
             if init_error is not None:
                 self._results.put(
@@ -242,9 +244,11 @@ class ThreadPool:
         replica, bi = self._replicas[worker_id], task.batch_index
         set_worker_info(WorkerInfo(worker_id, self.num_workers, self._seed_of(worker_id),
                                    "thread", self.dataset, task.epoch), process=False)  # fmt: skip
+        me = threading.current_thread()
         with self._slots:
-            self._busy[worker_id] = bi
-            self._assigned[bi] = worker_id
+            if self._threads[worker_id] is me:
+                self._busy[worker_id] = bi
+                self._assigned[bi] = worker_id
         try:
             batch, n, fetch_s, collate_s = replica.fetch(bi, f"thread worker {worker_id}")
             t_sent = time.perf_counter()
@@ -258,8 +262,9 @@ class ThreadPool:
                                replica=replica.state())  # fmt: skip
         finally:
             with self._slots:
-                self._busy.pop(worker_id, None)
-                self._assigned.pop(bi, None)
+                if self._threads[worker_id] is me:
+                    self._busy.pop(worker_id, None)
+                    self._assigned.pop(bi, None)
 
     def _look_again(self, batch_index: int) -> None:
         """Once, when the pool's first batch is built (before any result is handed over): look
