@@ -384,7 +384,8 @@ def test_second_close_finishes_an_interrupted_one(
     fired: list[bool] = []
     if name == "thread":
         assert isinstance(pool, ThreadPool)
-        pool._tasks = _InterruptingQueue(pool._tasks)  # type: ignore[assignment]
+        shared = _InterruptingQueue(pool._tasks)  # map-style: one queue, every thread's
+        pool._queues = [shared] * len(pool._queues)  # type: ignore[list-item]
     else:
         target = "_send_quiet" if point == "stop" else "_reap"
         original = getattr(ProcessPool, target)

@@ -360,6 +360,11 @@ class LoaderEngine:
         if saved.stream is not None:
             check_replica_count(int(saved.stream["num_workers"]), self.config.num_workers)
             warn_fast_forward(self.dataset, saved.stream["replicas"])
+        g = self._torch_generator
+        if saved.iterable and saved.order_rng is not None and g is not None:
+            # a stream's later base seeds: drawn from generator= as in the saver's run
+            g.set_state(torch.tensor(list(bytes.fromhex(saved.order_rng["generator"])),
+                                     dtype=torch.uint8))  # fmt: skip
         if isinstance(self.plan_sampler, DistributedSampler) and saved.sampler is not None:
             self.plan_sampler.load_state_dict(saved.sampler)
         why = (
@@ -618,6 +623,8 @@ class LoaderEngine:
             size = len(self.dataset)
         except TypeError:
             size = -1
+        g = self._torch_generator  # the next epoch's base seed is drawn from it (None: global)
+        rng = None if g is None else {"generator": bytes(g.get_state().tolist()).hex()}
         return LoaderState(
             epoch=epoch,
             batches_done=done,
@@ -628,6 +635,7 @@ class LoaderEngine:
             shuffle=False,
             num_batches=max(done, pos.num_batches if stream is not None else 0),
             sampler=None,
+            order_rng=rng,
             iterable=True,
             stream=stream,
         )
@@ -821,7 +829,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         batches = config.sampler_yields == "batches"
         c = config
         attributes = torch_attributes(
-            dataset if hasattr(dataset, "__len__") else range(as_dataset(dataset).get_size()),
+            dataset
+            if hasattr(dataset, "__len__") or is_stream(dataset)
+            else range(as_dataset(dataset).get_size()),
             batch_size=None if batches else c.batch_size,
             shuffle=c.shuffle and sampler is None,
             sampler=None if batches else sampler,
@@ -1136,9 +1146,23 @@ def dataloader(
         >>> len(loader), [b["target"].tolist() for b in loader]
         (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
     """
-    ds = as_dataset(dataset)
+    stream = is_stream(dataset)  # a torch IterableDataset: its own order, no sampler
+    ds = None if stream else as_dataset(dataset)
     if seed is not None and generator is not None:
         raise ConfigError("pass seed= or generator=, not both")
+    if stream:
+        given = {"shuffle": None if shuffle is UNSET or not shuffle else shuffle,
+                 "sampler": sampler, "batch_sampler": batch_sampler,
+                 "max_failures": max_failures}  # fmt: skip
+        for name, value in given.items():
+            if value is not None:
+                raise ConfigError(
+                    f"{name}={value!r:.60}: not available for a torch IterableDataset "
+                    f"({type(dataset).__name__}): its items come in the order its iterator "
+                    "yields them, in each worker (torch refuses it too). Shuffle inside "
+                    "__iter__ (a buffer), or use a map-style dataset"
+                )
+        shuffle = False
     config = loader_config(
         shuffle=shuffle,
         sampler=sampler,
@@ -1158,7 +1182,7 @@ def dataloader(
         prefetch_to_device=prefetch_to_device,
         max_failures=max_failures,
     )
-    if batch_sampler is not None or sampler is not None:
+    if ds is not None and (batch_sampler is not None or sampler is not None):
         check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")

@@ -8,6 +8,7 @@ late result is discarded) and the pool replaces it.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import queue
 import threading
@@ -17,7 +18,7 @@ from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
 from clorch_nb.data.datasets.dataset import TensorDataset
-from clorch_nb.data.datasets.stream import Replica, StreamEnded
+from clorch_nb.data.datasets.stream import Replica, StreamEnded, has_own_state
 from clorch_nb.data.datasets.thread_safety import (
     declared_thread_safe,
     lazy_handle_error,
@@ -36,6 +37,14 @@ from clorch_nb.data.workers.base import (
 from clorch_nb.data.workers.rng_watch import RngWatch
 
 __all__ = ["ThreadPool"]
+
+def _replica_of(dataset: Any) -> Any:
+    """What a stream's thread iterates: the dataset itself (its iterators are the threads' own),
+    or, when it keeps a position of its own (``state_dict()``/``load_state_dict()``), a deep
+    copy per thread, made as the epoch starts (after its ``set_epoch``), as torch's process
+    workers each have theirs: one object's position cannot be two workers'."""
+    return copy.deepcopy(dataset) if has_own_state(dataset) else dataset
+
 
 _STOP = object()
 _WAKE: Any = object()  # put in the result queue by wake()
@@ -293,8 +302,8 @@ class ThreadPool:
         if self._stream:
             c, saved = self._config, replicas or {}
             self._replicas = {
-                w: Replica(self.dataset, c.collate_fn, c.batch_size or 1, c.drop_last,
-                           resume=saved.get(w))  # fmt: skip
+                w: Replica(_replica_of(self.dataset), c.collate_fn, c.batch_size or 1,
+                           c.drop_last, resume=saved.get(w))  # fmt: skip
                 for w in range(self.num_workers)
             }
         self.rng_watch.new_epoch()

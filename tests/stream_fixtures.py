@@ -1,0 +1,90 @@
+"""Datasets for the dataset-kind axis of the contract (tests/contract/test_dataset_kinds.py):
+importable, so process workers (and torch's own, the oracle) reach them by reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _split() -> tuple[int, int]:
+    info = torch.utils.data.get_worker_info()
+    return (0, 1) if info is None else (info.id, info.num_workers)
+
+
+class RaisingStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Worker ``w`` of ``k`` yields ``w, w + k, ...`` below ``n`` and raises ``ValueError`` at
+    item ``bad`` (the design review's probe)."""
+
+    def __init__(self, n: int = 8, bad: int = 3) -> None:
+        self.n, self.bad = n, bad
+
+    def __iter__(self) -> Any:
+        w, k = _split()
+        for i in range(w, self.n, k):
+            if i == self.bad:
+                raise ValueError(f"item {i}")
+            yield i
+
+
+class RaisingMap(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Map-style twin of :class:`RaisingStream`: ``__getitem__(bad)`` raises."""
+
+    def __init__(self, n: int = 8, bad: int = 3) -> None:
+        self.n, self.bad = n, bad
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            raise ValueError(f"item {i}")
+        return i
+
+
+class Numbers(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Worker ``w`` of ``k`` yields ``[i, draw]`` for ``i = w, w + k, ...`` below ``n`` (or
+    ``sizes[w]`` items each with ``sizes``, so workers end at different times), where ``draw``
+    comes from the worker's torch RNG: a resume is exact only if the seeds are too. Without
+    state of its own: a resume fast-forwards it."""
+
+    def __init__(self, n: int, sizes: tuple[int, ...] | None = None) -> None:
+        self.n, self.sizes = n, sizes
+
+    def _items(self) -> Any:
+        w, k = _split()
+        if self.sizes is None:
+            return range(w, self.n, k)
+        start = sum(self.sizes[:w]) if k > 1 else 0
+        return range(start, start + (self.sizes[w] if k > 1 else sum(self.sizes)))
+
+    def __iter__(self) -> Any:
+        g = torch.Generator().manual_seed(torch.initial_seed() % 2**62)
+        for i in self._items():
+            yield [i, int(torch.randint(0, 1000, (), generator=g))]
+
+
+class StatefulNumbers(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """:class:`Numbers` without the draw, keeping its position itself (torchdata's
+    ``state_dict()``/``load_state_dict()`` convention): a resume loads it and never re-reads.
+    ``reads`` counts the items this object's iterators produced (re-reads show there)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.next, self.reads = n, 0, 0
+
+    def __iter__(self) -> Any:
+        w, k = _split()
+        items = range(w, self.n, k)
+        while self.next < len(items):
+            i = items[self.next]
+            self.next += 1
+            self.reads += 1
+            yield [i, 0]
+        self.next = 0  # the next epoch starts over
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next": self.next}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.next = state["next"]
