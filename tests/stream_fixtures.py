@@ -88,3 +88,20 @@ class StatefulNumbers(torch.utils.data.IterableDataset):  # type: ignore[type-ar
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.next = state["next"]
+
+
+class Straggler(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``n`` items; item 0 takes ``slow_s`` seconds (a straggler), the others none."""
+
+    def __init__(self, n: int, slow_s: float) -> None:
+        self.n, self.slow_s = n, slow_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        if i == 0:
+            import time
+
+            time.sleep(self.slow_s)
+        return i

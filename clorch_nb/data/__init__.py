@@ -26,8 +26,9 @@ Glossary (words the code uses in more than one place, and what each means where)
   workers, in blocks. :class:`MixPlan` is a mix's per-epoch counts.
 - **stream**: a torch ``IterableDataset``: its epoch is a ``sampling/stream_plan.py``
   :class:`StreamPlan` (tickets dealt to the workers in turn; each fills one from its own
-  replica, ``datasets/stream.py``) on the same epoch and pools as map-style data. In ``shards/work_plan.py`` a *fresh/remaining stream* is a worker's list
-  of runs of a shard file, and "streaming shards" in the docs means reading shard files in order.
+  replica, ``datasets/stream.py``) on the same epoch and pools as map-style data. In
+  ``shards/work_plan.py`` a *fresh/remaining stream* is a worker's list of runs of a shard file,
+  and "streaming shards" in the docs means reading shard files in order.
 - **sources**: in ``workers/sources.py``, how a process worker gets its dataset (shared
   tensors, a ``process_spec``, by value); in ``shards/sources.py``, which files a shard dataset
   reads; in :func:`mix`, the datasets mixed by weight.

@@ -271,6 +271,31 @@ def loader_config(
     )
 
 
+def not_an_index_message(sampler: Any, key: Any) -> str:
+    """The error text for a sampler that yields ``key``, which is not a dataset index: a list of
+    indices (a batch sampler passed as ``sampler=``, or torch's bulk loading with
+    ``batch_size=None``), or a key of another kind (a file name, a dict key: B92).
+
+    Example:
+        >>> print(not_an_index_message([], "a"))  # doctest: +ELLIPSIS
+        sampler list yields keys that are not dataset indices: it yielded 'a' (str), ...
+    """
+    if isinstance(key, list | tuple | torch.Tensor) and all(
+        isinstance(i, int) or (isinstance(i, torch.Tensor) and i.dim() == 0) for i in key
+    ):
+        return yields_batches_message(sampler) + (
+            " (torch's bulk loading, a sampler of index lists with batch_size=None passed to "
+            "__getitem__ whole, is not supported: use batch_sampler= and a collate_fn)"
+        )
+    return (
+        f"sampler {type(sampler).__name__} yields keys that are not dataset indices: it yielded "
+        f"{key!r:.40} ({type(key).__name__}). clorch_nb plans integer indices (an epoch's order "
+        "is saved, resumed and split over workers as integers): give the dataset an integer "
+        "index over its keys (self.keys = sorted(...); __getitem__(i) reads self.keys[i]) and "
+        "sample integers"
+    )
+
+
 def yields_batches_message(sampler: Any) -> str:
     """The error text for a batch sampler passed as ``sampler=`` (it yields lists of indices)."""
     return (

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
-from tests.stream_fixtures import Numbers, RaisingMap, RaisingStream, StatefulNumbers
+from tests.stream_fixtures import Numbers, RaisingMap, RaisingStream, StatefulNumbers, Straggler
 
 BACKENDS = [(0, "inline"), (2, "thread"), (2, "process")]
 KINDS = {"iterable": RaisingStream, "map": RaisingMap}
@@ -106,7 +106,9 @@ def _resumed_run(ds: Any, make: Any, cut: int, *, after_loop: bool = False) -> t
     n=st.integers(1, 23),
     batch_size=st.integers(1, 5),
     drop_last=st.booleans(),
-    workers=st.sampled_from([(0, "inline"), (1, "thread"), (2, "thread"), (3, "thread"), (2, "process")]),
+    workers=st.sampled_from(
+        [(0, "inline"), (1, "thread"), (2, "thread"), (3, "thread"), (2, "process")]
+    ),
     uneven=st.booleans(),
     stateful=st.booleans(),
     data_=st.data(),
@@ -159,13 +161,12 @@ def test_a_stream_resumes_exactly_in_process_workers(cut: int, stateful: bool) -
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(("num_workers", "backend"), BACKENDS, ids=[b for _, b in BACKENDS])
-def test_a_state_after_the_loop_resumes_into_the_next_epoch(
-    num_workers: int, backend: str
-) -> None:
+def test_a_state_after_the_loop_resumes_into_the_next_epoch(num_workers: int, backend: str) -> None:
     """torchdata's convention, for both kinds: a state taken after ``StopIteration`` resumes
     into the next epoch; one taken in the loop after the last batch, into an empty remainder
     (then the next epoch)."""
     for ds in (Numbers(7), data.tensor_dataset(torch.arange(14).reshape(7, 2), torch.arange(7))):
+
         def make(d: Any = ds) -> data.DataLoader:
             if isinstance(d, Numbers):
                 return _loader(d, num_workers, backend, batch_size=3)
@@ -196,9 +197,11 @@ def test_a_stream_state_refuses_another_number_of_workers() -> None:
         it = iter(loader)
         next(it)
         state = loader.state_dict()
-    with _loader(Numbers(8), 1, "thread", batch_size=2) as other:
-        with pytest.raises(ConfigError, match=r"num_workers=2 .* num_workers=1.*resume with"):
-            other.load_state_dict(state)
+    with (
+        _loader(Numbers(8), 1, "thread", batch_size=2) as other,
+        pytest.raises(ConfigError, match=r"num_workers=2 .* num_workers=1.*resume with"),
+    ):
+        other.load_state_dict(state)
 
 
 def test_a_fast_forward_says_it_re_reads_and_own_state_does_not() -> None:
@@ -207,9 +210,10 @@ def test_a_fast_forward_says_it_re_reads_and_own_state_does_not() -> None:
             it = iter(loader)
             next(it)
             state = loader.state_dict()
-        with _loader(ds, 0, "inline", batch_size=2) as fresh, warnings.catch_warnings(
-            record=True
-        ) as caught:
+        with (
+            _loader(ds, 0, "inline", batch_size=2) as fresh,
+            warnings.catch_warnings(record=True) as caught,
+        ):
             warnings.simplefilter("always")
             fresh.load_state_dict(state)
         said = [str(w.message) for w in caught if "re-reads" in str(w.message)]
@@ -233,3 +237,15 @@ def test_dataloader_front_takes_a_stream() -> None:
     """clorch_nb's own front iterates a torch IterableDataset too (it refused it)."""
     got = data.dataloader(Numbers(5), batch_size=2, shuffle=False)
     assert [r for b in got for r in b] == _rows(list(data.DataLoader(Numbers(5), batch_size=2)))
+
+
+@pytest.mark.timeout(120)
+def test_any_order_steers_work_to_workers_with_room() -> None:
+    """torch's ``_try_put_index`` with ``in_order=False``: the next batch goes to a worker with
+    room, so it does not queue behind a straggler (a fixed assignment put batches 2, 4, 6 behind
+    batch 0 on worker 0, and only 4 of 8 could pass it)."""
+    ds = Straggler(8, slow_s=1.5)
+    with data.DataLoader(ds, batch_size=1, num_workers=2, in_order=False) as loader:
+        order = [int(b) for b in loader]
+    assert sorted(order) == list(range(8))
+    assert order.index(0) >= 6, order  # only batch 2 (queued with it before any finished) waits

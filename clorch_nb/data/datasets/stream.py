@@ -18,6 +18,7 @@ cost of reading those items again.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 import warnings
@@ -233,7 +234,5 @@ def warn_fast_forward(dataset: Any, replicas: dict[str, Any]) -> None:
 
 
 def _note(exc: BaseException, note: str) -> None:
-    try:
+    with contextlib.suppress(Exception):  # a hostile __notes__: reported without it
         exc.add_note(note)
-    except Exception:  # noqa: BLE001 - a hostile __notes__: reported without it
-        pass

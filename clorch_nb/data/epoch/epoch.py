@@ -108,7 +108,8 @@ class Epoch:
 
     Args:
         epoch (int): the loader's epoch (the pool's epoch token).
-        plan (Sequence[torch.Tensor]): the epoch's batches of dataset indices, int64 ``(B,)``.
+        plan (Sequence[torch.Tensor]): the epoch's batches of dataset indices, int64 ``(B,)``
+            (or a stream's :class:`~clorch_nb.data.sampling.stream_plan.StreamPlan`).
         open_pool (Callable[[], WorkerPool]): the pool to build with, opened when the first
             batch is asked for (so an error starting workers is raised by ``next()``).
         config (LoaderConfig): ``max_in_flight``, ``timeout_ms``, ``start_timeout_ms``.

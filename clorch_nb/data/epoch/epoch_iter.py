@@ -135,7 +135,7 @@ class EpochIterator:
         gen: Iterator[Any],
         stop: StopRequest,
         epoch: int = 0,
-        plan: Sequence[torch.Tensor] = (),
+        plan: Sequence[torch.Tensor] | Any = (),
     ) -> None:
         self._gen: Any = gen  # a generator (gi_running, close)
         self._stop = stop

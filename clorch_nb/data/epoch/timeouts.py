@@ -94,8 +94,8 @@ def _batch_error(
     )
     return WorkerTimeoutError(
         f"DataLoader timed out after {config.timeout_s:g} seconds waiting for batch {batch_index}"
-        f" ({what}), not ready within timeout_ms={config.timeout_ms:g}: {who} held it. A get_item may be stuck "
-        "(I/O, a lock) or slower than the limit; raise timeout_ms or fix the dataset (the "
-        "limit counts building the batch, not the worker's start-up; the next epoch starts "
-        "fresh workers)"
+        f" ({what}), which was not ready within timeout_ms={config.timeout_ms:g}: {who} held it. A "
+        "get_item may be stuck (I/O, a lock) or slower than the limit; raise timeout_ms or fix "
+        "the dataset (the limit counts building the batch, not the worker's start-up; the next "
+        "epoch starts fresh workers)"
     )

@@ -17,10 +17,10 @@ Steps 2 and 3 are one :class:`~clorch_nb.data.epoch.epoch.Epoch`, made here per 
 :class:`LoaderEngine`, built the same way by both fronts (:func:`build_engine`) for both dataset
 kinds: a torch ``IterableDataset``'s epoch is a
 :class:`~clorch_nb.data.sampling.stream_plan.StreamPlan` (tickets for each worker's own iterator)
-on the same :class:`~clorch_nb.data.epoch.epoch.Epoch` and worker pools. The engine owns what outlives an epoch: the options (one frozen
-:class:`~clorch_nb.data.config.LoaderConfig`), its seed and generator, the worker pool (a
-:class:`~clorch_nb.data.workers.select.PoolSlot`), the event bus, and the position that
-``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.epoch.Epoch.position`).
+on the same :class:`~clorch_nb.data.epoch.epoch.Epoch` and worker pools. The engine owns what
+outlives an epoch: the options (one frozen :class:`~clorch_nb.data.config.LoaderConfig`), its
+seed and generator, the worker pool (a :class:`~clorch_nb.data.workers.select.PoolSlot`), the
+event bus, and the position that ``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.epoch.Epoch.position`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -188,9 +188,7 @@ class LoaderEngine:
 
     def __len__(self) -> int:
         if self._stream:  # torch's: from the dataset's len() (TypeError without one)
-            n = len(self.dataset)
-            size = self.config.batch_size or 1
-            self._len_reported = n // size if self.config.drop_last else -(-n // size)
+            self._len_reported = self._stream_len()  # more batches than this: torch's warning
             return self._len_reported
         n = len(self.plan_sampler) if self.plan_sampler is not None else self._ds.get_size()
         return self.config.num_batches(n)
@@ -201,6 +199,7 @@ class LoaderEngine:
         with self._lifecycle:
             saved = self._resume  # a loaded state (B39: its sampler's RNG and order digest)
             also_done = () if self._resume is None else self._resume.also_done  # not built again
+            batches: Any  # the epoch's batches of indices, or a stream's tickets
             if self._stream:  # tickets for the workers' own iterators: no order to plan
                 epoch, batches, base_seed = self._next_stream_epoch()
                 start, saved = 0, None
@@ -260,6 +259,12 @@ class LoaderEngine:
                 end.atexit = False  # at exit, the pool's own finalizer closes it
             return it
 
+    def _stream_len(self) -> int:
+        """torch's ``len()`` of a stream's loader: from the dataset's (TypeError without one)."""
+        n = len(self.dataset)
+        size = self.config.batch_size or 1
+        return n // size if self.config.drop_last else -(-n // size)
+
     def _next_stream_epoch(self) -> tuple[int, StreamPlan, int]:
         """``(epoch, plan, base_seed)`` of a stream's next ``iter()``: a loaded state's (its
         workers' replicas where they were, the same base seed), or the next epoch's from the
@@ -267,17 +272,20 @@ class LoaderEngine:
         saved, self._resume = self._resume, None
         nw = self.config.num_workers
         try:
-            reported = len(self)
+            expected = self._stream_len()
         except TypeError:
-            reported = None
+            expected = None
+        told = {"reported": self._len_reported}  # torch warns past a len() the user was told
         if saved is None or saved.stream is None:
-            epoch = (0 if self._epoch is None else self._epoch + 1) if saved is None else saved.epoch
-            plan = StreamPlan.over(nw, reported)
+            epoch = (
+                (0 if self._epoch is None else self._epoch + 1) if saved is None else saved.epoch
+            )
+            plan = StreamPlan.over(nw, expected, **told)
             return epoch, plan, torch_base_seed(self._torch_generator)
         st = saved.stream
         replicas = {int(w): r for w, r in st["replicas"].items()}
-        plan = StreamPlan.over(nw, reported, first=st["next_worker"], ended=st["finished"],
-                               replicas=replicas, delivered=saved.batches_done)  # fmt: skip
+        plan = StreamPlan.over(nw, expected, first=st["next_worker"], ended=st["finished"],
+                               replicas=replicas, delivered=saved.batches_done, **told)  # fmt: skip
         return saved.epoch, plan, int(st["base_seed"])
 
     def _dropped(self, epoch: int, consumer: int) -> None:
@@ -630,7 +638,7 @@ class LoaderEngine:
             batches_done=done,
             seed=self.seed,
             size=size,
-            batch_size=self.config.batch_size,
+            batch_size=self.config.batch_size or 1,
             drop_last=self.config.drop_last,
             shuffle=False,
             num_batches=max(done, pos.num_batches if stream is not None else 0),
@@ -651,7 +659,11 @@ class LoaderEngine:
 _EXTRA_DEFAULTS: dict[str, Any] = {"device": None, "prefetch_to_device": 2, "max_failures": None}
 
 
-class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
+#: the item type a DataLoader is annotated with (``DataLoader[int]``), as torch's
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class DataLoader(torch.utils.data.DataLoader[_T_co]):
     """torch's ``DataLoader(dataset, ...)``, same signature and defaults (torch 2.13): the
     drop-in. Replace the import (``from clorch_nb.data import DataLoader``) and a torch script
     runs as it is.
@@ -857,7 +869,9 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         cls._start(loader, engine, attributes, extras)
         return loader
 
-    def _start(self, engine: LoaderEngine, attributes: dict[str, Any], extras: dict[str, Any]) -> None:
+    def _start(
+        self, engine: LoaderEngine, attributes: dict[str, Any], extras: dict[str, Any]
+    ) -> None:
         """What both fronts end with: the engine, torch's attributes, clorch_nb's options."""
         self._engine = engine
         self.dataset = attributes["dataset"]
@@ -1006,7 +1020,6 @@ class DataLoader(torch.utils.data.DataLoader):  # type: ignore[type-arg]
         )
 
 
-
 def build_engine(
     dataset: Any,
     config: LoaderConfig,
@@ -1026,8 +1039,8 @@ def build_engine(
         'LoaderEngine'
     """
     if is_stream(dataset):  # its workers iterate their own replicas: no sampler, no spec
-        return LoaderEngine(dataset, config, seed=seed, generator=generator,
-                            worker_backend=choose_worker_backend(dataset, None, config))  # fmt: skip
+        backend = choose_worker_backend(dataset, None, config)
+        return LoaderEngine(dataset, config, seed=seed, generator=generator, worker_backend=backend)
     ds = as_dataset(dataset)
     if sampler is not None:
         check_sampler_size(ds.get_size(), sampler)

@@ -15,7 +15,7 @@ from typing import Any, overload
 import numpy as np
 import torch
 
-from clorch_nb.data.config import LoaderConfig, yields_batches_message
+from clorch_nb.data.config import LoaderConfig, not_an_index_message
 from clorch_nb.data.sampling.distributed import DistributedSampler
 from clorch_nb.errors import ConfigError
 
@@ -154,7 +154,7 @@ def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
     else:
         indices = list(iter(s))
         if indices and not _is_index(indices[0]):
-            raise ConfigError(yields_batches_message(s))
+            raise ConfigError(not_an_index_message(s, indices[0]))
         order = torch.as_tensor(indices, dtype=torch.int64)
     if order.numel() != len(s):
         raise ConfigError(
@@ -208,6 +208,9 @@ def _batches_of(batch_sampler: Any) -> Iterator[Any]:
                 "not batches (lists of indices): pass it as sampler= with batch_size=, or wrap "
                 "it: BatchSampler(sampler, batch_size, drop_last)"
             )
+        if len(b) and not _is_index(b[0]):  # e.g. BatchSampler(sampler, 1) of batch_size=None
+            inner = getattr(batch_sampler, "sampler", batch_sampler)
+            raise ConfigError(not_an_index_message(inner, b[0]))
         yield b
 
 
@@ -378,7 +381,7 @@ class SamplerPlan(Sequence[torch.Tensor]):
         want = min(self.batch_size, self.declared - k * self.batch_size)
         got = list(itertools.islice(self._it, want))
         if got and k == 0 and not _is_index(got[0]):
-            raise ConfigError(yields_batches_message(self.sampler))
+            raise ConfigError(not_an_index_message(self.sampler, got[0]))
         self._read += len(got)
         name = type(self.sampler).__name__
         if len(got) < want:

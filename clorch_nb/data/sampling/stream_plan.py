@@ -9,12 +9,14 @@ the epoch when the dataset has a ``len()``.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
 from clorch_nb._tree import same
+from clorch_nb._warn import user_stacklevel
 
 __all__ = ["NO_INDICES", "StreamPlan"]
 
@@ -36,6 +38,8 @@ class StreamPlan:
         replicas (dict[int, dict] | None): where each worker's replica resumes
             (:func:`~clorch_nb.data.datasets.stream.replica_state`; a resumed epoch).
         delivered (int): batches of the epoch delivered before (a resumed epoch).
+        reported (int | None): the ``len()`` the loader gave its user, if it was asked: past it,
+            :meth:`handed` warns once, as torch does.
 
     Attributes:
         replicas (dict[int, dict]): each worker's replica position after its last batch handed
@@ -49,7 +53,7 @@ class StreamPlan:
         >>> [p.deal() for _ in range(4)]
         [0, 1, 2, 0]
         >>> p.end(1); [p.deal() for _ in range(3)], p.after(2), len(StreamPlan([0], 7))
-        ([1, 2, 0], 0, 7)
+        ([2, 0, 2], 0, 7)
     """
 
     @classmethod
@@ -68,6 +72,7 @@ class StreamPlan:
         ended: Iterable[int] = (),
         replicas: dict[int, Any] | None = None,
         delivered: int = 0,
+        reported: int | None = None,
     ) -> None:
         self.workers = tuple(workers)
         self.num_batches = num_batches
@@ -78,6 +83,7 @@ class StreamPlan:
         self.replicas: dict[int, Any] = dict(replicas or {})
         self.start_replicas = dict(self.replicas)
         self.delivered = delivered
+        self.reported = reported
         self._firsts: dict[int, Any] | None = {}  # two workers' first batches, until compared
 
     def identical_replicas(self, worker: int, batch: Any) -> bool:
@@ -99,6 +105,19 @@ class StreamPlan:
         self.replicas[worker] = replica
         self.next_worker = self.after(worker)
         self.delivered += 1
+        if self.reported is not None and self.delivered == self.reported + 1:
+            more = (
+                " With workers this usually means a replica that does not split the work by "
+                "torch.utils.data.get_worker_info() (each worker yields it all)."
+                if len(self.workers) > 1 or self.workers[0] >= 0
+                else ""
+            )
+            warnings.warn(
+                f"Length of IterableDataset was reported to be {self.reported} (when accessing "
+                f"len(dataloader)), but {self.delivered} batches have been fetched.{more}",
+                UserWarning,
+                stacklevel=user_stacklevel(),
+            )
 
     def reached_end(self, worker: int) -> None:
         """The loop reached ``worker``'s end, in order."""

@@ -36,7 +36,7 @@ from typing import Any
 # numpy imports numpy.random lazily, on a worker's first seed: imported here, it is in the
 # forkserver before any worker forks (5 ms of every worker's start, on its first batch's path)
 import numpy as np
-import numpy.random  # noqa: F401
+import numpy.random
 import torch
 
 from clorch_nb.data.datasets import collate

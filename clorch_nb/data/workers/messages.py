@@ -7,9 +7,10 @@ done with). On the **control pipe** (read at once by the worker's watcher thread
 :class:`Cancel`, :class:`Stop`, :class:`Free`.
 
 Worker -> parent, on the **result pipe**: :class:`Built` (a batch), :class:`Failed` (a batch's
-error), :class:`Ended` (a stream worker's iterator has ended), :class:`Ack`, :class:`Ready` (the epoch's start-up, the dataset's ``set_epoch``
-included, is done), :class:`Short` (``/dev/shm`` is full: send freed slots without waiting for
-a task), :class:`InitError` (the dataset or ``worker_init_fn`` failed; the worker ends).
+error), :class:`Ended` (a stream worker's iterator has ended), :class:`Ack`, :class:`Ready` (the
+epoch's start-up, the dataset's ``set_epoch`` included, is done), :class:`Short` (``/dev/shm``
+is full: send freed slots without waiting for a task), :class:`InitError` (the dataset or
+``worker_init_fn`` failed; the worker ends).
 
 On the pipe a message is the pickled plain tuple ``(tag, *fields)``: a tuple pickles in C, a
 ``NamedTuple`` through Python-level hooks (measured: ~1.7 µs vs ~8 µs to pickle a
@@ -169,7 +170,17 @@ class InitError(NamedTuple):
 
 
 Message = (
-    StartEpoch | Task | Cancel | Stop | Free | Built | Failed | Ended | Ack | Ready | Short
+    StartEpoch
+    | Task
+    | Cancel
+    | Stop
+    | Free
+    | Built
+    | Failed
+    | Ended
+    | Ack
+    | Ready
+    | Short
     | InitError
 )
 

@@ -116,7 +116,13 @@ class ProcessPool:
     ) -> None:
         self.source = source
         self._stream = (config.batch_size or 1, config.drop_last) if stream else None
-        self._owners: dict[int, int] = {}  # a stream's tickets in flight: ticket -> worker
+        # in_order=False (map-style): a batch goes to the next worker in turn with room (fewer
+        # than prefetch_factor batches in flight), as torch's _try_put_index, so work does not
+        # queue behind a straggler; in order, batch i goes to worker i % num_workers
+        self._steer = not config.in_order and not stream
+        self._room = config.prefetch_factor
+        self._turn = 0
+        self._owners: dict[int, int] = {}  # batches in flight not at i % n: batch -> worker
         self._replicas: dict[int, Any] = {}  # a stream's epoch: where each replica resumes
         self._parent_arena = parent_arena  # pin_memory: registered slots (data/delivery/pinning.py)
         self.num_workers = config.num_workers
@@ -401,9 +407,12 @@ class ProcessPool:
             self._unpark()
         if self._short:
             self._send_freed()
-        wid = task.worker if task.worker >= 0 else task.batch_index % self.num_workers
-        if self._stream is not None:
-            self._owners[task.batch_index] = wid
+        if task.worker >= 0:  # a stream's ticket: its worker's replica
+            wid = self._owners[task.batch_index] = task.worker
+        elif self._steer:
+            wid = self._owners[task.batch_index] = self._with_room()
+        else:
+            wid = task.batch_index % self.num_workers
         w = self._workers[wid] or self._spawn(wid)
         idx = task.indices
         if idx.dtype is not torch.int64:
@@ -620,9 +629,22 @@ class ProcessPool:
             w.queued[bi] = raw
             self._send(w, Task(self._epoch, bi, raw, []))
 
+    def _with_room(self) -> int:
+        """The next worker in turn with fewer than ``prefetch_factor`` batches in flight (the
+        next in turn when none has room)."""
+        n = self.num_workers
+        for k in range(n):
+            wid = (self._turn + k) % n
+            w = self._workers[wid]
+            if w is None or len(w.outstanding) < self._room:
+                self._turn = (wid + 1) % n
+                return wid
+        wid, self._turn = self._turn, (self._turn + 1) % n
+        return wid
+
     def _owner(self, batch_index: int) -> int:
         """The worker ``batch_index`` was (or will be) sent to."""
-        if self._stream is not None:
+        if self._stream is not None or self._steer:
             return self._owners.get(batch_index, 0)
         return batch_index % self.num_workers
 

@@ -38,6 +38,7 @@ from clorch_nb.data.workers.rng_watch import RngWatch
 
 __all__ = ["ThreadPool"]
 
+
 def _replica_of(dataset: Any) -> Any:
     """What a stream's thread iterates: the dataset itself (its iterators are the threads' own),
     or, when it keeps a position of its own (``state_dict()``/``load_state_dict()``), a deep
@@ -302,8 +303,13 @@ class ThreadPool:
         if self._stream:
             c, saved = self._config, replicas or {}
             self._replicas = {
-                w: Replica(_replica_of(self.dataset), c.collate_fn, c.batch_size or 1,
-                           c.drop_last, resume=saved.get(w))  # fmt: skip
+                w: Replica(
+                    _replica_of(self.dataset),
+                    c.collate_fn,
+                    c.batch_size or 1,
+                    c.drop_last,
+                    resume=saved.get(w),
+                )  # fmt: skip
                 for w in range(self.num_workers)
             }
         self.rng_watch.new_epoch()
