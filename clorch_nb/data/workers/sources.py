@@ -25,12 +25,12 @@ class SharedTensors:
     every worker maps copy-on-write: ``N`` workers over a 1 GB ``X`` use about 2 GB in total
     (the caller's ``X`` and the copy), not ``N + 1`` GB, and a worker's write stays in that worker
     as in torch's fork workers. The caller's tensors are not touched (no ``share_memory_()`` in
-    place, which would cut a ``torch.from_numpy`` tensor off its array: B78). Tensors under 64
-    KiB are pickled; tensors the caller put in shared memory go as torch's handles.
+    place, which would cut a ``torch.from_numpy`` tensor off its array: B78). Tensors the caller
+    put in shared memory go as torch's handles (one buffer, as with fork).
 
     Args:
-        tensors (tuple[torch.Tensor | int, ...]): the dataset's tensors, each of shape
-            ``(N, ...)``, or the index of its copy in ``copies``.
+        tensors (tuple[torch.Tensor | int, ...]): the index of each of the dataset's tensors
+            (shape ``(N, ...)``) in ``copies``, or the tensor itself (empty, or shared already).
         copies (ArrayCopies): the copied tensors.
         layout ("clorch" | "torch"): which dataset to rebuild around them.
 
