@@ -415,3 +415,40 @@ def test_iterable_worker_timeout_and_death_name_the_worker() -> None:
     dies = data.DataLoader(ns["Stalls"]("exit"), batch_size=None, num_workers=2)
     with pytest.raises(RuntimeError, match=r"process worker 0 .* died with exit code 3"):
         list(dies)
+
+
+# -- B80: an attribute that pickles itself by path ------------------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["__reduce__", "__reduce_ex__", "copyreg"])
+@pytest.mark.parametrize("front", ["dataloader", "DataLoader"])
+def test_b80_a_reader_that_pickles_itself_by_path_is_sent_not_refused(
+    tmp_path: Any, reader: str, front: str
+) -> None:
+    """B80: the wrapper's own reduction ("reopen this path") is what pickling sends, so the
+    open file inside it never crosses; torch 2.13 (spawn) gives the 16 bytes in 4 batches."""
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(bytes(range(16)))
+    kind = {"__reduce__": F.ReopeningReader, "__reduce_ex__": F.ReopeningReaderEx,
+            "copyreg": F.CopyregReader}[reader]  # fmt: skip
+    ds = F.ByteFile(kind(str(path)))
+    opts: dict[str, Any] = {"batch_size": 4, "num_workers": 2, "worker_backend": "process"}
+    if front == "dataloader":
+        opts["shuffle"] = False
+    make = data.dataloader if front == "dataloader" else data.DataLoader
+    with make(ds, **opts) as loader:
+        got = [[int(x) for x in b] for b in loader]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    ds.reader.f.close()
+
+
+def test_b80_a_reduction_that_sends_the_open_file_is_still_refused_by_path(tmp_path: Any) -> None:
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(bytes(range(16)))
+    ds = F.ByteFile(F.LeakyReader(str(path)))
+    try:
+        head = r"dataset\.reader \(its __reduce__ arguments\)\[0\]: an open file \(BufferedReader"
+        with pytest.raises(NotShippableError, match=head):
+            check_shippable(ds)
+    finally:
+        ds.reader.f.close()

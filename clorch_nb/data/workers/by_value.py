@@ -26,6 +26,7 @@ dataset is pickled again with the new definition and the workers are replaced.
 
 from __future__ import annotations
 
+import copyreg
 import io
 import mmap
 import pickle
@@ -113,6 +114,39 @@ def _by_value(fn: Any) -> bool:
     return obj is not fn
 
 
+def _reduces_itself(obj: Any) -> bool:
+    """True when ``obj``'s class says how it pickles: a ``copyreg`` reducer, or its own
+    ``__reduce_ex__`` / ``__reduce__`` (pickle, cloudpickle and torch's spawn workers honour it)."""
+    cls = type(obj)
+    return (
+        cls in copyreg.dispatch_table
+        or cls.__reduce_ex__ is not object.__reduce_ex__
+        or cls.__reduce__ is not object.__reduce__
+    )
+
+
+def _reduced(obj: Any) -> list[tuple[str, Any]] | None:
+    """What pickling sends of an object that reduces itself (the arguments of its rebuild and
+    its state, e.g. a reader that reopens its path), or None for one that does not."""
+    if not _reduces_itself(obj):
+        return None
+    try:
+        reducer = copyreg.dispatch_table.get(type(obj))
+        rv = reducer(obj) if reducer is not None else obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - pickling will say so, located by _locate
+        return []
+    if not isinstance(rv, tuple):
+        return []  # a global name: pickled by reference
+    out: list[tuple[str, Any]] = [(" (its __reduce__ arguments)", rv[1])] if len(rv) > 1 else []
+    if len(rv) > 2 and rv[2] is not None:
+        state = rv[2]
+        if isinstance(state, dict):
+            out += [(f".{k}", v) for k, v in list(state.items())[:200]]
+        else:
+            out.append((" (its __reduce__ state)", state))
+    return out
+
+
 def _children(obj: Any) -> list[tuple[str, Any]]:
     """(path suffix, object) one step from ``obj``, as pickling would reach them."""
     if isinstance(obj, types.MethodType):
@@ -127,6 +161,9 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
         return [(f"[{i}]", v) for i, v in enumerate(list(obj)[:200])]
     if isinstance(obj, torch.Tensor | np.ndarray):
         return []
+    reduced = _reduced(obj)
+    if reduced is not None:  # it says itself how it pickles (B80: "reopen this path")
+        return reduced
     custom = getattr(type(obj), "__getstate__", None)
     if custom is not None and custom is not getattr(object, "__getstate__", None):
         try:  # what pickling sends of it (a dataset may drop its handle there)
