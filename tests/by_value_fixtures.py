@@ -9,6 +9,7 @@ and :func:`forget_cells` removes what the cells defined. The cells themselves ar
 
 from __future__ import annotations
 
+import copyreg
 import sys
 from typing import Any
 
@@ -173,3 +174,66 @@ def asks_factory() -> Any:
     info = torch.utils.data.get_worker_info()
     seen = -1 if info is None else info.id
     return data.dataset(size=4, get_item=lambda i: seen)
+
+
+# -- B80: wrappers that pickle themselves by path ---------------------------------------------
+
+
+class ReopeningReader:
+    """An open file that pickles as "reopen this path" (``__reduce__``), as h5pickle does."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.f = open(path, "rb")  # noqa: SIM115 - held for the object's life, as h5py's
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ReopeningReader, (self.path,))
+
+    def byte(self, i: int) -> int:
+        self.f.seek(i)
+        return self.f.read(1)[0]
+
+
+class ReopeningReaderEx(ReopeningReader):
+    """The same through ``__reduce_ex__``."""
+
+    def __reduce__(self) -> tuple[Any, ...]:  # object's, as if not defined: ex decides
+        return object.__reduce__(self)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (ReopeningReaderEx, (self.path,))
+
+
+class CopyregReader(ReopeningReader):
+    """The same through a ``copyreg`` reducer (registered below, at import: in workers too)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return object.__reduce__(self)
+
+
+def _reopen(reader: CopyregReader) -> tuple[Any, ...]:
+    return (CopyregReader, (reader.path,))
+
+
+copyreg.pickle(CopyregReader, _reopen)
+
+
+class LeakyReader(ReopeningReader):
+    """A ``__reduce__`` that sends the open file itself: still refused, by path."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (LeakyReader, (self.f,))
+
+
+class ByteFile(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """B80's ``F.ByteFile``: item ``i`` is byte ``i`` of a 16-byte file, read through a
+    ``reader`` attribute that holds the open file."""
+
+    def __init__(self, reader: Any) -> None:
+        self.reader = reader
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> int:
+        return int(self.reader.byte(i))

@@ -110,27 +110,32 @@ def test_a_class_redefined_in_a_later_cell_is_what_the_next_epoch_runs() -> None
 # -- what is shared, what is refused -------------------------------------------------------------
 
 
-def test_large_tensors_and_arrays_are_shared_small_ones_pickled() -> None:
+def test_tensors_and_arrays_travel_as_one_private_copy_the_callers_untouched() -> None:
+    """Tensors and arrays travel as one copy-on-write copy, views and aliases included (the
+    caller's objects are left as they were: not moved to shared memory, still writable); the
+    pickle holds only the rest."""
+
     class Holder:
         pass
 
     h = Holder()
-    h.big = torch.zeros(256, 1024)  # 1 MiB: shared
-    h.view = h.big[10]  # a view of it: the same storage, shared once
-    h.small = torch.arange(10)  # pickled
-    h.arr = np.arange(2**15, dtype=np.float64)  # 256 KiB: shared, read-only in workers
+    h.big = torch.zeros(256, 1024)  # 1 MiB
+    h.view = h.big[10]  # a view of it: the same storage, copied once
+    h.small = torch.arange(10)
+    h.arr = np.arange(2**15, dtype=np.float64)  # 256 KiB
     h.tiny = np.arange(3)
     src = ByValue(h)
-    assert h.big.is_shared() and not h.small.is_shared()
-    assert src.pickled_bytes < 16 * 1024  # neither the tensor nor the array is in the pickle
-    assert src.shared_bytes == 2**20 + 2**18
+    assert not h.big.is_shared() and not h.small.is_shared()  # B78: never moved in place
+    assert src.pickled_bytes < 16 * 1024  # neither the tensors nor the arrays are in the pickle
+    assert src.shared_bytes == 2**20 + 2**18 + 80 + 24
     rebuilt = src.build()
     assert torch.equal(rebuilt.big, h.big) and rebuilt.view.data_ptr() == rebuilt.big[10].data_ptr()
-    assert np.array_equal(rebuilt.arr, h.arr) and not rebuilt.arr.flags.writeable
+    assert np.array_equal(rebuilt.arr, h.arr) and rebuilt.arr.flags.writeable
     assert rebuilt.tiny.flags.writeable and h.arr.flags.writeable  # the caller's is untouched
     assert rebuilt.small.tolist() == list(range(10))
-    with pytest.raises(ValueError, match="read-only"):
-        rebuilt.arr[0] = 1.0
+    rebuilt.arr[0] = 1.0  # a worker's write stays in its copy
+    rebuilt.big[0, 0] = 1.0
+    assert h.arr[0] == 0.0 and h.big[0, 0] == 0.0
 
 
 def _reader(stack: contextlib.ExitStack) -> Any:
@@ -413,3 +418,40 @@ def test_iterable_worker_timeout_and_death_name_the_worker() -> None:
     dies = data.DataLoader(ns["Stalls"]("exit"), batch_size=None, num_workers=2)
     with pytest.raises(RuntimeError, match=r"process worker 0 .* died with exit code 3"):
         list(dies)
+
+
+# -- B80: an attribute that pickles itself by path ------------------------------------------------
+
+
+@pytest.mark.parametrize("reader", ["__reduce__", "__reduce_ex__", "copyreg"])
+@pytest.mark.parametrize("front", ["dataloader", "DataLoader"])
+def test_b80_a_reader_that_pickles_itself_by_path_is_sent_not_refused(
+    tmp_path: Any, reader: str, front: str
+) -> None:
+    """B80: the wrapper's own reduction ("reopen this path") is what pickling sends, so the
+    open file inside it never crosses; torch 2.13 (spawn) gives the 16 bytes in 4 batches."""
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(bytes(range(16)))
+    kind = {"__reduce__": F.ReopeningReader, "__reduce_ex__": F.ReopeningReaderEx,
+            "copyreg": F.CopyregReader}[reader]  # fmt: skip
+    ds = F.ByteFile(kind(str(path)))
+    opts: dict[str, Any] = {"batch_size": 4, "num_workers": 2, "worker_backend": "process"}
+    if front == "dataloader":
+        opts["shuffle"] = False
+    make = data.dataloader if front == "dataloader" else data.DataLoader
+    with make(ds, **opts) as loader:
+        got = [[int(x) for x in b] for b in loader]
+    assert got == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]
+    ds.reader.f.close()
+
+
+def test_b80_a_reduction_that_sends_the_open_file_is_still_refused_by_path(tmp_path: Any) -> None:
+    path = tmp_path / "bytes.bin"
+    path.write_bytes(bytes(range(16)))
+    ds = F.ByteFile(F.LeakyReader(str(path)))
+    try:
+        head = r"dataset\.reader \(its __reduce__ arguments\)\[0\]: an open file \(BufferedReader"
+        with pytest.raises(NotShippableError, match=head):
+            check_shippable(ds)
+    finally:
+        ds.reader.f.close()

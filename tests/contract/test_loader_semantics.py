@@ -155,8 +155,8 @@ def test_state_changed_here_reaches_workers_or_stops_the_loader(backend: dict[st
 
 def test_replaced_or_edited_tensor_reaches_every_backend(backend: dict[str, Any]) -> None:
     """A ``tensor_dataset`` (no ``process_spec``): a tensor edited in place, or replaced, between
-    epochs is what the next epoch loads, under every backend (process workers map the shared
-    tensors; a replaced one gets fresh workers over it)."""
+    epochs is what the next epoch loads, under every backend (process workers hold a copy: a
+    change gets fresh workers over a fresh copy)."""
     d0 = ds(4)
     with dl(d0, backend, batch_size=2, shuffle=False) as d:
         assert [b["data"][:, 0].tolist() for b in d] == [[0.0, 1.0], [2.0, 3.0]]

@@ -2,8 +2,8 @@
 
 Workers persist across epochs. Thread workers (and ``num_workers=0``) read the one dataset
 object of this process, so whatever the caller changes on it between epochs is what they see.
-Process workers each hold their own dataset, rebuilt from its ``process_spec`` (or mapped from
-shared tensors); a change made here does not reach them by itself. The channel that does:
+Process workers each hold their own dataset, rebuilt from its ``process_spec`` (or from a copy
+sent by value); a change made here does not reach them by itself. The channel that does:
 
 * **``set_epoch(epoch)`` on the dataset** (the convention of torch's samplers and of Hugging Face
   datasets). If the dataset (or the torch dataset it wraps) has one, the loader calls it at the
@@ -18,9 +18,10 @@ each ``iter(loader)``, the dataset's public attributes are compared with what th
 the previous epoch's ``set_epoch``; one that was rebound (``ds.level = 2``), or a tensor changed
 in place (its version counter moved), stops the loader with
 :class:`~clorch_nb.errors.WorkerStateError` before the epoch's first batch, naming it. A
-``tensor_dataset`` without ``process_spec`` is the exception: its workers map its tensors, so
-in-place changes reach them, and a replaced tensor makes the loader start fresh workers over the
-new one (see :meth:`DatasetWatch.check`).
+dataset sent by value (no ``process_spec``, a ``tensor_dataset`` included) is the exception: its
+workers hold a copy taken when they started, so a tensor edited in place or replaced makes the
+loader start fresh workers over a fresh copy (see :meth:`DatasetWatch.check`), as torch's
+non-persistent fork workers see the dataset as it is at each epoch's start.
 
 What is not seen: private attributes (``_cache``, ``_file``: lazily opened handles and caches
 change legitimately), mutation inside a list or dict, and state captured in closures (the
@@ -100,8 +101,8 @@ class DatasetWatch:
 
     Args:
         dataset (Any): the loader's dataset (the copy in this process).
-        shared_tensors (bool): the workers map this dataset's tensors (a ``tensor_dataset``
-            without ``process_spec``) instead of rebuilding it.
+        shared_tensors (bool): the workers hold a copy of this dataset sent by value (no
+            ``process_spec``), which fresh workers take again, instead of rebuilding it.
 
     Example:
         >>> from clorch_nb import data
@@ -110,6 +111,8 @@ class DatasetWatch:
         >>> watch.check(), watch.check()
         ('same', 'same')
         >>> ds.data = torch.ones(4, 1); watch.check()
+        'restart'
+        >>> ds.data[0, 0] = 2.0; watch.check()  # in place: the workers' copy is stale too
         'restart'
     """
 
@@ -123,8 +126,9 @@ class DatasetWatch:
         self._before = _snapshot(self.owner)
 
     def check(self) -> Literal["same", "restart"]:
-        """``"same"``; ``"restart"`` when a shared tensor was replaced (the loader then starts
-        workers over the new tensors); the snapshot is then renewed.
+        """``"same"``; ``"restart"`` when a dataset sent by value changed (a tensor replaced or
+        edited in place: the loader then starts workers over a fresh copy); the snapshot is then
+        renewed.
 
         Raises:
             WorkerStateError: an attribute changed that rebuilt workers cannot see; the message
@@ -138,14 +142,9 @@ class DatasetWatch:
         ]
         if not changed:
             return "same"
-        if self.shared_tensors:
-            in_place = [
-                n
-                for n in changed
-                if n in now and n in self._before and now[n][0][:2] == self._before[n][0][:2]
-            ]
+        if self.shared_tensors:  # the workers' copy was taken before the change
             self._before = now
-            return "same" if len(in_place) == len(changed) else "restart"
+            return "restart"
         name = changed[0]
         old_token, old = self._before.get(name, ((None,), "<unset>"))
         new_token, new = now.get(name, ((None,), "<deleted>"))
@@ -181,7 +180,7 @@ class EpochHooks:
     Args:
         dataset (Any): the loader's dataset.
         worker_backend (str): "inline", "thread" or "process".
-        shared_tensors (bool): process workers map this dataset's tensors (no ``process_spec``).
+        shared_tensors (bool): process workers hold a copy sent by value (no ``process_spec``).
 
     Example:
         >>> class Curriculum:

@@ -5,12 +5,12 @@ What a worker receives (:class:`ByValue`, sent once per worker start, never per 
 
 * the dataset pickled with ``cloudpickle``: classes and functions of ``__main__`` (a cell, a
   script) by value, importable ones by reference, as joblib/loky, Ray and Dask do;
-* every CPU tensor of at least :data:`SHARE_MIN_BYTES` among its attributes (at any depth) as a
-  handle to **shared memory**: the tensor is moved there once (``Tensor.share_memory_()``, in
-  place: the caller's tensor keeps its values) and every worker maps the same pages, so a
-  256 MiB tensor is not copied per worker;
-* numpy arrays of that size likewise, copied once into shared memory and seen by the workers
-  **read-only** (a worker's write would otherwise reach the others); smaller ones are pickled.
+* its CPU tensors and numpy arrays (at any depth) aside, in
+  :class:`~clorch_nb.data.workers.array_copies.ArrayCopies`: copied once into one shared
+  segment that every worker maps **copy-on-write**, so a 256 MiB tensor is not copied per
+  worker, a worker's write stays in that worker (as in torch's fork workers), and the caller's
+  objects are not touched (no ``share_memory_()`` in place: B78); memory maps are reopened by
+  path, never copied (B79); tensors already in shared memory go as torch's handles.
 
 Before anything is pickled, :func:`check_shippable` walks the dataset and refuses what cannot
 cross a process boundary with :class:`~clorch_nb.errors.NotShippableError` naming the attribute
@@ -26,6 +26,7 @@ dataset is pickled again with the new definition and the workers are replaced.
 
 from __future__ import annotations
 
+import copyreg
 import io
 import mmap
 import pickle
@@ -34,7 +35,6 @@ import sqlite3
 import sys
 import threading
 import types
-from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -43,6 +43,7 @@ import torch
 import torch.multiprocessing
 
 from clorch_nb._refs import function_references
+from clorch_nb.data.workers.array_copies import SHARE_MIN_BYTES, ArrayCopies
 from clorch_nb.errors import NotShippableError
 
 __all__ = [
@@ -53,8 +54,6 @@ __all__ = [
     "dumps_fn",
 ]
 
-#: tensors and numpy arrays of at least this many bytes reach workers through shared memory
-SHARE_MIN_BYTES = 64 * 1024
 #: a pickled remainder (what is not shared) above this many bytes per worker is warned about
 LARGE_PICKLE_BYTES = 64 * 2**20
 
@@ -115,6 +114,39 @@ def _by_value(fn: Any) -> bool:
     return obj is not fn
 
 
+def _reduces_itself(obj: Any) -> bool:
+    """True when ``obj``'s class says how it pickles: a ``copyreg`` reducer, or its own
+    ``__reduce_ex__`` / ``__reduce__`` (pickle, cloudpickle and torch's spawn workers honour it)."""
+    cls = type(obj)
+    return (
+        cls in copyreg.dispatch_table
+        or cls.__reduce_ex__ is not object.__reduce_ex__
+        or cls.__reduce__ is not object.__reduce__
+    )
+
+
+def _reduced(obj: Any) -> list[tuple[str, Any]] | None:
+    """What pickling sends of an object that reduces itself (the arguments of its rebuild and
+    its state, e.g. a reader that reopens its path), or None for one that does not."""
+    if not _reduces_itself(obj):
+        return None
+    try:
+        reducer = copyreg.dispatch_table.get(type(obj))
+        rv = reducer(obj) if reducer is not None else obj.__reduce_ex__(pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - pickling will say so, located by _locate
+        return []
+    if not isinstance(rv, tuple):
+        return []  # a global name: pickled by reference
+    out: list[tuple[str, Any]] = [(" (its __reduce__ arguments)", rv[1])] if len(rv) > 1 else []
+    if len(rv) > 2 and rv[2] is not None:
+        state = rv[2]
+        if isinstance(state, dict):
+            out += [(f".{k}", v) for k, v in list(state.items())[:200]]
+        else:
+            out.append((" (its __reduce__ state)", state))
+    return out
+
+
 def _children(obj: Any) -> list[tuple[str, Any]]:
     """(path suffix, object) one step from ``obj``, as pickling would reach them."""
     if isinstance(obj, types.MethodType):
@@ -129,6 +161,9 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
         return [(f"[{i}]", v) for i, v in enumerate(list(obj)[:200])]
     if isinstance(obj, torch.Tensor | np.ndarray):
         return []
+    reduced = _reduced(obj)
+    if reduced is not None:  # it says itself how it pickles (B80: "reopen this path")
+        return reduced
     custom = getattr(type(obj), "__getstate__", None)
     if custom is not None and custom is not getattr(object, "__getstate__", None):
         try:  # what pickling sends of it (a dataset may drop its handle there)
@@ -261,47 +296,26 @@ def dumps_fn(fn: Any) -> bytes:
 
 
 class _Shipper(cloudpickle.Pickler):
-    """cloudpickle, with large CPU tensors and numpy arrays sent aside (shared memory), and a
-    redefined ``__main__`` class or function replaced by its current definition."""
+    """cloudpickle, with large CPU tensors and numpy arrays sent aside (:class:`ArrayCopies`,
+    or torch's handle for a tensor in shared memory already), and a redefined ``__main__`` class
+    or function replaced by its current definition."""
 
-    def __init__(self, file: Any, shared: list[torch.Tensor], cache: dict[int, Any]) -> None:
+    def __init__(self, file: Any, shared: list[torch.Tensor], arrays: ArrayCopies) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self.shared, self.cache = shared, cache
-        self.index: dict[int, int] = {}  # id(tensor) -> position in shared
+        self.shared, self.arrays = shared, arrays
         self.mains: dict[str, Any] = {}  # the __main__ classes and functions it pickled
 
     def persistent_id(self, obj: Any) -> Any:
-        if type(obj) in (torch.Tensor, torch.nn.Parameter):
-            if obj.device.type != "cpu" or obj.layout is not torch.strided:
-                return None
-            if obj.untyped_storage().nbytes() < SHARE_MIN_BYTES or obj.requires_grad:
-                return None
-            return ("t", self._share(obj, lambda: obj.share_memory_()))
-        if type(obj) is np.ndarray and obj.nbytes >= SHARE_MIN_BYTES:
-            try:
-                dtype = torch.from_numpy(obj[:0].copy()).dtype if obj.ndim else None
-            except TypeError:  # object, string, structured dtypes: pickled
-                return None
-            if dtype is None:
-                return None
-
-            def share() -> torch.Tensor:
-                t = torch.empty(obj.shape, dtype=dtype).share_memory_()
-                t.numpy()[...] = obj
-                return t
-
-            return ("np", self._share(obj, share))
+        k = self.arrays.add(obj)
+        if k is not None:
+            return ("a", k)
+        if type(obj) is torch.Tensor and obj.device.type == "cpu" and obj.is_shared():
+            for i, t in enumerate(self.shared):  # shared by the caller: stays one buffer
+                if t is obj:
+                    return ("t", i)
+            self.shared.append(obj)
+            return ("t", len(self.shared) - 1)
         return None
-
-    def _share(self, obj: Any, make: Callable[[], torch.Tensor]) -> int:
-        key = id(obj)
-        if key not in self.index:
-            kept = self.cache.get(key)
-            if kept is None or kept[0] is not obj:
-                kept = self.cache[key] = (obj, make())
-            self.index[key] = len(self.shared)
-            self.shared.append(kept[1])
-        return self.index[key]
 
     def reducer_override(self, obj: Any) -> Any:
         if isinstance(obj, type | types.FunctionType) and obj.__module__ == "__main__":
@@ -315,17 +329,15 @@ class _Shipper(cloudpickle.Pickler):
 
 
 class _Loader(pickle.Unpickler):
-    def __init__(self, file: Any, shared: tuple[torch.Tensor, ...]) -> None:
+    def __init__(self, file: Any, shared: tuple[torch.Tensor, ...], arrays: ArrayCopies) -> None:
         super().__init__(file)
-        self.shared = shared
+        self.shared, self.arrays = shared, arrays
 
     def persistent_load(self, pid: Any) -> Any:
         kind, k = pid
         if kind == "t":
             return self.shared[k]
-        arr = self.shared[k].numpy()
-        arr.flags.writeable = False  # shared by every worker: a write would reach the others
-        return arr
+        return self.arrays.get(k)
 
 
 class ByValue:
@@ -339,10 +351,14 @@ class ByValue:
 
     Attributes:
         blob (bytes): the pickled dataset, shared tensors and arrays left out.
-        shared (tuple[torch.Tensor, ...]): the tensors in shared memory (arrays as tensors).
+        shared (tuple[torch.Tensor, ...]): tensors the caller had put in shared memory (sent
+            as torch's handles: one buffer for all, as with fork).
+        arrays (ArrayCopies): the other large tensors and arrays: one copy-on-write copy, or
+            memory maps reopened by path.
         pickled_bytes (int): ``len(blob)``: what each worker unpickles.
         shared_bytes (int): bytes reaching the workers through shared memory (once, not per
             worker).
+        mapped_bytes (int): bytes of memory-mapped files the workers map again (never copied).
 
     Raises:
         NotShippableError: the dataset holds something that cannot cross a process boundary.
@@ -359,14 +375,14 @@ class ByValue:
 
     def __init__(self, dataset: Any, *, root: str = "dataset") -> None:
         self._dataset, self._root = dataset, root
-        self._cache: dict[int, Any] = {}  # id -> (array, its shared copy): shared once
         check_shippable(getattr(dataset, "wrapped", dataset), root=root)
         self._ship()
 
     def _ship(self) -> None:
         shared: list[torch.Tensor] = []
+        arrays = ArrayCopies()
         buf = io.BytesIO()
-        pickler = _Shipper(buf, shared, self._cache)
+        pickler = _Shipper(buf, shared, arrays)
         try:
             pickler.dump(self._dataset)
         except Exception as exc:
@@ -376,8 +392,9 @@ class ByValue:
                 f"cannot send this dataset to process workers: {path} cannot be pickled "
                 f"({failure}). {_FIX}"
             ) from exc
+        arrays.seal()  # the copy is made now, from the caller's objects as they are
         self.blob = buf.getvalue()
-        self.shared = tuple(shared)
+        self.shared, self.arrays = tuple(shared), arrays
         self._mains = dict(pickler.mains)
 
     @property
@@ -389,7 +406,11 @@ class ByValue:
         storages = {
             t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in self.shared
         }
-        return sum(storages.values())  # a view of a shared tensor adds nothing
+        return sum(storages.values()) + self.arrays.copied_bytes  # views add nothing
+
+    @property
+    def mapped_bytes(self) -> int:
+        return self.arrays.mapped_bytes
 
     def redefined(self) -> list[str]:
         """The ``__main__`` classes and functions shipped whose name in ``__main__`` now holds
@@ -420,23 +441,34 @@ class ByValue:
             >>> ByValue([torch.zeros(2**16)]).describe()
             'by value: 0.0 KiB pickled per worker, 0.2 MiB shared'
         """
+        mapped = self.mapped_bytes
         return (
             f"by value: {self.pickled_bytes / 1024:.1f} KiB pickled per worker, "
             f"{self.shared_bytes / 2**20:.1f} MiB shared"
+            + (f", {mapped / 2**20:.1f} MiB memory-mapped (reopened by path)" if mapped else "")
         )
 
     def build(self) -> Any:
-        """The dataset, as a worker rebuilds it (shared tensors mapped, not copied)."""
-        return _Loader(io.BytesIO(self.blob), self.shared).load()
+        """The dataset, as a worker rebuilds it (large tensors and arrays mapped, not copied;
+        its writes to them stay its own)."""
+        return _Loader(io.BytesIO(self.blob), self.shared, self.arrays).load()
 
     def twin_key(self) -> Any:
-        """Equal for two sources that send the same bytes and shared tensors."""
-        return ("value", hash(self.blob), tuple(t.data_ptr() for t in self.shared))
+        """Equal for two sources that send the same bytes, shared tensors and arrays (the
+        caller's, by address)."""
+        shared = tuple(t.data_ptr() for t in self.shared)
+        return ("value", hash(self.blob), shared, self.arrays.key)
 
     def __getstate__(self) -> dict[str, Any]:
         # what reaches a worker: the bytes and the shared tensors (sent as handles), never the
         # dataset object itself
-        return {"blob": self.blob, "shared": self.shared, "_mains": {}, "_root": self._root}
+        return {
+            "blob": self.blob,
+            "shared": self.shared,
+            "arrays": self.arrays,
+            "_mains": {},
+            "_root": self._root,
+        }
 
     def __repr__(self) -> str:
         name = type(getattr(self._dataset, "wrapped", self._dataset)).__qualname__ \

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
+from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
 from clorch_nb.data.workers.frames import FrameReader
@@ -28,7 +29,13 @@ StartMethod = Literal["forkserver", "spawn"]
 
 def worker_context(start_method: StartMethod | None) -> Any:
     """The multiprocessing context workers start from: forkserver (preloading torch and the
-    worker module, so a start costs a fork) where available, else spawn; never fork."""
+    worker module, so a start costs a fork) where available, else spawn; never fork.
+
+    Every process pool asks for it once, before its first worker starts; so this is also where
+    the ``/dev/shm`` segments of loaders whose processes all died are removed
+    (:func:`~clorch_nb.data.workers.shm.sweep_dead`: a Jupyter kernel restarted or shut down
+    kills its process group, and nobody was left to remove them)."""
+    shm.sweep_dead()
     methods = mp.get_all_start_methods()
     method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
     if method == "forkserver":

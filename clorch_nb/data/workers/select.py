@@ -149,8 +149,9 @@ def make_pool(
     (:class:`~clorch_nb.data.workers.inline.InlinePool`), "thread" and "process" in workers.
 
     A process pool rebuilds the dataset from its ``process_spec``; without one, a tensor
-    dataset's tensors move to shared memory once and every worker maps them, and any other
-    dataset is sent by value (:func:`ship_by_value`). ``parent_arena`` makes the parent's side
+    dataset's tensors are copied to shared memory once and every worker maps them
+    copy-on-write (the caller's are not touched), and any other dataset is sent by value
+    (:func:`ship_by_value`). ``parent_arena`` makes the parent's side
     of each process worker's arena (``pin_memory``'s registered slots; default
     :class:`ParentArena`).
     """
@@ -286,10 +287,12 @@ def ship_by_value(dataset: Any) -> ByValue:
     if source.pickled_bytes > LARGE_PICKLE_BYTES:
         warnings.warn(
             f"this {type(user_dataset(dataset)).__name__} is sent to each process worker as "
-            f"{source.pickled_bytes / 2**20:.0f} MiB of pickled Python objects (tensors and "
-            "numpy arrays are shared, not copied, but lists, dicts and other objects are copied "
-            "into every worker). Give it a process_spec that loads the data inside the worker, "
-            "or hold the data as tensors (data.tensor_dataset(X, y) for two of them)",
+            f"{source.pickled_bytes / 2**20:.0f} MiB of pickled Python objects: lists, dicts, "
+            "strings and other objects are copied into every worker (tensors and numpy arrays "
+            "are not in it: they are copied once into shared memory, and np.memmap arrays are "
+            "reopened from their file). Give it a process_spec that loads the data inside the "
+            "worker, or hold the data as tensors or arrays (data.tensor_dataset(X, y) for two "
+            "of them) or in a file opened with np.load(path, mmap_mode='r')",
             UserWarning,
             stacklevel=user_stacklevel(),
         )

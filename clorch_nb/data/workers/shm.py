@@ -46,6 +46,8 @@ __all__ = [
     "discard_batch",
     "encode_batch",
     "sweep",
+    "sweep_dead",
+    "write_all",
 ]
 
 PREFIX = "clorch_nb"
@@ -212,7 +214,7 @@ def encode_batch(
         for t, (_, _, offset) in zip(tensors, metas, strict=True):
             if t.numel():
                 raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()
-                _write_all(fd, memoryview(raw), offset)  # type: ignore[arg-type]
+                write_all(fd, memoryview(raw), offset)  # type: ignore[arg-type]
         os.ftruncate(fd, nbytes)  # the tail padding of the last tensor
     except OSError as exc:
         os.unlink(path)
@@ -227,7 +229,8 @@ def encode_batch(
     return EncodedBatch(struct, metas, nbytes, name, None)
 
 
-def _write_all(fd: int, view: memoryview, offset: int) -> None:
+def write_all(fd: int, view: memoryview, offset: int) -> None:
+    """Write all of ``view`` at ``offset`` of ``fd`` (``pwrite`` may write less at once)."""
     while view:
         n = os.pwrite(fd, view, offset)
         view, offset = view[n:], offset + n
@@ -293,4 +296,50 @@ def sweep(parent_pid: int, worker_pid: int | None, *, keep_arena: bool = False) 
             n += 1
         except FileNotFoundError:
             pass
+    return n
+
+
+def _alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie (any user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: alive
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (macOS): kill(0) said it exists
+
+
+def sweep_dead() -> int:
+    """Unlink the segments of loaders whose processes are all gone: a Jupyter kernel shut down or
+    restarted kills its whole process group with SIGKILL, so neither the kernel nor its workers
+    could remove their arena slots (``clorch_nb-<parent pid>-<worker pid>-...``). A segment is
+    removed only when both its parent and its worker are dead; a live worker removes its own
+    when it sees its parent gone.
+
+    Returns:
+        int: how many files were removed.
+
+    Example:
+        >>> sweep_dead() >= 0
+        True
+    """
+    n = 0
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return 0
+    for name in names:
+        parts = name.split("-")
+        if len(parts) < 4 or parts[0] != PREFIX or not (parts[1].isdigit() and parts[2].isdigit()):
+            continue
+        if _alive(int(parts[1])) or _alive(int(parts[2])):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(SHM_DIR, name))
+            n += 1
     return n

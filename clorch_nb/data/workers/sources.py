@@ -9,6 +9,7 @@ import torch
 import torch.multiprocessing  # registers the reductions that send storages as fds
 
 from clorch_nb.data.datasets.dataset import TensorDataset, TorchMapDataset
+from clorch_nb.data.workers.array_copies import ArrayCopies
 
 __all__ = ["SharedTensors"]
 
@@ -19,26 +20,30 @@ class SharedTensors:
 
     Two kinds qualify (:meth:`supports`): our
     :class:`~clorch_nb.data.datasets.dataset.TensorDataset` without a ``process_spec``, and
-    ``torch.utils.data.TensorDataset`` (items stay tuples, as in torch). Their tensors are moved to
-    shared memory once (``Tensor.share_memory_()``, in place: the caller's tensors keep their values
-    and now live in shared memory). What reaches a worker is a handle to that memory (a file
-    descriptor, torch's ``file_descriptor`` strategy), never a pickled copy of the data nor of any
-    Python object: every worker maps the same pages, so ``N`` workers over a 1 GB ``X`` use about 1
-    GB in total, not ``N + 1`` GB.
+    ``torch.utils.data.TensorDataset`` (items stay tuples, as in torch). Their tensors are copied
+    once into a shared segment (:class:`~clorch_nb.data.workers.array_copies.ArrayCopies`), which
+    every worker maps copy-on-write: ``N`` workers over a 1 GB ``X`` use about 2 GB in total
+    (the caller's ``X`` and the copy), not ``N + 1`` GB, and a worker's write stays in that worker
+    as in torch's fork workers. The caller's tensors are not touched (no ``share_memory_()`` in
+    place, which would cut a ``torch.from_numpy`` tensor off its array: B78). Tensors the caller
+    put in shared memory go as torch's handles (one buffer, as with fork).
 
     Args:
-        tensors (tuple[torch.Tensor, ...]): the dataset's tensors, each of shape ``(N, ...)``.
+        tensors (tuple[torch.Tensor | int, ...]): the index of each of the dataset's tensors
+            (shape ``(N, ...)``) in ``copies``, or the tensor itself (empty, or shared already).
+        copies (ArrayCopies): the copied tensors.
         layout ("clorch" | "torch"): which dataset to rebuild around them.
 
     Example:
         >>> from clorch_nb.data import tensor_dataset
-        >>> X = torch.zeros(4, 2)
+        >>> X = torch.zeros(4, 2**14)
         >>> src = SharedTensors.from_dataset(tensor_dataset(X, torch.arange(4)))
-        >>> X.is_shared(), src.build().get_size()
-        (True, 4)
+        >>> X.is_shared(), src.build().get_size(), src.copies.copied_bytes == X.nbytes + 4 * 8
+        (False, 4, True)
     """
 
-    tensors: tuple[torch.Tensor, ...]
+    tensors: tuple[torch.Tensor | int, ...]
+    copies: ArrayCopies
     layout: Literal["clorch", "torch"]
 
     @staticmethod
@@ -50,24 +55,38 @@ class SharedTensors:
 
     @classmethod
     def from_dataset(cls, ds: Any) -> SharedTensors:
-        """Share ``ds``'s tensors (in place) and wrap them.
+        """Copy ``ds``'s tensors into shared memory and wrap them (``ds`` is left as it is).
 
         Raises:
             TypeError: ``ds`` is not one of the supported kinds.
         """
         if type(ds) is TensorDataset:
-            return cls((ds.data.share_memory_(), ds.target.share_memory_()), "clorch")
-        if SharedTensors.supports(ds):
-            return cls(tuple(t.share_memory_() for t in ds.wrapped.tensors), "torch")
-        raise TypeError(f"SharedTensors takes a tensor dataset, got {type(ds).__name__}")
+            tensors, layout = (ds.data, ds.target), "clorch"
+        elif SharedTensors.supports(ds):
+            tensors, layout = tuple(ds.wrapped.tensors), "torch"
+        else:
+            raise TypeError(f"SharedTensors takes a tensor dataset, got {type(ds).__name__}")
+        copies = ArrayCopies()
+        sent = tuple(t if (k := copies.add(t)) is None else k for t in tensors)
+        copies.seal()
+        return cls(sent, copies, layout)  # type: ignore[arg-type]
+
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return tuple(self.copies.get(t) if isinstance(t, int) else t for t in self.tensors)
 
     def build(self) -> Any:
-        """The dataset, as a worker rebuilds it (over the shared tensors)."""
+        """The dataset, as a worker rebuilds it (over the shared copy)."""
+        tensors = self._tensors()
         if self.layout == "clorch":
-            data, target = self.tensors
+            data, target = tensors
             return TensorDataset(data, target)
-        return TorchMapDataset(torch.utils.data.TensorDataset(*self.tensors))
+        return TorchMapDataset(torch.utils.data.TensorDataset(*tensors))
+
+    def twin_key(self) -> Any:
+        """Equal for two sources over the same tensors of the caller (by address)."""
+        small = tuple(t.data_ptr() for t in self.tensors if isinstance(t, torch.Tensor))
+        return ("tensors", self.layout, small, self.copies.key)
 
     def __repr__(self) -> str:
-        shapes = ", ".join(str(tuple(t.shape)) for t in self.tensors)
+        shapes = ", ".join(str(tuple(t.shape)) for t in self._tensors())
         return f"SharedTensors({self.layout}: {shapes})"

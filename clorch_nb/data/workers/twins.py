@@ -47,10 +47,8 @@ def pool_key(source: Any, config: LoaderConfig, use_get_batch: bool) -> Any:
     """
     if isinstance(source, ProcessSpec):
         what: Any = ("spec", source.factory, repr(source.args), repr(source.kwargs))
-    elif callable(getattr(source, "twin_key", None)):  # ByValue: the same bytes and tensors
+    else:  # ByValue, SharedTensors: the same bytes and the caller's same tensors and arrays
         what = source.twin_key()
-    else:  # SharedTensors: the same tensors
-        what = ("tensors", tuple(t.data_ptr() for t in source.tensors), source.layout)
     return (what, config, use_get_batch)
 
 
