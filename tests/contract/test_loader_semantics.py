@@ -519,7 +519,8 @@ def test_b34_after_a_batch_timeout_the_next_epoch_succeeds(backend: dict[str, An
             with pytest.raises(
                 WorkerTimeoutError,
                 match=(
-                    r"batch 0 \(dataset indices \[0, 1\]\), which was not ready within timeout_ms=300.*"
+                    r"batch 0 \(dataset indices \[0, 1\]\), which was not ready within "
+                    r"timeout_ms=300.*"
                     r"not the worker's start-up"
                 ),
             ):

@@ -20,7 +20,8 @@ kinds: a torch ``IterableDataset``'s epoch is a
 on the same :class:`~clorch_nb.data.epoch.epoch.Epoch` and worker pools. The engine owns what
 outlives an epoch: the options (one frozen :class:`~clorch_nb.data.config.LoaderConfig`), its
 seed and generator, the worker pool (a :class:`~clorch_nb.data.workers.select.PoolSlot`), the
-event bus, and the position that ``state_dict()`` saves (the last epoch's :attr:`~clorch_nb.data.epoch.epoch.Epoch.position`).
+event bus, and the position that ``state_dict()`` saves (the last epoch's
+:attr:`~clorch_nb.data.epoch.epoch.Epoch.position`).
 """
 
 from __future__ import annotations
