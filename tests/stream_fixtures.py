@@ -105,3 +105,46 @@ class Straggler(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
             time.sleep(self.slow_s)
         return i
+
+
+class Counted(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``n`` items; each read adds 1 to ``counter`` (a ``multiprocessing.Value``) under its
+    lock: the workers and the caller share the one counter, as with torch's workers."""
+
+    def __init__(self, n: int, counter: Any) -> None:
+        self.n, self.counter = n, counter
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        with self.counter.get_lock():
+            self.counter.value += 1
+        return i
+
+
+class CountedStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """:class:`Counted` as a stream split by worker."""
+
+    def __init__(self, n: int, counter: Any) -> None:
+        self.n, self.counter = n, counter
+
+    def __iter__(self) -> Any:
+        w, k = _split()
+        for i in range(w, self.n, k):
+            with self.counter.get_lock():
+                self.counter.value += 1
+            yield i
+
+
+class NestedItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Holds a nested tensor; item ``i`` is a nested tensor of ``i + 1`` ragged rows."""
+
+    def __init__(self) -> None:
+        self.held = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+
+    def __len__(self) -> int:
+        return 3
+
+    def __getitem__(self, i: int) -> Any:
+        return torch.nested.nested_tensor([self.held[j % 2] * i for j in range(i + 1)])

@@ -21,8 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from clorch_nb import data
-from clorch_nb.errors import ConfigError
-from tests.stream_fixtures import Numbers, RaisingMap, RaisingStream, StatefulNumbers, Straggler
+from clorch_nb.errors import ConfigError, NotShippableError
+from tests.stream_fixtures import (
+    Counted,
+    CountedStream,
+    NestedItems,
+    Numbers,
+    RaisingMap,
+    RaisingStream,
+    StatefulNumbers,
+    Straggler,
+)
 
 BACKENDS = [(0, "inline"), (2, "thread"), (2, "process")]
 KINDS = {"iterable": RaisingStream, "map": RaisingMap}
@@ -249,3 +258,35 @@ def test_any_order_steers_work_to_workers_with_room() -> None:
         order = [int(b) for b in loader]
     assert sorted(order) == list(range(8))
     assert order.index(0) >= 6, order  # only batch 2 (queued with it before any finished) waits
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["map", "iterable"])
+def test_a_multiprocessing_value_is_shared_with_process_workers(kind: str) -> None:
+    """torch passes multiprocessing's objects (``Value``, locks, queues) to its workers as they
+    start; so does clorch_nb (beside the by-value pickle): every worker counts into the one
+    ``Value``. One made in the fork context cannot reach a forkserver worker: refused by name."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    counter = ctx.Value("i", 0)
+    ds = Counted(8, counter) if kind == "map" else CountedStream(8, counter)
+    with data.DataLoader(ds, batch_size=2, num_workers=2, worker_backend="process") as loader:
+        assert sorted(int(i) for b in loader for i in b) == list(range(8))
+    assert counter.value == 8
+    forked = multiprocessing.get_context("fork").Value("i", 0)
+    with pytest.raises(NotShippableError, match=r"dataset\.counter: a multiprocessing .* 'fork'"):
+        data.DataLoader(Counted(8, forked), num_workers=2, worker_backend="process")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("num_workers", "backend"), BACKENDS, ids=[b for _, b in BACKENDS])
+def test_nested_tensors_reach_workers_and_come_back(num_workers: int, backend: str) -> None:
+    """A dataset holding a nested tensor, items that are nested tensors: as torch's loader."""
+    kw: dict[str, Any] = {"worker_backend": backend} if num_workers else {}
+    with data.DataLoader(NestedItems(), batch_size=None, num_workers=num_workers, **kw) as loader:
+        ours = list(loader)
+    theirs = list(torch.utils.data.DataLoader(NestedItems(), batch_size=None))
+    assert len(ours) == len(theirs) == 3
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.is_nested and [t.tolist() for t in a.unbind()] == [t.tolist() for t in b.unbind()]

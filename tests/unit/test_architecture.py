@@ -242,6 +242,8 @@ FOREIGN_PRIVATES = {
     "_worker_info": "torch.utils.data._utils.worker._worker_info: torch's worker info, a module "
     "global that torch.utils.data.get_worker_info() returns; a process worker sets it so torch-"
     "ecosystem datasets split their work (torch_worker_info); no public setter",
+    "_is_fork_ctx": "multiprocessing.synchronize.SemLock._is_fork_ctx: made in the fork context, "
+    "so it cannot reach a forkserver worker (by_value refuses it by name first); no public form",
     "_replace": "NamedTuple._replace: a wire message with one field changed (child); the public "
     "API of every namedtuple, underscored so it cannot clash with a field name",
     "_InfiniteConstantSampler": "torch.utils.data.dataloader._InfiniteConstantSampler: the "

@@ -164,6 +164,8 @@ class DatasetWatch:
 
 
 def _show(value: Any) -> str:
+    if isinstance(value, torch.Tensor) and value.is_nested:  # no one shape
+        return f"a nested tensor of {value.size(0)} tensors"
     if isinstance(value, torch.Tensor):
         return f"a tensor of shape {tuple(value.shape)}"
     text = repr(value)

@@ -227,8 +227,8 @@ class ArrayCopies:
         if type(obj) in (torch.Tensor, torch.nn.Parameter):
             if obj.device.type != "cpu" or obj.layout is not torch.strided or obj.requires_grad:
                 return None
-            if obj.is_quantized or obj.is_shared():  # shared already: torch's handle sends it
-                return None
+            if obj.is_quantized or obj.is_nested or obj.is_shared():  # nested: pickled whole;
+                return None  # shared already: torch's handle sends it
             storage = obj.untyped_storage()
             if storage.nbytes() == 0:
                 return None

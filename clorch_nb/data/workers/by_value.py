@@ -29,6 +29,9 @@ from __future__ import annotations
 import copyreg
 import io
 import mmap
+import multiprocessing.queues
+import multiprocessing.sharedctypes
+import multiprocessing.synchronize
 import pickle
 import socket
 import sqlite3
@@ -61,6 +64,18 @@ _LOCKS = (type(threading.Lock()), type(threading.RLock()))
 _GENERATORS = (types.GeneratorType, types.CoroutineType, types.AsyncGeneratorType)
 _LEAVES = (type(None), bool, int, float, complex, str, bytes, bytearray, range, type,
            types.ModuleType, types.BuiltinFunctionType)  # fmt: skip
+#: multiprocessing's objects that cross only as a process starts (by inheritance: a
+#: ``multiprocessing.Value``, a lock, a queue, ...): sent beside the pickle, in the worker's
+#: start arguments, as torch's workers get them with the dataset
+_INHERITED = (
+    multiprocessing.sharedctypes.SynchronizedBase,
+    multiprocessing.synchronize.SemLock,
+    multiprocessing.synchronize.Condition,
+    multiprocessing.synchronize.Event,
+    multiprocessing.synchronize.Barrier,
+    multiprocessing.queues.Queue,
+    multiprocessing.queues.SimpleQueue,
+)
 _MAX_SEEN = 5000  # objects visited at most by the walk (containers: their first 200 items)
 _MAX_NAMED = 20  # attributes that cannot cross named one by one in the error
 
@@ -98,6 +113,28 @@ def _what(obj: Any) -> str | None:
     if isinstance(obj, mmap.mmap):
         return "a memory map (mmap.mmap)"
     return None
+
+
+_FORK_MADE = (
+    "a multiprocessing {} made in the 'fork' context, which cannot reach workers started by "
+    "forkserver or spawn (clorch_nb never forks: a kernel holds threads). Make it in the "
+    "workers' context: multiprocessing.get_context('forkserver').Value(...) (or .Lock(), "
+    ".Queue(), ...; 'spawn' where there is no forkserver)"
+)
+
+
+def _fork_made(obj: Any, depth: int = 0) -> bool:
+    """True when one of ``obj``'s semaphores (the object itself, its lock, or one a few
+    attributes down: a queue's, an event's) was made in multiprocessing's fork context."""
+    if isinstance(obj, multiprocessing.synchronize.SemLock):
+        # multiprocessing's own flag (private in Python 3.11: _is_fork_ctx), which makes its
+        # pickling refuse a forkserver or spawn child later
+        return bool(getattr(obj, "_is_fork_ctx", getattr(obj, "is_fork_ctx", False)))
+    if isinstance(obj, multiprocessing.sharedctypes.SynchronizedBase):
+        return _fork_made(obj.get_lock(), depth + 1)
+    if depth < 3:
+        return any(_fork_made(v, depth + 1) for v in getattr(obj, "__dict__", {}).values())
+    return False
 
 
 def _by_value(fn: Any) -> bool:
@@ -211,6 +248,11 @@ def check_shippable(dataset: Any, *, root: str = "dataset") -> None:
         for path, obj in frontier:
             if isinstance(obj, _LEAVES) or id(obj) in seen:
                 continue
+            if isinstance(obj, _INHERITED):  # sent as the worker starts: not walked into
+                if _fork_made(obj):
+                    found.append((path, _FORK_MADE.format(type(obj).__name__)))
+                seen.add(id(obj))
+                continue
             seen.add(id(obj))
             why = _what(obj)
             if why is not None:
@@ -223,8 +265,9 @@ def check_shippable(dataset: Any, *, root: str = "dataset") -> None:
 
 
 def _own_fix(why: str) -> bool:
-    """True when ``why`` carries its own fix (a device tensor: keep it on the CPU)."""
-    return "tensor (" in why and "CPU" in why
+    """True when ``why`` carries its own fix (a device tensor: keep it on the CPU; a fork
+    context's multiprocessing object: make it in the workers' context)."""
+    return ("tensor (" in why and "CPU" in why) or "made in the 'fork' context" in why
 
 
 def _message(found: list[tuple[str, str]]) -> str:
@@ -304,8 +347,15 @@ class _Shipper(cloudpickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.shared, self.arrays = shared, arrays
         self.mains: dict[str, Any] = {}  # the __main__ classes and functions it pickled
+        self.inherited: list[Any] = []  # multiprocessing's objects, sent as the worker starts
 
     def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, _INHERITED):
+            for i, o in enumerate(self.inherited):
+                if o is obj:
+                    return ("i", i)
+            self.inherited.append(obj)
+            return ("i", len(self.inherited) - 1)
         k = self.arrays.add(obj)
         if k is not None:
             return ("a", k)
@@ -329,14 +379,22 @@ class _Shipper(cloudpickle.Pickler):
 
 
 class _Loader(pickle.Unpickler):
-    def __init__(self, file: Any, shared: tuple[torch.Tensor, ...], arrays: ArrayCopies) -> None:
+    def __init__(
+        self,
+        file: Any,
+        shared: tuple[torch.Tensor, ...],
+        arrays: ArrayCopies,
+        inherited: tuple[Any, ...],
+    ) -> None:
         super().__init__(file)
-        self.shared, self.arrays = shared, arrays
+        self.shared, self.arrays, self.inherited = shared, arrays, inherited
 
     def persistent_load(self, pid: Any) -> Any:
         kind, k = pid
         if kind == "t":
             return self.shared[k]
+        if kind == "i":
+            return self.inherited[k]
         return self.arrays.get(k)
 
 
@@ -353,6 +411,9 @@ class ByValue:
         blob (bytes): the pickled dataset, shared tensors and arrays left out.
         shared (tuple[torch.Tensor, ...]): tensors the caller had put in shared memory (sent
             as torch's handles: one buffer for all, as with fork).
+        inherited (tuple[Any, ...]): multiprocessing's objects (a ``multiprocessing.Value``, a
+            lock, a queue) the dataset holds: sent in the worker's start arguments, where
+            multiprocessing lets them cross, so every worker and this process share each.
         arrays (ArrayCopies): the other large tensors and arrays: one copy-on-write copy, or
             memory maps reopened by path.
         pickled_bytes (int): ``len(blob)``: what each worker unpickles.
@@ -395,6 +456,7 @@ class ByValue:
         arrays.seal()  # the copy is made now, from the caller's objects as they are
         self.blob = buf.getvalue()
         self.shared, self.arrays = tuple(shared), arrays
+        self.inherited = tuple(pickler.inherited)
         self._mains = dict(pickler.mains)
 
     @property
@@ -451,13 +513,14 @@ class ByValue:
     def build(self) -> Any:
         """The dataset, as a worker rebuilds it (large tensors and arrays mapped, not copied;
         its writes to them stay its own)."""
-        return _Loader(io.BytesIO(self.blob), self.shared, self.arrays).load()
+        return _Loader(io.BytesIO(self.blob), self.shared, self.arrays, self.inherited).load()
 
     def twin_key(self) -> Any:
         """Equal for two sources that send the same bytes, shared tensors and arrays (the
         caller's, by address)."""
         shared = tuple(t.data_ptr() for t in self.shared)
-        return ("value", hash(self.blob), shared, self.arrays.key)
+        inherited = tuple(id(o) for o in self.inherited)
+        return ("value", hash(self.blob), shared, self.arrays.key, inherited)
 
     def __getstate__(self) -> dict[str, Any]:
         # what reaches a worker: the bytes and the shared tensors (sent as handles), never the
@@ -466,6 +529,7 @@ class ByValue:
             "blob": self.blob,
             "shared": self.shared,
             "arrays": self.arrays,
+            "inherited": self.inherited,  # pickled as the worker starts (allowed only then)
             "_mains": {},
             "_root": self._root,
         }

@@ -115,6 +115,7 @@ class ProcessPool:
         stream: bool = False,
     ) -> None:
         self.source = source
+        self._pid = os.getpid()  # the process that owns the workers
         self._stream = (config.batch_size or 1, config.drop_last) if stream else None
         # in_order=False (map-style): a batch goes to the next worker in turn with room (fewer
         # than prefetch_factor batches in flight), as torch's _try_put_index, so work does not
@@ -248,7 +249,11 @@ class ProcessPool:
 
     def close(self) -> None:
         """Stop every worker and remove every shared-memory segment; idempotent in full: after
-        an interrupted call (Ctrl-C), a second one finishes what the first began."""
+        an interrupted call (Ctrl-C), a second one finishes what the first began. In a forked
+        copy of this process (torch's fork workers, ``os.fork``) it does nothing: the workers
+        are the parent's to stop."""
+        if os.getpid() != self._pid:
+            return
         self._closed = True  # a starter thread stops after the worker it is starting
         twins.forget(self)
         with contextlib.suppress(Exception):
@@ -665,6 +670,8 @@ class ProcessPool:
         and their late batches are freed unread. A worker that does not acknowledge within
         ``CANCEL_GRACE_S`` (stuck in ``get_item``) is killed, and with ``discard_workers=True``
         (after a timeout or a death) every worker is; replacements start at the next epoch."""
+        if os.getpid() != self._pid:  # a forked copy (see close): not its workers
+            return
         token, self._epoch = self._epoch, None
         self._pending.clear()
         self._away = False

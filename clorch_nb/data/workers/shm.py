@@ -104,12 +104,13 @@ class _Packer(pickle.Pickler):
         self.tensors: list[torch.Tensor] = []
 
     def persistent_id(self, obj: Any) -> Any:
-        # Only plain dense CPU tensors; subclasses, sparse, quantized ones pickle normally.
+        # Only plain dense CPU tensors; subclasses, sparse, quantized, nested ones pickle normally.
         if (
             type(obj) is torch.Tensor
             and obj.layout == torch.strided
             and obj.device.type == "cpu"
             and not obj.is_quantized
+            and not obj.is_nested
         ):
             self.tensors.append(obj)
             return ("t", len(self.tensors) - 1)
