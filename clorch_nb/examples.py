@@ -29,7 +29,6 @@ __all__ = [
     "NoisyDigits",
     "augmented_digits",
     "digits_dataset",
-    "digits_image_folder",
     "digits_tensors",
     "docs_text",
     "image_folder_dataset",
@@ -209,12 +208,6 @@ def image_folder_dataset(root: str) -> Any:
     )
 
 
-def digits_image_folder(root: str, *, limit: int | None = None) -> Any:
-    """:func:`write_digit_pngs` then :func:`image_folder_dataset`, as one factory."""
-    write_digit_pngs(root, limit=limit)
-    return image_folder_dataset(root)
-
-
 @functools.lru_cache(maxsize=1)
 def _corpus() -> str:
     path = importlib.resources.files("clorch_nb") / "corpus" / "python_docs.txt"
@@ -251,16 +244,6 @@ def docs_text(*, max_chars: int | None = None) -> str:
         raise ValueError(f"max_chars={max_chars} must be >= 0, or None for the whole text")
     text = _corpus()
     return text if max_chars is None else text[:max_chars]
-
-
-def pydoc_text(*, max_chars: int | None = None) -> str:
-    """Former name of :func:`docs_text` (same shipped text; it no longer reads ``pydoc_data``).
-
-    Example:
-        >>> pydoc_text(max_chars=100) == docs_text(max_chars=100)
-        True
-    """
-    return docs_text(max_chars=max_chars)
 
 
 class NoisyDigits:

@@ -137,10 +137,6 @@ class MixPlan:
         total = math.fsum(self.weights)
         return {n: w / total for n, w in zip(self.names, self.weights, strict=True)}
 
-    def drawn_before(self, epoch: int) -> dict[str, int]:
-        """Items of each source drawn in the epochs before ``epoch`` (``epoch * k_s``)."""
-        return {n: epoch * k for n, k in zip(self.names, self.counts, strict=True)}
-
     def passes(self, epoch: int) -> dict[str, tuple[int, int]]:
         """Per source, the passes epoch ``epoch`` draws from: ``(first, last)``, inclusive
         (``(-1, -1)`` for a source with no share)."""
@@ -193,11 +189,6 @@ def _pass_order(size: int, seed: int, blocks: np.ndarray | None) -> np.ndarray:
     jitter = torch.randperm(size, generator=g).numpy()
     key = np.repeat(block_rank, lengths) * size + jitter  # < size**2: fits int64 below 3e9 items
     return np.argsort(key, kind="stable")
-
-
-def _source_desc(ds: Any) -> str:
-    text = repr(ds)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class MixedDataset(TorchInterop):
@@ -360,7 +351,7 @@ class MixedDataset(TorchInterop):
     @property
     def process_spec(self) -> ProcessSpec | None:
         """How a process worker rebuilds this mix: from each source's ``process_spec`` (None
-        when a source has none; :meth:`process_blocker` names it)."""
+        when a source has none)."""
         specs = {}
         for name, ds in zip(self.plan.names, self._ds, strict=True):
             spec = get_process_spec(ds)
@@ -379,19 +370,6 @@ class MixedDataset(TorchInterop):
                 "seed": p.seed,
             },
         )
-
-    def process_blocker(self) -> str | None:
-        """Why process workers cannot rebuild this mix (the first source without a
-        ``process_spec``, named), or None when they can."""
-        for name, ds in zip(self.plan.names, self._ds, strict=True):
-            if get_process_spec(ds) is None:
-                return (
-                    f"its source {name!r} ({_source_desc(ds)}) has no process_spec, so a worker "
-                    f"cannot rebuild it: give sources[{name!r}] a process_spec (data.dataset(..., "
-                    "process_spec=...), data.tensor_dataset(X, y, process_spec=...); a "
-                    "data.shard_dataset has one)"
-                )
-        return None
 
     # -- internals ------------------------------------------------------------------------------
 

@@ -58,7 +58,6 @@ def test_docs_text_is_the_shipped_snapshot_with_its_licence() -> None:
     assert text.endswith("when the function definition is executed.")
     assert "\n" not in text and " the " in text[:10_000]
     assert examples.docs_text(max_chars=60_000) == text[:60_000]
-    assert examples.pydoc_text(max_chars=500) == text[:500]  # the former name
     with pytest.raises(ValueError, match="max_chars=-1"):
         examples.docs_text(max_chars=-1)
     corpus = Path(examples.__file__).parent / "corpus"
