@@ -29,8 +29,8 @@ import torch
 
 from clorch_nb import data
 from clorch_nb import launch as launching
-from clorch_nb._soak.checks import check_outcome
-from clorch_nb._soak.episode import Episode, Outcome, draw, expected_order
+from tests.soak.checks import check_outcome
+from tests.soak.episode import Episode, Outcome, draw, expected_order
 from clorch_nb.errors import ConfigError, RankError, ShardError, SkipBudgetError
 from tests import launch_fixtures
 from tests import reliab4_fixtures as f4

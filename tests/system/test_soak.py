@@ -1,16 +1,16 @@
 """The fault-injection soak (issue 15) in the suite: a fixed-seed run of about a minute must
 find nothing, and its checks must catch what they are meant to (so the run can fail).
 
-The long run is a command: ``python -m clorch_nb._soak --minutes 10``.
+The long run is a command: ``python -m tests.soak --minutes 10``.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from clorch_nb._soak import soak
-from clorch_nb._soak.checks import check_outcome
-from clorch_nb._soak.episode import Episode, Outcome, draw
+from tests.soak import soak
+from tests.soak.checks import check_outcome
+from tests.soak.episode import Episode, Outcome, draw
 from clorch_nb.errors import WorkerError
 
 SEED = 15
@@ -63,7 +63,7 @@ def test_checks_catch_lost_repeated_and_misreported_items() -> None:
     unnamed = Outcome(epochs=[[0, 1]], errors=[err], complete=[True])
     assert any("does not name dataset index 3" in p for p in check_outcome(faulty, unnamed))
     err.add_note("[clorch_nb] while loading dataset index 3 (batch 1) in thread worker 0")
-    err.args = ("clorch_nb._soak.faults.SoakError: bad item 3",)
+    err.args = ("tests.soak.faults.SoakError: bad item 3",)
     assert check_outcome(faulty, Outcome(epochs=[[0, 1]], errors=[err], complete=[True])) == []
     silent = Outcome(epochs=[[0, 1, 2, 3, 4, 5]], errors=[None], complete=[True])
     assert any("surfaced no error" in p for p in check_outcome(faulty, silent))
@@ -73,5 +73,5 @@ def test_every_violation_carries_a_one_line_repro() -> None:
     """The repro names the seed and episode, and the episode is the same when drawn again."""
     ep = draw(SEED, 37)
     line = ep.repro()
-    assert line.startswith(f"python -m clorch_nb._soak --seed {SEED} --episode 37  # ")
+    assert line.startswith(f"python -m tests.soak --seed {SEED} --episode 37  # ")
     assert "\n" not in line and draw(SEED, 37) == ep

@@ -7,10 +7,10 @@ delivered exactly the sampler's indices, that an item error surfaced with its ty
 index, and that no child process, loader thread, ``/dev/shm`` entry or file descriptor is left;
 over the run, that memory stays bounded. Every violation prints a one-line repro.
 
-Run it with ``python -m clorch_nb._soak --minutes 10`` (``--help`` for the options); the test
+Run it with ``python -m tests.soak --minutes 10`` (``--help`` for the options); the test
 suite runs a short fixed-seed version (tests/system/test_soak.py).
 """
 
-from clorch_nb._soak.run import SoakReport, soak
+from tests.soak.run import SoakReport, soak
 
 __all__ = ["SoakReport", "soak"]

@@ -161,7 +161,7 @@ def faulty_dataset(n: int, width: int, fault: str, at: int, seconds: float) -> A
         return {"data": torch.full((width,), float(i)), "target": torch.tensor(i)}
 
     spec = {
-        "factory": "clorch_nb._soak.faults:faulty_dataset",
+        "factory": "tests.soak.faults:faulty_dataset",
         "args": [n, width, fault, at, seconds],
     }
     return data.dataset(size=n, get_item=get_item, process_spec=spec)

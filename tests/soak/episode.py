@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from clorch_nb import data
-from clorch_nb._soak.faults import ITEM_FAULTS, faulty_dataset
+from tests.soak.faults import ITEM_FAULTS, faulty_dataset
 
 __all__ = ["CONSUMERS", "Episode", "Outcome", "draw", "expected_order", "make_loader"]
 
@@ -109,7 +109,7 @@ class Episode:
     def repro(self) -> str:
         """The one-line command that reruns this episode (a SIGINT's exact instant varies)."""
         return (
-            f"python -m clorch_nb._soak --seed {self.seed} --episode {self.index}  # "
+            f"python -m tests.soak --seed {self.seed} --episode {self.index}  # "
             f"{self.backend} workers={self.num_workers} bs={self.batch_size} n={self.n} "
             f"width={self.width} order={self.order} drop_last={self.drop_last} "
             f"fault={self.fault}@{self.at} consumer={self.consumer} k={self.k} "

@@ -17,10 +17,10 @@ from typing import Any
 import psutil
 
 from clorch_nb import data
-from clorch_nb._soak.checks import Baseline, check_outcome, leftovers
-from clorch_nb._soak.drive import drive
-from clorch_nb._soak.episode import Episode, draw
-from clorch_nb._soak.faults import faulty_dataset
+from tests.soak.checks import Baseline, check_outcome, leftovers
+from tests.soak.drive import drive
+from tests.soak.episode import Episode, draw
+from tests.soak.faults import faulty_dataset
 
 __all__ = ["SoakReport", "soak"]
 
@@ -198,7 +198,7 @@ def soak(
         if report.rss_growth_mb > MEMORY_BOUND_MB:
             report.violations.append(
                 f"VIOLATION memory: resident memory grew {report.rss_growth_mb:.0f} MB after the "
-                f"warm-up (bound {MEMORY_BOUND_MB:.0f} MB) | repro: python -m clorch_nb._soak "
+                f"warm-up (bound {MEMORY_BOUND_MB:.0f} MB) | repro: python -m tests.soak "
                 f"--seed {seed} --episodes {sum(report.episodes.values())}"
             )
     return report

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import psutil
 
-from clorch_nb._soak.episode import Episode, Outcome, epoch_size, expected_order
-from clorch_nb._soak.faults import hostile_error
+from tests.soak.episode import Episode, Outcome, epoch_size, expected_order
+from tests.soak.faults import hostile_error
 from clorch_nb.data.workers import shm
 from clorch_nb.errors import (
     CollateError,

@@ -1,4 +1,4 @@
-"""``python -m clorch_nb._soak --minutes 10``: the fault-injection soak from the command line.
+"""``python -m tests.soak --minutes 10``: the fault-injection soak from the command line.
 
 Prints each violation as it is found (with a one-line repro), then a summary line; exits 1 if
 anything was violated.
@@ -12,9 +12,9 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv``, run the soak, print its report; returns the exit status."""
-    from clorch_nb._soak.run import soak
+    from tests.soak.run import soak
 
-    p = argparse.ArgumentParser(prog="python -m clorch_nb._soak", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m tests.soak", description=__doc__)
     p.add_argument("--seed", type=int, default=0, help="the run's seed (default 0)")
     p.add_argument("--minutes", type=float, help="run episodes for this long")
     p.add_argument("--episodes", type=int, help="run this many episodes")

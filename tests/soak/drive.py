@@ -11,8 +11,8 @@ from typing import Any
 import psutil
 
 from clorch_nb import data
-from clorch_nb._soak.episode import Episode, Outcome, close_later, make_loader, targets
-from clorch_nb._soak.faults import ENV_NAME
+from tests.soak.episode import Episode, Outcome, close_later, make_loader, targets
+from tests.soak.faults import ENV_NAME
 from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent
 
