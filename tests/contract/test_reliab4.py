@@ -29,14 +29,14 @@ import torch
 
 from clorch_nb import data
 from clorch_nb import launch as launching
-from tests.soak.checks import check_outcome
-from tests.soak.episode import Episode, Outcome, draw, expected_order
 from clorch_nb.errors import ConfigError, RankError, ShardError, SkipBudgetError
 from tests import launch_fixtures
 from tests import reliab4_fixtures as f4
 from tests import semantics3_fixtures as f3
 from tests.fixtures import idx
 from tests.shard_fixtures import cls_of, numbered_tars, write_parquet
+from tests.soak.checks import check_outcome
+from tests.soak.episode import Episode, Outcome, draw, expected_order
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 
 import psutil
 
-from tests.soak.episode import Episode, Outcome, epoch_size, expected_order
-from tests.soak.faults import hostile_error
 from clorch_nb.data.workers import shm
 from clorch_nb.errors import (
     CollateError,
@@ -21,6 +19,8 @@ from clorch_nb.errors import (
     WorkerError,
     WorkerTimeoutError,
 )
+from tests.soak.episode import Episode, Outcome, epoch_size, expected_order
+from tests.soak.faults import hostile_error
 
 __all__ = ["Baseline", "check_outcome", "leftovers"]
 

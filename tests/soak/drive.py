@@ -11,10 +11,10 @@ from typing import Any
 import psutil
 
 from clorch_nb import data
-from tests.soak.episode import Episode, Outcome, close_later, make_loader, targets
-from tests.soak.faults import ENV_NAME
 from clorch_nb.errors import LoaderClosedError, StaleIteratorError
 from clorch_nb.instrumentation import BatchEvent
+from tests.soak.episode import Episode, Outcome, close_later, make_loader, targets
+from tests.soak.faults import ENV_NAME
 
 __all__ = ["drive"]
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
+from clorch_nb.errors import WorkerError
 from tests.soak import soak
 from tests.soak.checks import check_outcome
 from tests.soak.episode import Episode, Outcome, draw
-from clorch_nb.errors import WorkerError
 
 SEED = 15
 EPISODES = 300
