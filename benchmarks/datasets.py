@@ -23,6 +23,7 @@ import torch
 from clorch_nb import data
 
 __all__ = [
+    "CountStream",
     "CpuItemsTorch",
     "GilFreeItemsTorch",
     "ImageItemsTorch",
@@ -30,6 +31,7 @@ __all__ = [
     "JpegItemsTorch",
     "PngItemsTorch",
     "RecordsTorch",
+    "StatefulCountStream",
     "cpu_item",
     "cpu_items",
     "gil_free_items",
@@ -392,3 +394,35 @@ class RecordsTorch(torch.utils.data.Dataset):
 
     def __getitem__(self, idx: int) -> dict[str, Any]:
         return record_item(self.rows, idx)
+
+
+# -- (11) streams: a torch IterableDataset, split by worker, with and without a state of its own
+
+
+class CountStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """``n`` items split over the workers by ``get_worker_info()``; item ``i`` is
+    :func:`cpu_item` ``(i, loops)`` (the same work on every loader). It has no state of its
+    own: a resume must read the items again (:class:`StatefulCountStream` has one)."""
+
+    def __init__(self, n: int, loops: int) -> None:
+        self.n, self.loops, self.next = n, loops, 0
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        w, k = (0, 1) if info is None else (info.id, info.num_workers)
+        mine = range(w, self.n, k)
+        while self.next < len(mine):
+            i = mine[self.next]
+            self.next += 1
+            yield cpu_item(i, self.loops)
+        self.next = 0
+
+
+class StatefulCountStream(CountStream):
+    """:class:`CountStream` with its own position (torchdata's convention)."""
+
+    def state_dict(self) -> dict[str, int]:
+        return {"next": self.next}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.next = state["next"]

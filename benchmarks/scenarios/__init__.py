@@ -11,6 +11,7 @@ from benchmarks.scenarios import (
     s8_resume,
     s9_shards,
     s10_decode,
+    s11_streams,
 )
 
 SCENARIOS = {
@@ -24,4 +25,5 @@ SCENARIOS = {
     8: s8_resume,
     9: s9_shards,
     10: s10_decode,
+    11: s11_streams,
 }
