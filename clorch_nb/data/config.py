@@ -278,7 +278,7 @@ def not_an_index_message(sampler: Any, key: Any) -> str:
 
     Example:
         >>> print(not_an_index_message([], "a"))  # doctest: +ELLIPSIS
-        sampler list yields keys that are not dataset indices: it yielded 'a' (str), ...
+        sampler list yields keys that are not dataset indices: it yielded 'a' (str). ...
     """
     if isinstance(key, list | tuple | torch.Tensor) and all(
         isinstance(i, int) or (isinstance(i, torch.Tensor) and i.dim() == 0) for i in key
