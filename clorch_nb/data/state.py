@@ -8,6 +8,8 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
 * ``also_done``: batch positions past ``batches_done`` that were delivered too (an
   ``in_order=False`` loader hands over whichever batch is ready first); they are not built again;
 * ``seed``: the loader's seed; every epoch's order and every batch's RNG seed derive from it;
+  ``seed_epoch``: the epoch it was drawn at (0; torch's front without ``seed=`` draws a seed at
+  each epoch's ``iter()``, as torch does);
 * ``size``, ``batch_size``, ``drop_last``, ``shuffle``, ``num_batches``: the configuration the
   position means something in, compared on load;
 * ``sampler``: the :class:`~clorch_nb.data.sampling.distributed.DistributedSampler`'s own state (its
@@ -91,6 +93,7 @@ class LoaderState:
     also_done: tuple[int, ...] = ()
     iterable: bool = False
     stream: dict[str, Any] | None = None
+    seed_epoch: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: ints, bools, strings and (for the sampler) a nested dict of those."""
@@ -111,6 +114,7 @@ class LoaderState:
         fields: dict[str, Any] = {k: state.get(k) for k in cls.__dataclass_fields__}
         also = fields.pop("also_done") or []  # absent from states saved in order
         fields["iterable"] = bool(fields["iterable"])  # absent from states before streams
+        fields["seed_epoch"] = fields["seed_epoch"] or 0  # absent from states before B87
         if not isinstance(also, list | tuple) or not all(
             isinstance(i, int) and not isinstance(i, bool) for i in also
         ):

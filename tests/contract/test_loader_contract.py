@@ -139,7 +139,8 @@ def test_get_item_error_keeps_type_index_and_worker(backend: dict[str, Any], ord
     assert "dataset index 5 (batch 5)" in notes
     # in order, batch i goes to worker i % 2; in any order, to a worker with room (torch's rule)
     which = "1" if order == "in_order" else ""
-    worker = {"inline": "main thread", "thread": "thread worker", "process": "process worker " + which}
+    worker = {"inline": "main thread", "thread": "thread worker"}
+    worker["process"] = f"process worker {which}"
     assert worker[backend["name"]] in notes
     if backend["name"] == "process":
         assert f"traceback in process worker {which}" in notes and "fixtures.py" in notes

@@ -135,6 +135,7 @@ class LoaderEngine:
         worker_backend: WorkerBackend = "inline",
         user_dataset: Any = None,
         generator: torch.Generator | None = None,
+        reseed: bool = False,
     ) -> None:
         self.config = config
         self.dataset = dataset if user_dataset is None else user_dataset
@@ -143,6 +144,11 @@ class LoaderEngine:
         # own iterators), its base seed drawn at iter() from generator=, as torch's (B64)
         self._stream = is_stream(dataset)
         self._torch_generator = generator
+        # torch's front without seed= (B87): each epoch's seed is drawn at its iter() from
+        # generator= (else the global RNG), as torch draws its order and base seed there, so
+        # torch.manual_seed(s) before a loop reproduces it; the epoch it was drawn at is saved
+        self._reseed = reseed
+        self._seed_epoch = 0
         self._len_reported: int | None = None  # torch's: len(loader) of a stream, once asked
         self.plan_sampler = sampler
         # the loader's own RNG (torch's `generator` is the DataLoader's attribute): one base
@@ -382,7 +388,7 @@ class LoaderEngine:
         self._stop_active(superseded_by=saved.epoch, why=why)
         if self._epoch is not None and saved.epoch <= self._epoch:
             self.close()  # back to an epoch its workers saw (they drop cancelled epochs' tasks)
-        self.seed = saved.seed
+        self.seed, self._seed_epoch = saved.seed, saved.seed_epoch
         self._resume = saved
 
     def _bind_sampler(self) -> None:
@@ -520,12 +526,17 @@ class LoaderEngine:
         if saved is None:
             epoch = 0 if self._epoch is None else self._epoch + 1
             ahead_to = sampler_epoch(self.plan_sampler)
-            if ahead_to > epoch:  # set_epoch(e) on the sampler of a loader made per epoch:
+            if self._reseed:  # torch's front: this epoch's seed drawn now (B87)
+                epoch = max(epoch, ahead_to)
+                self.seed, self._seed_epoch = torch_base_seed(self._torch_generator), epoch
+                self._generator = torch.Generator().manual_seed(self.seed)
+            elif ahead_to > epoch:  # set_epoch(e) on the sampler of a loader made per epoch:
                 ahead, epoch = ahead_to - epoch, ahead_to  # the dataset gets e (B33), and
                 if ahead <= _FAST_FORWARD_MAX:  # e's batch seeds
                     self._generator = fast_forward(self.seed, epoch, own_perm)
             return epoch, 0, 0
-        self._generator = fast_forward(saved.seed, saved.epoch, own_perm)
+        self._seed_epoch = saved.seed_epoch
+        self._generator = fast_forward(saved.seed, saved.epoch - saved.seed_epoch, own_perm)
         if isinstance(self.plan_sampler, DistributedSampler):  # as a sampler=: batch_size is set
             skip = self.plan_sampler.layout()[1]  # the sampler yields only the rest of its shard
             return saved.epoch, -(-skip // self._batch_size), skip
@@ -597,6 +608,7 @@ class LoaderEngine:
             epoch=epoch,
             batches_done=done,
             seed=self.seed,
+            seed_epoch=self._seed_epoch,
             size=self._ds.get_size(),
             batch_size=self._batch_size,
             drop_last=self.config.drop_last,
@@ -808,8 +820,11 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         config = replace(args.config, **extras)  # clorch_nb's options, validated
         # torch draws an IterableDataset's base seed at each iter(), from generator= (else the
         # global RNG): nothing is drawn now, so its workers' seeds are torch's very numbers
-        seed = resolve_seed(None, None if is_stream(dataset) else generator, args.config.shuffle)
-        engine = build_engine(dataset, config, sampler=args.sampler, seed=seed, generator=generator)
+        # torch draws nothing when a loader is made: each epoch's seed is drawn at its iter()
+        # (reseed=True, B87); until then the seed is the global seed, read without a draw
+        seed = int(torch.initial_seed())
+        engine = build_engine(dataset, config, sampler=args.sampler, seed=seed, generator=generator,
+                              reseed=True)  # fmt: skip
         self._start(engine, torch_attributes(dataset, **torch_args), extras)
 
     @classmethod
@@ -1028,6 +1043,7 @@ def build_engine(
     sampler: Any,
     seed: int,
     generator: torch.Generator | None = None,
+    reseed: bool = False,
 ) -> LoaderEngine:
     """The engine both fronts build a :class:`DataLoader` on, for a torch ``IterableDataset`` and
     a map-style dataset alike, with the worker backend chosen for this dataset and config.
@@ -1054,6 +1070,8 @@ def build_engine(
         process_spec=spec,
         worker_backend=choose_worker_backend(ds, spec, config),
         user_dataset=dataset,
+        generator=generator,
+        reseed=reseed,
     )
 
 
