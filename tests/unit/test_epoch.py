@@ -74,7 +74,7 @@ def epoch(
 ) -> Epoch:
     config = LoaderConfig(batch_size=2, num_workers=2, in_order=in_order)  # 4 in flight
     return Epoch(0, batches, lambda: pool, config, events or EventBus(), LoaderStats(),
-                 backend="thread", num_workers=2)  # fmt: skip
+                 backend="thread")  # fmt: skip
 
 
 def outcomes(e: Epoch) -> list[Any]:

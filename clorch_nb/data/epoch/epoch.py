@@ -21,7 +21,7 @@ import time
 import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 
@@ -37,7 +37,7 @@ from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerP
 from clorch_nb.errors import WorkerError
 from clorch_nb.instrumentation import EpochEvent, EventBus, LoaderStats
 
-__all__ = ["Epoch", "EpochPosition", "Stage"]
+__all__ = ["Epoch", "EpochPosition", "Resumed", "Stage", "WorkersEnd"]
 
 #: a delivery stage: takes a received batch, returns the batch to hand over
 Stage = Callable[[Any], Any]
@@ -70,6 +70,36 @@ class EpochPosition:
     num_batches: int
     also_done: tuple[int, ...] = field(default=(), repr=False)
     finished: bool = field(default=False, repr=False, compare=False)
+
+
+class Resumed(NamedTuple):
+    """Where a resumed epoch starts (a loaded ``state_dict()``); the default: from its start.
+
+    Attributes:
+        start (int): the first batch to build (the ones before were delivered before).
+        skip (Collection[int]): batch positions past ``start`` not to build (a resumed
+            ``in_order=False`` epoch's batches already delivered).
+        skipped (Sequence[Skipped]): the items skipped under ``max_failures`` before.
+    """
+
+    start: int = 0
+    skip: Collection[int] = ()
+    skipped: Sequence[Skipped] = ()
+
+
+class WorkersEnd(NamedTuple):
+    """How an epoch's workers end with it (torch's default, ``persistent_workers=False``).
+
+    Attributes:
+        on_end (Callable[[], None]): called once the epoch is delivered to its end, before the
+            last ``next()`` raises ``StopIteration``.
+        on_stop (Callable[[WorkerPool], None]): called with the pool once the epoch ends early
+            (the consumer left it: a ``break`` then ``del it``, an error, a newer ``iter()``),
+            after the pool's epoch is stopped (B61).
+    """
+
+    on_end: Callable[[], None]
+    on_stop: Callable[[WorkerPool], None]
 
 
 class InOrder:
@@ -115,19 +145,13 @@ class Epoch:
         config (LoaderConfig): ``max_in_flight``, ``timeout_ms``, ``start_timeout_ms``.
         events (EventBus): where the epoch's events go.
         stats (LoaderStats): running totals, updated per batch.
-        backend ("inline" | "thread" | "process"), num_workers (int): for the events.
-        start (int): the first batch to build (a resumed epoch skips the ones before).
+        backend ("inline" | "thread" | "process"): for the events (with
+            ``config.num_workers``).
         base_seed (int): the epoch's base seed (each batch's RNG seed derives from it).
         stages (Sequence[Stage]): applied to each batch when it is received, in order.
-        skip (Collection[int]): batch positions past ``start`` not to build (a resumed
-            ``in_order=False`` epoch's batches already delivered).
-        on_end (Callable[[], None] | None): called once the epoch is delivered to its end,
-            before the last ``next()`` raises ``StopIteration`` (non-persistent workers end
-            there, as torch's do).
-        on_stop (Callable[[WorkerPool], None] | None): called with the pool once the epoch
-            ends early (the consumer left it: a ``break`` then ``del it``, an error, a newer
-            ``iter()``), after the pool's epoch is stopped: non-persistent workers end there
-            too, as torch's end with their iterator (B61).
+        resumed (Resumed): where a resumed epoch starts (default: at its start).
+        workers_end (WorkersEnd | None): how the workers end with the epoch (None: they
+            persist).
         shard_of (Callable[[torch.Tensor], str] | None): names the shard a batch's indices
             were read from, for its event's ``shard`` (the dataset's ``shard_of``; None: ``""``).
 
@@ -146,7 +170,7 @@ class Epoch:
         >>> pool = InlinePool(tensor_dataset(torch.zeros(5, 1), torch.arange(5)), config,
         ...                   use_get_batch=True, draws=False)
         >>> e = Epoch(0, EpochPlan(torch.arange(5), 2, False), lambda: pool, config,
-        ...           EventBus(), LoaderStats(), backend="inline", num_workers=0)
+        ...           EventBus(), LoaderStats(), backend="inline")
         >>> [b["target"].tolist() for b in e.batches(StopRequest())], e.position
         ([[0, 1], [2, 3], [4]], EpochPosition(epoch=0, start=0, delivered=3, num_batches=3))
     """
@@ -161,21 +185,18 @@ class Epoch:
         stats: LoaderStats,
         *,
         backend: str,
-        num_workers: int,
-        start: int = 0,
         base_seed: int = 0,
         stages: Sequence[Stage] = (),
-        skipped: Sequence[Skipped] = (),
-        on_end: Callable[[], None] | None = None,
-        skip: Collection[int] = (),
+        resumed: Resumed = Resumed(),  # noqa: B008 - an immutable NamedTuple
+        workers_end: WorkersEnd | None = None,
         shard_of: Callable[[torch.Tensor], str] | None = None,
-        on_stop: Callable[[WorkerPool], None] | None = None,
     ) -> None:
+        start, skip, skipped = resumed
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
         self.config, self.events, self.stats = config, events, stats
-        self.backend, self.num_workers = backend, num_workers
+        self.backend, self.num_workers = backend, config.num_workers
         self.stages = tuple(stages)
-        self.on_end, self.on_stop = on_end, on_stop
+        self.workers_end = workers_end
         self.skip = frozenset(skip)
         self.shard_of = shard_of
         self.stream = plan if isinstance(plan, StreamPlan) else None
@@ -366,8 +387,8 @@ class Epoch:
         if it had started, emit ``EpochEvent("stopped")`` even if stopping was interrupted."""
         try:
             pool.stop_epoch(discard_workers=broken)
-            if self.on_stop is not None:  # non-persistent workers end with their epoch (B61)
-                self.on_stop(pool)
+            if self.workers_end is not None:  # they end with their epoch (B61)
+                self.workers_end.on_stop(pool)
         finally:
             if started:
                 self._epoch_event("stopped", self.position.num_batches)
@@ -376,8 +397,8 @@ class Epoch:
         """The epoch was delivered to its end: ``EpochEvent("end")``, then ``on_end``."""
         self._finished = True
         self._epoch_event("end", self.position.num_batches)
-        if self.on_end is not None:
-            self.on_end()
+        if self.workers_end is not None:
+            self.workers_end.on_end()
 
     def _advance(self, n: int) -> None:
         """Move ``_delivered`` past every batch handed over (or skipped) without a gap."""

@@ -48,7 +48,7 @@ from clorch_nb.data.datasets.process_spec import ProcessSpec
 from clorch_nb.data.datasets.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
 from clorch_nb.data.datasets.stream import check_replica_count, is_stream, warn_fast_forward
 from clorch_nb.data.delivery.delivery import Delivery
-from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Stage
+from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Resumed, Stage, WorkersEnd
 from clorch_nb.data.epoch.epoch_iter import (
     EpochIterator,
     StopRequest,
@@ -241,14 +241,14 @@ class LoaderEngine:
                 self.events,
                 self.stats,
                 backend=self.worker_backend,
-                num_workers=self.config.num_workers,
-                start=start,
                 base_seed=base_seed,
                 stages=self._stages,
-                skipped=() if saved is None else skipped_records(saved.skipped),
-                on_end=None if self.config.persistent_workers else self._workers.close,
-                on_stop=None if self.config.persistent_workers else self._workers.release,
-                skip=also_done,
+                resumed=Resumed(
+                    start, also_done, () if saved is None else skipped_records(saved.skipped)
+                ),
+                workers_end=None
+                if self.config.persistent_workers
+                else WorkersEnd(self._workers.close, self._workers.release),
                 shard_of=shard_of_hook(self._ds),  # a shard dataset names its files
             )
             self._keep_skips(self._run)
