@@ -42,11 +42,10 @@ from clorch_nb.data.config import (
     loader_config,
 )
 from clorch_nb.data.datasets.collate import default_collate
-from clorch_nb.data.datasets.dataset import as_dataset, get_process_spec
 from clorch_nb.data.datasets.epoch_hooks import EpochHooks
-from clorch_nb.data.datasets.process_spec import ProcessSpec
-from clorch_nb.data.datasets.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
+from clorch_nb.data.datasets.protocols import bind_loader_hook, unbind_loader_hook
 from clorch_nb.data.datasets.stream import check_replica_count, is_stream, warn_fast_forward
+from clorch_nb.data.datasets.traits import DatasetTraits
 from clorch_nb.data.delivery.delivery import Delivery
 from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Resumed, Stage, WorkersEnd
 from clorch_nb.data.epoch.epoch_iter import (
@@ -126,23 +125,22 @@ class LoaderEngine:
 
     def __init__(
         self,
-        dataset: Any,
+        traits: DatasetTraits,
         config: LoaderConfig,
         *,
         sampler: Any = None,
         seed: int = 0,
-        process_spec: ProcessSpec | None = None,
         worker_backend: WorkerBackend = "inline",
-        user_dataset: Any = None,
         generator: torch.Generator | None = None,
         reseed: bool = False,
     ) -> None:
         self.config = config
-        self.dataset = dataset if user_dataset is None else user_dataset
-        self._ds = dataset  # the protocol view of it (get_size, get_item)
+        self.traits = traits  # the dataset, examined once
+        self.dataset = traits.user
+        self._ds = traits.view  # what the epochs read (get_size, get_item; or the stream)
         # a torch IterableDataset: each epoch is a StreamPlan (tickets dealt to the workers'
         # own iterators), its base seed drawn at iter() from generator=, as torch's (B64)
-        self._stream = is_stream(dataset)
+        self._stream = traits.stream
         self._torch_generator = generator
         # torch's front without seed= (B87): each epoch's seed is drawn at its iter() from
         # generator= (else the global RNG), as torch draws its order and base seed there, so
@@ -155,7 +153,7 @@ class LoaderEngine:
         # seed and, with shuffle, one permutation drawn from it per epoch
         self.seed, self._generator = seed, torch.Generator().manual_seed(seed)
         self._bind_sampler()
-        self.process_spec = process_spec
+        self.process_spec = traits.process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
         self.stats = LoaderStats()
@@ -165,16 +163,11 @@ class LoaderEngine:
         self._skip_history: dict[int, tuple[Skipped, ...]] = {}
         self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
-        self._use_get_batch = uses_get_batch(dataset, config)
+        self._use_get_batch = uses_get_batch(traits, config)
         # pin_memory= and device= (refused here, before any worker starts, if unusable)
         self._delivery = Delivery(config, worker_backend, self.events)
         self._workers = PoolSlot(
-            self,
-            worker_backend,
-            dataset,
-            process_spec,
-            config,
-            parent_arena=self._delivery.parent_arena(),
+            self, worker_backend, traits, config, parent_arena=self._delivery.parent_arena()
         )
         self._active: weakref.ref[EpochIterator] | None = None
         self._full_copy_checked = False  # FullCopyPerRankWarning: given once per loader
@@ -182,7 +175,9 @@ class LoaderEngine:
         # thread take turns: a close() in the middle of an iter() used to close the pool the
         # new epoch had just opened, before that epoch was registered to be told
         self._lifecycle = threading.RLock()
-        self._hooks = EpochHooks(dataset, worker_backend, shared_tensors=process_spec is None)
+        self._hooks = EpochHooks(
+            traits.view, worker_backend, shared_tensors=traits.process_spec is None
+        )
         # Delivery stages applied to each batch as it is received, in plan order
         # (data/epoch/epoch.py): pinning, when batches stay on the host (data/delivery/delivery.py)
         self._stages: tuple[Stage, ...] = self._delivery.stages
@@ -249,7 +244,7 @@ class LoaderEngine:
                 workers_end=None
                 if self.config.persistent_workers
                 else WorkersEnd(self._workers.close, self._workers.release),
-                shard_of=shard_of_hook(self._ds),  # a shard dataset names its files
+                shard_of=self.traits.shard_of,  # a shard dataset names its files
             )
             self._keep_skips(self._run)
             self._run = run
@@ -836,6 +831,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         sampler: Any = None,
         seed: int = 0,
         generator: torch.Generator | None = None,
+        traits: DatasetTraits | None = None,
     ) -> DataLoader:
         """A loader from a validated config (what :func:`dataloader` builds), without torch's
         argument rules: the same engine (:func:`build_engine`) and the same torch attributes
@@ -848,6 +844,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
                 ``config.sampler_yields == "batches"``; None for the loader's own order.
             seed (int): the loader's seed.
             generator (torch.Generator | None): the user's ``generator=`` (torch's attribute).
+            traits (DatasetTraits | None): the dataset already examined (else examined here).
 
         Example:
             >>> cfg = LoaderConfig(batch_size=2, shuffle=False)
@@ -856,10 +853,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         """
         batches = config.sampler_yields == "batches"
         c = config
+        traits = traits or DatasetTraits.of(dataset)
         attributes = torch_attributes(
-            dataset
-            if hasattr(dataset, "__len__") or is_stream(dataset)
-            else range(as_dataset(dataset).get_size()),
+            dataset if hasattr(dataset, "__len__") or traits.stream else range(traits.get_size()),
             batch_size=None if batches else c.batch_size,
             shuffle=c.shuffle and sampler is None,
             sampler=None if batches else sampler,
@@ -880,7 +876,7 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         extras = {k: getattr(c, k) for k in _EXTRA_DEFAULTS}
         loader = cls.__new__(cls)
         # an IterableDataset's base seeds are drawn per epoch from a generator seeded with seed
-        engine = build_engine(dataset, c, sampler=sampler, seed=seed,
+        engine = build_engine(dataset, c, sampler=sampler, seed=seed, traits=traits,
                               generator=torch.Generator().manual_seed(seed))  # fmt: skip
         cls._start(loader, engine, attributes, extras)
         return loader
@@ -1044,9 +1040,11 @@ def build_engine(
     seed: int,
     generator: torch.Generator | None = None,
     reseed: bool = False,
+    traits: DatasetTraits | None = None,
 ) -> LoaderEngine:
     """The engine both fronts build a :class:`DataLoader` on, for a torch ``IterableDataset`` and
-    a map-style dataset alike, with the worker backend chosen for this dataset and config.
+    a map-style dataset alike, with the worker backend chosen for this dataset and config
+    (``traits``: the dataset already examined, else examined here).
 
     Raises:
         ConfigError: a sampler built for a dataset of another size; what the engine refuses.
@@ -1055,21 +1053,15 @@ def build_engine(
         >>> type(build_engine([1, 2], LoaderConfig(batch_size=1), sampler=None, seed=0)).__name__
         'LoaderEngine'
     """
-    if is_stream(dataset):  # its workers iterate their own replicas: no sampler, no spec
-        backend = choose_worker_backend(dataset, None, config)
-        return LoaderEngine(dataset, config, seed=seed, generator=generator, worker_backend=backend)
-    ds = as_dataset(dataset)
-    if sampler is not None:
-        check_sampler_size(ds.get_size(), sampler)
-    spec = get_process_spec(ds)
+    traits = traits or DatasetTraits.of(dataset)  # examined once; the rest reads this
+    if sampler is not None and not traits.stream:
+        check_sampler_size(traits.get_size(), sampler)
     return LoaderEngine(
-        ds,
+        traits,
         config,
         sampler=sampler,
         seed=seed,
-        process_spec=spec,
-        worker_backend=choose_worker_backend(ds, spec, config),
-        user_dataset=dataset,
+        worker_backend=choose_worker_backend(traits, config),
         generator=generator,
         reseed=reseed,
     )
@@ -1178,8 +1170,8 @@ def dataloader(
         >>> len(loader), [b["target"].tolist() for b in loader]
         (3, [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]])
     """
-    stream = is_stream(dataset)  # a torch IterableDataset: its own order, no sampler
-    ds = None if stream else as_dataset(dataset)
+    traits = DatasetTraits.of(dataset)  # examined once (a torch IterableDataset: no sampler)
+    stream = traits.stream
     if seed is not None and generator is not None:
         raise ConfigError("pass seed= or generator=, not both")
     if stream:
@@ -1214,8 +1206,6 @@ def dataloader(
         prefetch_to_device=prefetch_to_device,
         max_failures=max_failures,
     )
-    if ds is not None and (batch_sampler is not None or sampler is not None):
-        check_sampler_size(ds.get_size(), sampler if batch_sampler is None else batch_sampler)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise ConfigError(f"generator={generator!r} must be a torch.Generator")
     return DataLoader.from_config(
@@ -1224,4 +1214,5 @@ def dataloader(
         sampler=sampler if batch_sampler is None else batch_sampler,
         seed=resolve_seed(seed, generator, config.shuffle),
         generator=generator,
+        traits=traits,
     )

@@ -20,16 +20,9 @@ from clorch_nb._signals import deferred_sigint
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import LoaderConfig, WorkerBackend
 from clorch_nb.data.datasets.collate import default_collate
-from clorch_nb.data.datasets.dataset import TensorDataset
-from clorch_nb.data.datasets.process_spec import ProcessSpec
-from clorch_nb.data.datasets.protocols import (
-    draws_random,
-    has_get_batch,
-    process_local_reason,
-)
-from clorch_nb.data.datasets.stream import is_stream
 from clorch_nb.data.datasets.thread_safety import check_thread_safe
 from clorch_nb.data.datasets.torch_worker_info import user_dataset
+from clorch_nb.data.datasets.traits import DatasetTraits
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.by_value import (
@@ -70,16 +63,14 @@ def sendable(fn: Any) -> bool:
     return not (module == "__main__" and getattr(main, "__file__", None) is None)
 
 
-def uses_get_batch(dataset: Any, config: LoaderConfig) -> bool:
+def uses_get_batch(traits: DatasetTraits, config: LoaderConfig) -> bool:
     """True when a whole batch is one ``dataset.get_batch(indices)`` call: the dataset has
     ``get_batch`` and ``collate_fn`` is :func:`~clorch_nb.data.default_collate` (a custom
     ``collate_fn`` always gets the items)."""
-    return config.collate_fn is default_collate and has_get_batch(dataset)
+    return config.collate_fn is default_collate and traits.get_batch
 
 
-def choose_worker_backend(
-    dataset: Any, spec: ProcessSpec | None, config: LoaderConfig
-) -> WorkerBackend:
+def choose_worker_backend(traits: DatasetTraits, config: LoaderConfig) -> WorkerBackend:
     """Where this loader builds its batches.
 
     ``num_workers=0``: inline. ``"thread"``: threads. ``"auto"``: processes when the dataset has a
@@ -98,11 +89,12 @@ def choose_worker_backend(
     """
     if config.num_workers == 0:
         return "inline"
+    dataset, spec = traits.view, traits.process_spec
     if config.worker_backend == "thread":
         check_thread_safe(dataset, has_process_spec=spec is not None, requested="thread")
         return "thread"
     init_fn = config.worker_init_fn
-    local = process_local_reason(dataset)  # only this process can read its data
+    local = traits.process_local  # only this process can read its data
     if config.worker_backend == "auto":
         if (
             spec is not None
@@ -129,7 +121,7 @@ def choose_worker_backend(
             f"function): define it at the top level of a .py module and pass that; {last}"
         )
     if spec is None and not SharedTensors.supports(dataset):
-        check_shippable(user_dataset(dataset))  # by value: NotShippableError names what cannot
+        check_shippable(traits.user)  # by value: NotShippableError names what cannot
     check_shippable_fn(config.collate_fn, "collate_fn")
     check_shippable_fn(init_fn, "worker_init_fn")
     if spec is not None:
@@ -139,8 +131,7 @@ def choose_worker_backend(
 
 def make_pool(
     backend: WorkerBackend,
-    dataset: Any,
-    spec: ProcessSpec | None,
+    traits: DatasetTraits,
     config: LoaderConfig,
     *,
     parent_arena: Callable[[], ParentArena] | None = None,
@@ -155,17 +146,17 @@ def make_pool(
     of each process worker's arena (``pin_memory``'s registered slots; default
     :class:`ParentArena`).
     """
-    stream = is_stream(dataset)  # a torch IterableDataset: each worker iterates its replica
+    dataset, spec, stream = traits.view, traits.process_spec, traits.stream
+    get_batch = uses_get_batch(traits, config)
     if backend == "inline":
         # a tensor_dataset (or a mix of them) draws no random numbers: no RNG seeding per batch
-        draws = not stream and not isinstance(dataset, TensorDataset) and draws_random(dataset)
-        return InlinePool(dataset, config, use_get_batch=not stream and uses_get_batch(
-            dataset, config), draws=draws, stream=stream)  # fmt: skip
+        return InlinePool(dataset, config, use_get_batch=get_batch, draws=traits.draws and not
+                          stream, stream=stream)  # fmt: skip
     if backend == "thread":
         from clorch_nb.data.workers.thread import ThreadPool
 
-        return ThreadPool(dataset, config, use_get_batch=not stream and uses_get_batch(
-            dataset, config), stream=stream)  # fmt: skip
+        return ThreadPool(dataset, config, use_get_batch=get_batch, stream=stream,
+                          thread_safe=traits.thread_safe)  # fmt: skip
     if backend == "process":
         from clorch_nb.data.workers.process import ProcessPool
 
@@ -194,7 +185,7 @@ class PoolSlot:
 
     Args:
         owner (object): the loader; when it is collected, the pool is closed.
-        backend ("inline" | "thread" | "process"), dataset, spec, config, parent_arena: what
+        backend ("inline" | "thread" | "process"), traits, config, parent_arena: what
             :func:`make_pool` builds the pool from.
 
     Attributes:
@@ -206,7 +197,7 @@ class PoolSlot:
         >>> from clorch_nb.data import tensor_dataset
         >>> owner = type("Owner", (), {})()
         >>> ds = tensor_dataset(torch.zeros(4, 1), torch.arange(4))
-        >>> slot = PoolSlot(owner, "inline", ds, None, LoaderConfig(batch_size=2))
+        >>> slot = PoolSlot(owner, "inline", DatasetTraits.of(ds), LoaderConfig(batch_size=2))
         >>> slot.pool is None, type(slot.open()).__name__, slot.close(), slot.pool
         (True, 'InlinePool', None, None)
     """
@@ -215,13 +206,12 @@ class PoolSlot:
         self,
         owner: object,
         backend: WorkerBackend,
-        dataset: Any,
-        spec: ProcessSpec | None,
+        traits: DatasetTraits,
         config: LoaderConfig,
         *,
         parent_arena: Callable[[], ParentArena] | None = None,
     ) -> None:
-        self.backend, self.dataset, self.spec, self.config = backend, dataset, spec, config
+        self.backend, self.traits, self.config = backend, traits, config
         self.parent_arena = parent_arena
         self.pool: WorkerPool | None = None
         #: what the last process pool sent its workers (kept after its workers end with an
@@ -237,8 +227,7 @@ class PoolSlot:
             with deferred_sigint():
                 self.pool = make_pool(
                     self.backend,
-                    self.dataset,
-                    self.spec,
+                    self.traits,
                     self.config,
                     parent_arena=self.parent_arena,
                 )

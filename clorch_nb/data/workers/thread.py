@@ -17,10 +17,8 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
-from clorch_nb.data.datasets.dataset import TensorDataset
 from clorch_nb.data.datasets.stream import Replica, StreamEnded, has_own_state
 from clorch_nb.data.datasets.thread_safety import (
-    declared_thread_safe,
     lazy_handle_error,
     shared_handles,
 )
@@ -64,10 +62,18 @@ class ThreadPool:
             sent to it (``BatchTask.worker``); ``worker_init_fn`` runs at its first ticket,
             once the epoch's base seed is known (``get_worker_info().seed`` is torch's
             ``base_seed + worker_id``).
+        thread_safe (bool): the dataset is declared thread-safe or is nothing but tensors
+            (:class:`~clorch_nb.data.datasets.traits.DatasetTraits`): no handle check.
     """
 
     def __init__(
-        self, dataset: Any, config: LoaderConfig, *, use_get_batch: bool, stream: bool = False
+        self,
+        dataset: Any,
+        config: LoaderConfig,
+        *,
+        use_get_batch: bool,
+        stream: bool = False,
+        thread_safe: bool = False,
     ) -> None:
         self.dataset = dataset
         self._config, self._stream = config, stream
@@ -102,7 +108,7 @@ class ThreadPool:
         self._probed = threading.Event()
         self._probe = threading.Lock()
         self._lazy_handle: BaseException | None = None
-        if declared_thread_safe(dataset) or isinstance(dataset, TensorDataset):
+        if thread_safe:
             self._probed.set()  # guarded, or tensors only
         self._stops_sent = False
         for w in range(self.num_workers):
