@@ -77,13 +77,19 @@ class Field:
 
 def describe_batch(batch: Any) -> tuple[Field, ...]:
     """The leaves of ``batch`` in key order: mappings, tuples (namedtuples) and dataclasses are
-    walked (the batch walker's containers, :mod:`clorch_nb._tree`); a list is one leaf, as the
-    loader gathers it (``list[str]``, its length as its shape).
+    walked (the batch walker's containers, :mod:`clorch_nb._tree`); a list of plain values is one
+    leaf, as the loader gathers it (``list[str]``, its length as its shape), and a list that holds
+    tensors, arrays or containers is walked by position (torch's ``default_collate`` turns
+    ``(x, y)`` items into the list ``[x, y]``).
 
     Example:
         >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
         >>> [(f.name, f.shape, f.dtype, f.nbytes) for f in fs]
         [('data', (4, 3), 'float32', 48), ('meta/id', (4,), 'list[str]', None)]
+        >>> [(f.name, f.shape) for f in describe_batch([torch.zeros(4, 3), torch.arange(4)])]
+        [('0', (4, 3)), ('1', (4,))]
+        >>> [(f.name, f.shape, f.nbytes) for f in describe_batch([torch.ones(2), torch.ones(5)])]
+        [('<batch>', (2,), 28)]
     """
     out: list[Field] = []
 
@@ -99,9 +105,22 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
                     x.element_size() * x.numel(),
                 )
             )
-        elif what == "list":
+        elif what in ("list", "tuple") and _structure(x):
+            for k, v in children(x) or ():  # torch's [x, y] of (x, y) items: walked by position
+                walk(v, (*path, k))
+        elif what in ("list", "tuple"):  # values gathered per item (strings, numbers, arrays,
+            # ragged rows): clorch_nb's collate gives a list, torch's keeps a tuple of strings
             types = sorted({type(v).__name__ for v in x})
-            out.append(Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", None))
+            sized = [v for v in x if hasattr(v, "nbytes")]
+            nbytes = (
+                sum(
+                    int(v.element_size() * v.numel()) if tree_kind(v) == "tensor" else int(v.nbytes)
+                    for v in sized
+                )  # fmt: skip
+                if sized and len(sized) == len(x)
+                else None
+            )
+            out.append(Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", nbytes))
         elif what != "leaf":
             for k, v in children(x) or ():
                 walk(v, (*path, k))
@@ -112,6 +131,23 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
 
     walk(batch, ())
     return tuple(out)
+
+
+def _structure(x: list[Any] | tuple[Any, ...]) -> bool:
+    """A list or tuple that is the batch's structure (torch's ``default_collate`` of ``(x, y)``
+    items: ``[x, y]``; clorch_nb's: ``(x, y)``), not values gathered one per item: it holds a
+    container, or tensors of one length along dim 0. Plain values (strings, numbers, arrays:
+    one per item) and tensors of different lengths (ragged rows) are gathered."""
+    kinds = [tree_kind(v) for v in x]
+    if any(k not in ("tensor", "leaf") for k in kinds):
+        return True
+    tensors = [v for v, k in zip(x, kinds, strict=True) if k == "tensor"]
+    if not tensors:
+        return False
+    return (
+        len(tensors) < len(x)  # tensors beside plain values: fields, not items
+        or (len({tuple(v.shape[:1]) for v in tensors}) == 1 and tensors[0].dim() > 0)
+    )
 
 
 def _batch_len(fields: tuple[Field, ...]) -> int | None:

@@ -1,0 +1,42 @@
+"""Datasets for the views' report oracles (tests/contract/test_view_reports.py): items built
+from a plain-data template, importable so process workers rebuild them by reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def make_item(template: Any, i: int) -> Any:
+    """Item ``i`` of the structure ``template``: ``("tensor", shape)``, ``("ndarray", shape)``,
+    ``("int",)``, ``("float",)``, ``("str",)``, or a dict / tuple (``("tuple", [...])``) of
+    templates. Values depend on ``i``, so every item differs."""
+    kind = template[0]
+    if kind == "tensor":
+        return torch.full(tuple(template[1]), float(i))
+    if kind == "ndarray":
+        return np.full(tuple(template[1]), i, dtype=np.int32)
+    if kind == "int":
+        return i
+    if kind == "float":
+        return i / 2
+    if kind == "str":
+        return f"item-{i}"
+    if kind == "tuple":
+        return tuple(make_item(t, i) for t in template[1])
+    return {k: make_item(t, i) for k, t in template[1].items()}  # "dict"
+
+
+class Structured(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``n`` items of the structure ``template`` (see :func:`make_item`)."""
+
+    def __init__(self, n: int, template: Any) -> None:
+        self.n, self.template = n, template
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        return make_item(self.template, i)
