@@ -148,3 +148,19 @@ class NestedItems(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, i: int) -> Any:
         return torch.nested.nested_tensor([self.held[j % 2] * i for j in range(i + 1)])
+
+
+class EpochTagged(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Yields ``(epoch, worker)`` per item: the epoch its ``set_epoch`` was last given, in the
+    replica that iterates (``n`` items split by worker)."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.epoch = n, -1
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Any:
+        w, k = _split()
+        for _ in range(w, self.n, k):
+            yield [self.epoch, w]

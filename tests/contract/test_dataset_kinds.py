@@ -25,6 +25,7 @@ from clorch_nb.errors import ConfigError, NotShippableError
 from tests.stream_fixtures import (
     Counted,
     CountedStream,
+    EpochTagged,
     NestedItems,
     Numbers,
     RaisingMap,
@@ -325,3 +326,21 @@ def test_b87_manual_seed_before_the_loop_reproduces_the_order(
     with data.DataLoader(list(range(20)), batch_size=4, shuffle=True) as fresh:
         fresh.load_state_dict(state)
         assert head + [b.tolist() for b in fresh] == first
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("persistent", [False, True], ids=["fresh_workers", "persistent"])
+@pytest.mark.parametrize(("num_workers", "backend"), BACKENDS, ids=[b for _, b in BACKENDS])
+def test_set_epoch_reaches_every_replica(num_workers: int, backend: str, persistent: bool) -> None:
+    """The loader calls the dataset's ``set_epoch(e)`` at each epoch, and it reaches the replica
+    each worker iterates, whatever the workers' lifecycle (torch's default, fresh workers each
+    epoch, or persistent ones)."""
+    kw: dict[str, Any] = {"worker_backend": backend} if num_workers else {}
+    if num_workers:
+        kw["persistent_workers"] = persistent
+    ds = EpochTagged(6)
+    with data.DataLoader(ds, batch_size=None, num_workers=num_workers, **kw) as loader:
+        for epoch in range(3):
+            seen = [tuple(int(v) for v in item) for item in loader]
+            assert len(seen) == 6 and {e for e, _ in seen} == {epoch}, seen
+            assert len({w for _, w in seen}) == max(1, num_workers)
