@@ -45,7 +45,12 @@ from clorch_nb.data.datasets.collate import default_collate
 from clorch_nb.data.datasets.dataset import as_dataset, get_process_spec
 from clorch_nb.data.datasets.epoch_hooks import EpochHooks
 from clorch_nb.data.datasets.process_spec import ProcessSpec
-from clorch_nb.data.datasets.protocols import bind_loader_hook, shard_of_hook, unbind_loader_hook
+from clorch_nb.data.datasets.protocols import (
+    bind_loader_hook,
+    shard_of_hook,
+    state_key_of,
+    unbind_loader_hook,
+)
 from clorch_nb.data.datasets.stream import check_replica_count, is_stream, warn_fast_forward
 from clorch_nb.data.delivery.delivery import Delivery
 from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Stage
@@ -607,6 +612,7 @@ class LoaderEngine:
             order_digest=digest,
             skipped=self._skipped_now(done, n),
             also_done=pos.also_done if done < n else (),
+            dataset=state_key_of(self._ds),  # what the dataset's positions mean (a mix's plan)
         )
 
     def _stream_state(self, pos: EpochPosition) -> LoaderState:
