@@ -14,6 +14,7 @@ __all__ = [
     "ClorchError",
     "CollateError",
     "ConfigError",
+    "DefaultCollateError",
     "LoaderClosedError",
     "NotShippableError",
     "RankError",
@@ -86,6 +87,21 @@ class CollateError(ClorchError, TypeError):
         self.positions = tuple(positions)
         self.found = tuple(found)
         self.num_items = num_items
+
+
+class DefaultCollateError(CollateError, RuntimeError):
+    """torch's ``default_collate`` failed on the torch front (``data.DataLoader``) and the
+    cause was found: the message names the key path, positions and shapes, as on
+    ``dataloader()``'s, then torch's own message. Also a ``RuntimeError``, the type torch raises
+    there (``stack expects each tensor to be equal size``; in a worker process, ``Trying to
+    resize storage that is not resizable``), so ``except RuntimeError`` written against torch
+    still catches it.
+
+    Example:
+        >>> e = DefaultCollateError("cannot stack the items: ...", positions=(8,))
+        >>> isinstance(e, RuntimeError), isinstance(e, CollateError), e.positions
+        (True, True, (8,))
+    """
 
 
 class WorkerError(ClorchError, RuntimeError):

@@ -27,12 +27,14 @@ torch.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
 import sys
 import threading
-from multiprocessing import forkserver
+from collections.abc import Iterator
+from multiprocessing import forkserver, process
 from typing import Any
 
 __all__ = [
@@ -40,6 +42,7 @@ __all__ = [
     "forkserver_context",
     "in_forkserver_preload",
     "interactive",
+    "main_without_file",
     "start_at_import",
     "start_forkserver",
 ]
@@ -89,6 +92,54 @@ def forkserver_context() -> Any:
     return ctx
 
 
+_hiding = threading.Lock()
+_hidden: list[Any] = [0, None]  # [starts under way, the __file__ they hide]
+
+
+def _fileless(path: Any) -> bool:
+    """``__main__.__file__`` names no file: ``<stdin>`` (``python - <<EOF``), ``<string>``."""
+    if not isinstance(path, str):
+        return False
+    here = getattr(process, "ORIGINAL_DIR", None) or ""  # where multiprocessing resolves it
+    return not os.path.isfile(os.path.join(here, path))
+
+
+@contextlib.contextmanager
+def main_without_file() -> Iterator[None]:
+    """While a worker process (or the forkserver) starts: a ``__main__`` whose ``__file__``
+    names no file (a script read from standard input, ``python - <<EOF``) is shown without it.
+
+    forkserver and spawn children re-run the parent's main script from ``__main__.__file__``
+    (multiprocessing's ``init_main_from_path``): for ``<stdin>`` there is no file, so every
+    worker failed at start (``FileNotFoundError: '<stdin>'``), where torch's fork workers run. A
+    ``__main__`` without a file (``python -c``, an interactive shell) is not re-run at all, and
+    that is what such a script's workers get: the dataset and functions defined in it reach
+    them by value (cloudpickle), not by re-running it. Starts on several threads share one
+    hiding; a main script that is a file is left as it is.
+
+    Example:
+        >>> with main_without_file():  # a doctest's __main__ is left as it is
+        ...     pass
+    """
+    main = sys.modules.get("__main__")
+    with _hiding:
+        if _hidden[0] == 0:
+            path = getattr(main, "__file__", None)
+            if main is not None and _fileless(path):
+                _hidden[1] = path
+                del main.__file__
+        _hidden[0] += 1
+    try:
+        yield
+    finally:
+        with _hiding:
+            _hidden[0] -= 1
+            if _hidden[0] == 0 and _hidden[1] is not None:
+                if main is not None and not hasattr(main, "__file__"):
+                    main.__file__ = _hidden[1]
+                _hidden[1] = None
+
+
 def interactive() -> bool:
     """True in an IPython shell or a Jupyter kernel (found in ``sys.modules``: IPython is never
     imported here).
@@ -133,14 +184,16 @@ def start_forkserver(*, background: bool = True) -> bool:
         threading.Thread(target=_start_quietly, daemon=True, name="clorch_nb-forkserver").start()
     else:
         forkserver_context()  # sets the preload list
-        forkserver.ensure_running()
+        with main_without_file():
+            forkserver.ensure_running()
     return True
 
 
 def _start_quietly() -> None:
     try:
         forkserver_context()
-        forkserver.ensure_running()
+        with main_without_file():
+            forkserver.ensure_running()
     except Exception:  # noqa: BLE001 - the first process loader starts it and reports why not
         pass
 

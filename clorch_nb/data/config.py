@@ -135,7 +135,8 @@ class LoaderConfig:
                 "prefetch_factor",
                 self.prefetch_factor,
                 minimum=1,
-                fix="it is how many batches each worker may prepare ahead (default 2)",
+                fix="it is how many batches each worker may prepare ahead: pass an int >= 1 "
+                "(default 2)",
             )
         if not callable(self.collate_fn):
             raise ConfigError(

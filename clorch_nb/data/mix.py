@@ -50,7 +50,7 @@ from clorch_nb.data.datasets.dataset import (
     get_process_spec,
 )
 from clorch_nb.data.datasets.process_spec import ProcessSpec
-from clorch_nb.data.datasets.protocols import has_get_batch
+from clorch_nb.data.datasets.protocols import has_get_batch, state_key_of
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.errors import ConfigError
 
@@ -347,6 +347,33 @@ class MixedDataset(TorchInterop):
         return merged
 
     # -- process workers ------------------------------------------------------------------------
+
+    def state_key(self) -> dict[str, Any]:
+        """What a position in this mix means something under, for a loader's ``state_dict()``
+        (the :class:`~clorch_nb.data.datasets.protocols.KeysState` hook): the sources in order
+        with their sizes, the weights as given, ``epoch_size`` and ``seed``, and a source mix's
+        own (``"mix['text'].weights"``). A state saved under other values is refused naming the
+        key and both values: its batches were cut from another plan, so resuming would repeat
+        some items, skip others and give neither plan's shares (B89).
+
+        Example:
+            >>> m = mix({"a": [0, 1], "b": [2]}, {"a": 3, "b": 1}, epoch_size=4)
+            >>> m.state_key()["mix.weights"], m.state_key()["mix.seed"]
+            ({'a': 3.0, 'b': 1.0}, 0)
+        """
+        p = self.plan
+        key: dict[str, Any] = {
+            "mix.sources": list(p.names),
+            "mix.sizes": list(p.sizes),
+            "mix.weights": dict(zip(p.names, p.weights, strict=True)),
+            "mix.epoch_size": p.epoch_size,
+            "mix.seed": p.seed,
+        }
+        for name, ds in zip(p.names, self._ds, strict=True):
+            for k, v in (state_key_of(ds) or {}).items():
+                inner = k.removeprefix("mix") if k.startswith("mix") else f".{k}"
+                key[f"mix[{name!r}]{inner}"] = v
+        return key
 
     @property
     def process_spec(self) -> ProcessSpec | None:

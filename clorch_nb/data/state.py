@@ -20,6 +20,9 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
   without such a sampler;
 * ``skipped``: the epoch's items skipped under ``max_failures`` (``[index, batch, error]``), or
   None (:mod:`~clorch_nb.data.skipping`);
+* ``dataset``: what the dataset's items depend on beyond its size, as it reports it
+  (:func:`~clorch_nb.data.datasets.protocols.state_key_of`: a mix's weights, seed and epoch size,
+  and its sources' own), compared key by key on load; None for a dataset without the hook;
 * ``iterable``: the loader's dataset is a torch ``IterableDataset`` (``size`` is then its
   ``len()``, or -1 without one); ``stream``: mid-epoch, its position, which is inside the
   workers' iterators: ``num_workers``, the epoch's torch ``base_seed``, ``next_worker`` (whose
@@ -94,6 +97,7 @@ class LoaderState:
     iterable: bool = False
     stream: dict[str, Any] | None = None
     seed_epoch: int = 0
+    dataset: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: ints, bools, strings and (for the sampler) a nested dict of those."""
@@ -132,6 +136,7 @@ class LoaderState:
             "skipped": (list, type(None)),
             "iterable": bool,
             "stream": (dict, type(None)),
+            "dataset": (dict, type(None)),
         }
         for key, value in fields.items():
             want = kinds.get(key, int)
@@ -151,11 +156,17 @@ class LoaderState:
 
     def check_matches(self, here: LoaderState, *, seed_fixed: bool) -> None:
         """Refuse this (saved) state if ``here`` (the loader loading it) differs in dataset size,
-        batch size, drop_last, shuffle or a fixed seed; the error names the field.
+        batch size, drop_last, shuffle, a fixed seed or a setting the dataset records
+        (``dataset``: a mix's weights...); the error names the field.
 
         ``seed_fixed=False`` (the loader was built without ``seed=``) adopts the saved seed.
         """
         fix = "build the loader with the same dataset and options as the one that saved it"
+        if self.dataset != here.dataset:  # a mix's position means something only in its plan
+            saved_key, here_key = self.dataset or {}, here.dataset or {}
+            for key in {**saved_key, **here_key}:
+                if saved_key.get(key) != here_key.get(key):
+                    raise refuse("loader", key, saved_key.get(key), here_key.get(key), fix)
         for key in ("iterable", "size", "batch_size", "drop_last", "shuffle"):
             if getattr(self, key) != getattr(here, key):
                 raise refuse("loader", key, getattr(self, key), getattr(here, key), fix)

@@ -26,6 +26,7 @@ __all__ = [
     "in_kernel",
     "live_widget_count",
     "weak_handler",
+    "weak_loader",
 ]
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
@@ -88,6 +89,31 @@ def weak_handler(method: Any) -> Any:
         return None if m is None else m(*args)
 
     return call
+
+
+def weak_loader(loader: Any) -> Any:
+    """A view's hold on the loader it shows: a callable returning the loader, or None once the
+    notebook has dropped it. Weak, because a displayed view lives on in the output area and in
+    IPython's ``Out`` history (ipywidgets#3544): a strong reference would keep a dropped loader's
+    persistent worker processes (and their shared memory) alive for the rest of the kernel (B94).
+    torch's dropped loader ends its workers; so does ours, viewed or not. An object that cannot
+    be weakly referenced is held as before.
+
+    Example:
+        >>> import torch
+        >>> from clorch_nb import data
+        >>> loader = data.dataloader(data.tensor_dataset(torch.zeros(4), torch.zeros(4)))
+        >>> ref = weak_loader(loader)
+        >>> ref() is loader
+        True
+        >>> del loader; import gc; _ = gc.collect()
+        >>> ref() is None
+        True
+    """
+    try:
+        return weakref.ref(loader)
+    except TypeError:  # e.g. a class with __slots__ and no __weakref__
+        return lambda: loader
 
 
 def _registry() -> dict[str, Any]:

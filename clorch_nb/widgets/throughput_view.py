@@ -44,7 +44,7 @@ import ipywidgets as W
 from clorch_nb.data import DataLoader
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Batched
-from clorch_nb.widgets._base import View, in_kernel
+from clorch_nb.widgets._base import View, in_kernel, weak_loader
 from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import Verdict
 from clorch_nb.widgets.throughput import HistoryPoint, ThroughputSnapshot, ThroughputStats
@@ -91,7 +91,7 @@ class ThroughputMonitor(View):
                 raise ConfigError(f"{name}={value!r} must be a number > 0 (updates per second)")
         if not 0 < chart_budget <= 1:
             raise ConfigError(f"chart_budget={chart_budget!r} must be in (0, 1]")
-        self.loader = loader
+        self._loader = weak_loader(loader)  # the output area keeps the view, not the loader
         self.refresh_hz = float(refresh_hz)
         self.chart_hz = float(chart_hz)
         self.chart_budget = chart_budget
@@ -124,6 +124,23 @@ class ThroughputMonitor(View):
         self._last_snap: ThroughputSnapshot | None = None  # of the last update (stall watch)
         self.stall_frames = 0  # stall frames drawn (stalled())
         self._stall = StallWatch(self._last_event, self._interval, self.stalled)
+
+    @property
+    def loader(self) -> Any:
+        """The loader watched (held weakly: a monitor still displayed does not keep a dropped
+        loader, or its worker processes, alive).
+
+        Raises:
+            ConfigError: the notebook dropped the loader (nothing else refers to it).
+        """
+        loader = self._loader()
+        if loader is None:
+            raise ConfigError(
+                "the loader this monitor watched was dropped (garbage-collected): a monitor holds "
+                "its loader weakly, so a re-run cell frees the old loader's workers. Keep a "
+                "reference (loader = ...) and make a new monitor: widgets.monitor(loader)"
+            )
+        return loader
 
     @property
     def stall_thread(self) -> threading.Thread | None:
@@ -171,7 +188,7 @@ class ThroughputMonitor(View):
         if self._chart_ is None:
             self._chart_ = ThroughputChart()
         chart = self._chart_
-        config = getattr(self.loader, "config", None)
+        config = getattr(self._loader(), "config", None)  # a dropped loader: no capacity line
         cap = getattr(config, "max_in_flight", None) if getattr(config, "num_workers", 0) else None
         chart.capacity = cap
         return chart
@@ -369,9 +386,10 @@ class ThroughputMonitor(View):
         from clorch_nb.widgets.timeline_view import TimelineView
 
         self.stats.flush()
-        replayable = isinstance(self.loader, DataLoader)
+        loader = self._loader()  # None once dropped: the timeline still draws, without replay
+        replayable = isinstance(loader, DataLoader)
         return TimelineView(
-            self.stats.recent, last=last, replay_from=self.loader if replayable else None
+            self.stats.recent, last=last, replay_from=loader if replayable else None
         )
 
     def export_trace(self, path: str, *, align_with: str | None = None) -> str:

@@ -18,7 +18,7 @@ import ipywidgets as W
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
-from clorch_nb.widgets._base import View, weak_handler
+from clorch_nb.widgets._base import View, weak_handler, weak_loader
 from clorch_nb.widgets._render import figure_png, new_figure
 from clorch_nb.widgets.replay_view import ReplayView
 from clorch_nb.widgets.timeline import H2D, KINDS, MAIN_LOOP, Timeline
@@ -75,7 +75,9 @@ class TimelineView(View):
         replay_from: data.DataLoader | None = None,
         decode: Callable[[list[int]], str] | None = None,
     ) -> None:
-        self.replay_from, self.decode = replay_from, decode
+        # held weakly (B94): a timeline still shown must not keep a dropped loader's workers
+        self._replay_from = None if replay_from is None else weak_loader(replay_from)
+        self.decode = decode
         self.replayed: ReplayView | None = None  # the batch clicked last
         evs = list(events)
         if last is not None:
@@ -84,12 +86,18 @@ class TimelineView(View):
                 evs = evs[batch_pos[-last] :]
         self.timeline = Timeline(evs)
 
+    @property
+    def replay_from(self) -> data.DataLoader | None:
+        """The loader batches are replayed from; None when made without one or once the
+        notebook dropped it (held weakly, B94)."""
+        return None if self._replay_from is None else self._replay_from()
+
     def _build_widget(self) -> Any:
         self.image = W.Image(value=self.to_png(), format="png", layout=W.Layout(max_width="100%"))
         self.text = W.HTML(
             f"<pre style='font-size:12px;margin:0'>{html.escape(self.to_text())}</pre>"
         )
-        if self.replay_from is None:
+        if self._replay_from is None:
             return W.VBox([self.image, self.text])
         self.batch_buttons: list[W.Button] = []
         self.replay_box = W.VBox()
@@ -151,14 +159,14 @@ class TimelineView(View):
             ConfigError: the view was made without ``replay_from``, or replay refuses the
                 loader (see :func:`clorch_nb.data.replay`).
         """
-        if self.replay_from is None:
+        loader = self.replay_from
+        if loader is None:
             raise ConfigError(
-                "this timeline has no loader to replay from; make it with "
+                "this timeline has no loader to replay from (made without one, or the loader was "
+                "dropped since: a view holds its loader weakly); make it with "
                 "TimelineView(events, replay_from=loader) or monitor(loader).timeline()"
             )
-        view = ReplayView.from_loader(
-            self.replay_from, epoch=epoch, batch=batch, decode=self.decode
-        )
+        view = ReplayView.from_loader(loader, epoch=epoch, batch=batch, decode=self.decode)
         if self.replayed is not None:
             self.replayed.close()
         self.replayed = view

@@ -16,14 +16,15 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from clorch_nb._text import KeyPath, key_path_text, positions_text
 from clorch_nb._tree import kind as tree_kind
 from clorch_nb._tree import rebuild, tensors
-from clorch_nb.errors import CollateError, ConfigError
+from clorch_nb.errors import CollateError, ConfigError, DefaultCollateError
 
-__all__ = ["cleanup_data", "default_collate", "pad_collate"]
+__all__ = ["cleanup_data", "default_collate", "pad_collate", "torch_default_collate"]
 
 
 def _keys(keys: Any) -> str:
@@ -93,6 +94,25 @@ def _out_for(items: Sequence[torch.Tensor]) -> torch.Tensor | None:
     return stack_out((len(items), *first.shape), dtype)
 
 
+def _shape_error(shapes: Sequence[tuple[int, ...]], path: KeyPath) -> CollateError | None:
+    """The error for items whose shapes differ at ``path`` (None when they are all one)."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, s in enumerate(shapes):
+        groups.setdefault(tuple(s), []).append(i)
+    if len(groups) < 2:
+        return None
+    found = "; ".join(f"{positions_text(p)} shape {s}" for s, p in groups.items())
+    return CollateError(
+        f"cannot stack {key_path_text(path)}: tensors differ in shape: {found}. Pad or "
+        "crop the items to one shape, or pass collate_fn=data.pad_collate (pads to the "
+        "longest and returns the lengths)",
+        key_path=path,
+        positions=_odd_ones(groups, tuple(shapes[0])),
+        found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
+        num_items=len(shapes),
+    )
+
+
 def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
     # Optimistic: stack first (torch checks the shapes in C), explain only when it fails.
     try:
@@ -105,22 +125,9 @@ def _stack(items: Sequence[torch.Tensor], path: KeyPath) -> torch.Tensor:
         return torch.stack(items, 0)  # type: ignore[arg-type]
     except RuntimeError:
         pass
-    shape = items[0].shape
-    for t in items:
-        if t.shape != shape:
-            groups: dict[tuple[int, ...], list[int]] = {}
-            for i, u in enumerate(items):
-                groups.setdefault(tuple(u.shape), []).append(i)
-            found = "; ".join(f"{positions_text(p)} shape {s}" for s, p in groups.items())
-            raise CollateError(
-                f"cannot stack {key_path_text(path)}: tensors differ in shape: {found}. Pad or "
-                "crop the items to one shape, or pass collate_fn=data.pad_collate (pads to the "
-                "longest and returns the lengths)",
-                key_path=path,
-                positions=_odd_ones(groups, tuple(shape)),
-                found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
-                num_items=len(items),
-            )
+    error = _shape_error([tuple(t.shape) for t in items], path)
+    if error is not None:
+        raise error
     return torch.stack(list(items), 0)  # same shapes, so re-raise torch's own error (e.g. dtype)
 
 
@@ -278,6 +285,85 @@ def default_collate(items: Sequence[Any]) -> Any:
     if len(items) == 0:
         raise ConfigError("collate got an empty list of items; a batch needs at least one item")
     return _collate(items, ())
+
+
+def _explain(items: Sequence[Any], path: KeyPath) -> CollateError | None:
+    """Why ``torch.utils.data.default_collate`` could not merge ``items``, found by walking them
+    as it does: tensors and numpy arrays of different shapes, or sequences of different lengths
+    (None when neither is found: its own error then stands)."""
+    first = items[0]
+    if all(isinstance(x, torch.Tensor | np.ndarray) for x in items):
+        return _shape_error([tuple(x.shape) for x in items], path)
+    if isinstance(first, Mapping) and all(isinstance(x, Mapping) for x in items):
+        for key in first:
+            if all(key in x for x in items):
+                found = _explain([x[key] for x in items], (*path, key))
+                if found is not None:
+                    return found
+        return None
+    if isinstance(first, Sequence) and not isinstance(first, str | bytes):
+        if not all(isinstance(x, Sequence) and not isinstance(x, str | bytes) for x in items):
+            return None
+        groups: dict[int, list[int]] = {}
+        for i, x in enumerate(items):
+            groups.setdefault(len(x), []).append(i)
+        if len(groups) > 1:
+            lengths = "; ".join(f"{positions_text(p)} length {n}" for n, p in groups.items())
+            return CollateError(
+                f"cannot collate {key_path_text(path)}: sequences differ in length: {lengths}. "
+                "Give every item the same number of fields, or pass a collate_fn that pads",
+                key_path=path,
+                positions=_odd_ones(groups, len(first)),
+                found=tuple((f"length {n}", tuple(p)) for n, p in groups.items()),
+                num_items=len(items),
+            )
+        for k in range(len(first)):
+            inner = _explain([x[k] for x in items], (*path, k))
+            if inner is not None:
+                return inner
+    return None
+
+
+def torch_default_collate(batch: Sequence[Any]) -> Any:
+    """``torch.utils.data.default_collate`` (the torch front's default ``collate_fn``), with
+    its stacking failures explained: the same batch, or, where torch raises a ``RuntimeError``
+    (``stack expects each tensor to be equal size``; in a process worker ``Trying to resize
+    storage that is not resizable``), a :class:`~clorch_nb.errors.DefaultCollateError` (a
+    ``CollateError`` and a ``RuntimeError``) naming the key path, the positions and the shapes,
+    then torch's own message.
+
+    Args:
+        batch (Sequence[Any]): the items of one batch.
+
+    Returns:
+        Any: what ``torch.utils.data.default_collate(batch)`` returns.
+
+    Raises:
+        DefaultCollateError: the items differ in shape (or a sequence in length) at a key path.
+        RuntimeError, TypeError: torch's own, where no such difference is found.
+
+    Example:
+        >>> torch_default_collate([(torch.zeros(2), 0), (torch.ones(2), 1)])[1]
+        tensor([0, 1])
+        >>> try:
+        ...     torch_default_collate([torch.zeros(2), torch.zeros(2), torch.zeros(3)])
+        ... except RuntimeError as e:  # what torch raises there
+        ...     print(type(e).__name__, e.positions, str(e)[:59])
+        DefaultCollateError (2,) cannot stack the items themselves: tensors differ in shape:
+    """
+    try:
+        return torch.utils.data.default_collate(batch)  # type: ignore[arg-type]
+    except RuntimeError as exc:
+        found = _explain(batch, ()) if len(batch) else None
+        if found is None:
+            raise
+        raise DefaultCollateError(
+            f"{found} (torch's default_collate: {str(exc).splitlines()[0]})",
+            key_path=found.key_path,
+            positions=found.positions,
+            found=found.found,
+            num_items=found.num_items,
+        ) from exc
 
 
 def pad_collate(

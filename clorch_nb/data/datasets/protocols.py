@@ -32,6 +32,10 @@ if it were absent.
 ``draws_random = False``            :class:`DrawsRandom`: building its items draws nothing from
                                     the global RNGs (a mix of tensor datasets), so inline workers
                                     skip seeding them per batch (:func:`draws_random`).
+``state_key() -> dict``             :class:`KeysState`: the settings its items depend on beyond
+                                    its size (a mix's weights, seed, epoch size); a loader state
+                                    records them and refuses to load under others
+                                    (:func:`state_key_of`).
 ==================================  ==============================================================
 
 **On a sampler** (or a batch sampler)
@@ -78,6 +82,7 @@ __all__ = [
     "DeclaresThreadSafe",
     "DrawsRandom",
     "HasProcessSpec",
+    "KeysState",
     "NamesShards",
     "OrderedPlan",
     "Plan",
@@ -96,6 +101,7 @@ __all__ = [
     "process_spec_attr",
     "set_epoch_hook",
     "shard_of_hook",
+    "state_key_of",
     "unbind_loader_hook",
 ]
 
@@ -109,6 +115,7 @@ HOOKS = {
     "distributed_sampler": "dataset",
     "process_local": "dataset",
     "draws_random": "dataset",
+    "state_key": "dataset",
     "bind_loader": "sampler",
     "unbind_loader": "sampler",
     "iter_from": "plan",
@@ -198,6 +205,17 @@ class DrawsRandom(Protocol):
     """A dataset that says whether building its items draws from the global RNGs."""
 
     draws_random: bool
+
+
+class KeysState(Protocol):
+    """A dataset whose items at an index depend on settings beyond its size (a mix's weights,
+    seed and epoch size): a loader state records them, and a state saved under other settings
+    is refused naming the setting, as for another batch size."""
+
+    def state_key(self) -> dict[str, Any]:
+        """Those settings as plain data (JSON: str keys; ints, floats, strings, lists, dicts),
+        one key per setting, named as the refusal should name it (``"mix.weights"``)."""
+        ...
 
 
 # -- samplers -----------------------------------------------------------------------------------
@@ -294,6 +312,20 @@ def declares_thread_safe(obj: Any) -> bool:
         (True, False)
     """
     return getattr(obj, "thread_safe", None) is True
+
+
+def state_key_of(dataset: Any) -> dict[str, Any] | None:
+    """``dataset.state_key()`` (:class:`KeysState`): what a loader state records of it; None
+    for a dataset without the hook.
+
+    Example:
+        >>> class Mixed:
+        ...     def state_key(self): return {"mix.seed": 0}
+        >>> state_key_of(Mixed()), state_key_of([1, 2])
+        ({'mix.seed': 0}, None)
+    """
+    hook = _hook(dataset, "state_key")
+    return None if hook is None else dict(hook())
 
 
 def shard_of_hook(dataset: Any) -> Callable[[torch.Tensor], str] | None:

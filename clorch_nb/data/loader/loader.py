@@ -43,7 +43,7 @@ from clorch_nb.data.config import (
 )
 from clorch_nb.data.datasets.collate import default_collate
 from clorch_nb.data.datasets.epoch_hooks import EpochHooks
-from clorch_nb.data.datasets.protocols import bind_loader_hook, unbind_loader_hook
+from clorch_nb.data.datasets.protocols import bind_loader_hook, state_key_of, unbind_loader_hook
 from clorch_nb.data.datasets.stream import check_replica_count, is_stream, warn_fast_forward
 from clorch_nb.data.datasets.traits import DatasetTraits
 from clorch_nb.data.delivery.delivery import Delivery
@@ -614,6 +614,7 @@ class LoaderEngine:
             order_digest=digest,
             skipped=self._skipped_now(done, n),
             also_done=pos.also_done if done < n else (),
+            dataset=state_key_of(self._ds),  # what the dataset's positions mean (a mix's plan)
         )
 
     def _stream_state(self, pos: EpochPosition) -> LoaderState:

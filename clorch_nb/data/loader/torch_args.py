@@ -20,6 +20,7 @@ import torch
 
 from clorch_nb._warn import user_stacklevel
 from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
+from clorch_nb.data.datasets.collate import torch_default_collate
 from clorch_nb.data.datasets.protocols import process_local_reason
 from clorch_nb.data.datasets.thread_safety import declared_thread_safe
 from clorch_nb.errors import ConfigError
@@ -225,7 +226,7 @@ def torch_loader_args(
         ...     generator=None, prefetch_factor=None, persistent_workers=False,
         ...     pin_memory_device="", in_order=True)
         >>> args.config.batch_size, args.config.shuffle, args.config.collate_fn.__name__
-        (2, False, 'default_collate')
+        (2, False, 'torch_default_collate')
     """
     # torch's checks in torch's order, with torch's sentence (what a search finds), each as a
     # ConfigError (a ValueError, as torch's) that also names the value given and the fix
@@ -245,10 +246,13 @@ def torch_loader_args(
             "could only be specified in multiprocessing; set num_workers > 0, or leave "
             "prefetch_factor at None"
         )
-    if prefetch_factor is not None and prefetch_factor < 0:
+    if prefetch_factor is not None and prefetch_factor < 1:
+        # torch 2.13 raises ValueError below 0 here and AssertionError("prefetch_factor must be
+        # greater than 0") for 0 at the first iter() (B95): both refused here, at construction
         raise ConfigError(
-            f"prefetch_factor={prefetch_factor!r}: prefetch_factor option should be "
-            "non-negative; use None (torch's default of 2) or an int >= 1"
+            f"prefetch_factor={prefetch_factor!r}: prefetch_factor must be greater than 0 (it is "
+            "how many batches each worker prepares ahead); use None (torch's default of 2) or "
+            "an int >= 1"
         )
     if persistent_workers and num_workers == 0:
         raise ConfigError(
@@ -303,7 +307,7 @@ def torch_loader_args(
             sampler, shuffle = None, False
         collate: Callable[[Any], Any] = Unbatched(collate_fn or torch.utils.data.default_convert)
     else:
-        collate = collate_fn or torch.utils.data.default_collate
+        collate = collate_fn or torch_default_collate
     options = _options(
         num_workers,
         prefetch_factor,
@@ -345,7 +349,7 @@ def _options(
     """The :class:`LoaderConfig` fields torch's worker options become."""
     return {
         "num_workers": num_workers,
-        "prefetch_factor": 2 if prefetch_factor is None else max(1, prefetch_factor),
+        "prefetch_factor": 2 if prefetch_factor is None else prefetch_factor,
         "timeout_ms": timeout * 1000.0 if timeout > 0 else None,
         "worker_backend": backend,
         "start_method": start_method,
@@ -379,7 +383,7 @@ def _iterable_args(
     collate: Callable[[Any], Any] = (
         Unbatched(collate_fn or torch.utils.data.default_convert)
         if batch_size is None
-        else collate_fn or torch.utils.data.default_collate
+        else collate_fn or torch_default_collate
     )
     config = LoaderConfig(
         batch_size=1 if batch_size is None else batch_size,

@@ -19,6 +19,14 @@ a lock, a generator, a database connection, a memory map, a CUDA tensor. Anythin
 ``cloudpickle`` refuses is located the same way (the deepest attribute whose pickling fails). No
 worker has started at that point, so nothing is left behind.
 
+A class pickled by reference (importable from the user's own module) is imported afresh by the
+worker, so a global of that module set at run time (``config.MEAN = mean`` in a cell) would be
+read there as the file writes it, where torch's fork workers inherit the kernel's value. The
+module globals the dataset's code reads (its methods, the helpers and modules they name:
+:func:`~clorch_nb._refs.module_globals_read`) are therefore sent with it, by value, and set in
+the worker before the dataset is rebuilt (B96); one set again later replaces the workers at the
+next epoch, as an edited file does.
+
 A class (or function) of ``__main__`` redefined since the dataset was shipped, as when its cell
 is run again, is what the workers run from the next epoch (:meth:`ByValue.refresh`): the
 dataset is pickled again with the new definition and the workers are replaced.
@@ -27,6 +35,7 @@ dataset is pickled again with the new definition and the workers are replaced.
 from __future__ import annotations
 
 import copyreg
+import importlib
 import io
 import mmap
 import multiprocessing.queues
@@ -45,8 +54,9 @@ import numpy as np
 import torch
 import torch.multiprocessing
 
-from clorch_nb._refs import function_references
+from clorch_nb._refs import function_references, module_globals_read
 from clorch_nb.data.workers.array_copies import SHARE_MIN_BYTES, ArrayCopies
+from clorch_nb.data.workers.worker_world import is_user_module
 from clorch_nb.errors import NotShippableError
 
 __all__ = [
@@ -347,6 +357,7 @@ class _Shipper(cloudpickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.shared, self.arrays = shared, arrays
         self.mains: dict[str, Any] = {}  # the __main__ classes and functions it pickled
+        self.code: dict[int, Any] = {}  # the user's classes and functions it pickled (B96)
         self.inherited: list[Any] = []  # multiprocessing's objects, sent as the worker starts
 
     def persistent_id(self, obj: Any) -> Any:
@@ -375,7 +386,67 @@ class _Shipper(cloudpickle.Pickler):
                 if now is not obj and isinstance(now, type(obj)) and now.__name__ == obj.__name__:
                     obj = now  # redefined since (its cell was run again): the new definition
                 self.mains[name] = obj
+        if isinstance(obj, type | types.FunctionType) and (
+            obj.__module__ == "__main__" or is_user_module(obj.__module__)
+        ):
+            self.code[id(obj)] = obj  # their code may read module globals set at run time
         return super().reducer_override(obj)
+
+
+_MISSING = object()
+
+
+def _same(now: Any, then: Any) -> bool:
+    """``now`` is ``then``, or an equal value of the same type (a float set again to itself)."""
+    if now is then:
+        return True
+    try:
+        return type(now) is type(then) and bool(now == then)
+    except Exception:  # noqa: BLE001 - an array's ambiguous truth, a failing __eq__: differs
+        return False
+
+
+def _globals_now(code: Any) -> dict[tuple[str, str], Any]:
+    """The module globals the user's ``code`` (classes and functions) reads, with their values
+    now: what a worker must see as the kernel has them, since it imports those modules afresh
+    from their files (B96: ``config.MEAN = computed`` in a cell; torch's fork workers inherit
+    it). A class or function that is the module's own definition of that name is left out: the
+    worker's import gives the same object."""
+    found: dict[tuple[str, str], Any] = {}
+    for module, name in module_globals_read(code, walks=is_user_module):
+        mod = sys.modules.get(module)
+        if mod is None or not is_user_module(module) or not hasattr(mod, name):
+            continue
+        value = getattr(mod, name)
+        own = isinstance(value, type | types.FunctionType) and (
+            value.__module__,
+            value.__qualname__,
+        ) == (module, name)
+        if not own and not isinstance(value, types.ModuleType):
+            found[(module, name)] = value
+    return found
+
+
+def _ship_globals(
+    read: dict[tuple[str, str], Any],
+    shared: list[torch.Tensor],
+    arrays: ArrayCopies,
+    inherited: list[Any],
+) -> tuple[tuple[str, str, bytes], ...]:
+    """Each of ``read`` pickled as the dataset is (large arrays aside, in ``arrays``); one
+    that cannot be pickled (a lock, an open file the module keeps) is left to the worker's own
+    import, as before."""
+    out = []
+    for (module, name), value in read.items():
+        buf = io.BytesIO()
+        pickler = _Shipper(buf, shared, arrays)
+        pickler.inherited = inherited
+        try:
+            pickler.dump(value)
+        except Exception:  # noqa: BLE001 - whatever cloudpickle refuses stays the module's own
+            continue
+        out.append((module, name, buf.getvalue()))
+    return tuple(out)
 
 
 class _Loader(pickle.Unpickler):
@@ -409,6 +480,9 @@ class ByValue:
 
     Attributes:
         blob (bytes): the pickled dataset, shared tensors and arrays left out.
+        module_globals (tuple[tuple[str, str, bytes], ...]): ``(module, name, pickled value)``
+            of each global of the user's modules that the dataset's code reads, as the kernel
+            has it now; a worker sets them before it rebuilds the dataset (B96).
         shared (tuple[torch.Tensor, ...]): tensors the caller had put in shared memory (sent
             as torch's handles: one buffer for all, as with fork).
         inherited (tuple[Any, ...]): multiprocessing's objects (a ``multiprocessing.Value``, a
@@ -453,6 +527,8 @@ class ByValue:
                 f"cannot send this dataset to process workers: {path} cannot be pickled "
                 f"({failure}). {_FIX}"
             ) from exc
+        self._read = _globals_now(pickler.code.values())
+        self.module_globals = _ship_globals(self._read, shared, arrays, pickler.inherited)
         arrays.seal()  # the copy is made now, from the caller's objects as they are
         self.blob = buf.getvalue()
         self.shared, self.arrays = tuple(shared), arrays
@@ -484,17 +560,30 @@ class ByValue:
             if (now := getattr(main, name, None)) is not obj and isinstance(now, type(obj))
         ]
 
+    def rebound(self) -> list[str]:
+        """The module globals the dataset's code reads (:func:`~clorch_nb._refs.
+        module_globals_read`) given another value since it was shipped, e.g.
+        ``["tests.fixtures.SCALE"]``; ``[]``: none."""
+        return [
+            f"{module}.{name}"
+            for (module, name), then in self._read.items()
+            if not _same(getattr(sys.modules.get(module), name, _MISSING), then)
+        ]
+
     def refresh(self) -> list[str]:
-        """Pickle the dataset again if a ``__main__`` definition it uses was redefined (its
-        workers must then be replaced); returns what was redefined (``[]``: nothing, no work).
+        """Pickle the dataset again if a ``__main__`` definition it uses was redefined, or a
+        module global its code reads was set since (its workers must then be replaced, as
+        torch's fork workers of a new epoch see both); returns what changed (``[]``: nothing,
+        no work).
 
         Raises:
             NotShippableError: the dataset can no longer be sent.
         """
-        changed = self.redefined()
+        changed = [f"{what} redefined in __main__" for what in self.redefined()]
+        changed += [f"{name} set since the workers started" for name in self.rebound()]
         if changed:
             self._ship()
-        return [f"{what} redefined in __main__" for what in changed]
+        return changed
 
     def describe(self) -> str:
         """What each worker receives, in words.
@@ -513,6 +602,9 @@ class ByValue:
     def build(self) -> Any:
         """The dataset, as a worker rebuilds it (large tensors and arrays mapped, not copied;
         its writes to them stay its own)."""
+        for module, name, blob in self.module_globals:  # as the kernel has them (B96)
+            value = _Loader(io.BytesIO(blob), self.shared, self.arrays, self.inherited).load()
+            setattr(importlib.import_module(module), name, value)
         return _Loader(io.BytesIO(self.blob), self.shared, self.arrays, self.inherited).load()
 
     def twin_key(self) -> Any:
@@ -520,7 +612,8 @@ class ByValue:
         caller's, by address)."""
         shared = tuple(t.data_ptr() for t in self.shared)
         inherited = tuple(id(o) for o in self.inherited)
-        return ("value", hash(self.blob), shared, self.arrays.key, inherited)
+        module_globals = hash(tuple(self.module_globals))
+        return ("value", hash(self.blob), module_globals, shared, self.arrays.key, inherited)
 
     def __getstate__(self) -> dict[str, Any]:
         # what reaches a worker: the bytes and the shared tensors (sent as handles), never the
@@ -530,7 +623,9 @@ class ByValue:
             "shared": self.shared,
             "arrays": self.arrays,
             "inherited": self.inherited,  # pickled as the worker starts (allowed only then)
+            "module_globals": self.module_globals,
             "_mains": {},
+            "_read": {},
             "_root": self._root,
         }
 

@@ -20,7 +20,7 @@ from clorch_nb.data.workers.frames import FrameReader
 from clorch_nb.data.workers.interrupts import deferred_sigint, start_process
 from clorch_nb.data.workers.task_pipe import TaskPipe
 from clorch_nb.errors import WorkerError
-from clorch_nb.warm_start import forkserver_context
+from clorch_nb.warm_start import forkserver_context, main_without_file
 
 __all__ = ["StartMethod", "WorkerHandle", "death_error", "start_worker", "worker_context"]
 
@@ -104,7 +104,8 @@ def start_worker(
             )
 
         try:
-            proc = start_process(make, ctx.get_start_method())
+            with main_without_file():  # a script from stdin: no file for workers to re-run
+                proc = start_process(make, ctx.get_start_method())
         except BaseException:
             for conn in pipes:
                 conn.close()
@@ -140,6 +141,9 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
     others = sorted(b for b in held if b != bi)
     queued = f"; batch(es) {others} were queued behind it (not started)" if others else ""
     main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    here = mp.process.ORIGINAL_DIR or ""  # type: ignore[attr-defined]
+    if not (isinstance(main_file, str) and os.path.isfile(os.path.join(here, main_file))):
+        main_file = None  # no script file (stdin, -c, a notebook): not re-imported by workers
     if status == "exit code 1" and w.started is None and not w.carried and main_file:
         # it never finished starting: the usual cause is a script without the main guard (its
         # workers re-import it, and its top level starts workers again inside them)

@@ -27,7 +27,7 @@ import sysconfig
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["WorkerWorld", "code_files"]
+__all__ = ["WorkerWorld", "code_files", "is_user_module"]
 
 
 def _module_file(module: str) -> str | None:
@@ -67,6 +67,20 @@ def code_files(source: Any, collate_fn: Any) -> tuple[str, ...]:
         if isinstance(path, str) and _is_user_code(path):
             files.append(path)
     return tuple(dict.fromkeys(files))
+
+
+def is_user_module(module: str) -> bool:
+    """Whether ``module`` is the user's own code: imported from a file outside the standard
+    library and installed packages, and not clorch_nb itself (nor ``__main__``).
+
+    Example:
+        >>> is_user_module("json"), is_user_module("torch"), is_user_module("clorch_nb.data")
+        (False, False, False)
+    """
+    if module == "__main__" or module.partition(".")[0] == "clorch_nb":
+        return False
+    path = getattr(sys.modules.get(module), "__file__", None)
+    return isinstance(path, str) and _is_user_code(path)
 
 
 _user_code: dict[str, bool] = {}  # path -> outside the stdlib and installed packages
