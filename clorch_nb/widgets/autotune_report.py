@@ -256,17 +256,35 @@ def gil_share(inline_items_per_s: float, threads_items_per_s: float, num_threads
 
 
 def _gil_clause(report: TuneReport) -> str:
+    """What the threads' speed-up says about the GIL, in words that follow the numbers.
+
+    ``k`` threads are compared with one worker thread (the same machinery; inline also runs
+    the loop, so a ratio to inline mixes in the consuming): within ``tolerance`` of 1 they
+    added nothing measurable, and no GIL share is claimed; slower, they only contended; faster,
+    the share that Amdahl's law gives (:func:`gil_share`)."""
     ok = {p.setting: p for p in report.probes if p.ok}
+    ones = [p for s, p in ok.items() if s.worker_backend == "thread" and s.num_workers == 1]
     inline = next((p for s, p in ok.items() if s.worker_backend == "inline"), None)
     threads = [p for s, p in ok.items() if s.worker_backend == "thread" and s.num_workers >= 2]
-    if inline is None or not threads:
+    base = max(ones, key=lambda p: p.items_per_s) if ones else inline
+    if base is None or not threads:
         return ""
+    what = "1 thread" if ones else "the main thread alone (inline, which also runs the loop)"
     t = max(threads, key=lambda p: p.items_per_s)
-    g = gil_share(inline.items_per_s, t.items_per_s, t.setting.num_workers)
-    return (
-        f"{t.setting.num_workers} threads ran {t.items_per_s / inline.items_per_s:.1f}x the "
-        f"main thread alone: the items hold the GIL about {g:.0%} of the time"
+    k = t.setting.num_workers
+    speedup = t.items_per_s / base.items_per_s
+    ran = f"{k} threads ran {speedup:.2f}x {what} ({t.items_per_s:,.0f} against " + (
+        f"{base.items_per_s:,.0f} items/s)"
     )
+    if abs(speedup - 1) <= report.tolerance:
+        return (
+            f"{ran}: more threads added nothing measurable, so the items hold the GIL most "
+            "of the time (or no core was free)"
+        )
+    if speedup < 1:
+        return f"{ran}: more threads only contended (the items hold the GIL, or no core was free)"
+    g = gil_share(base.items_per_s, t.items_per_s, k)
+    return f"{ran}: as if the items held the GIL about {g:.0%} of the time"
 
 
 def explain(report: TuneReport, pick: Probe, best: Probe) -> str:

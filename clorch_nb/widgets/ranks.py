@@ -157,8 +157,10 @@ class RanksReport:
         if not times:
             return [], {}
         t0, t1 = min(times), max(times)
-        width = max((t1 - t0) / bins, 0.05)
-        n = int((t1 - t0) / width) + 1
+        # bins that tile [t0, t1] exactly: a last bin reaching past the last batch would hold
+        # a part of a bin's items over a whole bin's time, a false plunge at the end
+        n = max(1, min(bins, int((t1 - t0) / 0.05)))
+        width = (t1 - t0) / n if t1 > t0 else 0.05
         starts = [i * width for i in range(n)]
         series = {}
         for r in range(self.world_size):

@@ -29,6 +29,9 @@ __all__ = ["ReplayReport", "SampleRow", "replay_report", "split_batch"]
 
 Kind = Literal["images", "text", "table"]
 
+#: field names taken as a sample's target (shown beside its index in a grid)
+TARGET_KEYS = ("target", "label", "labels", "y", "cls")
+
 
 @dataclass(frozen=True)
 class SampleRow:
@@ -83,6 +86,33 @@ class ReplayReport:
     rows: list[SampleRow]
     images: list[np.ndarray]
     texts: list[str]
+
+    @property
+    def target_key(self) -> str | None:
+        """The field that is each sample's target: one named ``target``, ``label``, ``labels``,
+        ``y`` or ``cls``; else, for ``(x, y)`` items (fields ``"0"`` and ``"1"``, torch's
+        ``[x, y]``), the one field beside the images; None when there is none.
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb import data
+            >>> ds = data.tensor_dataset(torch.rand(4, 8, 8), torch.arange(4))
+            >>> loader = data.dataloader(ds, batch_size=2, shuffle=False)
+            >>> replay_report(data.replay(loader, epoch=0, batch=1)).target_key
+            'target'
+            >>> pairs = [(torch.rand(8, 8), k) for k in range(4)]  # (x, y) items
+            >>> loader = data.DataLoader(pairs, batch_size=2)
+            >>> replay_report(data.replay(loader, epoch=0, batch=1)).target_key
+            '1'
+        """
+        if not self.rows:
+            return None
+        fields = list(self.rows[0].fields)
+        named = next((k for k in TARGET_KEYS if k in fields), None)
+        if named is not None:
+            return named
+        others = [k for k in fields if k != self.key]
+        return others[0] if self.kind == "images" and len(others) == 1 else None
 
     @property
     def has_shards(self) -> bool:

@@ -6,6 +6,7 @@ its dataset index (and for a ``shard_dataset``, its shard and offset) and the ba
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,9 @@ from matplotlib.transforms import Bbox
 
 from clorch_nb import data
 from clorch_nb.widgets._base import View
+from clorch_nb.widgets._fit import rect_in, text_size
 from clorch_nb.widgets._render import figure_png, new_figure
-from clorch_nb.widgets.replay import ReplayReport, replay_report
+from clorch_nb.widgets.replay import TARGET_KEYS, ReplayReport, replay_report
 
 __all__ = ["ReplayView"]
 
@@ -87,55 +89,78 @@ class ReplayView(View):
         return figure_png(draw(r))
 
 
-#: the fields whose value a grid shows next to each sample's index
-TARGET_KEYS = ("target", "label", "labels", "y", "cls")
-
-
 def _title(r: ReplayReport) -> str:
     return f"Replayed batch ({r.title}): {len(r.rows)} samples, seed {r.seed}"
 
 
+_IMAGE_IN = 0.95  # each image's height, inches
+_TITLE_IN = 0.24  # the room above each image for its title, inches
+_GAP_IN = 0.12  # between images side by side, inches
+_HEAD_IN = 0.5  # the figure's title and subtitle, inches
+
+
 def _draw_images(r: ReplayReport) -> Any:
-    # one mosaic in one axes (not an axes per sample: 32 of those take seconds to draw)
+    # one mosaic in one axes (not an axes per sample: 32 of those take seconds to draw), laid
+    # out in inches: each image has its title's room above it, so no title covers the image
+    # of the row before
     cols = min(GRID_COLUMNS, max(1, len(r.images)))
     rows = -(-len(r.images) // cols)
     h, w = r.images[0].shape[:2]
     rgb = any(img.ndim == 3 for img in r.images)
-    pad = max(1, h // 8)
-    cell_h, cell_w = h + pad, w + pad
+    per_in = h / _IMAGE_IN  # mosaic pixels per inch
+    titles = [_with_target(r, row) for row in r.rows]
+    widest = max(text_size(t, 8)[0] for t in titles)
+    cell_w_in = max(w / per_in + _GAP_IN, widest + 0.1)
+    gap_x = max(1, math.ceil(cell_w_in * per_in - w))
+    gap_y = max(1, math.ceil(_TITLE_IN * per_in))
+    cell_h, cell_w = h + gap_y, w + gap_x
     # white gaps: 1 in colour; 0 under gray_r, dark ink on white as every digit picture of the
     # tutorials draws it
     shape = (rows * cell_h, cols * cell_w, 3) if rgb else (rows * cell_h, cols * cell_w)
     mosaic = np.ones(shape) if rgb else np.zeros(shape)
     for i, img in enumerate(r.images):
-        y, x = (i // cols) * cell_h, (i % cols) * cell_w
+        y, x = (i // cols) * cell_h + gap_y, (i % cols) * cell_w
         mosaic[y : y + h, x : x + w] = img if (img.ndim == 3 or not rgb) else img[..., None]
-    fig = new_figure(1.1 * cols + 0.3, 1.25 * rows + 0.5)
-    top = 1 - 0.45 / fig.get_figheight()
-    ax = fig.add_axes((0.01, 0.01, 0.98, top - 0.01))
-    ax.imshow(mosaic, cmap=None if rgb else "gray_r", vmin=0, vmax=1, interpolation="nearest")
-    for i, row in enumerate(r.rows):
-        y, x = (i // cols) * cell_h, (i % cols) * cell_w
-        ax.text(x + w / 2, y - pad / 2, _with_target(row), ha="center", va="bottom", fontsize=8)
+    ax_w, ax_h = cols * cell_w / per_in, rows * cell_h / per_in
+    fig = new_figure(max(ax_w + 0.2, 4.0), ax_h + _HEAD_IN + 0.1)
+    ax = fig.add_axes(rect_in(fig, 0.1, 0.05, ax_w, ax_h))
+    ax.imshow(
+        mosaic,
+        cmap=None if rgb else "gray_r",
+        vmin=0,
+        vmax=1,
+        interpolation="nearest",
+        aspect="auto",
+        extent=(-0.5, cols * cell_w - 0.5, rows * cell_h - 0.5, -0.5),
+    )
+    for i, text in enumerate(titles):
+        y, x = (i // cols) * cell_h + gap_y, (i % cols) * cell_w
+        ax.text(x + w / 2, y - 1.5, text, ha="center", va="bottom", fontsize=8, gid=f"title-{i}")
         frame = Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor="#AAAAAA", lw=0.6)
+        frame.set_gid(f"image-{i}")
         ax.add_patch(frame)  # white ink-free pixels would otherwise melt into the gaps
-    ax.set_ylim(rows * cell_h, -pad * 3)
     ax.axis("off")
     fig.text(
         0.01, 1 - 0.08 / fig.get_figheight(), _title(r), fontsize=10, fontweight="bold", va="top"
     )
     fig.text(
-        0.01, 1 - 0.3 / fig.get_figheight(), "above each image: #dataset index: its target",
+        0.01, 1 - 0.3 / fig.get_figheight(),
+        "above each image: #dataset index: its target" + (
+            f" (field {r.target_key!r})" if r.target_key not in (None, *TARGET_KEYS) else ""
+        ) if r.target_key is not None else "above each image: #dataset index",
         fontsize=8, va="top", color="#333333",
     )  # fmt: skip
     return fig
 
 
-def _with_target(row: Any) -> str:
-    """``#index``, and the sample's label when it has a short one (``#1625: 2``): a picture
-    meant to explain a loss spike shows what each image was trained as."""
-    target = next((row.fields[k] for k in TARGET_KEYS if k in row.fields), None)
-    return row.label if target is None or len(target) > 8 else f"{row.label}: {target}"
+def _with_target(r: ReplayReport, row: Any) -> str:
+    """``#index``, and the sample's target (``#1625: 2``): a picture meant to explain a loss
+    spike shows what each image was trained as. A long target is cut to 12 characters."""
+    key = r.target_key
+    if key is None:
+        return row.label
+    target = row.fields[key]
+    return f"{row.label}: {target if len(target) <= 12 else target[:11] + chr(0x2026)}"
 
 
 def _draw_texts(r: ReplayReport) -> Any:

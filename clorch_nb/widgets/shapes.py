@@ -10,6 +10,7 @@ is kept, with its key path, as :class:`CollateFailure` instead of a traceback.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -303,6 +304,42 @@ class ShapeReport:
         return {k: v for k, v in seen.items() if len(v) > 1}
 
     @property
+    def ragged_lengths(self) -> dict[str, dict[int, tuple[int, ...]]]:
+        """For each ragged field, each dimension past the batch's that varies: its length in
+        every batch that has the field, in batch order (the distribution a ragged field's
+        padding or bucketing must handle).
+
+        Example:
+            >>> batches = [{"data": torch.zeros(2, n)} for n in (40, 37, 40, 39)]
+            >>> batch_shapes(batches).ragged_lengths
+            {'data': {1: (40, 37, 40, 39)}}
+        """
+        ragged = self.ragged
+        out: dict[str, dict[int, list[int]]] = {}
+        for b in self.batches:
+            for f in b.fields:
+                if f.name in ragged and f.shape:
+                    dims = out.setdefault(f.name, {})
+                    for d, n in enumerate(f.shape[1:], start=1):
+                        dims.setdefault(d, []).append(n)
+        return {
+            name: {d: tuple(v) for d, v in dims.items() if len(set(v)) > 1}
+            for name, dims in out.items()
+        }
+
+    def lengths_text(self) -> list[str]:
+        """One line per varying dimension of a ragged field: min, median and max length."""
+        lines = []
+        for name, dims in self.ragged_lengths.items():
+            for d, v in dims.items():
+                med = statistics.median(v)
+                lines.append(
+                    f"  {name} dim {d}: length min {min(v)}, median {med:g}, max {max(v)} "
+                    f"over {plural(len(v), 'batch', 'batches')}"
+                )
+        return lines
+
+    @property
     def total_bytes(self) -> int:
         return sum(b.nbytes for b in self.batches)
 
@@ -364,6 +401,7 @@ class ShapeReport:
                 or "none"
             )
         )
+        lines.extend(self.lengths_text())
         if self.failure is not None:
             lines.append(f"  collate error: batch {self.failure.batch_index}, {self.failure.where}")
         if self.truncated:

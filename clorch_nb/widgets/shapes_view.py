@@ -66,7 +66,12 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     tops = _draw_bars(ax, report, names)
     _draw_marks(ax, report, tops, selected)
     _draw_legend(ax, names, report.ragged, legend_cols)
-    title(fig, "Batch shapes: bytes per field in each batch")
+    shown = _mark_lengths(ax, report, tops)
+    title(
+        fig,
+        "Batch shapes: bytes per field in each batch"
+        + (f"; above each bar, {shown}" if shown else ""),
+    )
     fig.text(
         MARGIN / width,
         (panel_h + flags_h + 0.05) / height,
@@ -194,6 +199,20 @@ def _draw_legend(ax: Any, names: list[str], ragged: Mapping[str, object], cols: 
         )
 
 
+def _mark_lengths(ax: Any, report: ShapeReport, tops: np.ndarray) -> str:
+    """The first ragged field's varying length written above each batch's bar (the shape the
+    bytes hide); returns what the numbers are, or "" when no field is ragged."""
+    for name, dims in report.ragged_lengths.items():
+        for d, lengths in dims.items():
+            if len(lengths) != len(report.batches):
+                continue
+            for i, n in enumerate(lengths):
+                ax.text(i, tops[i], str(n), ha="center", va="bottom", fontsize=8, color=ERROR,
+                        gid=f"length-{i}")  # fmt: skip
+            return f"{name}'s length (dim {d})"
+    return ""
+
+
 def _flags_text(report: ShapeReport) -> tuple[str, bool]:
     """The flag line under the bars and whether it is an alarm (ragged or failed)."""
     flags = []
@@ -201,6 +220,7 @@ def _flags_text(report: ShapeReport) -> tuple[str, bool]:
         flags.append("partial: batch " + ranges(report.partial_batches))
     if report.ragged:
         flags.append("ragged: " + ", ".join(report.ragged))
+        flags.extend(line.strip() for line in report.lengths_text())
     if report.failure is not None:
         flags.append(f"collate error in batch {report.failure.batch_index}")
     if not flags:

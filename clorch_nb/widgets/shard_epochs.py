@@ -9,6 +9,7 @@ index, coloured by the rank that reads each item. Built from the steps in
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
-from clorch_nb.widgets._render import RANK_COLORS, new_figure
+from clorch_nb.widgets._render import DPI, new_figure, text_color_on
 from clorch_nb.widgets.shard_figures import (
     ALARM,
     FONT,
@@ -74,7 +75,9 @@ class _Frame:
         draw_lines(fig, self.footer, self.foot - 0.05)
 
 
-def draw_epochs(table: ShardTable, epoch: int = 0, *, checks: bool = True) -> Figure:
+def draw_epochs(
+    table: ShardTable, epoch: int = 0, *, checks: bool = True, width: float = 10.0
+) -> Figure:
     """Every epoch of ``table`` in one picture, coloured by rank, epoch ``epoch`` highlighted.
 
     With at most 32 positions per rank, one grid per epoch (ranks x positions, the dataset
@@ -87,7 +90,7 @@ def draw_epochs(table: ShardTable, epoch: int = 0, *, checks: bool = True) -> Fi
     """
     if max(e.num_positions for e in table.epochs) <= MAX_LABELLED:
         return _draw_panels(table, epoch, checks)
-    return _draw_strips(table, epoch, checks)
+    return _draw_strips(table, epoch, checks, width)
 
 
 def _repeat_flag(table: ShardTable, repeated: int | None) -> str:
@@ -106,6 +109,8 @@ def _epochs_title(table: ShardTable, what: str) -> str:
 # panels: small shards, one labelled grid per epoch
 
 _CELL_W, _CELL_H, _PANEL_GAP, _RANK_LABELS = 0.5, 0.42, 0.4, 0.85
+_DEALT_H, _DEALT_GAP = 0.26, 0.1  # the dealt order, above each grid
+_DEALT = _DEALT_H + _DEALT_GAP
 _XAXIS = 0.5  # position ticks under a grid (and the "position" label under the lowest)
 
 
@@ -125,8 +130,13 @@ def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
         wrap_to(f"epoch {e.epoch}" + (f" {f}" if f else ""), title_w, FONT, weight="bold")
         for e, f in zip(table.epochs, flags, strict=True)
     ]
-    pitch = max(text_size(t, FONT)[1] for t in titles) + 0.05 + panel_h + _XAXIS
-    frame = _frames(table, shown, checks, width, _panel_handles(table), "colour = rank")
+    pitch = max(text_size(t, FONT)[1] for t in titles) + 0.05 + _DEALT + panel_h + _XAXIS
+    key = (
+        f"colour = rank; above each grid, the epoch's order as the sampler deals it: position k "
+        f"goes to rank k mod {nrep} (rank r gets positions r, r+{nrep}, ...), so grid column j "
+        f"is positions {nrep}j..{nrep}j+{nrep - 1}"
+    )
+    frame = _frames(table, shown, checks, width, _panel_handles(table), key)
     fig = new_figure(width, frame.head + rows * pitch + 0.2 + frame.foot)
     for k, e in enumerate(table.epochs):
         row, col = divmod(k, per_row)
@@ -138,16 +148,65 @@ def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
         if col:
             ax.set_yticks([])
         mark_labelled(ax, e, faces, 11 if npos <= 16 else 8)
-        _panel_title(ax, titles[k], alarm=bool(flags[k]), shown=n > 1 and e.epoch == shown)
+        dealt_ax = fig.add_axes(rect_in(fig, x, y + panel_h + _DEALT_GAP, panel_w, _DEALT_H))
+        _draw_dealt(dealt_ax, e, npos, labels=not col)
+        _panel_title(ax, titles[k], alarm=bool(flags[k]), shown=n > 1 and e.epoch == shown,
+                     above=dealt_ax)  # fmt: skip
         if row == rows - 1 or k + per_row >= n:  # the lowest panel of its column
             ax.set_xlabel("position", fontsize=FONT)
     frame.draw(fig, _epochs_title(table, "dataset index each rank reads"))
     return fig
 
 
-def _panel_title(ax: Any, text: str, *, alarm: bool, shown: bool) -> None:
-    """The epoch (bold when it is the slider's) and its repeat flag, above its grid."""
-    ax.annotate(
+def _draw_dealt(ax: Any, e: Any, npos: int, *, labels: bool) -> None:
+    """The epoch's order as dealt (:meth:`EpochShards.dealt`): position ``k`` a cell of width
+    ``1 / R`` in its rank's colour, so grid column ``j`` lies under positions ``jR..jR+R-1``;
+    the dataset index in each cell that has room for it, padding repeats hatched."""
+    nrep = max(e.num_replicas, 1)
+    dealt = e.dealt()
+    ax.set_gid(f"dealt-epoch-{e.epoch}")
+    ax.set_xlim(0, npos)
+    ax.set_ylim(0, 1)
+    ax.set_xticks([])
+    ax.set_yticks([0.5], ["dealt" if labels else ""], fontsize=FONT)
+    ax.tick_params(length=0, pad=7)
+    for side in ("top", "right", "left", "bottom"):
+        ax.spines[side].set_visible(False)
+    cell_w = _CELL_W / nrep  # inches
+    size = 8 if cell_w >= 0.3 else 6.5
+    for k, (index, rank, pad) in enumerate(dealt):
+        x = k / nrep
+        color = rank_color(rank)
+        ax.add_patch(
+            Rectangle(
+                (x, 0),
+                1 / nrep,
+                1,
+                facecolor="white" if pad else color,
+                hatch="///" if pad else None,
+                edgecolor=color if pad else "white",
+                linewidth=0.8,
+                gid=f"dealt-{k}",
+            )
+        )
+        if text_size(str(index), size)[0] <= cell_w - 0.02:
+            ax.text(
+                x + 0.5 / nrep,
+                0.5,
+                str(index),
+                ha="center",
+                va="center",
+                fontsize=size,
+                color="black" if pad else text_color_on(color),
+                fontweight="bold" if pad else None,
+                gid=f"dealt-text-{k}",
+            )
+
+
+def _panel_title(ax: Any, text: str, *, alarm: bool, shown: bool, above: Any = None) -> None:
+    """The epoch (bold when it is the slider's) and its repeat flag, above its grid (or above
+    ``above``, the dealt order over the grid)."""
+    (above if above is not None else ax).annotate(
         text,
         xy=(0, 1),
         xycoords="axes fraction",
@@ -210,42 +269,67 @@ _STRIP_H, _STRIP_GAP, _STRIP_LABEL = 0.34, 0.16, 0.95
 _FEW = 20  # up to this many gaps or overlaps are widened and marked one by one
 
 
-def _draw_strips(table: ShardTable, shown: int, checks: bool) -> Figure:
-    width = 10.0
+def _draw_strips(table: ShardTable, shown: int, checks: bool, width: float = 10.0) -> Figure:
     strips = [e.strip() for e in table.epochs]
     flags = [_repeat_flag(table, r) for r in table.repeats()]
     flag_w = max((text_size(f, FONT, weight="bold")[0] for f in flags if f), default=0.0)
     flag_w = min(flag_w + 0.15, 3.2) if flag_w else 0.0
-    strip_w = width - 2 * MARGIN - _STRIP_LABEL - flag_w
+    ticks = _index_ticks(table.size)
+    # half the last tick's label reaches past the strip's end: room for it inside the figure
+    overhang = text_size(f"{ticks[-1]:,}", FONT)[0] / 2 + 0.02
+    right = max(MARGIN + flag_w, overhang + 0.05)
+    # whole pixels: the strip's image has one column per pixel, so nothing is resampled
+    x0 = round((MARGIN + _STRIP_LABEL) * DPI) / DPI
+    strip_w = int((width - right - x0) * DPI) / DPI
+    strip_h = round(_STRIP_H * DPI) / DPI
     handles = _strip_handles(table, strips)
-    key = "colour = the rank that reads each item"
+    key = (
+        "colour = the rank that reads each item; a pixel column holding items of several ranks "
+        "is split by their shares"
+    )
     frame = _frames(table, shown, checks, width, handles, key)
     n = len(strips)
     xaxis = 0.62
-    body = n * _STRIP_H + (n - 1) * _STRIP_GAP + xaxis + 0.12
-    fig = new_figure(width, frame.head + body + frame.foot)
+    body = n * strip_h + (n - 1) * _STRIP_GAP + xaxis + 0.12
+    height = math.ceil((frame.head + body + frame.foot) * DPI) / DPI
+    fig = new_figure(width, height)
     for k, (e, strip) in enumerate(zip(table.epochs, strips, strict=True)):
-        y = frame.foot + xaxis + (n - 1 - k) * (_STRIP_H + _STRIP_GAP)
-        ax = fig.add_axes(rect_in(fig, MARGIN + _STRIP_LABEL, y, strip_w, _STRIP_H))
-        _paint_strip(ax, strip, table.size)
+        y = round((frame.foot + xaxis + (n - 1 - k) * (strip_h + _STRIP_GAP)) * DPI) / DPI
+        ax = fig.add_axes(rect_in(fig, x0, y, strip_w, strip_h))
+        ax.set_gid(f"strip-epoch-{e.epoch}")
+        _paint_strip(ax, strip, table, (round(strip_w * DPI), round(strip_h * DPI)))
         _mark_strip(ax, strip, table.size, strip_w)
         _strip_labels(ax, e.epoch, flags[k], shown=n > 1 and e.epoch == shown)
         if k < n - 1:
             ax.set_xticks([])
         else:
-            ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+            ax.set_xticks([t for t in ticks], [f"{t:,}" for t in ticks])
             ax.set_xlabel("dataset index", fontsize=FONT)
     frame.draw(fig, _epochs_title(table, "which rank reads each dataset index"))
     return fig
 
 
-def _paint_strip(ax: Any, strip: Any, size: int) -> None:
-    rgba = np.zeros((1, max(size, 1), 4))
-    colors = [to_rgba(rank_color(r)) for r in range(len(RANK_COLORS))]
-    for i, r in enumerate(strip.owner):
-        rgba[0, i] = to_rgba(ALARM) if r is None else colors[r % len(colors)]
-    ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, max(size, 1), 0, 1))
-    ax.set_xlim(0, max(size, 1))
+def _index_ticks(size: int) -> list[int]:
+    """Up to 8 round ticks over ``0..size``, the end ``size`` included."""
+    ticks = [int(t) for t in MaxNLocator(8, integer=True).tick_values(0, max(size, 1))]
+    return [t for t in ticks if 0 <= t <= max(size, 1)]
+
+
+def _paint_strip(ax: Any, strip: Any, table: ShardTable, pixels: tuple[int, int]) -> None:
+    """One image column per pixel column: each column stacked by the shares of the ranks whose
+    items it holds (:meth:`IndexStrip.shares`; rank 0 at the bottom, items no rank reads red
+    on top), so a run drawn in one colour is a run in the data at any width."""
+    cols, rows = max(pixels[0], 1), max(pixels[1], 1)
+    nrep, size = table.num_replicas, max(table.size, 1)
+    shares = strip.shares(cols, nrep)
+    colors = np.array([to_rgba(rank_color(r)) for r in range(nrep)] + [to_rgba(ALARM)], dtype=float)
+    # per column, the class of each pixel row: rank r fills its share of the rows, in turn
+    bounds = np.rint(np.cumsum(shares, axis=1) * rows)  # (cols, nrep + 1)
+    row_mid = np.arange(rows) + 0.5
+    cls = (row_mid[:, None, None] >= bounds[None, :, :]).sum(axis=2)  # (rows, cols)
+    rgba = colors[np.minimum(cls, nrep)]
+    ax.imshow(rgba, aspect="auto", interpolation="nearest", origin="lower", extent=(0, size, 0, 1))
+    ax.set_xlim(0, size)
     ax.set_ylim(0, 1)
     ax.set_yticks([])
     for side in ("top", "right", "left"):

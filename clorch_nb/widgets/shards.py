@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
+
 from clorch_nb._text import plural, ranges
 from clorch_nb.data import SamplerSettings, ShardPlan
 from clorch_nb.errors import ConfigError
@@ -117,6 +119,23 @@ class EpochShards:
             line += f"; OUT OF RANGE 0..{self.size - 1}: {ranges(self.out_of_range)}"
         return line
 
+    def dealt(self) -> tuple[tuple[int, int, bool], ...]:
+        """The epoch's order as the sampler deals it: ``(index, rank, is_padding)`` for position
+        ``k = p * R + r`` of the (padded) order, which goes to rank ``k mod R`` (torch's
+        ``indices[rank::num_replicas]``: rank ``r`` gets positions ``r, r + R, ...``).
+
+        Example:
+            >>> e = shard_table(5, 2, shuffle=False, epochs=1).epochs[0]
+            >>> [i for i, _, _ in e.dealt()], [r for _, r, _ in e.dealt()][:4], e.dealt()[-1]
+            ([0, 1, 2, 3, 4, 0], [0, 1, 0, 1], (0, 1, True))
+        """
+        return tuple(
+            (self.rank_indices[r][p], r, self.is_padding[r][p])
+            for p in range(self.num_positions)
+            for r in range(self.num_replicas)
+            if p < len(self.rank_indices[r])
+        )
+
     @property
     def ok(self) -> bool:
         """Disjoint, nothing missing, nothing out of range (drop_last's cut is by design)."""
@@ -179,6 +198,39 @@ class IndexStrip:
         """Gaps that are not ``drop_last``'s: items lost by mistake."""
         dropped = set(self.dropped)
         return tuple(i for i in self.gaps if i not in dropped)
+
+    def shares(self, bins: int, num_replicas: int) -> np.ndarray:
+        """What each of ``bins`` equal slices of ``0..N`` holds: ``out[b, r]`` is the share of
+        slice ``b`` read by rank ``r`` (its owner), ``out[b, num_replicas]`` the share no rank
+        reads; each row sums to 1. Item ``i`` covers ``[i, i + 1)``, so a slice that cuts an
+        item counts the part it holds: a slice over several ranks' items is their mix, never
+        one rank's colour (what a picture with fewer pixels than items must draw).
+
+        Example:
+            >>> s = IndexStrip(owner=(0, 0, 1, None), padded=(False,) * 4, overlap=(False,) * 4)
+            >>> s.shares(2, 2).tolist(), s.shares(8, 2)[5].tolist()
+            ([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]], [0.0, 1.0, 0.0])
+        """
+        n = len(self.owner)
+        if bins < 1:
+            raise ConfigError(f"bins={bins!r} must be >= 1")
+        cls = np.array([num_replicas if r is None else r for r in self.owner], dtype=np.int64)
+        onehot = np.zeros((n, num_replicas + 1))
+        onehot[np.arange(n), cls] = 1.0
+        cum = np.vstack([np.zeros((1, num_replicas + 1)), np.cumsum(onehot, axis=0)])
+        edges = np.linspace(0.0, n, bins + 1)
+
+        def upto(x: np.ndarray) -> np.ndarray:  # how much of each class lies in [0, x)
+            whole = np.minimum(np.floor(x).astype(np.int64), n)
+            part = (x - whole)[:, None] * onehot[np.minimum(whole, n - 1)]
+            return np.asarray(cum[whole] + np.where((whole < n)[:, None], part, 0.0))
+
+        if n == 0:
+            out = np.zeros((bins, num_replicas + 1))
+            out[:, num_replicas] = 1.0
+            return out
+        amount = upto(edges[1:]) - upto(edges[:-1])
+        return np.asarray(amount / amount.sum(axis=1, keepdims=True))
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,8 @@ class WorkerRate:
 @dataclass(frozen=True)
 class HistoryPoint:
     """Rates at ``t_s`` seconds into the run: ``items_per_s``, ``wait_share`` and
-    ``queue_depth`` over the refresh window ending there; ``per_worker`` over a sliding window
+    ``queue_depth`` over the window from the previous point to there (a window ends at its last
+    batch, so every point is a filled interval); ``per_worker`` over a sliding window
     (see :meth:`ThroughputStats.worker_rates`)."""
 
     t_s: float
@@ -214,6 +215,10 @@ class ThroughputStats:
         self._t_epoch: float | None = None  # start of the last epoch started
         self._t0: float | None = None  # first start: history's time origin
         self._t_last = 0.0
+        self._t_batch = 0.0  # the last batch's time
+        self._t_closed = 0.0  # the last epoch end's time
+        # where the open history window starts: items, wait_s, batches, queue_sum, elapsed s
+        self._window: tuple[int, float, int, int, float] = (0, 0.0, 0, 0, 0.0)
         self._workers: dict[int, list[float]] = {}  # id -> [batches, items, busy_s]
         #: per ``worker_id``, the shard its latest batch came from (shard datasets only)
         self.worker_shards: dict[int, str] = {}
@@ -255,9 +260,6 @@ class ThroughputStats:
         del pending[:]  # keep the same list: ``add_batch`` is bound to it
         epoch_marks = marks[:]
         del marks[:]
-        items0, wait0, queue_n0 = self.items, self.wait_s, self.batches
-        queue_sum0 = self.queue_sum
-        t_begin = self.elapsed()
         # Epoch events only move the clock (time inside epochs) and restart the per-worker
         # windows, so all batches fold in one go whatever the number of epochs in between.
         start_pos = 0
@@ -277,19 +279,34 @@ class ThroughputStats:
         feed_batches(events[pos:])
         recent.extend(events[pos:])
         self._fold(events, start_pos)
-        t_end = self.elapsed(now)
+        # A window ends at its last batch, not at ``now`` or at the epoch's end: the time after
+        # the last batch (a refresh that came early, the workers' shutdown) holds no batch yet,
+        # and a rate over it would end every series in a false plunge. That time opens the
+        # next window instead (or, after the last epoch, is in no window).
+        items0, wait0, batches0, queue_sum0, t_begin = self._window
+        if self.batches == batches0:
+            return
+        t_end = self._elapsed_at(self._t_batch)
         dt = t_end - t_begin
-        if dt > 0 and self.batches > queue_n0:
-            per_worker = self.worker_rates(now)
-            self._push(
-                HistoryPoint(
-                    t_end,
-                    (self.items - items0) / dt,
-                    min(1.0, (self.wait_s - wait0) / dt),
-                    (self.queue_sum - queue_sum0) / (self.batches - queue_n0),
-                    per_worker,
-                )
+        if dt <= 0:  # batches at the window's very start: they join the next window
+            return
+        self._push(
+            HistoryPoint(
+                t_end,
+                (self.items - items0) / dt,
+                min(1.0, (self.wait_s - wait0) / dt),
+                (self.queue_sum - queue_sum0) / (self.batches - batches0),
+                self.worker_rates(now),
             )
+        )
+        self._window = (self.items, self.wait_s, self.batches, self.queue_sum, t_end)
+
+    def _elapsed_at(self, t: float) -> float:
+        """Wall seconds inside epochs up to ``t``, the time of a batch of the open epoch or of
+        the last closed one."""
+        if self._t_start is not None and t >= self._t_start:
+            return self._closed_s + (t - self._t_start)
+        return max(0.0, self._closed_s - max(0.0, self._t_closed - t))
 
     def _fold(self, evs: list[Any], recent_from: int = 0) -> None:
         # totals from every batch record; per-worker window chunks from ``evs[recent_from:]``,
@@ -312,6 +329,7 @@ class ThroughputStats:
         self.queue_last = queue[-1]
         worker_ids, times = col["worker_id"], col["t_s"]
         self._t_last = max(self._t_last, times[-1])
+        self._t_batch = max(self._t_batch, max(times))
         if any(col["shard"]):  # a shard dataset: each worker's latest shard (last one wins)
             self.worker_shards.update(
                 (w, sh) for w, sh in zip(worker_ids, col["shard"], strict=True) if sh
@@ -411,6 +429,7 @@ class ThroughputStats:
                 self._t0 = ev.t_s
         elif self._t_start is not None:
             self._closed_s += max(0.0, ev.t_s - self._t_start)
+            self._t_closed = ev.t_s
             self._t_start = None
             self.running = False
 

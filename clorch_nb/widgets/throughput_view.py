@@ -113,6 +113,9 @@ class ThroughputMonitor(View):
         self._chart_spent = 0.0  # seconds spent drawing live charts while iterating
         self._chart_est = 0.1
         self.live_frames = 0  # of the redraws, those made while iterating
+        self._chart_frame_s = 0.0  # loop seconds at the last live frame
+        #: why the live chart is not moving (its budget), "" while it is (also in the title)
+        self.chart_held = ""
         self._handle: Any = None
         self._unsubscribe: Any = None
         self._on_event: Any = None  # the subscriber, made once (for the current ``live``)
@@ -317,12 +320,22 @@ class ThroughputMonitor(View):
         # The first live frame (a full draw: the axes get their limits) once the loop has run
         # for two chart intervals; after it, at most chart_hz, and only while all the live
         # drawing so far plus the next frame fits in chart_budget of the loop's (in-epoch) wall
-        # time: the first frame is paid back before the next, and a 1 s loop sees one frame.
+        # time (the first frame, which lays the axes out, is not charged); while the budget
+        # holds the chart, the title says so (held_line).
         elapsed = self.stats.elapsed(now)
         if not self.live_frames:
             return elapsed >= 2 * self._chart_interval
         return now >= self._next_chart and (
             self._chart_spent + self._chart_est <= self.chart_budget * elapsed
+        )
+
+    def held_line(self, elapsed_s: float) -> str:
+        """Why the live chart shows an older frame: it keeps its drawing under
+        ``chart_budget`` of the loop's time (what each frame costs, since when it waits)."""
+        return (
+            f"chart held at {self._chart_frame_s:.1f} s of {elapsed_s:.1f} s: a frame costs "
+            f"~{1000 * self._chart_est:.0f} ms and drawing is kept under "
+            f"{self.chart_budget:.0%} of the loop's time"
         )
 
     def _tick(self, now: float) -> None:
@@ -346,13 +359,17 @@ class ThroughputMonitor(View):
     def _push(self, box: Any, chart: bool | None, now: float | None) -> None:
         snap = self.stats.snapshot(now)
         self._last_snap = snap
+        held = ""
         if chart is None:
             chart = now is not None and self._chart_due(now)
+            if now is not None and not chart and self.live_frames and now >= self._next_chart:
+                held = self.held_line(snap.elapsed_s)
         with box.hold_sync():
             self.title.value = (
                 f"<b>{'Running' if snap.running else 'Done'}</b>: {snap.items:,} items, "
                 f"{snap.batches:,} batches, {snap.elapsed_s:.2f} s"
-            )
+            ) + (f" <span style='color:#8A5A00'>({html.escape(held)})</span>" if held else "")
+            self.chart_held = held
             self.numbers.value = (
                 f"<pre style='font-size:12px;margin:0'>{html.escape(self._text(snap, now))}</pre>"
             )
@@ -363,7 +380,10 @@ class ThroughputMonitor(View):
                 self.redraws += 1
                 if now is not None:  # a live frame while iterating
                     self.live_frames += 1
-                    self._chart_spent += cost
+                    # the first frame lays the axes out once (a full draw, the slowest): not
+                    # charged, so it does not hold the chart still for seconds afterwards
+                    self._chart_spent += cost if self.live_frames > 1 else 0.0
+                    self._chart_frame_s = snap.elapsed_s
                     # the next frame is most likely a blit (the limits grow rarely)
                     last = self._chart.last_blit_s
                     self._chart_est = cost if last is None else last

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb.widgets.shapes import batch_shapes
+from clorch_nb.widgets.shapes_view import draw_shapes
 from tests.view_fixtures import Structured
 
 _LEAVES = st.one_of(
@@ -99,3 +100,52 @@ def test_batch_shapes_report_of_xy_items_in_process_workers(front: str) -> None:
     showed "0 B in all" and every batch PARTIAL: 2 of 64 items on torch's front)."""
     template = ("tuple", [("tensor", [3, 4]), ("int",)])
     _check(front, template, 130, 64, False, (2, "process"))
+
+
+class _Ragged(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Rows whose length varies from item to item; the collate pads each batch to its longest."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.ones(self.lengths[i])
+
+
+def _pad(items: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    n = max(len(x) for x in items)
+    return {"data": torch.stack([torch.nn.functional.pad(x, (0, n - len(x))) for x in items])}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    lengths=st.lists(st.integers(1, 50), min_size=2, max_size=40),
+    bs=st.integers(1, 8),
+    front=st.sampled_from(["torch", "clorch"]),
+)
+@pytest.mark.timeout(120)
+def test_ragged_lengths_are_the_batches_lengths(lengths: list[int], bs: int, front: str) -> None:
+    """A ragged field's length distribution (min, median, max) is that of the real batches."""
+    ds = _Ragged(lengths)
+    make = data.DataLoader if front == "torch" else data.dataloader
+    loader = make(ds, batch_size=bs, shuffle=False, collate_fn=_pad)
+    seen = [int(b["data"].shape[1]) for b in loader]  # the oracle: the loader's own batches
+    report = batch_shapes(loader)
+    if len(set(seen)) < 2:
+        assert report.ragged_lengths == {} and not report.lengths_text()
+        return
+    assert report.ragged_lengths == {"data": {1: tuple(seen)}}
+    (line,) = report.lengths_text()
+    med = np.median(seen)
+    assert line == (
+        f"  data dim 1: length min {min(seen)}, median {med:g}, max {max(seen)} over "
+        f"{len(seen)} {'batch' if len(seen) == 1 else 'batches'}"
+    )
+    assert line in report.to_text()
+    # the chart writes each batch's length above its bar
+    (ax,) = draw_shapes(report).axes
+    drawn = [t for t in ax.texts if (t.get_gid() or "").startswith("length-")]
+    assert [int(t.get_text()) for t in drawn] == seen

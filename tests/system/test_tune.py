@@ -50,7 +50,7 @@ def test_items_holding_the_gil_go_to_processes() -> None:
     report, _ = _tune(tune_fixtures.gil_held(10_000, 0.002), 5.0, num_workers=[2])
     assert report.choice == Setting("process", 2, 2), report.to_text()
     assert report.kwargs == {"num_workers": 2, "worker_backend": "process", "prefetch_factor": 2}
-    assert "hold the GIL about" in report.explanation
+    assert "hold the GIL" in report.explanation  # threads added nothing: no share claimed
     rates = {p.setting.worker_backend: p.items_per_s for p in report.probes}
     assert rates["process"] > 1.5 * max(rates["inline"], rates["thread"])
 

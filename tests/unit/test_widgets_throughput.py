@@ -70,7 +70,9 @@ def test_open_epoch_measured_up_to_now_and_history() -> None:
     assert snap.running and snap.elapsed_s == 4.0 and snap.items_per_s == 2.0
     h0, h1 = s.history
     assert (h0.t_s, h0.items_per_s, h0.wait_share, h0.queue_depth) == (1.0, 4.0, 0.5, 1.0)
-    assert (h1.t_s, h1.items_per_s, h1.queue_depth) == (4.0, 4 / 3, 3.0)
+    # the window ends at its last batch (2.0), not at ``now``: 2 s after it hold no batch yet
+    # (issue 44: a window over them ended every chart in a false plunge)
+    assert (h1.t_s, h1.items_per_s, h1.queue_depth) == (2.0, 4.0, 3.0)
     # per worker, between its own batches (epoch start as the first mark): worker 0 had 4
     # items in 1 s, then 3 s of silence (2 s beyond its usual 1 s gap): 4 / 3; worker 1 had
     # 4 items in 2 s and is not overdue: 2.0

@@ -1,0 +1,120 @@
+"""The throughput history against events of a known rate (issue 44): every point, the last one
+included, is a filled interval, so a steady loader draws a flat line with no plunge at its end,
+wherever the refreshes fall and however long the workers take to shut down; and the live chart
+says when its time budget holds it, tested with a slow fake draw."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clorch_nb import data
+from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.widgets.throughput import ThroughputStats
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    n=st.integers(2, 120),
+    items=st.integers(1, 64),
+    gap=st.floats(0.001, 0.2),
+    tail=st.floats(0.0, 2.0),
+    flush_at=st.lists(st.integers(0, 120), max_size=12),
+    now_late=st.floats(0.0, 0.5),
+)
+def test_every_history_point_is_a_filled_interval(
+    n: int, items: int, gap: float, tail: float, flush_at: list[int], now_late: float
+) -> None:
+    """Batches of ``items`` every ``gap`` s: every point's rate is ``items / gap``, the last too,
+    with refreshes after any batch (``now`` a little later than it) and an end ``tail`` s after
+    the last batch (the workers' shutdown)."""
+    s = ThroughputStats()
+    t0 = 50.0
+    s.add(EpochEvent("start", 0, n, "thread", 2, t0))
+    cuts = set(flush_at)
+    for b in range(n):
+        t = t0 + gap * (b + 1)
+        s.add(BatchEvent(0, b, b % 2, items, 0.0, 0.0, 0.0, 0, t))
+        if b in cuts:
+            s.flush(now=t + now_late)  # a refresh, some time after the batch
+    s.add(EpochEvent("end", 0, n, "thread", 2, t0 + gap * n + tail))
+    s.flush()
+    rate = items / gap
+    assert s.history, "a finished epoch has at least one point"
+    for p in s.history:
+        assert p.items_per_s == pytest.approx(rate, rel=1e-6), (p, rate)
+    assert s.history[-1].t_s == pytest.approx(gap * n, rel=1e-9)  # ends at the last batch
+    # the totals still count the whole epoch, shutdown included
+    assert s.snapshot().elapsed_s == pytest.approx(gap * n + tail)
+
+
+def test_the_reported_plunge_is_gone() -> None:
+    """05:25's shape: a steady loader, refreshed 4 times a second, whose last window holds one
+    batch and the shutdown: the last point was a fraction of the rate."""
+    s = ThroughputStats()
+    s.add(EpochEvent("start", 0, 0, "process", 2, 0.0))
+    t = 0.0
+    for b in range(100):
+        t = 0.01 * (b + 1)
+        s.add(BatchEvent(0, b, b % 2, 64, 0.0, 0.0, 0.0, 0, t))
+        if b % 25 == 24:
+            s.flush(now=t)
+    s.add(BatchEvent(0, 100, 0, 64, 0.0, 0.0, 0.0, 0, t + 0.01))
+    s.add(EpochEvent("end", 0, 0, "process", 2, t + 0.01 + 0.5))  # a 0.5 s shutdown
+    s.flush()
+    assert [round(p.items_per_s) for p in s.history] == [6400] * 5
+
+
+class _SlowChart:
+    """A chart whose frames take ``cost`` seconds (a slow machine), counting them."""
+
+    def __init__(self, cost: float) -> None:
+        self.cost, self.frames, self.last_blit_s = cost, 0, None
+
+    def render(self, *_: Any, **__: Any) -> bytes:
+        time.sleep(self.cost)
+        self.frames += 1
+        self.last_blit_s = self.cost
+        return b"\x89PNG fake"
+
+
+def test_live_chart_keeps_moving_and_says_when_its_budget_holds_it() -> None:
+    pytest.importorskip("ipywidgets")
+    from clorch_nb import widgets
+
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(10, 2), torch.arange(10)), batch_size=5
+    )
+    mon = widgets.ThroughputMonitor(loader, chart_budget=0.03, chart_hz=2.0, refresh_hz=4.0)
+    mon.live = True
+    slow = _SlowChart(0.03)  # 30 ms a frame: 1 s of loop pays for one frame at 3 %
+    mon._chart_ = slow  # type: ignore[assignment]
+    box = mon.widget
+    s = mon.stats
+    s.add(EpochEvent("start", 0, 1000, "inline", 0, 100.0))
+    frames_at: list[float] = []
+    held_seen = 0
+    for k in range(1, 41):  # 10 s of loop, a tick every 0.25 s
+        now = 100.0 + 0.25 * k
+        s.add(BatchEvent(0, k, -1, 5, 0.0, 0.0, 0.0, 0, now))
+        before = slow.frames
+        mon._update(chart=None, now=now, box=box)
+        if slow.frames > before:
+            frames_at.append(now - 100.0)
+            assert "chart held" not in mon.title.value
+        elif mon.live_frames and now >= mon._next_chart:
+            # not drawn for the budget: the title says so, with the budget and the frame's time
+            held_seen += 1
+            assert "chart held at" in mon.title.value and "3%" in mon.title.value
+            assert f"held at {frames_at[-1]:.1f} s" in mon.title.value
+    # the chart kept moving at the rate the budget allows (~1 frame per second of loop), the
+    # first frame (a full draw) not holding it still
+    assert len(frames_at) >= 8, frames_at
+    gaps = [b - a for a, b in zip(frames_at, frames_at[1:], strict=False)]
+    assert max(gaps) <= slow.cost / 0.03 + 0.5, gaps
+    assert held_seen > 0
