@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -128,6 +129,20 @@ def start_worker(
     return w
 
 
+def _torch_sentence(w: WorkerHandle) -> str:
+    """torch's own first sentence for a dead worker, so code (and tests) that match torch's
+    message match ours: "DataLoader worker (pid N) is killed by signal: Segmentation fault. " or
+    "DataLoader worker (pid(s) N) exited unexpectedly. "."""
+    code = getattr(w.proc, "exitcode", None)
+    if isinstance(code, int) and code < 0:
+        try:
+            name = signal.strsignal(-code) or f"signal {-code}"
+        except ValueError:
+            name = f"signal {-code}"
+        return f"DataLoader worker (pid {w.pid}) is killed by signal: {name}. "
+    return f"DataLoader worker (pid(s) {w.pid}) exited unexpectedly. "
+
+
 def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> WorkerError:
     """The error a worker's death mid-epoch gives: who, how (exit code or signal), the batch it
     was building (with its first dataset indices) and the likely causes.
@@ -158,7 +173,7 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
             "what failed at import. The epoch is stopped; or use worker_backend='thread'"
         )
     return WorkerError(
-        f"{w.where} died with {status} while building batch {bi} (dataset "
+        f"{_torch_sentence(w)}{w.where} died with {status} while building batch {bi} (dataset "
         f"indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
         "before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
         "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
