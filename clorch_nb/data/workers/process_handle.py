@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import signal
 import sys
 import time
@@ -129,12 +130,14 @@ def start_worker(
     return w
 
 
-def _torch_sentence(w: WorkerHandle) -> str:
+def _torch_sentence(w: WorkerHandle, status: str) -> str:
     """torch's own first sentence for a dead worker, so code (and tests) that match torch's
     message match ours: "DataLoader worker (pid N) is killed by signal: Segmentation fault. " or
-    "DataLoader worker (pid(s) N) exited unexpectedly. "."""
-    code = getattr(w.proc, "exitcode", None)
-    if isinstance(code, int) and code < 0:
+    "DataLoader worker (pid(s) N) exited unexpectedly. " (``status``: its exit, as
+    :func:`~clorch_nb.data.workers.remote_errors.exit_text` says it)."""
+    found = re.search(r"\(exit code (-\d+)\)", status)
+    code = int(found.group(1)) if found else None
+    if code is not None:
         try:
             name = signal.strsignal(-code) or f"signal {-code}"
         except ValueError:
@@ -173,7 +176,7 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
             "what failed at import. The epoch is stopped; or use worker_backend='thread'"
         )
     return WorkerError(
-        f"{_torch_sentence(w)}{w.where} died with {status} while building batch {bi} (dataset "
+        f"{_torch_sentence(w, status)}{w.where} died with {status} while building batch {bi} (dataset "
         f"indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
         "before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
         "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
