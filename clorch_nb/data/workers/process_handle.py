@@ -176,8 +176,8 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
             "what failed at import. The epoch is stopped; or use worker_backend='thread'"
         )
     return WorkerError(
-        f"{_torch_sentence(w, status)}{w.where} died with {status} while building batch {bi} (dataset "
-        f"indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
+        f"{_torch_sentence(w, status)}{w.where} died with {status} while building batch {bi} "
+        f"(dataset indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
         "before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
         "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
         "1 at start) a script that iterates a loader at import time: workers re-import "
