@@ -177,8 +177,8 @@ def death_error(w: WorkerHandle, status: str, held: dict[int, list[int]]) -> Wor
         )
     return WorkerError(
         f"{_torch_sentence(w, status)}{w.where} died with {status} while building batch {bi} "
-        f"(dataset indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it finished "
-        "before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
+        f"(dataset indices {first}{'...' if len(first) == 8 else ''}){queued}. Every batch it "
+        "finished before dying was delivered. Causes: the out-of-memory killer (SIGKILL), a crash "
         "in native code (SIGSEGV), os._exit() or sys.exit() in dataset code, or (exit code "
         "1 at start) a script that iterates a loader at import time: workers re-import "
         "the main script, so guard it with `if __name__ == '__main__':`. The epoch is "
