@@ -297,7 +297,8 @@ def test_nb03_buckets_nearly_sorted_refused(size: int) -> None:
     """A sorted order with a swap or two, or two sorted runs, is not a shuffle of the chunks;
     every seeded shuffle is (seeds 0..199, torch's and Python's generators)."""
     lengths = LENGTHS if size == 10 else LENGTHS_24
-    chunks = [_bucketed(None)[i : i + 16] for i in range(0, 160, 16)] if size == 10 else _chunks_24()
+    by_length = _bucketed(None)
+    chunks = [by_length[i : i + 16] for i in range(0, 160, 16)] if size == 10 else _chunks_24()
 
     def flat(cs: list[list[int]]) -> list[int]:
         return [i for c in cs for i in c]
@@ -1036,8 +1037,12 @@ def test_nb13_batches_must_be_shuffled() -> None:
 
     hints(nb13.exercise_1(pooled), "pool by pool in length order", "shuffle the order of all")
     hints(nb13.exercise_1(pooled_reversed), "goes down", "pool by pool")
-    for seed in range(20):
-        passes(nb13.exercise_1(lambda lengths, b, epoch, seed=0, s=seed: _buckets(lengths, b, epoch, seed + s)))
+    for shift in range(20):
+
+        def shifted(lengths: list[int], b: int, epoch: int, seed: int = 0, s: int = shift) -> Any:
+            return _buckets(lengths, b, epoch, seed + s)
+
+        passes(nb13.exercise_1(shifted))
 
 
 # -- notebook 14: sharded streams ------------------------------------------------------------------
