@@ -46,19 +46,39 @@ def _exercise_1(sampler: Any, lengths: Sequence[int], batch_size: int) -> str:
         f"{plain:.0%}); sort the indices by length before cutting them into chunks of "
         f"{batch_size}",
     )
-    longest = [max(lengths[i] for i in order[k : k + batch_size]) for k in range(0, n, batch_size)]
-    ascending = all(a <= b for a, b in zip(longest, longest[1:], strict=False))
-    descending = all(a >= b for a, b in zip(longest, longest[1:], strict=False))
+    steps = _length_steps(order, lengths, batch_size)
+    up, down, total = steps.count(1), steps.count(-1), len(steps)
     require(
-        len(longest) < 3 or not (ascending or descending),
+        total < 2 or (up and down),
         "the batches come in length order (every epoch would start with the shortest "
         "sentences); shuffle the order of the chunks, e.g. torch.randperm(len(chunks), "
         "generator=...)",
+    )
+    # a shuffled order of k chunks goes up about half of its k - 1 steps; a sorted order with a
+    # swap or two (or two sorted runs) goes down (or up) only once or twice
+    few = 1 if total < 11 else 2
+    require(
+        total < 4 or min(up, down) > few,
+        f"the chunks come almost in length order: from one batch to the next the mean length "
+        f"goes {'up' if up > down else 'down'} {max(up, down)} times of {total} and "
+        f"{'down' if up > down else 'up'} only {min(up, down)}; shuffle the order of all "
+        "the chunks, e.g. torch.randperm(len(chunks), generator=torch.Generator()."
+        "manual_seed(0)), rather than moving a few",
     )
     return (
         f"{share:.1%} padding with batches of {batch_size}, down from {plain:.0%} in dataset "
         "order, and the chunks come in a mixed order of lengths."
     )
+
+
+def _length_steps(order: Sequence[int], lengths: Sequence[int], batch_size: int) -> list[int]:
+    """From each batch of ``order`` to the next, whether the mean length goes up (1), down (-1)
+    or stays (0)."""
+    means = [
+        sum(lengths[i] for i in order[k : k + batch_size]) / len(order[k : k + batch_size])
+        for k in range(0, len(order), batch_size)
+    ]
+    return [(b > a) - (b < a) for a, b in zip(means, means[1:], strict=False)]
 
 
 def exercise_1(sampler: Any, lengths: Sequence[int], batch_size: int = 16) -> Check:

@@ -55,8 +55,8 @@ def exercise_1(state: Any) -> Check:
     return _exercise_1(state)
 
 
-@checker("Exercise 2", "the list of dataset indices the single new rank reads")
-def _exercise_2(rest: Any) -> str:
+@checker("Exercise 2", "the indices the single new rank reads, and that rank's loader")
+def _exercise_2(rest: Any, single: Any) -> str:
     rest = [int(i) for i in (rest.flatten().tolist() if isinstance(rest, torch.Tensor) else rest)]
     n = len(digits_tensors()[1])
     consumed = []
@@ -81,18 +81,59 @@ def _exercise_2(rest: Any) -> str:
         "the right items, in another order: give them in the order the new rank's loader "
         "yields them (the rest of epoch 1's shuffled order), not sorted",
     )
+    _resumed_on_one_rank(single, start=len(consumed), rest=len(rest))
     return (
         f"{len(rest)} items, in the order of the rest of epoch 1, and with the "
-        f"{len(consumed)} before the stop every digit once."
+        f"{len(consumed)} before the stop every digit once; the one-rank loader resumed at "
+        f"item {len(consumed)} of epoch 1 and read them."
     )
 
 
-def exercise_2(rest: Any) -> Check:
+def _resumed_on_one_rank(single: Any, *, start: int, rest: int) -> None:
+    """Require ``single`` to be a one-rank loader that loaded the stopped job's state and then
+    read the rest of epoch 1 (its own record: the sampler state it saves)."""
+    require(
+        single is not None,
+        "pass the one-rank loader too, check.exercise_2(rest, single): the check reads its "
+        "state to see that it resumed",
+    )
+    require(
+        callable(getattr(single, "state_dict", None)),
+        f"single is a {type(single).__name__}; pass the loader of job(1) (single, = job(1))",
+    )
+    state = single.state_dict()
+    sampler = state.get("sampler") or {}
+    require(
+        sampler.get("num_replicas") == 1,
+        f"single's sampler splits over {sampler.get('num_replicas')} ranks; build it with "
+        "job(1), one rank",
+    )
+    require(
+        sampler.get("epoch") == 1,
+        f"single read epoch {sampler.get('epoch')}; set_epoch(single.sampler, 1) after "
+        "load_state_dict, as section 4 does",
+    )
+    ran = state.get("batches_done") == 0 and state.get("epoch", 0) > sampler["epoch"]
+    require(
+        ran,
+        f"single stopped at batch {state.get('batches_done')} of epoch 1: read it to the end "
+        "(rest = [i for b in single for i in b['index'].tolist()])",
+    )
+    require(
+        sampler.get("start") == start and sampler.get("done") == rest,
+        f"single read epoch 1 from item {sampler.get('start')} ({sampler.get('done')} items), "
+        f"not from item {start}: load the stopped job's state, "
+        "single.load_state_dict(old[0].state_dict()), before iterating it",
+    )
+
+
+def exercise_2(rest: Any, single: Any = None) -> Check:
     """Check the indices a 1-rank job reads after resuming epoch 1 of a 2-rank job (digits,
-    ``batch_size=32``, ``seed=0``) stopped after 10 batches per rank: exactly the unread ones.
+    ``batch_size=32``, ``seed=0``) stopped after 10 batches per rank: exactly the unread ones,
+    read by ``single``, the one-rank loader that loaded the stopped job's state.
 
     Example:
         >>> exercise_2([0, 1, 2])
         ✗ Exercise 2, not yet: the new rank read 3 items; 1157 were left of epoch 1 after ...
     """
-    return _exercise_2(rest)
+    return _exercise_2(rest, single)

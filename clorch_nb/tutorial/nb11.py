@@ -23,7 +23,14 @@ def _exercise_1(jitter: Any) -> str:
     x[1] = 1.0
     torch.manual_seed(0)
     y = jitter(x.clone())
-    require(isinstance(y, torch.Tensor), f"jitter returned a {type(y).__name__}, not a tensor")
+    require(
+        y is not Ellipsis,
+        "jitter returned ... (the placeholder): replace it with torch operations on x",
+    )
+    require(
+        isinstance(y, torch.Tensor),
+        f"jitter returned {type(y).__name__} {y!r:.40}, not a tensor: return the jittered batch",
+    )
     require(y.shape == x.shape, f"shape {tuple(y.shape)}; keep the batch's shape {tuple(x.shape)}")
     require(y.dtype == x.dtype, f"dtype {y.dtype}; keep {x.dtype}")
     require(bool(((y >= 0) & (y <= 1)).all()), "some values left [0, 1]: clamp them")

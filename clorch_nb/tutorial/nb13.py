@@ -55,6 +55,18 @@ def _exercise_1(bucket_batches: Callable[..., Any]) -> str:
         "the batches come in length order, so every epoch starts with the shortest items; "
         "shuffle the order of the batches",
     )
+    means = [sum(lengths[i] for i in b) / len(b) for b in epochs[0]]
+    up = sum(b > a for a, b in zip(means, means[1:], strict=False))
+    down = sum(b < a for a, b in zip(means, means[1:], strict=False))
+    # shuffled batches go up about half of the steps from one batch to the next; batches cut
+    # from sorted pools and never shuffled go up (or down) in nearly every step, a sawtooth
+    require(
+        max(up, down) <= 0.75 * (len(means) - 1),
+        f"from one batch to the next the mean length goes {'up' if up > down else 'down'} "
+        f"{max(up, down)} times of {len(means) - 1}: the batches come pool by pool in length "
+        "order (a sawtooth), so every epoch starts with the shortest items of the first pool; "
+        "shuffle the order of all the batches (with the epoch's generator) after cutting them",
+    )
     require(
         epochs[0] != epochs[1],
         "epochs 0 and 1 give the same batches; seed the generator with seed + epoch",

@@ -3,8 +3,11 @@ trained on (notebook 19 runs it; in a terminal, from notebooks/):
 
     python scripts/lightning_digits.py OUT_DIR --loader clorch   # clorch_nb's DataLoader
     python scripts/lightning_digits.py OUT_DIR --loader torch    # torch's, for comparison
+    python scripts/lightning_digits.py OUT_DIR --loader clorch torch  # both, in OUT_DIR/<loader>
 
-One launch runs three fits, one after the other, in the same two ranks:
+The notebook runs both loaders in one launch: starting the two ranks (Python, torch and
+Lightning, twice) costs far more than the fits. For each loader, one launch runs three fits, one
+after the other, in the same two ranks:
 
 1. "full": 2 epochs, a checkpoint every 3 steps (Lightning's ModelCheckpoint);
 2. "resumed": a new Trainer resumes from the checkpoint of step 3 (``ckpt_path=``), as a job
@@ -14,7 +17,8 @@ One launch runs three fits, one after the other, in the same two ranks:
 
 Each rank prints one line per fit (one write per line: the two ranks share stdout, and a line
 written in pieces could be cut by the other rank's) and writes OUT_DIR/<fit>_rank<r>.json with
-the dataset indices of every step, per epoch, and the FullCopyPerRankWarning it got, if any.
+the dataset indices of every step, per epoch, and the FullCopyPerRankWarning it got, if any
+(OUT_DIR/<loader>/ when several loaders are given; their lines then start with the loader).
 """
 
 from __future__ import annotations
@@ -67,7 +71,9 @@ def public_name(obj: object) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-def fit(name: str, out_dir: str, loader: str, *, epochs: int, **options: object) -> None:
+def fit(
+    name: str, out_dir: str, loader: str, *, epochs: int, tag: str = "", **options: object
+) -> None:
     ckpt_path = options.pop("ckpt_path", None)
     callbacks = []
     if name == "full":  # a checkpoint every 3 steps: step=3.ckpt, step=6.ckpt, ...
@@ -108,23 +114,27 @@ def fit(name: str, out_dir: str, loader: str, *, epochs: int, **options: object)
         f"epoch {e}: {len(s)} steps, {sum(map(len, s))} items" for e, s in module.steps.items()
     )
     warned = f" | {len(full_copy)} FullCopyPerRankWarning" if full_copy else ""
-    sys.stdout.write(f"{name:10} rank {rank}: {counts}{warned}\n")  # one write: a whole line
+    sys.stdout.write(f"{tag}{name:10} rank {rank}: {counts}{warned}\n")  # one write: a whole line
     sys.stdout.flush()
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("out_dir")
-    p.add_argument("--loader", choices=("clorch", "torch"), default="clorch")
+    p.add_argument("--loader", choices=("clorch", "torch"), nargs="+", default=["clorch"])
     a = p.parse_args()
-    os.makedirs(a.out_dir, exist_ok=True)
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore", ".*does not have many workers.*")  # num_workers=0 on purpose
-    fit("full", a.out_dir, a.loader, epochs=2)
-    step3 = os.path.join(a.out_dir, "step=3.ckpt")
-    fit("resumed", a.out_dir, a.loader, epochs=1, ckpt_path=step3)
-    if a.loader == "clorch":
-        fit("no_sampler", a.out_dir, a.loader, epochs=1, use_distributed_sampler=False)
+    several = len(a.loader) > 1
+    for loader in a.loader:
+        out_dir = os.path.join(a.out_dir, loader) if several else a.out_dir
+        tag = f"{loader:6} " if several else ""
+        os.makedirs(out_dir, exist_ok=True)
+        fit("full", out_dir, loader, epochs=2, tag=tag)
+        step3 = os.path.join(out_dir, "step=3.ckpt")
+        fit("resumed", out_dir, loader, epochs=1, ckpt_path=step3, tag=tag)
+        if loader == "clorch":
+            fit("no_sampler", out_dir, loader, epochs=1, use_distributed_sampler=False, tag=tag)
 
 
 if __name__ == "__main__":  # Lightning runs this file again for rank 1: only a real start trains

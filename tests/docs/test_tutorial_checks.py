@@ -284,6 +284,41 @@ def test_nb03_buckets() -> None:
     hints(nb03.exercise_1(_bucketed(0) + [0], LENGTHS, batch_size=16), "exactly once")
 
 
+LENGTHS_24 = [(i * 11) % 37 + 4 for i in range(384)]  # 24 chunks of 16, as the notebook's 384
+
+
+def _chunks_24() -> list[list[int]]:
+    by_length = sorted(range(len(LENGTHS_24)), key=lambda i: LENGTHS_24[i])
+    return [by_length[i : i + 16] for i in range(0, len(by_length), 16)]
+
+
+@pytest.mark.parametrize("size", [10, 24])
+def test_nb03_buckets_nearly_sorted_refused(size: int) -> None:
+    """A sorted order with a swap or two, or two sorted runs, is not a shuffle of the chunks;
+    every seeded shuffle is (seeds 0..199, torch's and Python's generators)."""
+    lengths = LENGTHS if size == 10 else LENGTHS_24
+    by_length = _bucketed(None)
+    chunks = [by_length[i : i + 16] for i in range(0, 160, 16)] if size == 10 else _chunks_24()
+
+    def flat(cs: list[list[int]]) -> list[int]:
+        return [i for c in cs for i in c]
+
+    first_two = [chunks[1], chunks[0], *chunks[2:]]
+    rotated = chunks[size // 2 :] + chunks[: size // 2]
+    for wrong in (first_two, rotated, rotated[::-1]):
+        hints(nb03.exercise_1(flat(wrong), lengths, 16), "almost in length order", "randperm")
+    if size == 24:  # two chunks far apart swapped: the mean length goes down twice in 23 steps
+        swapped = chunks[:]
+        swapped[0], swapped[5] = swapped[5], swapped[0]
+        hints(nb03.exercise_1(flat(swapped), lengths, 16), "almost in length order")
+    for seed in range(200):
+        order = torch.randperm(size, generator=torch.Generator().manual_seed(seed)).tolist()
+        passes(nb03.exercise_1(flat([chunks[k] for k in order]), lengths, 16))
+        shuffled = chunks[:]
+        random.Random(seed).shuffle(shuffled)
+        passes(nb03.exercise_1(flat(shuffled), lengths, 16))
+
+
 def _crop(items: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     h = min(it["image"].shape[-2] for it in items)
     w = min(it["image"].shape[-1] for it in items)
@@ -703,7 +738,11 @@ def test_nb09_state_after_an_epoch() -> None:
     hints(nb10.exercise_1(other.state_dict()), "batch_size=128")
 
 
-def _rest(stop_after: int, *, set_epoch: bool = True, load: bool = True) -> list[int]:
+def _rest(
+    stop_after: int, *, set_epoch: bool = True, load: bool = True, world: int = 1
+) -> tuple[list[int], Any]:
+    """The rest of epoch 1 read by a new job of ``world`` ranks (rank 0's loader, returned too)
+    after a 2-rank job stopped after ``stop_after`` batches per rank."""
     digits = _digits_with_index()
 
     def job(world: int) -> list[Any]:
@@ -721,22 +760,45 @@ def _rest(stop_after: int, *, set_epoch: bool = True, load: bool = True) -> list
         it = iter(dl)
         for _ in range(stop_after):
             next(it)
-    (single,) = job(1)
+    single = job(world)[0]
     if load:
         single.load_state_dict(old[0].state_dict())
     if set_epoch:
         data.set_epoch(single.sampler, 1)
-    return [i for b in single for i in b["index"].tolist()]
+    return [i for b in single for i in b["index"].tolist()], single
 
 
 def test_nb09_elastic_rest() -> None:
-    rest = _rest(10)
-    passes(nb10.exercise_2(rest))
-    passes(nb10.exercise_2(torch.tensor(rest)))
-    hints(nb10.exercise_2(sorted(rest)), "in another order", "not sorted")
-    hints(nb10.exercise_2(_rest(6)), "1157 were left")  # the 6 batches of section 4
-    hints(nb10.exercise_2(_rest(10, load=False)), "were left")
-    hints(nb10.exercise_2(rest[:-32]), "were left")
+    rest, single = _rest(10)
+    passes(nb10.exercise_2(rest, single))
+    passes(nb10.exercise_2(torch.tensor(rest), single=single))
+    hints(nb10.exercise_2(sorted(rest), single), "in another order", "not sorted")
+    hints(nb10.exercise_2(*_rest(6)), "1157 were left")  # the 6 batches of section 4
+    hints(nb10.exercise_2(*_rest(10, load=False)), "were left")
+    hints(nb10.exercise_2(rest[:-32], single), "were left")
+
+
+def test_nb10_elastic_rest_needs_the_resumed_loader() -> None:
+    """The rest of epoch 1 worked out from torch's permutation, with no loader resumed, is
+    refused: the check reads the one-rank loader's own state."""
+    n = 1797
+    worked_out = torch.randperm(n, generator=torch.Generator().manual_seed(1))[640:].tolist()
+    rest, single = _rest(10)
+    assert worked_out == rest  # the hole: the right list, with no loader stopped or resumed
+    hints(nb10.exercise_2(worked_out), "pass the one-rank loader too")
+    hints(nb10.exercise_2(worked_out, [rest]), "pass the loader of job(1)")
+    _, fresh = _rest(10, load=False)  # a loader that read the whole of epoch 1
+    hints(nb10.exercise_2(worked_out, fresh), "from item 0", "load_state_dict")
+    _, two_ranks = _rest(10, world=2)
+    hints(nb10.exercise_2(worked_out, two_ranks), "splits over 2 ranks", "job(1)")
+    passes(nb10.exercise_2(*_rest(10, set_epoch=False)))  # the loaded state names epoch 1
+    (unread,) = [
+        data.dataloader(
+            _digits_with_index(), batch_size=32, seed=0,
+            sampler=data.distributed_sampler(_digits_with_index(), 1, 0, seed=0),
+        )
+    ]  # fmt: skip
+    hints(nb10.exercise_2(worked_out, unread), "single read epoch 0")
 
 
 # -- 11 ---------------------------------------------------------------------------------------
@@ -750,6 +812,8 @@ def test_nb10_vectorised_jitter() -> None:
         )
     )
     hints(nb11.exercise_1(lambda x: x), "only 0% of the pixels changed")
+    hints(nb11.exercise_1(lambda x: ...), "returned ... (the placeholder)")  # the answer cell
+    hints(nb11.exercise_1(lambda x: x.tolist()), "returned list", "not a tensor")
     hints(nb11.exercise_1(lambda x: x + (torch.rand_like(x) - 0.5) * 0.05), "clamp them")
     hints(nb11.exercise_1(lambda x: (x + torch.rand_like(x) * 0.025).clamp(0, 1)), "centred on 0")
     hints(
@@ -950,6 +1014,35 @@ def test_nb13_pools_must_be_shuffled() -> None:
             lambda lengths, b, epoch, seed=0: _buckets(lengths, b, epoch, seed, pools=40)
         )
     )
+
+
+def test_nb13_batches_must_be_shuffled() -> None:
+    """Pools sorted by length and cut into batches that are never shuffled (every epoch starts
+    with the first pool's shortest items), or the same reversed, is refused; shuffled batches
+    pass whatever the seed."""
+
+    def pooled(lengths: list[int], b: int, epoch: int, seed: int = 0) -> list[list[int]]:
+        g, lens = torch.Generator().manual_seed(seed + epoch), torch.as_tensor(lengths)
+        order, batches = torch.randperm(len(lengths), generator=g), []
+        for start in range(0, len(order), b * 20):
+            chunk = order[start : start + b * 20]
+            batches += [c.tolist() for c in chunk[torch.argsort(lens[chunk], stable=True)].split(b)]
+        return batches
+
+    def pooled_reversed(lengths: list[int], b: int, epoch: int, seed: int = 0) -> Any:
+        return [x for pool in _pools_of(pooled(lengths, b, epoch, seed)) for x in pool[::-1]]
+
+    def _pools_of(batches: list[list[int]]) -> list[list[list[int]]]:
+        return [batches[k : k + 20] for k in range(0, len(batches), 20)]
+
+    hints(nb13.exercise_1(pooled), "pool by pool in length order", "shuffle the order of all")
+    hints(nb13.exercise_1(pooled_reversed), "goes down", "pool by pool")
+    for shift in range(20):
+
+        def shifted(lengths: list[int], b: int, epoch: int, seed: int = 0, s: int = shift) -> Any:
+            return _buckets(lengths, b, epoch, seed + s)
+
+        passes(nb13.exercise_1(shifted))
 
 
 # -- notebook 14: sharded streams ------------------------------------------------------------------
@@ -1291,6 +1384,12 @@ class _Strided(torch.utils.data.IterableDataset):  # right, written otherwise: e
         yield from range(wid, self.n, count)
 
 
+class _TwoWorkersHardCoded(_Contiguous):  # wrong: range(id, n, 2), right only with 2 workers
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        return iter(range(self.n) if info is None else range(info.id, self.n, 2))
+
+
 class _NoSplit(_Contiguous):  # wrong: every worker iterates everything
     def __iter__(self) -> Any:
         return iter(range(self.n))
@@ -1324,6 +1423,7 @@ def test_nb17_exercise_1_each_item_once() -> None:
     hints(nb17.exercise_1(_NoSplit(101)), "came 2 times", "get_worker_info().id")
     hints(nb17.exercise_1(_FloorSplit(101)), "[100] never came")
     hints(nb17.exercise_1(_WorkerZeroOnly(101)), "worker 1 yielded nothing")
+    hints(nb17.exercise_1(_TwoWorkersHardCoded(101)), "with 3 workers", "assume 2 workers")
     hints(nb17.exercise_1(_AssumesWorkers(101)), "get_worker_info() is None")
     hints(nb17.exercise_1(list(range(101))), "pass an instance of your class")
     hints(nb17.exercise_1(...), "replace the ...")
