@@ -42,6 +42,7 @@ from clorch_nb.tutorial import (
     nb15,
     nb16,
     nb17,
+    nb20,
     nb18,
 )
 
@@ -1453,3 +1454,35 @@ def test_nb18_exercise_1_exact_shares() -> None:
           "named 'clean' and 'jittered'")  # fmt: skip
     hints(nb18.exercise_1(two, 286), "pass what data.mix(...) returned")
     hints(nb18.exercise_1(..., 286), "replace the ...")
+
+
+class _Flipped(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Notebook 20's exercise: digits mirrored with probability ``p``, the coin from ``rng``
+    ("torch": the global RNG the loader seeds; "numpy_fresh": an unseeded generator)."""
+
+    def __init__(self, p: float = 0.5, rng: str = "torch", flat: bool = False) -> None:
+        x, self.labels = digits_tensors()
+        self.images = (x / 16).reshape(-1, 1, 8, 8)
+        self.p, self.rng, self.flat = p, rng, flat
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> Any:
+        draw = torch.rand(()) if self.rng == "torch" else np.random.default_rng().random()
+        image = self.images[i].flip(-1) if draw < self.p else self.images[i]
+        return (image.reshape(64) if self.flat else image), self.labels[i]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_nb20_exercise_1_flipped_digits_in_process_workers() -> None:
+    def loader(ds: Any, **kw: Any) -> Any:
+        return data.DataLoader(ds, batch_size=64, num_workers=2, **kw)
+
+    passes(nb20.exercise_1(loader(_Flipped())))
+    hints(nb20.exercise_1(loader(_Flipped(p=0.0))), "0 of 1797 images were flipped")
+    hints(nb20.exercise_1(loader(_Flipped(p=1.0))), "1797 of 1797 images were flipped")
+    hints(nb20.exercise_1(loader(_Flipped(rng="numpy_fresh"))), "two epochs after")
+    hints(nb20.exercise_1(loader(_Flipped(flat=True))), "(1, 8, 8)")
+    hints(nb20.exercise_1(loader(_Flipped(), worker_backend="thread")), "thread workers")
