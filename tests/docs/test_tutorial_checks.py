@@ -42,8 +42,8 @@ from clorch_nb.tutorial import (
     nb15,
     nb16,
     nb17,
-    nb20,
     nb18,
+    nb20,
 )
 
 X, Y = digits_tensors(flat=False)
