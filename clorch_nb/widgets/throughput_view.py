@@ -92,6 +92,9 @@ class ThroughputMonitor(View):
         if not 0 < chart_budget <= 1:
             raise ConfigError(f"chart_budget={chart_budget!r} must be in (0, 1]")
         self._loader = weak_loader(loader)  # the output area keeps the view, not the loader
+        # ... but until its first epoch has ended the monitor holds it, so that
+        # `for batch in widgets.monitor(DataLoader(...))` (no other reference) runs that epoch
+        self._first_epoch_hold: Any = loader
         self.refresh_hz = float(refresh_hz)
         self.chart_hz = float(chart_hz)
         self.chart_budget = chart_budget
@@ -130,8 +133,9 @@ class ThroughputMonitor(View):
 
     @property
     def loader(self) -> Any:
-        """The loader watched (held weakly: a monitor still displayed does not keep a dropped
-        loader, or its worker processes, alive).
+        """The loader watched (held weakly once an epoch through the monitor has ended: a
+        monitor still displayed does not keep a dropped loader, or its worker processes, alive;
+        until then held, so ``widgets.monitor(DataLoader(...))`` runs its first epoch).
 
         Raises:
             ConfigError: the notebook dropped the loader (nothing else refers to it).
@@ -139,9 +143,10 @@ class ThroughputMonitor(View):
         loader = self._loader()
         if loader is None:
             raise ConfigError(
-                "the loader this monitor watched was dropped (garbage-collected): a monitor holds "
-                "its loader weakly, so a re-run cell frees the old loader's workers. Keep a "
-                "reference (loader = ...) and make a new monitor: widgets.monitor(loader)"
+                "the loader this monitor watched was dropped (garbage-collected): after its first "
+                "epoch a monitor holds its loader weakly, so a re-run cell frees the old loader's "
+                "workers. Keep a reference (loader = ...) and make a new monitor: "
+                "widgets.monitor(loader)"
             )
         return loader
 
@@ -269,6 +274,7 @@ class ThroughputMonitor(View):
         return Batched(on_batches, on_event, every=256, within_s=min(0.05, self._interval / 2))
 
     def _epoch_over(self, ev: Any) -> None:
+        self._first_epoch_hold = None  # from now on held weakly only (B94)
         self._end_subscription()
         self._stop_stall_watch()
         if self.memory is not None:
