@@ -9,7 +9,9 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
   ``in_order=False`` loader hands over whichever batch is ready first); they are not built again;
 * ``seed``: the loader's seed; every epoch's order and every batch's RNG seed derive from it;
   ``seed_epoch``: the epoch it was drawn at (0; torch's front without ``seed=`` draws a seed at
-  each epoch's ``iter()``, as torch does);
+  each epoch's ``iter()``, as torch does); ``generator``: then, the state of the user's
+  ``generator=`` it is drawn from (hex), restored on load so the later epochs draw what the
+  saver's would (None: drawn from the global RNG, which is the user's to restore);
 * ``size``, ``batch_size``, ``drop_last``, ``shuffle``, ``num_batches``: the configuration the
   position means something in, compared on load;
 * ``sampler``: the :class:`~clorch_nb.data.sampling.distributed.DistributedSampler`'s own state (its
@@ -98,6 +100,7 @@ class LoaderState:
     stream: dict[str, Any] | None = None
     seed_epoch: int = 0
     dataset: dict[str, Any] | None = None
+    generator: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data: ints, bools, strings and (for the sampler) a nested dict of those."""
@@ -137,6 +140,7 @@ class LoaderState:
             "iterable": bool,
             "stream": (dict, type(None)),
             "dataset": (dict, type(None)),
+            "generator": (str, type(None)),
         }
         for key, value in fields.items():
             want = kinds.get(key, int)

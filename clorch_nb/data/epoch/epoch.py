@@ -311,7 +311,7 @@ class Epoch:
                 index = result.batch_index
                 if result.ended:  # a stream worker's end: a ticket without a batch
                     assert stream is not None
-                    stream.reached_end(result.worker_id)
+                    stream.reached_end(result.worker_id, result.replica)
                     result = None
                     self._done(index, pending, n)
                     continue

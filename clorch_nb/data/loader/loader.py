@@ -44,7 +44,12 @@ from clorch_nb.data.config import (
 from clorch_nb.data.datasets.collate import default_collate
 from clorch_nb.data.datasets.epoch_hooks import EpochHooks
 from clorch_nb.data.datasets.protocols import bind_loader_hook, state_key_of, unbind_loader_hook
-from clorch_nb.data.datasets.stream import check_replica_count, is_stream, warn_fast_forward
+from clorch_nb.data.datasets.stream import (
+    check_replica_count,
+    is_stream,
+    replica_state,
+    warn_fast_forward,
+)
 from clorch_nb.data.datasets.traits import DatasetTraits
 from clorch_nb.data.delivery.delivery import Delivery
 from clorch_nb.data.epoch.epoch import Epoch, EpochPosition, Resumed, Stage, WorkersEnd
@@ -286,6 +291,9 @@ class LoaderEngine:
             return epoch, plan, torch_base_seed(self._torch_generator)
         st = saved.stream
         replicas = {int(w): r for w, r in st["replicas"].items()}
+        if st.get("fresh"):  # an epoch's start, its replicas' own states carried into it
+            plan = StreamPlan.over(nw, expected, replicas=replicas, **told)
+            return saved.epoch, plan, torch_base_seed(self._torch_generator)
         plan = StreamPlan.over(nw, expected, first=st["next_worker"], ended=st["finished"],
                                replicas=replicas, delivered=saved.batches_done, **told)  # fmt: skip
         return saved.epoch, plan, int(st["base_seed"])
@@ -371,10 +379,9 @@ class LoaderEngine:
             check_replica_count(int(saved.stream["num_workers"]), self.config.num_workers)
             warn_fast_forward(self.dataset, saved.stream["replicas"])
         g = self._torch_generator
-        if saved.iterable and saved.order_rng is not None and g is not None:
-            # a stream's later base seeds: drawn from generator= as in the saver's run
-            g.set_state(torch.tensor(list(bytes.fromhex(saved.order_rng["generator"])),
-                                     dtype=torch.uint8))  # fmt: skip
+        if saved.generator is not None and g is not None and (self._reseed or self._stream):
+            # later epochs' seeds are drawn from generator=, as in the saver's run
+            g.set_state(torch.tensor(list(bytes.fromhex(saved.generator)), dtype=torch.uint8))
         if isinstance(self.plan_sampler, DistributedSampler) and saved.sampler is not None:
             self.plan_sampler.load_state_dict(saved.sampler)
         why = (
@@ -530,6 +537,12 @@ class LoaderEngine:
                 if ahead <= _FAST_FORWARD_MAX:  # e's batch seeds
                     self._generator = fast_forward(self.seed, epoch, own_perm)
             return epoch, 0, 0
+        if self._reseed and saved.batches_done == 0 and not saved.also_done:
+            # an epoch's start: its seed is drawn now, as torch draws it at iter() (from the
+            # generator= restored by load_state_dict, else from the global RNG)
+            self.seed, self._seed_epoch = torch_base_seed(self._torch_generator), saved.epoch
+            self._generator = torch.Generator().manual_seed(self.seed)
+            return saved.epoch, 0, 0
         self._seed_epoch = saved.seed_epoch
         self._generator = fast_forward(saved.seed, saved.epoch - saved.seed_epoch, own_perm)
         if isinstance(self.plan_sampler, DistributedSampler):  # as a sampler=: batch_size is set
@@ -604,6 +617,7 @@ class LoaderEngine:
             batches_done=done,
             seed=self.seed,
             seed_epoch=self._seed_epoch,
+            generator=self._generator_state() if self._reseed else None,
             size=self._ds.get_size(),
             batch_size=self._batch_size,
             drop_last=self.config.drop_last,
@@ -617,6 +631,12 @@ class LoaderEngine:
             dataset=state_key_of(self._ds),  # what the dataset's positions mean (a mix's plan)
         )
 
+    def _generator_state(self) -> str | None:
+        """The user's ``generator=`` as it stands (hex), which later epochs draw their seeds
+        from; None without one."""
+        g = self._torch_generator
+        return None if g is None else bytes(g.get_state().tolist()).hex()
+
     def _stream_state(self, pos: EpochPosition) -> LoaderState:
         """A stream's position: mid-epoch, each worker's replica after its last delivered batch
         (so batches built ahead and not delivered are built again after a resume, never lost);
@@ -625,8 +645,14 @@ class LoaderEngine:
         epoch, done, stream = pos.epoch, pos.delivered, None
         if run is None or run.stream is None:
             epoch, done = (0 if self._epoch is None else self._epoch + 1), 0
-        elif pos.finished:
+        elif pos.finished:  # the next epoch; replicas that keep a state start from it there
             epoch, done = epoch + 1, 0
+            own = {str(w): replica_state(0, False, r["dataset_state"])
+                   for w, r in run.stream.replicas.items()
+                   if r is not None and r.get("dataset_state") is not None}  # fmt: skip
+            if own:
+                stream = {"num_workers": self.config.num_workers, "fresh": True,
+                          "replicas": own}  # fmt: skip
         else:
             plan = run.stream
             stream = {
@@ -640,8 +666,6 @@ class LoaderEngine:
             size = len(self.dataset)
         except TypeError:
             size = -1
-        g = self._torch_generator  # the next epoch's base seed is drawn from it (None: global)
-        rng = None if g is None else {"generator": bytes(g.get_state().tolist()).hex()}
         return LoaderState(
             epoch=epoch,
             batches_done=done,
@@ -652,9 +676,9 @@ class LoaderEngine:
             shuffle=False,
             num_batches=max(done, pos.num_batches if stream is not None else 0),
             sampler=None,
-            order_rng=rng,
             iterable=True,
             stream=stream,
+            generator=self._generator_state(),
         )
 
     def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:

@@ -119,8 +119,10 @@ class StreamPlan:
                 stacklevel=user_stacklevel(),
             )
 
-    def reached_end(self, worker: int) -> None:
-        """The loop reached ``worker``'s end, in order."""
+    def reached_end(self, worker: int, replica: Any = None) -> None:
+        """The loop reached ``worker``'s end, in order (its replica's state then: ``replica``)."""
+        if replica is not None:
+            self.replicas[worker] = replica
         self.finished.add(worker)
         self.ended.add(worker)
         if self.next_worker == worker:

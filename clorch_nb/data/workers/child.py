@@ -451,7 +451,7 @@ def _fill_ticket(
             reply: Any = Built(epoch, batch_index, n, fetch_s, collate_s, enc, t_task,
                                time.perf_counter(), (), b"", replica.state())  # fmt: skip
         except StreamEnded:
-            return encode(Ended(epoch, batch_index))
+            return encode(Ended(epoch, batch_index, replica.state()))
         except BaseException as exc:  # noqa: BLE001 - delivered to the consumer
             reply = Failed(epoch, batch_index, 0, ExceptionBlob.capture(exc), b"",
                            replica.state())  # fmt: skip

@@ -153,7 +153,7 @@ class InlinePool:
             batch, n, fetch_s, collate_s = replica.fetch(task.batch_index, _WHERE)
         except StreamEnded:
             return BatchResult(task.epoch, task.batch_index, INLINE_WORKER_ID, None, 0, 0.0, 0.0,
-                               ended=True)  # fmt: skip
+                               ended=True, replica=replica.state())  # fmt: skip
         except (KeyboardInterrupt, SystemExit, GeneratorExit):
             raise
         except BaseException as exc:  # noqa: BLE001 - the batch's error; the epoch goes on

@@ -141,10 +141,12 @@ class Failed(NamedTuple):
 
 class Ended(NamedTuple):
     """A stream worker's answer to ticket ``batch_index``: its iterator has ended (torch's
-    ``_IterableDatasetStopIteration``); it gets no more tickets this epoch."""
+    ``_IterableDatasetStopIteration``); it gets no more tickets this epoch. ``replica``: its
+    replica's state at its end (a dataset that counts epochs has moved on)."""
 
     epoch: int
     batch_index: int
+    replica: Any = None
 
 
 class Ack(NamedTuple):

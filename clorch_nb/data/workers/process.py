@@ -584,7 +584,8 @@ class ProcessPool:
                 w.outstanding.pop(msg.batch_index, None)
                 w.queued.pop(msg.batch_index, None)
                 self._pending.append(BatchResult(msg.epoch, msg.batch_index, w.worker_id, None, 0,
-                                                 0.0, 0.0, ended=True))  # fmt: skip
+                                                 0.0, 0.0, ended=True,
+                                                 replica=msg.replica))  # fmt: skip
         elif type(msg) is InitError and keep:
             exc = rebuild_exception(msg.error, w.where)
             self._reap(w, kill=True)

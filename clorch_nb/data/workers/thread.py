@@ -272,7 +272,8 @@ class ThreadPool:
                                t_sent - fetch_s - collate_s, t_sent,
                                replica=replica.state())  # fmt: skip
         except StreamEnded:
-            return BatchResult(task.epoch, bi, worker_id, None, 0, 0.0, 0.0, ended=True)
+            return BatchResult(task.epoch, bi, worker_id, None, 0, 0.0, 0.0, ended=True,
+                               replica=replica.state())  # fmt: skip
         except BaseException as exc:  # noqa: BLE001 - the batch's error; the epoch goes on
             return BatchResult(task.epoch, bi, worker_id, None, 0, 0.0, 0.0, exc,
                                replica=replica.state())  # fmt: skip
