@@ -164,3 +164,25 @@ class EpochTagged(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
         w, k = _split()
         for _ in range(w, self.n, k):
             yield [self.epoch, w]
+
+
+class SelfIterating(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """Its own iterator, and ``__iter__`` restarts it (torchdata's ``CountIterCallsIter``):
+    a loader must call ``next()`` on it, never ``iter()`` again mid-epoch. ``n`` items split
+    by worker."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.iter_calls, self.curr, self.end = n, 0, 0, 0
+
+    def __iter__(self) -> Any:
+        self.iter_calls += 1
+        w, k = _split()
+        per = self.n // k
+        self.curr, self.end = per * w, per * (w + 1)
+        return self
+
+    def __next__(self) -> int:
+        if self.curr >= self.end:
+            raise StopIteration
+        self.curr += 1
+        return self.curr - 1

@@ -30,6 +30,7 @@ from tests.stream_fixtures import (
     Numbers,
     RaisingMap,
     RaisingStream,
+    SelfIterating,
     StatefulNumbers,
     Straggler,
 )
@@ -344,3 +345,16 @@ def test_set_epoch_reaches_every_replica(num_workers: int, backend: str, persist
             seen = [tuple(int(v) for v in item) for item in loader]
             assert len(seen) == 6 and {e for e, _ in seen} == {epoch}, seen
             assert len({w for _, w in seen}) == max(1, num_workers)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("num_workers", "backend"), BACKENDS, ids=[b for _, b in BACKENDS])
+def test_an_iterator_whose_iter_restarts_is_only_nexted(num_workers: int, backend: str) -> None:
+    """A dataset that is its own iterator and restarts in ``__iter__``: torch's fetcher calls
+    ``next()`` on it, so each item comes once; ``iter()`` is called once per epoch and worker
+    (a ``for`` over it restarted it at every batch: item 0 forever)."""
+    kw: dict[str, Any] = {"worker_backend": backend} if num_workers else {}
+    ours = data.DataLoader(SelfIterating(12), batch_size=5, num_workers=num_workers, **kw)
+    theirs = torch.utils.data.DataLoader(SelfIterating(12), batch_size=5, num_workers=num_workers)
+    with ours:
+        assert [b.tolist() for b in ours] == [b.tolist() for b in theirs]

@@ -129,12 +129,12 @@ class Replica:
 
     def _open(self) -> Iterator[Any]:
         saved, self._resume = self._resume, None
-        dataset_state = None if saved is None else saved.get("dataset_state")
+        it = iter(self.dataset)  # first, as torch's fetcher: an __iter__ may set up the state
+        if saved is None:  # that load_state_dict restores (a generator's body runs later)
+            return it
+        dataset_state = saved.get("dataset_state")
         if dataset_state is not None:
             self.dataset.load_state_dict(dataset_state)
-        it = iter(self.dataset)
-        if saved is None:
-            return it
         iter_state = saved.get("iter_state")
         if iter_state is not None:
             it.load_state_dict(iter_state)  # type: ignore[attr-defined]
@@ -164,9 +164,11 @@ class Replica:
                 self._it = self._open()
                 if self.ended:
                     raise StreamEnded
-            for item in self._it:
-                chunk.append(item)
-                if len(chunk) == self.batch_size:
+            it = self._it
+            while len(chunk) < self.batch_size:  # next(), not a for: torch's fetcher calls
+                try:  # next() only (an iterator whose __iter__ restarts it is common)
+                    chunk.append(next(it))
+                except StopIteration:
                     break
         except StreamEnded:
             raise
