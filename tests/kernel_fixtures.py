@@ -12,7 +12,7 @@ OPEN_LOADER = (
     "import multiprocessing as mp\n"
     "from multiprocessing import forkserver\n"
     "from clorch_nb.data import DataLoader\n"
-    "from clorch_nb.data.workers import sweeper\n"
+    "from clorch_nb import sweeper\n"
     "from tests.kernel_fixtures import Images\n"
     "loader = DataLoader(Images(), batch_size=8, num_workers=2, persistent_workers=True)\n"
     "it = iter(loader)\n"

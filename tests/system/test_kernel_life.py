@@ -8,7 +8,8 @@ the kernel's process group), (b) ``shutdown_kernel(now=True)`` and (c) ``restart
 (SIGKILL to the group), (d) an interrupt while a cell iterates, then a shutdown. After each,
 within a few seconds and with no later loader: no ``/dev/shm/clorch_nb-<kernel pid>-*`` entry,
 no process the kernel started (workers, forkserver, resource tracker), no ``pymp-*`` folder of
-the kernel, and its sweeper (``data/workers/sweeper.py``) gone too.
+the kernel, and its sweeper (``clorch_nb/sweeper.py``) gone too. A kernel restarted with no
+loader ever made leaves no forkserver (started at ``import clorch_nb``) and no folder either.
 
 The sweeper's own checks need no kernel and no torch (its module runs from its file): an owner
 killed alone or with its process group, or exiting normally, is swept at once; a process it
@@ -18,6 +19,7 @@ waiting.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -32,7 +34,8 @@ import psutil
 import pytest
 from jupyter_client.manager import KernelManager
 
-from clorch_nb.data.workers import shm, sweeper
+from clorch_nb import sweeper
+from clorch_nb.data.workers import shm
 from tests.kernel_cells import REPO, run_cell
 from tests.kernel_fixtures import OPEN_LOADER
 
@@ -124,6 +127,22 @@ def test_the_sweeper_cleans_up_after_its_owner_however_it_ends(how: str) -> None
         owner.wait()
 
 
+def test_a_sweeper_that_cannot_start_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("lone_sweeper", sweeper.__file__)
+    assert spec is not None and spec.loader is not None
+    lone = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lone)  # a fresh copy: this process's own sweeper is left alone
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # exits at once, says nothing
+    assert (lone.ensure_running(), lone.sweeper_pid()) == (False, None)
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    assert lone.ensure_running() is False  # not tried again: no Popen per process pool
+    lone.watch_process(os.getpid())  # a no-op without a sweeper
+
+
+def test_the_sweeper_names_segments_as_shm_does() -> None:
+    assert (sweeper.PREFIX, sweeper.SHM_DIR) == (shm.PREFIX, shm.SHM_DIR)
+
+
 # -- real kernels ---------------------------------------------------------------------------------
 
 
@@ -200,6 +219,34 @@ def test_a_kernel_ended_leaves_no_process_segment_or_folder(end: str) -> None:
         procs = {info["pid"], info["forkserver"], info["sweeper"], *info["workers"], *info["kids"]}
         left = _left(info["pid"], procs, [info["tmp"]])
     assert left == {"segments": [], "processes": [], "dirs": []}, (end, left)
+
+
+IMPORTED = (
+    "import json, os, time, multiprocessing as mp\n"
+    "from multiprocessing import forkserver\n"
+    "import clorch_nb\n"
+    "from clorch_nb import sweeper\n"
+    "deadline = time.monotonic() + 60\n"
+    "while sweeper.sweeper_pid() is None and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)  # the forkserver, then the sweeper, start in the background\n"
+    "print(json.dumps({'pid': os.getpid(), 'sweeper': sweeper.sweeper_pid(),\n"
+    "    'forkserver': forkserver._forkserver._forkserver_pid,\n"
+    "    'tmp': mp.process.current_process()._config.get('tempdir')}))\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_kernel_restarted_with_no_loader_leaves_no_forkserver_or_folder() -> None:
+    """``import clorch_nb`` in a kernel starts the forkserver early, and its sweeper with it."""
+    with _kernel() as (km, kc):
+        info = _json(kc, IMPORTED)
+        assert info["sweeper"] and info["forkserver"] and info["tmp"], info
+        km.restart_kernel(now=True)
+        kc.wait_for_ready(timeout=120)
+        km.shutdown_kernel(now=True)
+        left = _left(info["pid"], {info["sweeper"], info["forkserver"]}, [info["tmp"]])
+    assert left == {"segments": [], "processes": [], "dirs": []}, left
 
 
 MONITORED = (

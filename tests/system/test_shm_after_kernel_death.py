@@ -9,7 +9,7 @@ batch (its workers' arena slots now exist) and is ended as Jupyter ends it:
 * SIGKILL to the kernel alone: the same;
 * SIGKILL to the kernel's whole process group (a restart, or a shutdown past its grace period:
   ``jupyter_client`` kills the group): nobody in the group is left to remove anything; the
-  kernel's sweeper (``data/workers/sweeper.py``, in a session of its own) removes them at once;
+  kernel's sweeper (``clorch_nb/sweeper.py``, in a session of its own) removes them at once;
 * the same with the sweeper killed first (the second line): the next loader started on the
   machine removes the segments whose processes are all gone (``shm.sweep_dead``).
 
@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNEL = """
 import os, time, torch
 from clorch_nb import data
-from clorch_nb.data.workers import sweeper
+from clorch_nb import sweeper
 
 class DS(torch.utils.data.Dataset):
     def __len__(self): return 512

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from clorch_nb.data.workers import shm, sweeper
+from clorch_nb import sweeper
+from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
 from clorch_nb.data.workers.frames import FrameReader
@@ -35,7 +36,7 @@ def worker_context(start_method: StartMethod | None) -> Any:
     the ``/dev/shm`` segments of loaders whose processes all died are removed
     (:func:`~clorch_nb.data.workers.shm.sweep_dead`: a Jupyter kernel restarted or shut down
     kills its process group, and nobody was left to remove them); and where this process's
-    sweeper starts (:mod:`~clorch_nb.data.workers.sweeper`: as soon as this process dies, however
+    sweeper starts (:mod:`~clorch_nb.sweeper`: as soon as this process dies, however
     it dies, it kills the workers and the forkserver left and removes their files)."""
     shm.sweep_dead()
     with deferred_sigint():

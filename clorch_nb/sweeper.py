@@ -7,13 +7,15 @@ with its whole process group: the kernel, the forkserver and every worker at onc
 segments (``clorch_nb-<kernel pid>-...``) or multiprocessing's ``/tmp/pymp-*`` folder (the
 forkserver's socket).
 
-So the first process pool of a process (:func:`ensure_running`, from ``worker_context``) starts
-one **sweeper** for it: ``python -I -S`` running this file, with the standard library only (no
-torch: ~10 ms), in a new session (a ``killpg`` of the owner's group does not reach it) and
-reparented away from the owner (it is not the owner's child: no zombie, no "still running"
-warning). It blocks reading a socket whose other end only the owner holds; the owner writes one
-line per process it starts (each worker, the forkserver) and the pymp folder. At EOF (the owner
-exited or was killed, however) it:
+So a process that starts process workers has one **sweeper** (:func:`ensure_running`): started
+with its first process pool (``worker_context``), or in IPython and Jupyter with the forkserver
+at ``import clorch_nb`` (``warm_start``: the first loader does not wait for it). It is
+``python -I -S`` running this file (the standard library only, no torch: ~10 MB, ~15 ms to
+start), in a new session (a ``killpg`` of the owner's group does not reach it), and reparented
+away from the owner (not its child: no zombie, no "still running" warning). It blocks reading a
+socket whose other end only the owner holds (a child forked from the owner closes its copy);
+the owner sends one line per process it starts (each worker, the forkserver) and the pymp
+folder. At EOF (the owner exited or was killed, however) it:
 
 1. SIGKILLs those processes that still live (the same process: its start time is checked, so a
    reused pid is left alone),
@@ -22,7 +24,7 @@ exited or was killed, however) it:
 
 After a clean exit (the pools' finalizers stopped the workers, which removed their segments)
 there is nothing left to do and it exits at once. ``shm.sweep_dead`` at every pool start stays
-as a second line (the machine rebooted the sweeper away, or it could not start).
+as a second line (the sweeper was killed, or could not start).
 
 This file is also the sweeper's program (``__main__``): it imports nothing from the package.
 """
@@ -87,11 +89,12 @@ def ensure_running() -> bool:
     if os.name != "posix" or not os.path.isdir(SHM_DIR) or not sys.executable:
         return False
     with _lock:
-        if _state[0] == os.getpid():
-            return True
+        if _state[0] == os.getpid():  # started, or failed to (not tried again: no cost per pool)
+            return _state[1] is not None
         # a socket pair, not a pipe: a send to a dead sweeper never raises SIGPIPE. Both ends
         # are non-inheritable: a child started by exec never holds ours.
         ours, theirs = socket.socketpair()
+        kept: socket.socket | None = ours
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
@@ -103,18 +106,23 @@ def ensure_running() -> bool:
             )
             out, _ = proc.communicate(timeout=60)  # the first process forks the sweeper, exits
             pid = int(out.split()[0])
+        except subprocess.TimeoutExpired:
+            proc.kill()  # an interpreter that never started: no sweeper (sweep_dead remains)
+            proc.wait()
+            ours.close()
+            kept, pid = None, 0
         except (OSError, ValueError, IndexError, subprocess.SubprocessError):
             ours.close()
-            return False
+            kept, pid = None, 0
         finally:
             theirs.close()
-        _state[:] = [os.getpid(), ours, pid, set()]
-        return True
+        _state[:] = [os.getpid(), kept, pid, set()]
+        return kept is not None
 
 
 def _send(line: str) -> None:
     with _lock:
-        if _state[0] != os.getpid() or line in _state[3]:
+        if _state[0] != os.getpid() or _state[1] is None or line in _state[3]:
             return
         try:
             _state[1].sendall(line.encode() + b"\n", _NOSIGNAL)
@@ -157,7 +165,7 @@ def sweeper_pid() -> int | None:
         >>> sweeper_pid() is None or sweeper_pid() > 0
         True
     """
-    return _state[2] if _state[0] == os.getpid() else None
+    return (_state[2] or None) if _state[0] == os.getpid() else None
 
 
 # -- the sweeper itself (python -I -S sweeper.py <owner pid>) -------------------------------------
