@@ -55,7 +55,7 @@ PREFIX = "clorch_nb"
 SHM_DIR = "/dev/shm"
 
 _lock = threading.Lock()
-# the owner's side: [owner pid, its end of the socket pair, sweeper pid, what was sent already]
+# the owner's side: [owner pid, its end of the socket pair (an fd), sweeper pid, what was sent]
 _state: list[Any] = [0, None, 0, set()]
 #: no SIGPIPE if the sweeper is gone (killed by hand) in a process that does not ignore it
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
@@ -66,11 +66,11 @@ def _forget_after_fork() -> None:
     EOF when the owner dies, not when its last forked child does) and start afresh."""
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
-    ours = _state[1]
+    fd = _state[1]
     _state[:] = [0, None, 0, set()]
-    if ours is not None:
+    if fd is not None:
         with contextlib.suppress(OSError):
-            ours.close()
+            os.close(fd)
 
 
 if hasattr(os, "register_at_fork"):
@@ -94,7 +94,7 @@ def ensure_running() -> bool:
         # a socket pair, not a pipe: a send to a dead sweeper never raises SIGPIPE. Both ends
         # are non-inheritable: a child started by exec never holds ours.
         ours, theirs = socket.socketpair()
-        kept: socket.socket | None = ours
+        kept: int | None = None
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
@@ -106,14 +106,17 @@ def ensure_running() -> bool:
             )
             out, _ = proc.communicate(timeout=60)  # the first process forks the sweeper, exits
             pid = int(out.split()[0])
+            # a bare fd, never closed here: the process's end closes it (a socket object would
+            # be collected at interpreter exit, with a ResourceWarning, before the finalizers)
+            kept = ours.detach()
         except subprocess.TimeoutExpired:
             proc.kill()  # an interpreter that never started: no sweeper (sweep_dead remains)
             proc.wait()
             ours.close()
-            kept, pid = None, 0
+            pid = 0
         except (OSError, ValueError, IndexError, subprocess.SubprocessError):
             ours.close()
-            kept, pid = None, 0
+            pid = 0
         finally:
             theirs.close()
         _state[:] = [os.getpid(), kept, pid, set()]
@@ -125,7 +128,11 @@ def _send(line: str) -> None:
         if _state[0] != os.getpid() or _state[1] is None or line in _state[3]:
             return
         try:
-            _state[1].sendall(line.encode() + b"\n", _NOSIGNAL)
+            sock = socket.socket(fileno=_state[1])
+            try:
+                sock.sendall(line.encode() + b"\n", _NOSIGNAL)
+            finally:
+                sock.detach()
         except OSError:
             return  # the sweeper is gone: sweep_dead is the second line
         _state[3].add(line)
