@@ -190,7 +190,12 @@ def _interrupt_while_iterating(km: KernelManager, kc: Any) -> None:
 
     out = run_cell(
         kc,
-        "print('iterating', flush=True)\nwhile True:\n    for b in loader:\n        pass\n",
+        "n = 0\n"
+        "while True:\n"
+        "    for b in loader:\n"
+        "        n += 1\n"
+        "        if n == 3:  # batches flow: the interrupt lands mid-epoch\n"
+        "            print('iterating', flush=True)\n",
         120,
         on_output=interrupt_once,
     )
