@@ -10,7 +10,9 @@ loader in the next) reaches its first batch in milliseconds. A script keeps the 
 ``CLORCH_NB_START_FORKSERVER=1`` in the environment, or a call to :func:`start_forkserver`;
 ``CLORCH_NB_START_FORKSERVER=0`` turns the interactive start off. Nothing leaks when no loader
 is ever made: the forkserver is Python's own, one per interpreter, and it exits when the
-interpreter does (it reads EOF on the pipe the interpreter holds).
+interpreter does (it reads EOF on the pipe the interpreter holds). A kernel killed with its
+process group (a restart) takes the forkserver with it; its ``pymp-*`` folder is removed by the
+kernel's sweeper (:mod:`~clorch_nb.sweeper`), started here right after the forkserver.
 
 **Deaf to Ctrl-C.** Interrupting a Jupyter kernel sends SIGINT to its whole process group,
 forkserver included. Python's forkserver ignores SIGINT only after its preload (torch and the
@@ -21,8 +23,9 @@ in the server's list and this module is the first thing ``clorch_nb`` imports, s
 ignores SIGINT before torch is mapped. Workers forked from it ignore SIGINT anyway
 (``data/workers/child.py``). Nothing happens in any other process.
 
-Only the standard library is imported here: all of it runs before ``clorch_nb.data`` imports
-torch.
+Only the standard library is imported here (and, in the background start,
+:mod:`~clorch_nb.sweeper`, which imports only the standard library): all of it runs before
+``clorch_nb.data`` imports torch.
 """
 
 from __future__ import annotations
@@ -190,10 +193,18 @@ def start_forkserver(*, background: bool = True) -> bool:
 
 
 def _start_quietly() -> None:
+    # here, not at the top: the forkserver's preload imports this module, and the fewer imports
+    # run before its SIGINT is ignored (the last line), the shorter a Ctrl-C's window
+    from clorch_nb import sweeper  # the standard library only
+
     try:
         forkserver_context()
         with main_without_file():
             forkserver.ensure_running()
+        # the forkserver and its pymp-* folder are removed if the kernel is killed, even before
+        # any loader; and the first loader finds the sweeper running (its start costs ~15 ms)
+        if sweeper.ensure_running():
+            sweeper.watch_multiprocessing()
     except Exception:  # noqa: BLE001 - the first process loader starts it and reports why not
         pass
 

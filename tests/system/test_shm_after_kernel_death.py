@@ -8,9 +8,12 @@ batch (its workers' arena slots now exist) and is ended as Jupyter ends it:
   their own slots;
 * SIGKILL to the kernel alone: the same;
 * SIGKILL to the kernel's whole process group (a restart, or a shutdown past its grace period:
-  ``jupyter_client`` kills the group): nobody is left to remove anything, so the next loader
-  started on the machine removes the segments whose processes are all gone
-  (``shm.sweep_dead``).
+  ``jupyter_client`` kills the group): nobody in the group is left to remove anything; the
+  kernel's sweeper (``clorch_nb/sweeper.py``, in a session of its own) removes them at once;
+* the same with the sweeper killed first (the second line): the next loader started on the
+  machine removes the segments whose processes are all gone (``shm.sweep_dead``).
+
+Real Jupyter kernels ended these ways: ``tests/system/test_kernel_life.py``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNEL = """
 import os, time, torch
 from clorch_nb import data
+from clorch_nb import sweeper
 
 class DS(torch.utils.data.Dataset):
     def __len__(self): return 512
@@ -45,7 +49,7 @@ if __name__ == "__main__":
     L = data.DataLoader(DS(), batch_size=64, num_workers=2, persistent_workers=True)
     it = iter(L)
     next(it)
-    print(" ".join(map(str, L.worker_pids())), flush=True)
+    print(" ".join(map(str, [*L.worker_pids(), sweeper.sweeper_pid()])), flush=True)
     time.sleep(100)
 """
 
@@ -64,7 +68,7 @@ def _gone(pids: list[int], timeout_s: float = 10.0) -> bool:
     return False
 
 
-def _kernel(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
+def _kernel(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int], int]:
     script = tmp_path / "kernel.py"
     script.write_text(KERNEL)
     env = dict(
@@ -73,26 +77,36 @@ def _kernel(tmp_path: Path) -> tuple[subprocess.Popen[str], list[int]]:
     proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
                             cwd=tmp_path, env=env, start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
-    workers = [int(p) for p in proc.stdout.readline().split()]
+    *workers, sweeper_pid = [int(p) for p in proc.stdout.readline().split()]
     assert len(workers) == 2, "the kernel did not start its loader"
     assert _segments(proc.pid), "the workers' arena slots should exist while the kernel lives"
-    return proc, workers
+    return proc, workers, sweeper_pid
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_a_kernel_ended_alone_leaves_no_segment(tmp_path: Path, how: str) -> None:
-    proc, workers = _kernel(tmp_path)
+    proc, workers, sweeper_pid = _kernel(tmp_path)
     proc.send_signal(getattr(signal, how))
     proc.wait(timeout=30)
-    assert _gone(workers), "the workers outlived their kernel"
+    assert _gone([*workers, sweeper_pid]), "the workers or the sweeper outlived their kernel"
     assert _segments(proc.pid) == []
 
 
-def test_a_kernels_process_group_killed_leaves_nothing_after_the_next_loader_starts(
+def test_a_kernels_process_group_killed_leaves_nothing(tmp_path: Path) -> None:
+    proc, workers, sweeper_pid = _kernel(tmp_path)
+    os.killpg(proc.pid, signal.SIGKILL)  # the kernel, its forkserver and its workers at once
+    proc.wait(timeout=30)
+    assert _gone([*workers, sweeper_pid]), "the sweeper outlives its kernel only to sweep"
+    assert _segments(proc.pid) == []
+
+
+def test_without_its_sweeper_a_killed_kernels_segments_go_when_the_next_loader_starts(
     tmp_path: Path,
 ) -> None:
-    proc, workers = _kernel(tmp_path)
-    os.killpg(proc.pid, signal.SIGKILL)  # the kernel, its forkserver and its workers at once
+    proc, workers, sweeper_pid = _kernel(tmp_path)
+    os.kill(sweeper_pid, signal.SIGKILL)  # the first line gone (e.g. killed by hand)
+    assert _gone([sweeper_pid])
+    os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert _gone(workers)
     left = len(_segments(proc.pid))  # nobody could remove them (2 here: one slot a worker)

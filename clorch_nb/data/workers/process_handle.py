@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
+from clorch_nb import sweeper
 from clorch_nb.data.workers import shm
 from clorch_nb.data.workers.arena import ParentArena
 from clorch_nb.data.workers.child import WorkerConfig, worker_main
@@ -36,8 +37,12 @@ def worker_context(start_method: StartMethod | None) -> Any:
     Every process pool asks for it once, before its first worker starts; so this is also where
     the ``/dev/shm`` segments of loaders whose processes all died are removed
     (:func:`~clorch_nb.data.workers.shm.sweep_dead`: a Jupyter kernel restarted or shut down
-    kills its process group, and nobody was left to remove them)."""
+    kills its process group, and nobody was left to remove them); and where this process's
+    sweeper starts (:mod:`~clorch_nb.sweeper`: as soon as this process dies, however
+    it dies, it kills the workers and the forkserver left and removes their files)."""
     shm.sweep_dead()
+    with deferred_sigint():
+        sweeper.ensure_running()
     methods = mp.get_all_start_methods()
     method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
     if method == "forkserver":
@@ -127,6 +132,8 @@ def start_worker(
             arena=arena or ParentArena(),
         )
         record(w)
+        sweeper.watch_process(proc.pid)
+        sweeper.watch_multiprocessing()  # the forkserver, multiprocessing's pymp-* folder
     return w
 
 
