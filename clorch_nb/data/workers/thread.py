@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 from clorch_nb.data.config import LoaderConfig
+from clorch_nb.data.datasets.epoch_hooks import call_set_epoch
 from clorch_nb.data.datasets.stream import Replica, StreamEnded, has_own_state
 from clorch_nb.data.datasets.thread_safety import (
     lazy_handle_error,
@@ -38,11 +39,16 @@ __all__ = ["ThreadPool"]
 
 
 def _replica_of(dataset: Any) -> Any:
-    """What a stream's thread iterates: the dataset itself (its iterators are the threads' own),
-    or, when it keeps a position of its own (``state_dict()``/``load_state_dict()``), a deep
-    copy per thread, made as the epoch starts (after its ``set_epoch``), as torch's process
-    workers each have theirs: one object's position cannot be two workers'."""
-    return copy.deepcopy(dataset) if has_own_state(dataset) else dataset
+    """What a stream's thread iterates: a copy of the dataset per thread, made as the epoch
+    starts (after its ``set_epoch``), as torch's process workers each have theirs. Shallow
+    (its data is shared, what its ``__iter__`` assigns is the thread's own: a dataset that is
+    its own iterator works), deep when it keeps a position of its own (``state_dict()`` /
+    ``load_state_dict()``): one object's position cannot be two workers'. An object that
+    cannot be copied is shared."""
+    try:
+        return copy.deepcopy(dataset) if has_own_state(dataset) else copy.copy(dataset)
+    except Exception:  # noqa: BLE001 - not copyable: the threads share it, as before
+        return dataset
 
 
 _STOP = object()
@@ -78,6 +84,7 @@ class ThreadPool:
         self.dataset = dataset
         self._config, self._stream = config, stream
         self._replicas: dict[int, Replica] = {}
+        self._copies: dict[int, Any] = {}  # a stream's per-thread datasets, for the pool's life
         self.collate_fn = config.collate_fn
         self.num_workers = config.num_workers
         self.use_get_batch = use_get_batch
@@ -309,9 +316,14 @@ class ThreadPool:
         self._base_seed = base_seed
         if self._stream:
             c, saved = self._config, replicas or {}
+            if self._copies:  # persistent threads keep their copies (B83): this epoch reaches them
+                for w, ds in self._copies.items():
+                    call_set_epoch(ds, epoch, f"thread worker {w}")
+            else:
+                self._copies = {w: _replica_of(self.dataset) for w in range(self.num_workers)}
             self._replicas = {
                 w: Replica(
-                    _replica_of(self.dataset),
+                    self._copies[w],
                     c.collate_fn,
                     c.batch_size or 1,
                     c.drop_last,
