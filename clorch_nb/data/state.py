@@ -9,7 +9,8 @@ The state (JSON-serialisable, well under 1 KB, no tensors):
   ``in_order=False`` loader hands over whichever batch is ready first); they are not built again;
 * ``seed``: the loader's seed; every epoch's order and every batch's RNG seed derive from it;
   ``seed_epoch``: the epoch it was drawn at (0; torch's front without ``seed=`` draws a seed at
-  each epoch's ``iter()``, as torch does); ``generator``: then, the state of the user's
+  each epoch's ``iter()``, as torch does; -1: the epoch had not started, its seed is drawn at
+  the resumed ``iter()``); ``generator``: then, the state of the user's
   ``generator=`` it is drawn from (hex), restored on load so the later epochs draw what the
   saver's would (None: drawn from the global RNG, which is the user's to restore);
 * ``size``, ``batch_size``, ``drop_last``, ``shuffle``, ``num_batches``: the configuration the

@@ -537,9 +537,9 @@ class LoaderEngine:
                 if ahead <= _FAST_FORWARD_MAX:  # e's batch seeds
                     self._generator = fast_forward(self.seed, epoch, own_perm)
             return epoch, 0, 0
-        if self._reseed and saved.batches_done == 0 and not saved.also_done:
-            # an epoch's start: its seed is drawn now, as torch draws it at iter() (from the
-            # generator= restored by load_state_dict, else from the global RNG)
+        if self._reseed and saved.seed_epoch < 0:
+            # an epoch not yet started when saved: its seed is drawn now, as torch draws it at
+            # iter() (from the generator= restored by load_state_dict, else the global RNG)
             self.seed, self._seed_epoch = torch_base_seed(self._torch_generator), saved.epoch
             self._generator = torch.Generator().manual_seed(self.seed)
             return saved.epoch, 0, 0
@@ -616,7 +616,9 @@ class LoaderEngine:
             epoch=epoch,
             batches_done=done,
             seed=self.seed,
-            seed_epoch=self._seed_epoch,
+            # torch's front: an epoch not started yet (none run, or saved after the last one's
+            # end) draws its seed at iter(): -1 says so; a started one keeps the epoch's seed
+            seed_epoch=-1 if self._reseed and (at_end or self._epoch is None) else self._seed_epoch,
             generator=self._generator_state() if self._reseed else None,
             size=self._ds.get_size(),
             batch_size=self._batch_size,
