@@ -61,9 +61,16 @@ _state: list[Any] = [0, None, 0, set()]
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
+#: what a forked child inherited from its parent (multiprocessing's forkserver pid and temporary
+#: folder): the parent's, never to be killed or removed by the child's sweeper
+_inherited: dict[str, Any] = {}
+
+
 def _forget_after_fork() -> None:
     """In a child forked from the owner: close the inherited end (the owner's sweeper must see
-    EOF when the owner dies, not when its last forked child does) and start afresh."""
+    EOF when the owner dies, not when its last forked child does) and start afresh; remember
+    the parent's forkserver and temporary folder, which the child's sweeper must leave alone
+    (a child that dies would otherwise take its parent's forkserver socket with it)."""
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
     fd = _state[1]
@@ -71,6 +78,12 @@ def _forget_after_fork() -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.close(fd)
+    with contextlib.suppress(Exception):
+        from multiprocessing import forkserver, process
+
+        _inherited["forkserver"] = getattr(forkserver._forkserver, "_forkserver_pid", None)
+        config: Any = getattr(process.current_process(), "_config", {})
+        _inherited["tempdir"] = config.get("tempdir")
 
 
 if hasattr(os, "register_at_fork"):
@@ -159,9 +172,13 @@ def watch_multiprocessing() -> None:
         return
     from multiprocessing import forkserver, process  # not in the sweeper itself: kept small
 
-    watch_process(getattr(forkserver._forkserver, "_forkserver_pid", None))
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is not None and pid != _inherited.get("forkserver"):  # not a parent's (after a fork)
+        watch_process(pid)
     config: Any = getattr(process.current_process(), "_config", {})
-    watch_dir(config.get("tempdir"))
+    tempdir = config.get("tempdir")
+    if tempdir is not None and tempdir != _inherited.get("tempdir"):
+        watch_dir(tempdir)
 
 
 def sweeper_pid() -> int | None:

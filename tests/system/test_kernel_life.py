@@ -32,6 +32,7 @@ from typing import Any
 
 import psutil
 import pytest
+import torch
 from jupyter_client.manager import KernelManager
 
 from clorch_nb import sweeper
@@ -288,3 +289,32 @@ def test_rerunning_a_monitored_loader_cell_keeps_one_loaders_workers() -> None:
     assert [len(r["live"]) for r in runs] == [2, 2, 2], runs
     assert all(r["live"] == r["workers"] for r in runs), runs
     assert left == {"segments": [], "processes": [], "dirs": []}, left
+
+
+@pytest.mark.timeout(120)
+def test_a_forked_child_that_dies_leaves_its_parents_forkserver_alone() -> None:
+    """A child forked from a loader's owner (torch's fork workers, a test's helper process) that
+    makes a loader and exits: its sweeper must not kill the parent's forkserver or remove the
+    parent's multiprocessing folder (the forkserver's socket). The parent's next process loader
+    still starts (it failed with FileNotFoundError in torchdata's peer suite)."""
+    import multiprocessing
+
+    from clorch_nb import data
+
+    ds = data.tensor_dataset(torch.arange(8.0).unsqueeze(1), torch.arange(8))
+    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=2,
+                         worker_backend="process") as first:  # fmt: skip
+        assert len(list(first)) == 2  # the parent's forkserver, folder and sweeper exist
+
+    def child() -> None:
+        with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=1,
+                             worker_backend="process") as inner:  # fmt: skip
+            list(inner)
+
+    p = multiprocessing.get_context("fork").Process(target=child)
+    p.start()
+    p.join(60)
+    time.sleep(3.0)  # the child's sweeper has swept by now
+    with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=2,
+                         worker_backend="process") as again:  # fmt: skip
+        assert [b["target"].tolist() for b in again] == [[0, 1, 2, 3], [4, 5, 6, 7]]
