@@ -201,7 +201,7 @@ def run_all(cfg: Config, *, check_left: bool = True) -> dict[str, Record]:
         backend="thread",
     )
     if p.after_oracle == "torch_inline" and cfg.behavior == "write":
-        runs["torch_inline"] = run(inline, "torch", check_left=False)
+        runs["torch_inline"] = run(inline, "torch", plan(inline).torch_adjust, check_left=False)
     if p.inline_oracle:
         runs["clorch_inline"] = run(inline, "clorch", check_left=False)
     if cfg.resume_at is not None:
@@ -501,7 +501,8 @@ def _resume(cfg: Config, p: Plan, c: Record, r: Record, unbatched: bool) -> list
                 f"{r.state_error}",
             )
         ]
-    mode = "multiset" if p.items == "multiset" else "ordered"
+    # in_order=False: whichever batch is built first, before and after the resume alike
+    mode = "multiset" if cfg.workers and not cfg.in_order else "ordered"
     mask = cfg.behavior == "rng" and "rng-threads" in p.rows
     return [
         Divergence(f"resume: {d.cls}", d.detail)

@@ -28,6 +28,7 @@ class Pair:
     y: int
 
 
+BIG = 10_000  # elements of the large storages (80 KB of float64, 40 KB of float32)
 PAD_TO = 4  # the padding collate pads every ragged item to this length (items are 1..3 long)
 
 
@@ -62,6 +63,10 @@ class _Storage:
         self.alias = torch.from_numpy(self.a)  # shares self.a's memory
         self.counts = np.zeros(max(n, 1), dtype=np.int64)  # reads, written in place
         self.tcounts = torch.zeros(max(n, 1), dtype=torch.int64)
+        # large enough (> 64 KiB) that process workers share them instead of pickling a copy
+        self.big_a = np.zeros(BIG, dtype=np.float64)
+        self.big_alias = torch.from_numpy(self.big_a)  # shares self.big_a's memory
+        self.big_t = torch.zeros(BIG, dtype=torch.float32)
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -77,6 +82,9 @@ class _Storage:
             self.a[i] = [i, i + 0.25, i + 0.5]
             self.counts[i] += 1
             self.tcounts[i] += 1
+            self.big_a[i] = 0.0  # idempotent, but needs the large storages writable too
+            self.big_alias[i + 1] = 0.0
+            self.big_t[i] = 0.0
         e = 100 * self.epoch
         kind = self.item
         x = self.t[i].clone() + e

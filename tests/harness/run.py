@@ -87,6 +87,11 @@ def uncollate(c: Any) -> list[Any] | None:
             return None
         return [(tag, c[1], c[2][1:], row) for row in c[3]]
     if tag == "L":
+        # torch collates a tuple/list item field-wise into a list of fields; a list of strings
+        # (or of numbers) is one value per item
+        fields = [uncollate(v) for v in c[1]]
+        if c[1] and all(f is not None for f in fields) and len({len(f) for f in fields}) == 1:
+            return [("L", tuple(f[r] for f in fields)) for r in range(len(fields[0]))]
         return list(c[1])
     if tag == "D":
         parts = [(k, uncollate(v)) for k, v in c[2]]
@@ -228,6 +233,7 @@ def _identity(st: Any) -> dict[str, Any]:
         "t_ptr": st.t.data_ptr(),
         "a_ptr": st.a.ctypes.data,
         "alias_ptr": st.alias.data_ptr(),
+        "big_t_ptr": st.big_t.data_ptr(),
     }
 
 
@@ -250,6 +256,14 @@ def user_objects(b: Built) -> list[dict[str, Any]]:
             "t.is_shared()": st.t.is_shared(),
             "alias.is_shared()": st.alias.is_shared(),
             "a writeable": bool(st.a.flags.writeable),
+            "big_a": canon(st.big_a[:16]),
+            "big_alias shares memory with big_a": bool(
+                np.shares_memory(st.big_alias.numpy(), st.big_a)
+            ),
+            "big_alias.is_shared()": st.big_alias.is_shared(),
+            "big_t.is_shared()": st.big_t.is_shared(),
+            "big_t data_ptr unchanged": st.big_t.data_ptr() == before["big_t_ptr"],
+            "big_a writeable": bool(st.big_a.flags.writeable),
         }
         if hasattr(st, "t_view"):
             facts["tensor_dataset x.is_shared()"] = st.t_view.is_shared()
