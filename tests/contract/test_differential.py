@@ -66,12 +66,12 @@ def _run_all(strategy: Any, examples: int) -> None:
 
 @pytest.mark.timeout(150)
 def test_inline_and_thread_configs_match_torch() -> None:
-    _run_all(configs(process_weight=0.0), 150)
+    _run_all(configs(process_weight=0.0), 250)
 
 
 @pytest.mark.timeout(150)
 def test_process_configs_match_torch() -> None:
-    _run_all(configs(process_weight=1.0).filter(lambda c: c.num_workers > 0), 15)
+    _run_all(configs(process_weight=1.0).filter(lambda c: c.num_workers > 0), 20)
 
 
 def test_every_exemption_cites_the_readme() -> None:

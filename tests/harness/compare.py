@@ -56,8 +56,9 @@ DOCUMENTED: dict[str, Documented] = {
         Documented(
             "rng-threads",
             '"Checkpoint and resume": random augmentation that uses the global RNGs is seeded per '
-            "batch ... (thread workers: draw from `data.get_worker_info().torch_generator()`); "
-            '"Threads": thread workers share the process (and its global RNGs)',
+            "batch from (seed, epoch, position) ... (thread workers: draw from "
+            '`data.get_worker_info().torch_generator()`); "`IterableDataset`": worker `w` is '
+            "seeded with `base_seed + w` where the base seed is drawn at each `iter()`",
             lambda c: c.behavior == "rng" and (c.stream or (c.workers and c.backend == "thread")),
             "thread workers' and streams' global-RNG draws are masked everywhere (no exact oracle: "
             "threads share one global RNG; a stream's per-worker seeds come from base_seed + w, "
@@ -99,8 +100,9 @@ DOCUMENTED: dict[str, Documented] = {
         ),
         Documented(
             "threads-see-parent-state",
-            '"`worker_init_fn` and seeds": thread workers share the dataset object (so, with '
-            "persistent workers, they see what the notebook changes between epochs)",
+            '"`worker_init_fn` and seeds": thread workers share the dataset object (hence, with '
+            "persistent_workers=True, they read what the user's loop changes between epochs, "
+            "which torch's persistent fork workers do not)",
             lambda c: c.workers and c.backend == "thread" and c.persistent_workers and c.set_epoch,
             "the torch oracle runs with persistent_workers=False (its fork workers then see the "
             "parent's state of each epoch, as shared threads do)",

@@ -94,7 +94,10 @@ def uncollate(c: Any) -> list[Any] | None:
             return [("L", tuple(f[r] for f in fields)) for r in range(len(fields[0]))]
         return list(c[1])
     if tag == "D":
-        parts = [(k, uncollate(v)) for k, v in c[2]]
+        parts = [(k, uncollate(v)) for k, v in c[2] if v != ("masked",)]
+        masked = [k for k, v in c[2] if v == ("masked",)]
+        if parts and masked and all(p is not None for _, p in parts):
+            parts = sorted(parts + [(k, [("masked",)] * len(parts[0][1])) for k in masked])
         if not parts or any(p is None for _, p in parts):
             return None
         return [("D", c[1], tuple((k, p[r]) for k, p in parts)) for r in range(len(parts[0][1]))]
