@@ -66,7 +66,7 @@ def _run_all(strategy: Any, examples: int) -> None:
 
 @pytest.mark.timeout(150)
 def test_inline_and_thread_configs_match_torch() -> None:
-    _run_all(configs(process_weight=0.0), 250)
+    _run_all(configs(process_weight=0.0), 200)
 
 
 @pytest.mark.timeout(150)

@@ -282,6 +282,13 @@ def compare_epochs(
         kinds_x = [o[0] for o in x if o[0] != "batch"]
         kinds_y = [o[0] for o in y if o[0] != "batch"]
         detail = f"epoch {e}: {who} {_show(x)}; clorch_nb {_show(y)}"
+        if mode == "items" and drop:
+            # shuffle + drop_last: the permutation decides which items (bad ones too) are dropped
+            if len(x) != len(y):
+                out.append(Divergence("epoch: number of next() outcomes differs", detail))
+            elif not ex and not ey and len(_items(x, unbatched)) != len(_items(y, unbatched)):
+                out.append(Divergence("epoch: number of items differs", detail))
+            continue
         if set(ey) - set(ex) or set(kinds_y) - set(kinds_x):
             # named by clorch_nb's own type where it has one (e.g. RuntimeError: StaleIteratorError)
             seen = {f"{o[0]} {o[1]}" for o in x if o[0] != "batch"}
@@ -428,8 +435,12 @@ def _lshow(o: Any) -> str:
 
 
 def _keys_refused(t: Record, c: Record) -> list[Divergence]:
-    if t.init is None and not (t.epochs and t.epochs[0]):
-        return []  # no batch reads a key (drop_last of a short epoch)
+    if t.init is not None:  # torch refuses the configuration for another reason: compare that
+        return (
+            [] if c.init is not None else [Divergence(f"init: torch {t.init[1]}, clorch_nb ok", "")]
+        )
+    if not any(o[0] in ("batch", "error") for o in (t.epochs or [[]])[0]):
+        return []  # no batch reads a key (drop_last of a short epoch; torch's iter() refused)
     errs = [c.init] if c.init else []
     for ep in c.epochs[:1]:
         errs += [o[1:] for o in ep[:1] if o[0] != "batch"]
@@ -451,8 +462,14 @@ def _total(c: Any) -> Any:
 
 def _after(t: Record, c: Record, totals: bool = False) -> list[Divergence]:
     """The user's objects; ``totals``: read counts compare as totals over all storages
-    (shuffle + drop_last: which items are dropped is the permutation's)."""
+    (shuffle + drop_last: which items are dropped is the permutation's). Read counts are not
+    compared when an epoch was abandoned (list() stopped at an error): how far workers read
+    ahead of an abandoned epoch is not defined."""
     out = []
+    abandoned = any(o[0] == "list-error" for r in (t, c) for ep in r.epochs for o in ep)
+    skip = ("counts", "tcounts") if abandoned else ()
+    if abandoned:
+        totals = False
     for key in ("counts", "tcounts") if totals else ():
         ta = sum(_total(a[key]) for a in t.after)
         tb = sum(_total(b[key]) for b in c.after)
@@ -462,7 +479,7 @@ def _after(t: Record, c: Record, totals: bool = False) -> list[Divergence]:
             )
     for i, (a, b) in enumerate(zip(t.after, c.after, strict=False)):
         for key in a:
-            if totals and key in ("counts", "tcounts"):
+            if (totals and key in ("counts", "tcounts")) or key in skip:
                 continue
             if a[key] != b.get(key):
                 va, vb = a[key], b.get(key)
