@@ -1,0 +1,566 @@
+"""Compare clorch_nb's run of a configuration with its oracle, and the documented-difference
+table.
+
+The oracle is torch 2.13's ``DataLoader`` with fork workers, except where clorch_nb differs on
+purpose: every such exemption is one row of :data:`DOCUMENTED`, which cites the README's row
+("These behave differently on purpose" and the list after it) and says what the harness compares
+instead. Nothing else is ever marked expected.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from tests.harness import fixtures as fx
+from tests.harness.configs import Config
+from tests.harness.run import Built, Record, mask_rng, run, uncollate
+
+
+@dataclasses.dataclass(frozen=True)
+class Documented:
+    """One documented difference: when it applies and what the harness compares instead."""
+
+    id: str
+    readme: str  # the README row it cites (section "These behave differently on purpose" etc.)
+    applies: Callable[[Config], bool]
+    instead: str
+
+
+def _rng_map(c: Config) -> bool:
+    return c.behavior == "rng" and not c.stream and not (c.workers and c.backend == "thread")
+
+
+DOCUMENTED: dict[str, Documented] = {
+    d.id: d
+    for d in [
+        Documented(
+            "no-fork",
+            '"Process workers, as torch\'s": `"fork"` is refused: a notebook kernel is not safe to '
+            "fork. (They use forkserver or spawn, never fork.)",
+            lambda c: c.workers,
+            'torch runs with multiprocessing_context="fork" (the semantic oracle); clorch_nb gets '
+            "no "
+            "multiprocessing_context (its forkserver)",
+        ),
+        Documented(
+            "global-rng-per-batch",
+            '"`worker_init_fn` and seeds": the global RNGs are seeded before *every batch* from '
+            "(seed, epoch, batch position) ... augmentation is the same for any `num_workers`.",
+            lambda c: c.behavior == "rng",
+            "the global-RNG draws are masked against torch; map-style items are compared exactly "
+            "with clorch_nb's own inline run (num_workers=0) of the same configuration",
+        ),
+        Documented(
+            "rng-threads",
+            '"Checkpoint and resume": random augmentation that uses the global RNGs is seeded per '
+            "batch from (seed, epoch, position) ... (thread workers: draw from "
+            '`data.get_worker_info().torch_generator()`); "`IterableDataset`": worker `w` is '
+            "seeded with `base_seed + w` where the base seed is drawn at each `iter()`",
+            lambda c: c.behavior == "rng" and (c.stream or (c.workers and c.backend == "thread")),
+            "thread workers' and streams' global-RNG draws are masked everywhere (no exact oracle: "
+            "threads share one global RNG; a stream's per-worker seeds come from base_seed + w, "
+            "drawn after clorch_nb's loader seed)",
+        ),
+        Documented(
+            "shuffle-permutation",
+            '"Seed and order": the shuffle order is drawn from the loader\'s own generator ... '
+            "not torch's exact permutation.",
+            lambda c: c.sampler == "shuffle" and not c.stream,
+            "shuffle=True epochs compare as multisets of items (with errors: the count of next() "
+            "outcomes and the set of error types)",
+        ),
+        Documented(
+            "keys-are-integers",
+            '"Keys are integers": a sampler must yield dataset indices: one that yields other keys '
+            "... is refused naming the key it yielded.",
+            lambda c: c.sampler == "keys" and c.n > 0,
+            "clorch_nb must raise an error naming the first key (at construction, iter() or the "
+            "first next()); torch, which passes the key to __getitem__, is not the oracle",
+        ),
+        Documented(
+            "set-epoch-called",
+            '"State between epochs": workers persist, so a dataset\'s `set_epoch(epoch)` is called '
+            "before each epoch in every worker, and `get_worker_info().epoch` is set.",
+            lambda c: c.dataset in ("map", "iter", "iter_sized"),  # the fixtures with set_epoch
+            "the torch oracle's loop calls dataset.set_epoch(epoch) before each epoch itself, and "
+            "runs with persistent_workers=False when it has workers (torch's persistent workers "
+            "keep the epoch they forked with)",
+        ),
+        Documented(
+            "threads-share-dataset",
+            '"`worker_init_fn` and seeds": thread workers share the dataset object; '
+            '"Thread safety": '
+            "thread workers share the dataset.",
+            lambda c: c.workers and c.backend == "thread",
+            "the user's objects afterwards are compared with torch's inline run (num_workers=0), "
+            "where the loader also writes into the user's own dataset",
+        ),
+        Documented(
+            "threads-see-parent-state",
+            '"`worker_init_fn` and seeds": thread workers share the dataset object (hence, with '
+            "persistent_workers=True, they read what the user's loop changes between epochs, "
+            "which torch's persistent fork workers do not)",
+            lambda c: c.workers and c.backend == "thread" and c.persistent_workers and c.set_epoch,
+            "the torch oracle runs with persistent_workers=False (its fork workers then see the "
+            "parent's state of each epoch, as shared threads do)",
+        ),
+        Documented(
+            "worker-state-error",
+            '"State between epochs": process workers do not see an attribute changed in the '
+            "notebook: the next `iter()` raises `WorkerStateError` naming it.",
+            lambda c: (
+                c.workers
+                and c.backend == "process"
+                and c.persistent_workers
+                and c.set_epoch
+                and c.dataset in ("subset", "concat")  # a wrapped dataset's epoch changed
+            ),
+            "torch runs with persistent_workers=False; an epoch (after the first) whose iter() "
+            "or first next() raises WorkerStateError is accepted in place of the oracle's",
+        ),
+        Documented(
+            "in-order-false-distributed-state",
+            '"`in_order=False`": with a `distributed_sampler` it (state_dict) is refused mid-epoch',
+            lambda c: c.workers and not c.in_order and c.sampler == "distributed",
+            "a resume's state_dict() may be refused (checked: it raises, or it resumes exactly)",
+        ),
+        Documented(
+            "dict-numbers-to-lists",
+            '"Checklist for moving to `data.dataloader`" / "Collation": integer and float '
+            "fields of "
+            "dict items come back as Python lists on `data.dataloader` only",
+            lambda c: False,
+            "not exercised: the harness drives `data.DataLoader` (torch's front), whose default "
+            "collate_fn is torch's default_collate",
+        ),
+    ]
+}
+
+
+@dataclasses.dataclass
+class Plan:
+    """What to run and compare for one configuration, from :data:`DOCUMENTED`."""
+
+    rows: list[str]
+    torch_adjust: Callable[[Built], None] | None
+    mask: bool  # mask global-RNG draws against torch
+    inline_oracle: bool  # also compare exactly with clorch_nb's inline run
+    items: str  # "ordered", "multiset" (batches), "items" (un-collated items)
+    after_oracle: str  # "torch" or "torch_inline"
+    keys_refused: bool
+    state_may_refuse: bool
+    worker_state_error: bool = False
+    shuffle_drop: bool = False  # shuffle and drop_last: which items are dropped differs
+
+
+def plan(cfg: Config) -> Plan:
+    rows = [d.id for d in DOCUMENTED.values() if d.applies(cfg)]
+    adjust = None
+    nonpersistent = {"set-epoch-called", "threads-see-parent-state", "worker-state-error"}
+    if nonpersistent & set(rows):
+
+        def adjust(b: Built) -> None:
+            if "set-epoch-called" in rows and b.dataset not in b.epoch_hooks:
+                b.epoch_hooks.insert(0, b.dataset)
+            if "persistent_workers" in b.kwargs:
+                b.kwargs["persistent_workers"] = False
+
+    items = "ordered"
+    if cfg.workers and not cfg.in_order:
+        items = "multiset"  # torch's own in_order=False: whichever batch is built first
+    if "shuffle-permutation" in rows:
+        items = "items"
+    return Plan(
+        rows=rows,
+        torch_adjust=adjust,
+        mask=cfg.behavior == "rng",
+        inline_oracle=_rng_map(cfg) and cfg.workers,
+        items=items,
+        after_oracle="torch_inline" if "threads-share-dataset" in rows else "torch",
+        keys_refused="keys-are-integers" in rows,
+        state_may_refuse="in-order-false-distributed-state" in rows,
+        worker_state_error="worker-state-error" in rows,
+        shuffle_drop="shuffle-permutation" in rows and cfg.drop_last,
+    )
+
+
+def run_all(cfg: Config, *, check_left: bool = True) -> dict[str, Record]:
+    """The runs :func:`compare` needs for ``cfg``."""
+    p = plan(cfg)
+    runs = {
+        "torch": run(cfg, "torch", p.torch_adjust, check_left=check_left),
+        "clorch": run(cfg, "clorch", check_left=check_left),
+    }
+    inline = dataclasses.replace(
+        cfg,
+        num_workers=0,
+        persistent_workers=False,
+        in_order=True,
+        prefetch_factor=None,
+        backend="thread",
+    )
+    if p.after_oracle == "torch_inline" and cfg.behavior == "write":
+        runs["torch_inline"] = run(inline, "torch", plan(inline).torch_adjust, check_left=False)
+    if p.inline_oracle:
+        runs["clorch_inline"] = run(inline, "clorch", check_left=False)
+    if cfg.resume_at is not None:
+        runs["clorch_resume"] = run(cfg, "clorch", resume=True, check_left=check_left)
+    return runs
+
+
+# --- comparing ----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Divergence:
+    cls: str  # the class (what differs, in a few words; groups the long run's findings)
+    detail: str  # torch's and clorch_nb's outcomes
+
+
+def _norm(outs: list[Any], mask: bool) -> list[Any]:
+    out = []
+    for o in outs:
+        if o[0] == "batch":
+            out.append(("batch", mask_rng(o[1]) if mask else o[1]))
+        else:
+            out.append((o[0], o[2]))  # the error's non-clorch_nb base type
+    return out
+
+
+def _show(outs: list[Any]) -> str:
+    return "[" + ", ".join("batch" if o[0] == "batch" else f"{o[0]} {o[1]}" for o in outs) + "]"
+
+
+def _items(outs: list[Any], unbatched: bool) -> Counter[Any]:
+    c: Counter[Any] = Counter()
+    for o in outs:
+        if o[0] != "batch":
+            continue
+        parts = None if unbatched else uncollate(o[1])
+        c.update([o[1]] if parts is None else parts)
+    return c
+
+
+def compare_epochs(
+    a: list[list[Any]],
+    b: list[list[Any]],
+    mode: str,
+    mask: bool,
+    unbatched: bool,
+    who: str = "torch",
+    *,
+    drop: bool = False,
+    state_error_ok: bool = False,
+) -> list[Divergence]:
+    """``b`` (clorch_nb's epochs) against ``a`` (the oracle's)."""
+    out: list[Divergence] = []
+    if len(a) != len(b):
+        return [
+            Divergence(
+                "epochs: a different number of epochs ran", f"{who} {len(a)}, clorch_nb {len(b)}"
+            )
+        ]
+    for e, (x, y) in enumerate(zip(a, b, strict=True)):
+        x, y = _norm(x, mask), _norm(y, mask)
+        if state_error_ok and e > 0 and any("WorkerStateError" in o[1] for o in b[e][:1]):
+            continue  # documented: worker-state-error (iter() or the first next() raises it)
+        if x[:1] and x[0][0] == "iter-error":
+            if not (y[:1] and y[0] == x[0]):
+                out.append(
+                    Divergence(
+                        f"iter(): {who} raises {x[0][1]}, clorch_nb "
+                        + (f"{y[0][0]} {y[0][1]}" if y[:1] and y[0][0] != "batch" else "does not"),
+                        f"epoch {e}: {who} {_show(x)}; clorch_nb {_show(y)}",
+                    )
+                )
+            continue
+        ex = Counter(o[1] for o in x if o[0] != "batch")
+        ey = Counter(o[1] for o in y if o[0] != "batch")
+        kinds_x = [o[0] for o in x if o[0] != "batch"]
+        kinds_y = [o[0] for o in y if o[0] != "batch"]
+        detail = f"epoch {e}: {who} {_show(x)}; clorch_nb {_show(y)}"
+        if mode == "items" and drop:
+            # shuffle + drop_last: the permutation decides which items (bad ones too) are dropped
+            if len(x) != len(y):
+                out.append(Divergence("epoch: number of next() outcomes differs", detail))
+            elif not ex and not ey and len(_items(x, unbatched)) != len(_items(y, unbatched)):
+                out.append(Divergence("epoch: number of items differs", detail))
+            continue
+        if set(ey) - set(ex) or set(kinds_y) - set(kinds_x):
+            # named by clorch_nb's own type where it has one (e.g. RuntimeError: StaleIteratorError)
+            seen = {f"{o[0]} {o[1]}" for o in x if o[0] != "batch"}
+            new = sorted(
+                {
+                    f"{o[0]} {o[2]}" + (f" ({o[1]})" if o[1] != o[2] else "")
+                    for o in b[e]
+                    if o[0] != "batch" and f"{o[0]} {o[2]}" not in seen
+                }
+            )
+            out.append(
+                Divergence(
+                    f"errors: clorch_nb raises {', '.join(new)} where {who} does not", detail
+                )
+            )
+            continue
+        if set(ex) - set(ey):
+            gone = sorted(set(ex) - set(ey))
+            out.append(
+                Divergence(f"errors: {who} raises {', '.join(gone)}, clorch_nb does not", detail)
+            )
+            continue
+        if mode == "items":
+            nx = sum(len(_items([o], unbatched)) for o in x)
+            ny = sum(len(_items([o], unbatched)) for o in y)
+            if len(x) != len(y):
+                out.append(Divergence("epoch: number of next() outcomes differs", detail))
+            elif drop:
+                if nx != ny:  # shuffle + drop_last: which items are dropped is the permutation's
+                    out.append(Divergence("epoch: number of items differs", detail))
+            elif not ex and _items(x, unbatched) != _items(y, unbatched):
+                out.append(Divergence("epoch: multiset of items differs", detail))
+            continue
+        if mode == "multiset":
+            if Counter(x) != Counter(y):
+                cls = (
+                    "epoch: number of next() outcomes differs"
+                    if len(x) != len(y)
+                    else "epoch: multiset of batches differs"
+                )
+                out.append(Divergence(cls, detail))
+            continue
+        if len(x) != len(y):
+            out.append(Divergence("epoch: number of next() outcomes differs", detail))
+        elif [o[0] for o in x] != [o[0] for o in y] or ex != ey:
+            out.append(Divergence("epoch: errors at other batches", detail))
+        elif x != y:
+            if Counter(x) == Counter(y):
+                out.append(Divergence("epoch: batch order differs", detail))
+            else:
+                first = next(i for i, (p, q) in enumerate(zip(x, y, strict=True)) if p != q)
+                out.append(
+                    Divergence(
+                        "epoch: batch values differ",
+                        f"{detail}; first at batch {first}: {who} {x[first][1]!r} "
+                        f"clorch_nb {y[first][1]!r}"[:1500],
+                    )
+                )
+    return out
+
+
+def _err(e: Any) -> str:
+    return "ok" if e is None else e[1]
+
+
+def compare(cfg: Config, runs: dict[str, Record]) -> list[Divergence]:
+    """Every divergence of clorch_nb's runs from their oracles."""
+    p = plan(cfg)
+    t, c = runs["torch"], runs["clorch"]
+    out: list[Divergence] = []
+    unbatched = cfg.batch_size is None and cfg.sampler not in (
+        "batch",
+        "batch_random",
+        "batch_list",
+    )
+    if p.keys_refused:
+        out += _keys_refused(t, c)
+    elif _err(t.init) != _err(c.init):
+        out.append(
+            Divergence(
+                f"init: torch {_err(t.init)}, clorch_nb {_err(c.init)}",
+                f"torch {t.init}; clorch_nb {c.init}",
+            )
+        )
+    elif t.init is None:
+        for name, a, b in (
+            ("len(loader)", t.length, c.length),
+            ("len(iter(loader))", t.length_iter, c.length_iter),
+        ):
+            if a is not None and _lkey(a) != _lkey(b):
+                out.append(
+                    Divergence(
+                        f"{name}: torch {_lkind(a)}, clorch_nb {_lkind(b)}",
+                        f"torch {a}; clorch_nb {b}",
+                    )
+                )
+        out += compare_epochs(
+            t.epochs,
+            c.epochs,
+            p.items,
+            p.mask,
+            unbatched,
+            drop=p.shuffle_drop,
+            state_error_ok=p.worker_state_error,
+        )
+        if p.worker_state_error:  # neither WorkerStateError nor the changed state
+            out = [
+                Divergence(
+                    "state between epochs: persistent process workers keep a wrapped dataset's "
+                    f"old state without WorkerStateError ({d.cls})",
+                    d.detail,
+                )
+                if d.detail.startswith("epoch 1") and d.cls.startswith("epoch:")
+                else d
+                for d in out
+            ]
+        if c.endless and not t.endless:
+            out.append(Divergence("epoch: clorch_nb never ends (200 next() calls)", ""))
+    if "clorch_inline" in runs:
+        ci = runs["clorch_inline"]
+        for d in compare_epochs(
+            ci.epochs, c.epochs, p.items, False, unbatched, who="clorch_nb inline"
+        ):
+            out.append(Divergence(f"rng vs own inline run: {d.cls}", d.detail))
+    if not p.keys_refused:
+        oracle = runs.get("torch_inline", t) if p.after_oracle == "torch_inline" else t
+        out += _after(oracle, c, totals=p.shuffle_drop)
+    out += _left(t, c)
+    if "clorch_resume" in runs:
+        out += _resume(cfg, p, c, runs["clorch_resume"], unbatched)
+    return out
+
+
+def _lkey(o: Any) -> Any:
+    return o if o is None or o[0] == "ok" else ("error", o[2])
+
+
+def _lkind(o: Any) -> str:
+    return "None" if o is None else ("a number" if o[0] == "ok" else f"raises {o[2]}")
+
+
+def _lshow(o: Any) -> str:
+    return "None" if o is None else (str(o[1]) if o[0] == "ok" else o[2])
+
+
+def _keys_refused(t: Record, c: Record) -> list[Divergence]:
+    if t.init is not None:  # torch refuses the configuration for another reason: compare that
+        return (
+            [] if c.init is not None else [Divergence(f"init: torch {t.init[1]}, clorch_nb ok", "")]
+        )
+    if not any(o[0] in ("batch", "error") for o in (t.epochs or [[]])[0]):
+        return []  # no batch reads a key (drop_last of a short epoch; torch's iter() refused)
+    errs = [c.init] if c.init else []
+    for ep in c.epochs[:1]:
+        errs += [o[1:] for o in ep[:1] if o[0] != "batch"]
+    if any("k0" in e[2] for e in errs if e):
+        return []
+    what = "accepted" if not errs else f"refused without naming it ({errs[0][0]})"
+    first = _show(_norm(c.epochs[0], False)) if c.epochs else None
+    return [
+        Divergence(
+            f"keys: a non-integer sampler key is {what}",
+            f"clorch_nb init {c.init}; first epoch {first}",
+        )
+    ]
+
+
+def _total(c: Any) -> Any:
+    return sum(c[3]) if isinstance(c, tuple) and c[:1] in (("A",), ("T",)) else c
+
+
+def _after(t: Record, c: Record, totals: bool = False) -> list[Divergence]:
+    """The user's objects; ``totals``: read counts compare as totals over all storages
+    (shuffle + drop_last: which items are dropped is the permutation's). Read counts are not
+    compared when an epoch was abandoned (list() stopped at an error): how far workers read
+    ahead of an abandoned epoch is not defined."""
+    out = []
+    abandoned = any(o[0] == "list-error" for r in (t, c) for ep in r.epochs for o in ep)
+    skip = ("counts", "tcounts") if abandoned else ()
+    if abandoned:
+        totals = False
+    for key in ("counts", "tcounts") if totals else ():
+        ta = sum(_total(a[key]) for a in t.after)
+        tb = sum(_total(b[key]) for b in c.after)
+        if ta != tb:
+            out.append(
+                Divergence(f"user objects after: total {key}", f"torch {ta}, clorch_nb {tb}")
+            )
+    for i, (a, b) in enumerate(zip(t.after, c.after, strict=False)):
+        for key in a:
+            if (totals and key in ("counts", "tcounts")) or key in skip:
+                continue
+            if a[key] != b.get(key):
+                va, vb = a[key], b.get(key)
+                if isinstance(va, tuple):
+                    va, vb = "values", "other values"
+                out.append(
+                    Divergence(
+                        f"user objects after: {key}", f"storage {i}: torch {va}, clorch_nb {vb}"
+                    )
+                )
+    return out
+
+
+def _left(t: Record, c: Record) -> list[Divergence]:
+    out = []
+    if not c.left:
+        return out
+    if c.left["procs"] > t.left.get("procs", 0):
+        out.append(Divergence("left behind: child processes", f"{c.left} (torch {t.left})"))
+    if c.left["shm"]:
+        out.append(Divergence("left behind: /dev/shm/clorch_nb-* entries", f"{c.left['shm']}"))
+    if c.left["fds"] > t.left.get("fds", 0):
+        out.append(Divergence("left behind: open fds", f"{c.left} (torch {t.left})"))
+    if len(c.left["threads"]) > len(t.left.get("threads", [])):
+        out.append(Divergence("left behind: threads", f"{c.left['threads']}"))
+    return out
+
+
+def _resume(cfg: Config, p: Plan, c: Record, r: Record, unbatched: bool) -> list[Divergence]:
+    if c.init is not None:
+        return []
+    if r.state_error is not None:
+        if p.state_may_refuse:
+            return []
+        return [
+            Divergence(
+                f"resume: state_dict()/load_state_dict() raises {r.state_error[1]}",
+                f"{r.state_error}",
+            )
+        ]
+    # in_order=False: whichever batch is built first, before and after the resume alike
+    mode = "multiset" if cfg.workers and not cfg.in_order else "ordered"
+    mask = cfg.behavior == "rng" and "rng-threads" in p.rows
+    return [
+        Divergence(f"resume: {d.cls}", d.detail)
+        for d in compare_epochs(c.epochs, r.epochs, mode, mask, unbatched, who="uninterrupted")
+    ]
+
+
+def check(cfg: Config, *, check_left: bool = True) -> list[Divergence]:
+    """Run ``cfg`` under both and compare."""
+    return compare(cfg, run_all(cfg, check_left=check_left))
+
+
+__all__ = ["DOCUMENTED", "Divergence", "check", "compare", "fx", "plan", "run_all"]
+
+
+def shrink(
+    cfg: Config,
+    cls: str,
+    budget: int = 40,
+    checker: Callable[[Config], list[Divergence]] | None = None,
+) -> tuple[Config, str]:
+    """A simpler configuration that still shows divergence class ``cls`` (greedy, one field at a
+    time, at most ``budget`` runs), and its detail."""
+    from tests.harness.configs import simpler
+
+    checker = checker or check
+    best, detail = cfg, ""
+    improved = True
+    while improved and budget > 0:
+        improved = False
+        for cand in simpler(best):
+            if budget <= 0:
+                break
+            budget -= 1
+            try:
+                found = [d for d in checker(cand) if d.cls == cls]
+            except Exception:  # noqa: BLE001 - a harness failure on a candidate: not simpler
+                continue
+            if found:
+                best, detail, improved = cand, found[0].detail, True
+                break
+    return best, detail
