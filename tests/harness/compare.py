@@ -81,6 +81,14 @@ DOCUMENTED: dict[str, Documented] = {
             "first next()); torch, which passes the key to __getitem__, is not the oracle",
         ),
         Documented(
+            "refused-when-made",
+            '"Refused when the loader is made": `prefetch_factor` below 1 with workers is refused '
+            "when the loader is made, naming it (torch's iter() fails with an AssertionError).",
+            lambda c: c.prefetch_factor is not None and c.prefetch_factor < 1 and c.workers,
+            "clorch_nb must refuse it at construction naming prefetch_factor, and torch must fail "
+            "(at iter()); nothing after is compared",
+        ),
+        Documented(
             "set-epoch-called",
             '"State between epochs": workers persist, so a dataset\'s `set_epoch(epoch)` is called '
             "before each epoch in every worker, and `get_worker_info().epoch` is set.",
@@ -152,6 +160,7 @@ class Plan:
     after_oracle: str  # "torch" or "torch_inline"
     keys_refused: bool
     state_may_refuse: bool
+    refused_when_made: bool = False
     worker_state_error: bool = False
     shuffle_drop: bool = False  # shuffle and drop_last: which items are dropped differs
 
@@ -181,6 +190,7 @@ def plan(cfg: Config) -> Plan:
         items=items,
         after_oracle="torch_inline" if "threads-share-dataset" in rows else "torch",
         keys_refused="keys-are-integers" in rows,
+        refused_when_made="refused-when-made" in rows,
         state_may_refuse="in-order-false-distributed-state" in rows,
         worker_state_error="worker-state-error" in rows,
         shuffle_drop="shuffle-permutation" in rows and cfg.drop_last,
@@ -364,6 +374,8 @@ def compare(cfg: Config, runs: dict[str, Record]) -> list[Divergence]:
         "batch_random",
         "batch_list",
     )
+    if p.refused_when_made:
+        return _refused_when_made(t, c)
     if p.keys_refused:
         out += _keys_refused(t, c)
     elif _err(t.init) != _err(c.init):
@@ -432,6 +444,15 @@ def _lkind(o: Any) -> str:
 
 def _lshow(o: Any) -> str:
     return "None" if o is None else (str(o[1]) if o[0] == "ok" else o[2])
+
+
+def _refused_when_made(t: Record, c: Record) -> list[Divergence]:
+    """clorch_nb refuses at construction naming ``prefetch_factor``; torch fails (anywhere)."""
+    if c.init is not None and "prefetch_factor" in str(c.init):
+        return []  # (torch fails at iter(): tests/contract/test_scenarios5.py's B95 asserts it)
+    return [
+        Divergence("prefetch_factor < 1: not refused as made", f"torch {t.init}; ours {c.init}")
+    ]
 
 
 def _keys_refused(t: Record, c: Record) -> list[Divergence]:

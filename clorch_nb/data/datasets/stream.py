@@ -139,11 +139,14 @@ class Replica:
         if iter_state is not None:
             it.load_state_dict(iter_state)  # type: ignore[attr-defined]
         elif dataset_state is None:  # no state of its own: read again what was delivered
-            try:
-                for _ in range(self.items):
+            for _ in range(self.items):
+                try:
                     next(it)
-            except Exception:  # noqa: BLE001 - exhausted or raising where the saver's run
-                self.ended = True  # failed: its iterator had nothing more either
+                except StopIteration:  # exhausted (a generator that raised is, after it)
+                    self.ended = True
+                    break
+                except Exception:  # noqa: BLE001 - an item that raised in the saver's run too
+                    continue
         return it
 
     def fetch(self, batch_index: int, worker: str) -> tuple[Any, int, float, float]:
@@ -173,7 +176,7 @@ class Replica:
         except StreamEnded:
             raise
         except BaseException as exc:
-            self.items += len(chunk)
+            self.items += len(chunk) + 1  # the item that raised was taken from the iterator
             _note(exc, f"[clorch_nb] in the iterator of the IterableDataset (batch "
                   f"{batch_index}) in {worker}")  # fmt: skip
             raise

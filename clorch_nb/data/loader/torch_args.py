@@ -295,6 +295,12 @@ def torch_loader_args(
                                   num_workers, prefetch_factor, timeout, start_method,
                                   persistent_workers, worker_init_fn, in_order,
                                   backend))  # fmt: skip
+    if shuffle and sampler is None and batch_sampler is None and _empty(dataset):
+        raise ConfigError(  # torch's RandomSampler refuses it when the loader is made
+            "num_samples should be a positive integer value, but got num_samples=0: "
+            "shuffle=True for an empty dataset (torch refuses it too); check what the dataset "
+            "was built from, or pass shuffle=False"
+        )
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
         if batch_sampler is None:
             if sampler is None:
@@ -334,6 +340,14 @@ def torch_loader_args(
     return TorchLoaderArgs(
         config, batch_sampler if batch_sampler is not None else sampler, generator
     )
+
+
+def _empty(dataset: Any) -> bool:
+    """The dataset says it has no items (``len()`` 0); False when it has no ``len()``."""
+    try:
+        return len(dataset) == 0
+    except TypeError:
+        return False
 
 
 def _options(

@@ -52,7 +52,7 @@ class StreamPlan:
         >>> p = StreamPlan([0, 1, 2], num_batches=None)
         >>> [p.deal() for _ in range(4)]
         [0, 1, 2, 0]
-        >>> p.end(1); [p.deal() for _ in range(3)], p.after(2), len(StreamPlan([0], 7))
+        >>> p.end(1); [p.deal() for _ in range(3)], p.after(2), StreamPlan([0], 7).num_batches
         ([2, 0, 2], 0, 7)
     """
 
@@ -153,9 +153,12 @@ class StreamPlan:
         return self.workers[(self.workers.index(worker) + 1) % len(self.workers)]
 
     def __len__(self) -> int:
-        if self.num_batches is None:
-            raise TypeError("this IterableDataset has no len(), so its epoch has none")
-        return self.num_batches
+        # torch's: an IterableDataset's iterator has no len() (its sampler is infinite), sized
+        # or not; len(loader) is the dataset's (num_batches, read by the epoch's position)
+        raise TypeError(
+            "an IterableDataset loader's iterator has no len() (as torch's); len(loader) "
+            "gives the dataset's length in batches when the dataset has a len()"
+        )
 
     def __getitem__(self, index: int) -> Any:
         return NO_INDICES  # what a ticket asks for: nothing by index

@@ -251,6 +251,14 @@ class ArrayCopies:
         self._roots.append(root)
         return len(self._objs) - 1
 
+    def close(self) -> None:
+        """Let go of the segment now (its pool's workers are gone); idempotent. Without it the
+        segment's descriptor lives as long as this object, which a kept traceback may hold."""
+        closer = getattr(self, "_closer", None)
+        if closer is not None:
+            closer()  # closes the descriptor once (a finalizer runs at most once)
+        self._fd = None
+
     def seal(self) -> None:
         """Lay out the regions and copy the bytes (after the last :meth:`add`): first the
         memory maps (reopened, not copied), then the rest merged where it overlaps (aliases stay
@@ -277,7 +285,7 @@ class ArrayCopies:
                          zip(self._objs, self._spans, strict=True))  # fmt: skip
         if copies:
             fd = self._fd = _make_segment(at)
-            weakref.finalize(self, os.close, fd)
+            self._closer = weakref.finalize(self, os.close, fd)
             for (lo, hi), region in zip(copies, self.regions[len(files) :], strict=True):
                 assert isinstance(region, _CopyRegion)
                 raw = (ctypes.c_ubyte * (hi - lo)).from_address(lo)

@@ -550,6 +550,10 @@ class ByValue:
     def mapped_bytes(self) -> int:
         return self.arrays.mapped_bytes
 
+    def release(self) -> None:
+        """Close the copies' segment (its pool's workers are gone; a new pool ships anew)."""
+        self.arrays.close()
+
     def redefined(self) -> list[str]:
         """The ``__main__`` classes and functions shipped whose name in ``__main__`` now holds
         another definition (a cell run again), e.g. ``["class CellDS"]``; ``[]``: none."""

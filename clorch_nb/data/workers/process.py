@@ -271,6 +271,9 @@ class ProcessPool:
                 w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
             self._reap(w, kill=True)
         self._close_wake_pipe()
+        release = getattr(self.source, "release", None)  # the copies' segment, with the workers
+        if callable(release):
+            release()
 
     def _close_wake_pipe(self) -> None:
         for conn in (self._wake_r, self._wake_w):

@@ -82,6 +82,10 @@ class SharedTensors:
             return TensorDataset(data, target)
         return TorchMapDataset(torch.utils.data.TensorDataset(*tensors))
 
+    def release(self) -> None:
+        """Close the copies' segment (its pool's workers are gone; a new pool copies anew)."""
+        self.copies.close()
+
     def twin_key(self) -> Any:
         """Equal for two sources over the same tensors of the caller (by address)."""
         small = tuple(t.data_ptr() for t in self.tensors if isinstance(t, torch.Tensor))
