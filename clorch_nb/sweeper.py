@@ -166,19 +166,11 @@ def watch_dir(path: str | None) -> None:
 
 
 def watch_multiprocessing() -> None:
-    """Have this process's sweeper kill multiprocessing's forkserver and remove its temporary
-    folder (the server's socket) when this process dies. Cheap when already sent."""
-    if _state[0] != os.getpid():
-        return
-    from multiprocessing import forkserver, process  # not in the sweeper itself: kept small
-
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if pid is not None and pid != _inherited.get("forkserver"):  # not a parent's (after a fork)
-        watch_process(pid)
-    config: Any = getattr(process.current_process(), "_config", {})
-    tempdir = config.get("tempdir")
-    if tempdir is not None and tempdir != _inherited.get("tempdir"):
-        watch_dir(tempdir)
+    """Kept for its callers, and does nothing: the sweeper leaves multiprocessing's forkserver
+    (it exits by itself once its owner's end of its pipe closes) and its ``pymp-*`` folder
+    alone. A sweeper that removed them broke the process loaders of another live process that
+    shared that folder (torchdata's suite found it: FileNotFoundError on the forkserver's
+    socket for every later loader), which is worse than an empty folder left in /tmp."""
 
 
 def sweeper_pid() -> int | None:
