@@ -47,7 +47,6 @@ __all__ = [
     "ensure_running",
     "sweeper_pid",
     "watch_dir",
-    "watch_multiprocessing",
     "watch_process",
 ]
 
@@ -61,16 +60,9 @@ _state: list[Any] = [0, None, 0, set()]
 _NOSIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)
 
 
-#: what a forked child inherited from its parent (multiprocessing's forkserver pid and temporary
-#: folder): the parent's, never to be killed or removed by the child's sweeper
-_inherited: dict[str, Any] = {}
-
-
 def _forget_after_fork() -> None:
     """In a child forked from the owner: close the inherited end (the owner's sweeper must see
-    EOF when the owner dies, not when its last forked child does) and start afresh; remember
-    the parent's forkserver and temporary folder, which the child's sweeper must leave alone
-    (a child that dies would otherwise take its parent's forkserver socket with it)."""
+    EOF when the owner dies, not when its last forked child does) and start afresh."""
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
     fd = _state[1]
@@ -78,12 +70,6 @@ def _forget_after_fork() -> None:
     if fd is not None:
         with contextlib.suppress(OSError):
             os.close(fd)
-    with contextlib.suppress(Exception):
-        from multiprocessing import forkserver, process
-
-        _inherited["forkserver"] = getattr(forkserver._forkserver, "_forkserver_pid", None)
-        config: Any = getattr(process.current_process(), "_config", {})
-        _inherited["tempdir"] = config.get("tempdir")
 
 
 if hasattr(os, "register_at_fork"):
@@ -163,14 +149,6 @@ def watch_dir(path: str | None) -> None:
     temporary folder) when this process dies. A no-op without a sweeper."""
     if path and "\n" not in path:
         _send(f"d {path}")
-
-
-def watch_multiprocessing() -> None:
-    """Kept for its callers, and does nothing: the sweeper leaves multiprocessing's forkserver
-    (it exits by itself once its owner's end of its pipe closes) and its ``pymp-*`` folder
-    alone. A sweeper that removed them broke the process loaders of another live process that
-    shared that folder (torchdata's suite found it: FileNotFoundError on the forkserver's
-    socket for every later loader), which is worse than an empty folder left in /tmp."""
 
 
 def sweeper_pid() -> int | None:

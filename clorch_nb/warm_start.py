@@ -201,10 +201,8 @@ def _start_quietly() -> None:
         forkserver_context()
         with main_without_file():
             forkserver.ensure_running()
-        # the forkserver and its pymp-* folder are removed if the kernel is killed, even before
-        # any loader; and the first loader finds the sweeper running (its start costs ~15 ms)
-        if sweeper.ensure_running():
-            sweeper.watch_multiprocessing()
+        # the first loader finds the sweeper running (its start costs ~15 ms)
+        sweeper.ensure_running()
     except Exception:  # noqa: BLE001 - the first process loader starts it and reports why not
         pass
 

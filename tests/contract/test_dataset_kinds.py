@@ -11,6 +11,7 @@ the one runtime, on every backend and in both orders, against two oracles:
 from __future__ import annotations
 
 import json
+import multiprocessing
 import warnings
 from collections import Counter
 from typing import Any
@@ -268,8 +269,6 @@ def test_a_multiprocessing_value_is_shared_with_process_workers(kind: str) -> No
     """torch passes multiprocessing's objects (``Value``, locks, queues) to its workers as they
     start; so does clorch_nb (beside the by-value pickle): every worker counts into the one
     ``Value``. One made in the fork context cannot reach a forkserver worker: refused by name."""
-    import multiprocessing
-
     ctx = multiprocessing.get_context("forkserver")
     counter = ctx.Value("i", 0)
     ds = Counted(8, counter) if kind == "map" else CountedStream(8, counter)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -35,7 +36,7 @@ import pytest
 import torch
 from jupyter_client.manager import KernelManager
 
-from clorch_nb import sweeper
+from clorch_nb import data, sweeper
 from clorch_nb.data.workers import shm
 from tests.kernel_cells import REPO, run_cell
 from tests.kernel_fixtures import OPEN_LOADER
@@ -297,10 +298,6 @@ def test_a_forked_child_that_dies_leaves_its_parents_forkserver_alone() -> None:
     makes a loader and exits: its sweeper must not kill the parent's forkserver or remove the
     parent's multiprocessing folder (the forkserver's socket). The parent's next process loader
     still starts (it failed with FileNotFoundError in torchdata's peer suite)."""
-    import multiprocessing
-
-    from clorch_nb import data
-
     ds = data.tensor_dataset(torch.arange(8.0).unsqueeze(1), torch.arange(8))
     with data.dataloader(ds, batch_size=4, shuffle=False, num_workers=2,
                          worker_backend="process") as first:  # fmt: skip

@@ -133,7 +133,6 @@ def start_worker(
         )
         record(w)
         sweeper.watch_process(proc.pid)
-        sweeper.watch_multiprocessing()  # the forkserver, multiprocessing's pymp-* folder
     return w
 
 
