@@ -49,6 +49,7 @@ from clorch_nb.data.datasets.dataset import (
     check_index,
     get_process_spec,
 )
+from clorch_nb.data.datasets.epoch_hooks import call_set_epoch
 from clorch_nb.data.datasets.process_spec import ProcessSpec
 from clorch_nb.data.datasets.protocols import has_get_batch, state_key_of
 from clorch_nb.data.shards.dataset import ShardDataset
@@ -251,7 +252,9 @@ class MixedDataset(TorchInterop):
 
     def set_epoch(self, epoch: int) -> None:
         """Serve epoch ``epoch`` from now on (the loader calls this before every epoch, in
-        every worker).
+        every worker), and pass it on to each source with a ``set_epoch`` of its own. A source
+        that is itself a mix is read pass by pass instead: its pass ``p`` is its epoch ``p``
+        (:meth:`item_in_epoch`), so a mix of mixes walks through every epoch of the inner mix.
 
         Raises:
             ConfigError: ``epoch`` is not an int >= 0.
@@ -259,6 +262,9 @@ class MixedDataset(TorchInterop):
         if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
             raise ConfigError(f"MixedDataset.set_epoch: epoch={epoch!r} must be an int >= 0")
         self._epoch = epoch
+        for name, ds in zip(self.plan.names, self._ds, strict=True):
+            if not isinstance(ds, MixedDataset):  # a source mix is read by pass (item_in_epoch)
+                call_set_epoch(ds, epoch, f"the mix's source {name!r}")
 
     @property
     def epoch(self) -> int:
@@ -314,12 +320,29 @@ class MixedDataset(TorchInterop):
 
     def get_item(self, idx: int) -> Any:
         """Item ``idx`` of the current epoch: item ``source_of(idx)[1]`` of that source."""
+        return self.item_in_epoch(self._epoch, idx)
+
+    def item_in_epoch(self, epoch: int, idx: int) -> Any:
+        """Item ``idx`` of epoch ``epoch``, whatever epoch is set (how an outer mix reads pass
+        ``epoch`` of this one).
+
+        Raises:
+            TypeError, IndexError: ``idx`` is not an index of ``0..get_size()-1``.
+
+        Example:
+            >>> from clorch_nb import data
+            >>> m = data.mix({"a": list(range(6))}, {"a": 1}, epoch_size=3)
+            >>> sorted(m.item_in_epoch(e, i) for e in (0, 1) for i in range(3))  # one pass of "a"
+            [0, 1, 2, 3, 4, 5]
+        """
         i = check_index(idx, self.plan.epoch_size)
         source, ordinal = self._layout()
         s = int(source[i])
-        g = self._epoch * int(self._counts[s]) + int(ordinal[i])
+        g = epoch * int(self._counts[s]) + int(ordinal[i])
         size = int(self._sizes[s])
-        return self._ds[s].get_item(int(self._perm(s, g // size)[g % size]))
+        at = int(self._perm(s, g // size)[g % size])
+        ds = self._ds[s]
+        return ds.item_in_epoch(g // size, at) if isinstance(ds, MixedDataset) else ds.get_item(at)
 
     def get_batch(self, indices: torch.Tensor) -> Any:
         """``default_collate([get_item(i) for i in indices])``, with each source's part fetched by
@@ -331,6 +354,8 @@ class MixedDataset(TorchInterop):
             self.locate(idx)  # raises, naming the index
         s, at = self._locate(flat)
         present = np.flatnonzero(np.bincount(s, minlength=len(self._ds))).tolist()
+        if any(isinstance(self._ds[j], MixedDataset) for j in present):  # read by pass: items
+            return default_collate([self.get_item(int(i)) for i in flat.tolist()])
         if not all(self._batched[j] for j in present):
             pairs = zip(s.tolist(), at.tolist(), strict=True)
             return default_collate([self._ds[j].get_item(a) for j, a in pairs])

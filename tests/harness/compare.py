@@ -92,7 +92,9 @@ DOCUMENTED: dict[str, Documented] = {
             "set-epoch-called",
             '"State between epochs": workers persist, so a dataset\'s `set_epoch(epoch)` is called '
             "before each epoch in every worker, and `get_worker_info().epoch` is set.",
-            lambda c: c.dataset in ("map", "iter", "iter_sized"),  # the fixtures with set_epoch
+            # the fixtures with set_epoch, and the torch wrappers that hold them (the loader passes
+            # set_epoch on to the datasets a Subset or ConcatDataset holds)
+            lambda c: c.dataset in ("map", "iter", "iter_sized", "subset", "concat"),
             "the torch oracle's loop calls dataset.set_epoch(epoch) before each epoch itself, and "
             "runs with persistent_workers=False when it has workers (torch's persistent workers "
             "keep the epoch they forked with)",
@@ -114,20 +116,6 @@ DOCUMENTED: dict[str, Documented] = {
             lambda c: c.workers and c.backend == "thread" and c.persistent_workers and c.set_epoch,
             "the torch oracle runs with persistent_workers=False (its fork workers then see the "
             "parent's state of each epoch, as shared threads do)",
-        ),
-        Documented(
-            "worker-state-error",
-            '"State between epochs": process workers do not see an attribute changed in the '
-            "notebook: the next `iter()` raises `WorkerStateError` naming it.",
-            lambda c: (
-                c.workers
-                and c.backend == "process"
-                and c.persistent_workers
-                and c.set_epoch
-                and c.dataset in ("subset", "concat")  # a wrapped dataset's epoch changed
-            ),
-            "torch runs with persistent_workers=False; an epoch (after the first) whose iter() "
-            "or first next() raises WorkerStateError is accepted in place of the oracle's",
         ),
         Documented(
             "in-order-false-distributed-state",
@@ -161,19 +149,20 @@ class Plan:
     keys_refused: bool
     state_may_refuse: bool
     refused_when_made: bool = False
-    worker_state_error: bool = False
     shuffle_drop: bool = False  # shuffle and drop_last: which items are dropped differs
 
 
 def plan(cfg: Config) -> Plan:
     rows = [d.id for d in DOCUMENTED.values() if d.applies(cfg)]
     adjust = None
-    nonpersistent = {"set-epoch-called", "threads-see-parent-state", "worker-state-error"}
+    nonpersistent = {"set-epoch-called", "threads-see-parent-state"}
     if nonpersistent & set(rows):
 
         def adjust(b: Built) -> None:
-            if "set-epoch-called" in rows and b.dataset not in b.epoch_hooks:
-                b.epoch_hooks.insert(0, b.dataset)
+            if "set-epoch-called" in rows:  # the dataset, or the ones a Subset/Concat holds
+                for s in b.storages[::-1]:
+                    if hasattr(s, "set_epoch") and not any(s is h for h in b.epoch_hooks):
+                        b.epoch_hooks.insert(0, s)
             if "persistent_workers" in b.kwargs:
                 b.kwargs["persistent_workers"] = False
 
@@ -192,7 +181,6 @@ def plan(cfg: Config) -> Plan:
         keys_refused="keys-are-integers" in rows,
         refused_when_made="refused-when-made" in rows,
         state_may_refuse="in-order-false-distributed-state" in rows,
-        worker_state_error="worker-state-error" in rows,
         shuffle_drop="shuffle-permutation" in rows and cfg.drop_last,
     )
 
@@ -263,7 +251,6 @@ def compare_epochs(
     who: str = "torch",
     *,
     drop: bool = False,
-    state_error_ok: bool = False,
 ) -> list[Divergence]:
     """``b`` (clorch_nb's epochs) against ``a`` (the oracle's)."""
     out: list[Divergence] = []
@@ -275,8 +262,6 @@ def compare_epochs(
         ]
     for e, (x, y) in enumerate(zip(a, b, strict=True)):
         x, y = _norm(x, mask), _norm(y, mask)
-        if state_error_ok and e > 0 and any("WorkerStateError" in o[1] for o in b[e][:1]):
-            continue  # documented: worker-state-error (iter() or the first next() raises it)
         if x[:1] and x[0][0] == "iter-error":
             if not (y[:1] and y[0] == x[0]):
                 out.append(
@@ -404,19 +389,7 @@ def compare(cfg: Config, runs: dict[str, Record]) -> list[Divergence]:
             p.mask,
             unbatched,
             drop=p.shuffle_drop,
-            state_error_ok=p.worker_state_error,
         )
-        if p.worker_state_error:  # neither WorkerStateError nor the changed state
-            out = [
-                Divergence(
-                    "state between epochs: persistent process workers keep a wrapped dataset's "
-                    f"old state without WorkerStateError ({d.cls})",
-                    d.detail,
-                )
-                if d.detail.startswith("epoch 1") and d.cls.startswith("epoch:")
-                else d
-                for d in out
-            ]
         if c.endless and not t.endless:
             out.append(Divergence("epoch: clorch_nb never ends (200 next() calls)", ""))
     if "clorch_inline" in runs:

@@ -33,12 +33,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+from torch.utils.data import Dataset as TorchDataset
 
 from clorch_nb.data.datasets.dataset import TorchMapDataset
 from clorch_nb.data.datasets.protocols import set_epoch_hook
 from clorch_nb.errors import WorkerStateError
 
-__all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "hook_owner"]
+__all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "contained_datasets", "hook_owner"]
 
 
 def hook_owner(dataset: Any) -> Any:
@@ -60,14 +61,46 @@ def call_set_epoch(dataset: Any, epoch: int, where: str) -> None:
         >>> ds = Curriculum(); call_set_epoch(ds, 5, "the main thread"); ds.level
         2
     """
-    hook = set_epoch_hook(hook_owner(dataset))
-    if hook is None:
+    owner = hook_owner(dataset)
+    hook = set_epoch_hook(owner)
+    if hook is None:  # a wrapper without its own (a Subset, a ConcatDataset): its datasets'
+        for _, inner in contained_datasets(owner):
+            call_set_epoch(inner, epoch, where)
         return
     try:
         hook(epoch)
     except Exception as exc:
         exc.add_note(f"[clorch_nb] in the dataset's set_epoch({epoch}) in {where}")
         raise
+
+
+def contained_datasets(obj: Any) -> list[tuple[str, Any]]:
+    """The datasets ``obj`` holds, as ``(path, dataset)``: public attributes that are torch
+    ``Dataset`` objects (``Subset.dataset``, a wrapper's ``inner``) or lists and tuples of them
+    (``ConcatDataset.datasets``).
+
+    Example:
+        >>> import torch
+        >>> from torch.utils.data import ConcatDataset, Subset, TensorDataset
+        >>> a = TensorDataset(torch.arange(3))
+        >>> [p for p, _ in contained_datasets(ConcatDataset([Subset(a, [0]), a]))]
+        ['datasets[0]', 'datasets[1]']
+        >>> contained_datasets(a)
+        []
+    """
+    out = []
+    for name, value in sorted(vars(obj).items()) if hasattr(obj, "__dict__") else ():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, TorchDataset):
+            out.append((name, value))
+        elif (
+            isinstance(value, list | tuple)
+            and value
+            and all(isinstance(v, TorchDataset) for v in value)
+        ):
+            out += [(f"{name}[{i}]", v) for i, v in enumerate(value)]
+    return out
 
 
 def _token(value: Any) -> Any:
@@ -80,8 +113,12 @@ def _token(value: Any) -> Any:
     return ("object", id(value))
 
 
-def _snapshot(obj: Any) -> dict[str, tuple[Any, str]]:
-    """``{public attribute: (token, short description)}``; holds no reference to the values."""
+def _snapshot(obj: Any, prefix: str = "", seen: set[int] | None = None) -> dict[str, Any]:
+    """``{public attribute: (token, short description)}``, with the datasets ``obj`` holds
+    (:func:`contained_datasets`) under their paths (``"dataset.level"``); holds no reference
+    to the values."""
+    seen = set() if seen is None else seen
+    seen.add(id(obj))
     names = set(getattr(obj, "__dict__", {}))
     for cls in type(obj).__mro__:
         names.update(n for n in getattr(cls, "__slots__", ()) if isinstance(n, str))
@@ -92,7 +129,10 @@ def _snapshot(obj: Any) -> dict[str, tuple[Any, str]]:
         value = getattr(obj, name)
         if callable(value) and not isinstance(value, torch.Tensor):
             continue  # methods, functions, classes: not state a worker misses
-        out[name] = (_token(value), _show(value))
+        out[prefix + name] = (_token(value), _show(value))
+    for path, inner in contained_datasets(obj):
+        if id(inner) not in seen and prefix.count(".") < 4:
+            out.update(_snapshot(hook_owner(inner), f"{prefix}{path}.", seen))
     return out
 
 
