@@ -444,14 +444,18 @@ def test_batch_events_name_the_source_of_each_batch(tmp_path: Path) -> None:
     assert m.shard_of([]) == ""
 
 
-def test_a_mix_set_to_another_epoch_by_hand_does_not_alarm_process_workers() -> None:
+def test_a_mix_set_ahead_by_hand_is_where_the_next_epoch_starts() -> None:
+    """As a sampler set ahead (B33), and without alarming process workers: a restarted job's loop
+    calls ``set_epoch(e)`` on the dataset before its loader's first epoch."""
     m = data.mix(sources({"a": 12, "b": 4}), {"a": 1, "b": 1}, seed=0)
     with data.dataloader(m, batch_size=4, shuffle=False, num_workers=1,
                          worker_backend="process") as dl:  # fmt: skip
         first = tags(dl)
-        m.set_epoch(7)  # e.g. inspecting another epoch with source_of between two epochs
-        second = tags(dl)  # the loader sets epoch 1 again, everywhere
-    assert first == planned_tags(m, 0) and second == planned_tags(m, 1)
+        m.set_epoch(7)
+        second = tags(dl)  # epoch 7, everywhere
+        third = tags(dl)
+    assert first == planned_tags(m, 0) and second == planned_tags(m, 7)
+    assert third == planned_tags(m, 8)
 
 
 # -- bad input -----------------------------------------------------------------------------------

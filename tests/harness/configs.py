@@ -56,6 +56,9 @@ class Config:
     epochs: int = 1
     consume: str = "next"  # "next": next() until StopIteration; "list": list(iter(loader))
     resume_at: tuple[int, int] | None = None  # (epoch, batches taken) -> state_dict, new loader
+    # how the restarted job resumes: "state" (load_state_dict) or "skip" (accelerate's
+    # skip_first_batches over a fresh loader, for the rest of that epoch; torch does the same)
+    resume_via: str = "state"
     seed: int = 0
     replicas: tuple[int, int] = (2, 0)  # DistributedSampler (num_replicas, rank)
     dist_shuffle: bool = False
@@ -129,8 +132,11 @@ def configs(draw: Any, process_weight: float = 0.06) -> Config:
     # list() stops at a batch's error: only without errors (torch then takes 5 s to join workers)
     consume = "list" if behavior != "raise" and draw(st.integers(0, 7)) == 0 else "next"
     resume_at = None
+    resume_via = "state"
     if consume == "next" and draw(st.integers(0, 3)) == 0:
         resume_at = (draw(st.integers(0, epochs - 1)), draw(st.integers(0, 4)))
+        if batch_size is not None:  # (accelerate's helper needs a batch_sampler)
+            resume_via = draw(st.sampled_from(["state", "skip"]))
     replicas = (2, 0)
     dist_shuffle = False
     if sampler == "distributed":
@@ -157,6 +163,7 @@ def configs(draw: Any, process_weight: float = 0.06) -> Config:
         epochs=epochs,
         consume=consume,
         resume_at=resume_at,
+        resume_via=resume_via,
         seed=seed,
         replicas=replicas,
         dist_shuffle=dist_shuffle,
@@ -190,6 +197,7 @@ def simpler(cfg: Config) -> list[Config]:
         )
     add(epochs=1, resume_at=None if cfg.resume_at and cfg.resume_at[0] else cfg.resume_at)
     add(resume_at=None)
+    add(resume_via="state")
     if cfg.resume_at:
         add(resume_at=(cfg.resume_at[0], max(0, cfg.resume_at[1] - 1)))
     add(consume="next")
@@ -235,4 +243,6 @@ def valid(cfg: Config) -> bool:
         return False
     if cfg.resume_at and (cfg.consume != "next" or cfg.resume_at[0] >= cfg.epochs):
         return False
+    if cfg.resume_via == "skip" and (cfg.resume_at is None or cfg.batch_size is None):
+        return False  # accelerate's skip_first_batches needs a batch_sampler (torch's too)
     return bool(cfg.num_workers or not (cfg.persistent_workers or not cfg.in_order))

@@ -79,41 +79,6 @@ def mask_rng(c: Any) -> Any:
     return c
 
 
-def uncollate(c: Any) -> list[Any] | None:
-    """The items of a collated batch's canonical form (None: not splittable)."""
-    tag = c[0] if isinstance(c, tuple) and c else None
-    if tag in ("T", "A"):
-        if not c[2]:
-            return None
-        return [(tag, c[1], c[2][1:], row) for row in c[3]]
-    if tag == "L":
-        # torch collates a tuple/list item field-wise into a list of fields; a list of strings
-        # (or of numbers) is one value per item
-        fields = [uncollate(v) for v in c[1]]
-        if c[1] and all(f is not None for f in fields) and len({len(f) for f in fields}) == 1:
-            return [("L", tuple(f[r] for f in fields)) for r in range(len(fields[0]))]
-        return list(c[1])
-    if tag == "D":
-        parts = [(k, uncollate(v)) for k, v in c[2] if v != ("masked",)]
-        masked = [k for k, v in c[2] if v == ("masked",)]
-        if parts and masked and all(p is not None for _, p in parts):
-            parts = sorted(parts + [(k, [("masked",)] * len(parts[0][1])) for k in masked])
-        if not parts or any(p is None for _, p in parts):
-            return None
-        return [("D", c[1], tuple((k, p[r]) for k, p in parts)) for r in range(len(parts[0][1]))]
-    if tag in ("U", "C"):
-        if tag == "U":
-            parts = [uncollate(v) for v in c[2]]
-            if not parts or any(p is None for p in parts):
-                return None
-            return [("U", c[1], tuple(p[r] for p in parts)) for r in range(len(parts[0]))]
-        fparts = [(k, uncollate(v)) for k, v in c[2]]
-        if not fparts or any(p is None for _, p in fparts):
-            return None
-        return [("C", c[1], tuple((k, p[r]) for k, p in fparts)) for r in range(len(fparts[0][1]))]
-    return None
-
-
 def error_of(exc: BaseException) -> tuple[str, str, str]:
     """(type name, the first type of its MRO not defined by clorch_nb, message's first 300
     characters): errors compare by the second, so clorch_nb's ``ConfigError`` matches torch's
@@ -425,6 +390,8 @@ def run(
         rec.after = user_objects(b)
     if before is not None:
         rec.left = leftovers(before)
+    else:
+        gc.collect()  # a torch loader's persistent workers end with its cycle, not frozen
     gc.freeze()  # what survives is walked by no later collection (keeps gc.collect() cheap)
     rec.seconds = time.monotonic() - t0
     return rec
@@ -466,6 +433,12 @@ def _drive(
                 if pending is not None and pending == (e, len(outs)):
                     pending = None
                     it = None
+                    if cfg.resume_via == "skip":  # accelerate's helper over a restarted job's
+                        loader = None  # loader, for the rest of this epoch (then the loader)
+                        gc.collect()
+                        loader = make(True, e)
+                        it = iter(skip_first_batches(loader, len(outs)))
+                        continue
                     loader, it = _resume(loader, functools.partial(make, True, e), rec)
                     if loader is None:
                         return
@@ -491,11 +464,24 @@ def _drive(
                 # the resume point is past this epoch's end: the state after the loop
                 pending = None
                 it = None
+                if cfg.resume_via == "skip":  # a restarted job at the next epoch's start
+                    loader = None
+                    gc.collect()
+                    loader = make(True, e + 1)
+                    continue
                 loader, it = _resume(loader, functools.partial(make, True, e + 1), rec)
                 if loader is None:
                     return
     finally:
         it = None
+
+
+def skip_first_batches(loader: Any, num_batches: int) -> Any:
+    """accelerate's mid-epoch resume helper (a torch ``DataLoader`` over the loader's attributes
+    whose batch sampler skips the first ``num_batches``)."""
+    from accelerate import skip_first_batches as skip
+
+    return skip(loader, num_batches)
 
 
 def _resume(loader: Any, make: Callable[[], Any], rec: Record) -> tuple[Any, Any]:

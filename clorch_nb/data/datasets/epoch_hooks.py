@@ -39,7 +39,7 @@ from clorch_nb.data.datasets.dataset import TorchMapDataset
 from clorch_nb.data.datasets.protocols import set_epoch_hook
 from clorch_nb.errors import WorkerStateError
 
-__all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "contained_datasets", "hook_owner"]
+__all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "contained_datasets", "dataset_epoch", "hook_owner"]
 
 
 def hook_owner(dataset: Any) -> Any:
@@ -72,6 +72,29 @@ def call_set_epoch(dataset: Any, epoch: int, where: str) -> None:
     except Exception as exc:
         exc.add_note(f"[clorch_nb] in the dataset's set_epoch({epoch}) in {where}")
         raise
+
+
+def dataset_epoch(dataset: Any, depth: int = 0) -> int:
+    """The epoch the user set the dataset to: the largest int ``epoch`` attribute of the dataset
+    and of the datasets it holds (:func:`contained_datasets`) that have a ``set_epoch``; 0 when
+    none says. A loader starts its next epoch there when it is ahead of its own count, as it does
+    for a sampler's (a restarted job's loop calls ``ds.set_epoch(3)`` before its new loader's
+    first ``iter()``: the loader must not set it back to 0).
+
+    Example:
+        >>> class Curriculum:
+        ...     epoch = 0
+        ...     def set_epoch(self, epoch): self.epoch = epoch
+        >>> ds = Curriculum(); ds.set_epoch(3); dataset_epoch(ds), dataset_epoch([1, 2])
+        (3, 0)
+    """
+    owner = hook_owner(dataset)
+    epoch = getattr(owner, "epoch", None) if set_epoch_hook(owner) is not None else None
+    best = epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > 0 else 0
+    if depth < 4:
+        for _, inner in contained_datasets(owner):
+            best = max(best, dataset_epoch(inner, depth + 1))
+    return best
 
 
 def contained_datasets(obj: Any) -> list[tuple[str, Any]]:
@@ -241,6 +264,10 @@ class EpochHooks:
             if (worker_backend == "process")
             else None
         )
+
+    def epoch_set(self) -> int:
+        """The epoch the user set the dataset to (:func:`dataset_epoch`)."""
+        return dataset_epoch(self.dataset)
 
     def before_epoch(self, epoch: int) -> Literal["same", "restart"]:
         """Run the hooks for ``epoch``; ``"restart"`` asks the loader for fresh process workers.

@@ -285,7 +285,9 @@ class LoaderEngine:
         told = {"reported": self._len_reported}  # torch warns past a len() the user was told
         if saved is None or saved.stream is None:
             epoch = (
-                (0 if self._epoch is None else self._epoch + 1) if saved is None else saved.epoch
+                max(0 if self._epoch is None else self._epoch + 1, self._epoch_set())
+                if saved is None
+                else saved.epoch
             )
             plan = StreamPlan.over(nw, expected, **told)
             return epoch, plan, torch_base_seed(self._torch_generator)
@@ -519,6 +521,15 @@ class LoaderEngine:
             self._ds.get_size(), self.config, self.plan_sampler, self._generator, note=note
         )
 
+    def _epoch_set(self) -> int:
+        """The epoch the user's loop set (a new loader's first ``iter()`` starts there, B33):
+        the sampler's (``set_epoch`` on it) when it keeps one, else the dataset's (a restarted
+        job's loop calls ``ds.set_epoch(e)`` before its new loader's first ``iter()``)."""
+        s = self.plan_sampler
+        if any(isinstance(getattr(t, "epoch", None), int) for t in (s, getattr(s, "sampler", 0))):
+            return sampler_epoch(s)
+        return self._hooks.epoch_set()
+
     def _next_epoch(self) -> tuple[int, int, int]:
         """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
         loaded state is applied once (the generator fast-forwarded to its epoch)."""
@@ -527,7 +538,7 @@ class LoaderEngine:
         own_perm = self._ds.get_size() if own else None
         if saved is None:
             epoch = 0 if self._epoch is None else self._epoch + 1
-            ahead_to = sampler_epoch(self.plan_sampler)
+            ahead_to = self._epoch_set()
             if self._reseed:  # torch's front: this epoch's seed drawn now (B87)
                 epoch = max(epoch, ahead_to)
                 self.seed, self._seed_epoch = torch_base_seed(self._torch_generator), epoch
@@ -831,6 +842,8 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             "pin_memory_device": pin_memory_device, "in_order": in_order,
         }  # fmt: skip
         args = torch_loader_args(dataset, **torch_args, worker_backend=worker_backend)
+        if shuffle and args.index_sampler is not None and sampler is None:  # one RandomSampler
+            torch_args.update(shuffle=False, sampler=args.index_sampler)
         extras: dict[str, Any] = {"device": device, "prefetch_to_device": prefetch_to_device,
                   "max_failures": max_failures}  # fmt: skip
         if is_stream(dataset) and max_failures is not None:

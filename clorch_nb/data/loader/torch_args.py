@@ -77,11 +77,14 @@ class TorchLoaderArgs:
         sampler (Any): the engine's sampler (an index sampler, or a batch sampler when
             ``config.sampler_yields == "batches"``), or None.
         generator (torch.Generator | None): torch's ``generator=``.
+        index_sampler (Any): the index sampler (torch's ``RandomSampler`` for ``shuffle=True``),
+            which the loader's ``sampler`` attribute must be; None when none was made.
     """
 
     config: LoaderConfig
     sampler: Any
     generator: torch.Generator | None
+    index_sampler: Any = None
 
 
 def start_method_of(context: Any, num_workers: int) -> str | None:
@@ -301,14 +304,16 @@ def torch_loader_args(
             "shuffle=True for an empty dataset (torch refuses it too); check what the dataset "
             "was built from, or pass shuffle=False"
         )
+    if shuffle and sampler is None and batch_sampler is None:
+        # torch's own RandomSampler (the loader's ``sampler`` attribute, the very object): the
+        # order is torch's, drawn at each iter() after the base seed, and a framework that
+        # re-iterates the sampler (accelerate's skip_first_batches) gets the same epoch
+        sampler, shuffle = torch.utils.data.RandomSampler(dataset, generator=generator), False
+    index_sampler = sampler
     if batch_size is None:  # no automatic batching: one-item batches, each converted as is
         if batch_sampler is None:
             if sampler is None:
-                sampler = (
-                    torch.utils.data.RandomSampler(dataset, generator=generator)
-                    if shuffle
-                    else torch.utils.data.SequentialSampler(dataset)
-                )
+                sampler = torch.utils.data.SequentialSampler(dataset)
             batch_sampler = torch.utils.data.BatchSampler(sampler, 1, drop_last=False)
             sampler, shuffle = None, False
         collate: Callable[[Any], Any] = Unbatched(collate_fn or torch.utils.data.default_convert)
@@ -338,7 +343,7 @@ def torch_loader_args(
         )
     del pin_memory_device  # torch's deprecated companion of pin_memory: the device is the default
     return TorchLoaderArgs(
-        config, batch_sampler if batch_sampler is not None else sampler, generator
+        config, batch_sampler if batch_sampler is not None else sampler, generator, index_sampler
     )
 
 

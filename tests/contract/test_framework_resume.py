@@ -1,0 +1,143 @@
+"""Issue 43, class 4: resuming through a framework's own mid-epoch resume helper.
+
+accelerate's ``skip_first_batches(loader, k)`` builds a torch ``DataLoader`` over the loader's
+attributes (its ``batch_sampler`` re-iterated, skipping ``k`` batches). The resumed epoch must be
+the one the loader was delivering, item for item: the oracle is the uninterrupted run of the same
+job (the same seeds), and torch's own loader through the same helper.
+
+It was not: ``data.DataLoader(shuffle=True)`` drew its own permutation while its ``sampler``
+attribute, which the helper re-iterates, was torch's ``RandomSampler``: the "resumed" epoch was
+another permutation (items repeated and skipped). And a restarted job's loop that calls
+``ds.set_epoch(e)`` before its new loader's first ``iter()`` had the loader set it back to 0.
+(Lightning's helper, our ``state_dict``, is ``tests/system/test_frameworks.py``; the harness
+draws ``resume_via="skip"`` over the whole configuration space.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from clorch_nb import data
+
+pytest.importorskip("accelerate")
+from accelerate import skip_first_batches
+
+pytestmark = pytest.mark.timeout(180)
+
+N, BATCH, SKIP = 22, 4, 2
+LOADERS: dict[str, Callable[..., Any]] = {
+    "torch": torch.utils.data.DataLoader,
+    "clorch_nb": data.DataLoader,
+}
+
+
+class Epochs(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Item ``i`` is ``1000 * epoch + i``; the loop (or the loader) calls ``set_epoch``."""
+
+    def __init__(self) -> None:
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> int:
+        return 1000 * self.epoch + i
+
+
+def _flat(batches: Any) -> list[int]:
+    return [int(x) for b in batches for x in b]
+
+
+ORDERS: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "shuffle_generator": lambda ds: {
+        "shuffle": True,
+        "generator": torch.Generator().manual_seed(3),
+    },
+    "shuffle_global_seed": lambda ds: {"shuffle": True},
+    "distributed_sampler": lambda ds: {
+        "sampler": torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, seed=5)
+    },
+    "sequential": lambda ds: {},
+}
+
+
+def _loader(lib: str, order: str, workers: int) -> tuple[Any, Epochs]:
+    ds = Epochs()
+    return LOADERS[lib](ds, batch_size=BATCH, num_workers=workers, **ORDERS[order](ds)), ds
+
+
+def _rng_state(loader: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+    g = loader.generator
+    return torch.get_rng_state(), None if g is None else g.get_state()
+
+
+def _job(lib: str, order: str, workers: int, resume_at: tuple[int, int] | None) -> list[int]:
+    """Two epochs of a job's loop, which keeps the RNG states at each epoch's start (what
+    accelerate's ``save_state`` restores). ``resume_at=(e, k)``: the job stops at epoch ``e``
+    after ``k`` batches; a restarted job (new objects, the RNG states of epoch ``e``'s start
+    restored, ``set_epoch(e)`` on the sampler and the dataset) takes the rest of that epoch
+    through ``skip_first_batches``, then goes on. Returns the items delivered, in order."""
+    torch.manual_seed(11)
+    loader, ds = _loader(lib, order, workers)
+    out: list[int] = []
+    e = 0
+    while e < 2:
+        start = _rng_state(loader)
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(e)
+        ds.set_epoch(e)
+        if resume_at is None or e != resume_at[0]:
+            out += _flat(loader)
+            e += 1
+            continue
+        it = iter(loader)
+        out += _flat(next(it) for _ in range(resume_at[1]))  # then the job is killed
+        del it
+        if lib == "clorch_nb":
+            data.cleanup_data(loader)
+        loader, ds = _loader(lib, order, workers)  # the restarted job
+        torch.set_rng_state(start[0])
+        if start[1] is not None:
+            loader.generator.set_state(start[1])
+        if hasattr(loader.sampler, "set_epoch"):
+            loader.sampler.set_epoch(e)
+        ds.set_epoch(e)
+        out += _flat(skip_first_batches(loader, resume_at[1]))
+        resume_at, e = None, e + 1
+    if lib == "clorch_nb":
+        data.cleanup_data(loader)
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("resume_at", [(0, SKIP), (1, SKIP), (1, 0)])
+def test_skip_first_batches_resumes_the_epoch_the_loader_was_delivering(
+    order: str, workers: int, resume_at: tuple[int, int]
+) -> None:
+    whole = _job("clorch_nb", order, workers, None)
+    assert whole == _job("torch", order, workers, None)  # the torch front draws torch's order
+    resumed = _job("clorch_nb", order, workers, resume_at)
+    assert resumed == whole  # the epoch it was delivering, item for item, then the next
+    assert resumed == _job("torch", order, workers, resume_at)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_new_loader_starts_at_the_epoch_the_loop_set_on_the_dataset(workers: int) -> None:
+    """A restarted job's loop calls ``ds.set_epoch(3)``; its new loader's first epoch is 3 (it
+    calls ``set_epoch`` on every copy with it), not 0."""
+    ds = Epochs()
+    ds.set_epoch(3)
+    loader = data.DataLoader(ds, batch_size=BATCH, num_workers=workers)
+    try:
+        assert _flat(loader) == [3000 + i for i in range(N)]
+        assert _flat(loader) == [4000 + i for i in range(N)]  # then its own count goes on
+    finally:
+        data.cleanup_data(loader)
