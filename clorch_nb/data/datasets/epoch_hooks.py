@@ -39,7 +39,14 @@ from clorch_nb.data.datasets.dataset import TorchMapDataset
 from clorch_nb.data.datasets.protocols import set_epoch_hook
 from clorch_nb.errors import WorkerStateError
 
-__all__ = ["DatasetWatch", "EpochHooks", "call_set_epoch", "contained_datasets", "dataset_epoch", "hook_owner"]
+__all__ = [
+    "DatasetWatch",
+    "EpochHooks",
+    "call_set_epoch",
+    "contained_datasets",
+    "dataset_epoch",
+    "hook_owner",
+]
 
 
 def hook_owner(dataset: Any) -> Any:
