@@ -210,8 +210,9 @@ def _draw_step_waits(ax: Any, report: RanksReport) -> None:
         ax.plot(range(len(steps)), 100 * steps.share, color=RANK_COLORS[r % len(RANK_COLORS)],
                 linewidth=1.2, label=f"rank {r}")  # fmt: skip
     if worst:
+        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for w in worst]
         ax.scatter(range(len(worst)), [106] * len(worst), marker="|", s=40, linewidths=1.5,
-                   color=[RANK_COLORS[w.rank % len(RANK_COLORS)] for w in worst], clip_on=False)  # fmt: skip
+                   color=colors, clip_on=False)  # fmt: skip
         ax.text(1.01, 106, "\u2190 worst rank", fontsize=8, color="#555555", va="center",
                 transform=ax.get_yaxis_transform())  # fmt: skip
         ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))

@@ -239,7 +239,7 @@ class ThroughputChart:
         idx = steps.worst_points(MAX_DOTS)
         codes = steps.stage_code[idx].astype(np.int64)
         self.step_dots.set_offsets(np.column_stack((steps.t_s[idx], 100 * steps.share[idx])))
-        self.step_dots.set_facecolors([_CODE_COLORS[c + 1] for c in codes.tolist()])
+        self.step_dots.set_facecolor([_CODE_COLORS[c + 1] for c in codes.tolist()])
         present = set(codes.tolist())
         return tuple(name for k, name in enumerate(STEP_STAGES) if k in present)
 
