@@ -46,7 +46,7 @@ def test_stage_wait_and_step_of_each_constructed_step(folded: str) -> None:
     b = Breakdown()
     b.epoch(EpochEvent("start", 0, len(CASES), "thread", 1, 0.0))
     if folded == "together":
-        b.fold_batches([tuple(e) for e in _events()] * 1)
+        b.fold_batches([tuple(e) for e in _events()])
     else:
         for e in _events():
             b.batch(e)
