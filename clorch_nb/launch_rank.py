@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from clorch_nb.data import DataLoader
+from clorch_nb.data import DataLoader, get_size
 from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 
@@ -77,7 +77,7 @@ class _Watched:
     def __iter__(self) -> Iterator[Any]:
         it = iter(self.loader)
         plan, rank, conn, name = it.plan, self.rank, self.conn, self.name
-        size = self.loader.dataset.get_size()
+        size = get_size(self.loader.dataset)  # a clorch_nb dataset or a torch one (len)
         unsubscribe: list[Callable[[], None]] = []
 
         def forward(ev: Any) -> None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
 
+import torch
 import torch.distributed as torch_dist
 
 from clorch_nb import data
@@ -72,3 +74,34 @@ def rank_returns_early(rank: int, world_size: int) -> int:
     t = torch.ones(1)
     torch_dist.all_reduce(t)
     return int(t.item())
+
+
+class _SlowFetch(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``n`` small items; ``get_item`` sleeps ``sleep_s`` (a dataset slow in fetch only)."""
+
+    def __init__(self, n: int, sleep_s: float) -> None:
+        self.n, self.sleep_s = n, sleep_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.sleep_s:
+            time.sleep(self.sleep_s)
+        return torch.full((4,), float(i))
+
+
+def slow_fetch_on(rank: int, world_size: int, slow_rank: int, steps: int = 12) -> int:
+    """``steps`` DDP-like steps (an all-reduce each) over a loader on each rank, watched;
+    ``slow_rank``'s dataset sleeps 4 ms an item in ``get_item`` (batch 4: 16 ms a batch), the
+    others' do not; returns the steps taken."""
+    ds = _SlowFetch(4 * steps * world_size, 0.004 if rank == slow_rank else 0.0)
+    sampler = data.distributed_sampler(ds, seed=0, shuffle=False)
+    n = 0
+    with data.DataLoader(ds, batch_size=4, sampler=sampler) as loader:
+        for batch in watch(loader):
+            t = batch.sum().reshape(1)
+            torch_dist.all_reduce(t)  # the step's collective: the fast rank waits here
+            time.sleep(0.002)  # the step's own work
+            n += 1
+    return n

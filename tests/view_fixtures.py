@@ -3,6 +3,7 @@ from a plain-data template, importable so process workers rebuild them by refere
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -40,3 +41,28 @@ class Structured(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, i: int) -> Any:
         return make_item(self.template, i)
+
+
+class SlowIn(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``n`` items, slow in exactly one stage: ``"fetch"`` (``__getitem__`` sleeps ``sleep_s``),
+    ``"collate"`` (use :func:`slow_collate`), or ``"transfer"`` (items of ``big`` float32
+    values: batches large to move out of a process worker, cheap to make)."""
+
+    def __init__(self, n: int, stage: str, sleep_s: float = 0.004, big: int = 1 << 20) -> None:
+        self.n, self.stage, self.sleep_s, self.big = n, stage, sleep_s, big
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.stage == "fetch":
+            time.sleep(self.sleep_s)
+        if self.stage == "transfer":
+            return torch.empty(self.big)
+        return torch.full((4,), float(i))
+
+
+def slow_collate(items: list[Any]) -> Any:
+    """torch's ``default_collate`` after a 20 ms sleep: a batch slow to collate."""
+    time.sleep(0.02)
+    return torch.utils.data.default_collate(items)

@@ -47,6 +47,9 @@ class BatchEvent(NamedTuple):
         shard (str): the shard file (path or URL) its last item came from, so the shard its
             worker is reading, for a dataset that names them (``shard_of(indices)``, as a
             :func:`~clorch_nb.data.shards.shard_dataset` does); ``""`` for other datasets.
+        copy_s (float): seconds of ``wait_s`` the loader's delivery stages took on the consuming
+            thread after the batch arrived (``pin_memory``, the copy to ``device``); 0.0 without
+            them.
     """
 
     epoch: int
@@ -63,6 +66,7 @@ class BatchEvent(NamedTuple):
     t_sent_s: float = 0.0
     skipped: tuple[int, ...] = ()
     shard: str = ""
+    copy_s: float = 0.0
 
 
 class EpochEvent(NamedTuple):
@@ -255,9 +259,10 @@ class EventBus:
                 cb(event)  # type: ignore[arg-type]
 
     def emit_batch(self, *fields: Any) -> None:
-        """Report one batch: its :class:`BatchEvent` fields, positional and all 14 of them
-        (``epoch, batch_index, worker_id, num_items, fetch_s, collate_s, wait_s, queue_depth,
-        t_s, t_asked_s, t_start_s, t_sent_s, skipped, shard``). The :class:`BatchEvent` is made
+        """Report one batch: its :class:`BatchEvent` fields, positional (``epoch, batch_index,
+        worker_id, num_items, fetch_s, collate_s, wait_s, queue_depth, t_s, t_asked_s,
+        t_start_s, t_sent_s, skipped, shard, copy_s``; the loader passes all 15, a caller may
+        leave out the last, read as 0.0). The :class:`BatchEvent` is made
         only when a subscriber takes single events; a :class:`Batched` keeps the tuple.
 
         Example:
@@ -268,7 +273,7 @@ class EventBus:
             (8, 10.0)
         """
         if self._single:
-            event = _new_tuple(BatchEvent, fields)  # both callers pass all 14 fields
+            event = BatchEvent(*fields) if len(fields) < 15 else _new_tuple(BatchEvent, fields)
             for cb in self._single:
                 cb(event)
         for b in self._batched:

@@ -22,6 +22,10 @@ The split uses only the timestamps in :class:`~clorch_nb.instrumentation.BatchEv
 The three shares add up to the epochs' wall time (up to clock reads between events), so the
 coverage is close to 100 %.
 
+Per step (:class:`StepWaits`, from :meth:`Breakdown.step_waits`): how long the loop was blocked
+in ``next()`` for each batch, that step's length, their ratio (the exposed data wait) and the
+stage that made the batch late, one of :data:`STEP_STAGES` (defined there).
+
 With ``device="cuda"`` the loader also sends a :class:`~clorch_nb.instrumentation.CopyEvent` per
 batch: when its host-to-device copy ran, and when the loop's stream reached the batch. A copy
 that ends after that moment made the device wait for it (``copy_wait_s``: time inside the loop
@@ -31,19 +35,42 @@ host waited for data, the verdict is "waiting for the copy".
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
+from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent, CopyEvent
 
-__all__ = ["STAGES", "Breakdown", "Verdict", "verdict"]
+__all__ = ["STAGES", "STEP_STAGES", "Breakdown", "StepWaits", "Verdict", "verdict"]
 
 #: where a wait can go, in the order the verdict names them
 STAGES = ("startup", "starved", "items", "collate", "transport")
+
+#: What made one step's batch late: the part of the batch's critical path, inside the time the
+#: loop was blocked in ``next()`` for it, that took longest. From that wait's start ``t0`` to the
+#: hand-over ``t_s``, on one clock (times of :class:`~clorch_nb.instrumentation.BatchEvent`):
+#:
+#: * ``"worker start"``: ``t0`` until its worker took the batch up (``t_start_s``), when the
+#:   batch is its worker's first of the epoch (a worker just started: a process worker's
+#:   interpreter and dataset; with persistent workers, one handed its first task);
+#: * ``"fetch"`` / ``"collate"``: the worker building it (``get_item`` / ``collate_fn``), from
+#:   ``max(t0, t_start_s)`` to when it was built (``t_start_s + fetch_s + collate_s``, or
+#:   ``t_sent_s`` if earlier), split in the worker's ``fetch_s : collate_s`` ratio; the time a
+#:   later batch of a busy worker waited to be taken up counts here too (its worker was
+#:   fetching and collating other batches); on the consuming thread (``num_workers=0``), all
+#:   of the wait but the device copy;
+#: * ``"transfer"``: built, not yet in the loop's hands (a process worker filling shared memory
+#:   and the pipe, decoding, reordering): from then until the batch reached the main loop;
+#: * ``"device copy"``: the loader's delivery stages after it arrived (``pin_memory``, the copy
+#:   to ``device`` when the loader makes it on this thread): ``copy_s``.
+#:
+#: A step whose wait has none of these (a batch ready when asked for) has no stage (``""``).
+STEP_STAGES = ("worker start", "fetch", "collate", "transfer", "device copy")
 
 # BatchEvent fields by name (the monitor keeps events as plain tuples)
 _F = {name: i for i, name in enumerate(BatchEvent._fields)}
@@ -54,8 +81,11 @@ START, SENT = _F["t_start_s"], _F["t_sent_s"]
 _C = {name: i for i, name in enumerate(CopyEvent._fields)}
 C_EPOCH, C_INDEX, C_BYTES = _C["epoch"], _C["batch_index"], _C["nbytes"]
 C_START, C_END, C_NEEDED = _C["t_start_s"], _C["t_end_s"], _C["t_needed_s"]
-# the columns Breakdown.batches folds, one C-level getter (numbers only: a float array)
-_COLS = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT)
+EPOCH, COPY = _F["epoch"], _F["copy_s"]
+# the columns Breakdown.fold_batches folds, one C-level getter (numbers only: a float array);
+# a record made by hand may stop before copy_s (read as 0)
+_COLS = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, COPY)
+_COLS_NO_COPY = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS)
 #: below this many records a run is folded one by one (numpy's per-call cost dominates)
 VECTOR_FROM = 24
 
@@ -99,6 +129,12 @@ class Breakdown:
         self._start: float | None = None  # the open epoch's start
         self._prev: float | None = None  # hand-over of its last batch
         self._first_sent: float | None = None  # earliest hand-over-ready time this epoch
+        # per step (see step_waits): float32 rows (t, wait, step, items, stage, epoch) in a
+        # buffer that doubles when full, so appending a fold and reading the series are cheap
+        self._steps = np.zeros((0, 6), dtype=np.float32)
+        self._n_steps = 0
+        self._seen_workers: set[int] = set()  # workers that delivered in the open epoch
+        self._origin: float | None = None  # the clock's zero for batches before any epoch
 
     def epoch(self, ev: Any) -> None:
         """Take an :class:`~clorch_nb.instrumentation.EpochEvent` (or its fields as a tuple)."""
@@ -112,9 +148,14 @@ class Breakdown:
             self._start = None
         if kind == "start":
             self._start, self._prev, self._first_sent = t, None, None
+            self._seen_workers = set()
 
     def batch(self, b: tuple[Any, ...]) -> None:
         """Take one batch (a :class:`BatchEvent` or its fields as a tuple)."""
+        self._fold_steps(_columns([b]))
+        self._aggregate(b)
+
+    def _aggregate(self, b: tuple[Any, ...]) -> None:
         t, wait = b[T], b[WAIT]
         t0 = t - wait
         asked = b[ASKED] or t0
@@ -168,12 +209,15 @@ class Breakdown:
             (True, True)
         """
         n = len(records)
+        if not n:
+            return
+        cols = _columns(records)
+        self._fold_steps(cols)
         if n < VECTOR_FROM:
             for b in records:
-                self.batch(b)
+                self._aggregate(b)
             return
-        cols = np.array(list(map(_COLS, records)), dtype=np.float64)
-        worker, fetch, coll, wait, t, asked, started, sent = cols.T
+        worker, fetch, coll, wait, t, asked, started, sent = cols[:8]
         t0 = t - wait
         asked = np.where(asked != 0.0, asked, t0)
         first = float(asked[0])
@@ -211,6 +255,69 @@ class Breakdown:
             self._first_sent = low
         self._prev = float(t[-1])
 
+    def _fold_steps(self, cols: np.ndarray) -> None:
+        """Append each batch's step (see :class:`StepWaits`, :data:`STEP_STAGES`); called
+        before the totals move on (it reads the previous hand-over and the epoch's start)."""
+        worker, fetch, coll, wait, t, asked, started, sent, epoch, items, copy = cols
+        n = len(t)
+        t0 = t - wait
+        asked = np.where(asked != 0.0, asked, t0)
+        if self._start is not None:
+            origin = self._start
+        else:  # batches without an epoch event (made by hand): the first request is zero
+            if self._origin is None:
+                self._origin = float(asked[0])
+            origin = self._origin
+        first_prev = self._prev if self._prev is not None else origin
+        step = t - np.concatenate(([first_prev], t[:-1]))
+        # the critical path inside the wait, cut at its stages (STEP_STAGES' definition)
+        got = np.maximum(t - copy, t0)  # the batch reached the main loop
+        timed = (started != 0.0) | (sent != 0.0)
+        a = _clip_arr(started, t0, got)
+        c = np.where(worker < 0, got, _clip_arr(np.minimum(sent, started + fetch + coll), a, got))
+        before = np.where(timed, a - t0, 0.0)
+        fresh = np.zeros(n, dtype=bool)
+        ids, first = np.unique(worker, return_index=True)
+        for w, i in zip(ids.tolist(), first.tolist(), strict=True):
+            if w >= 0 and w not in self._seen_workers:
+                self._seen_workers.add(int(w))
+                fresh[i] = True
+        start_part = np.where(fresh, before, 0.0)
+        building = np.where(timed, c - a, got - t0) + (before - start_part)
+        total = fetch + coll
+        share = np.divide(coll, total, out=np.zeros_like(total), where=total > 0)
+        parts = np.stack(
+            (start_part, building * (1.0 - share), building * share,
+             np.where(timed, got - c, 0.0), t - got)
+        )  # fmt: skip
+        stage = np.where(parts.max(axis=0) > 0.0, parts.argmax(axis=0), -1)
+        x = self.wall_s + (t - origin)
+        k = self._n_steps
+        if k + n > len(self._steps):
+            grown = np.zeros((max(2 * len(self._steps), k + n, 256), 6), dtype=np.float32)
+            grown[:k] = self._steps[:k]
+            self._steps = grown
+        self._steps[k : k + n] = np.stack((x, t - asked, step, items, stage, epoch), axis=1)
+        self._n_steps = k + n
+
+    def step_waits(self) -> StepWaits:
+        """Every step so far, oldest first (24 bytes kept per step; read without a copy).
+
+        Example:
+            >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
+            >>> b = Breakdown()
+            >>> b.epoch(EpochEvent("start", 0, 2, "thread", 1, 0.0))
+            >>> # worker 0 took batch 0 up at 0.5 (starting), fetched 0.3 s, collated 0.1 s
+            >>> b.batch(BatchEvent(0, 0, 0, 8, 0.3, 0.1, 1.0, 0, 1.0, 0.0, 0.5, 0.9))
+            >>> # batch 1 asked at 1.5 (a 0.5 s step body), built 1.4 .. 1.9 (fetch), got at 2.0
+            >>> b.batch(BatchEvent(0, 1, 0, 8, 0.5, 0.0, 0.5, 0, 2.0, 1.5, 1.4, 1.9))
+            >>> s = b.step_waits()
+            >>> s.wait_ms.tolist(), s.step_ms.tolist(), s.stages()
+            ([1000.0, 500.0], [1000.0, 1000.0], ['worker start', 'fetch'])
+        """
+        rows = self._steps[: self._n_steps]  # a view: rows already written never change
+        return StepWaits(*(rows[:, k] for k in range(6)))
+
     def copy(self, ev: tuple[Any, ...]) -> tuple[Any, ...]:
         """Take one :class:`~clorch_nb.instrumentation.CopyEvent` (or its fields as a tuple);
         returns its fields as a plain tuple (what the monitor keeps for the timeline).
@@ -231,14 +338,20 @@ class Breakdown:
         return ev
 
     def feed(self, events: Iterable[Any]) -> None:
-        """:meth:`batch`, :meth:`epoch` or :meth:`copy` for each event, by its type."""
+        """:meth:`batch`, :meth:`epoch` or :meth:`copy` for each event, by its type (runs of
+        batches folded together, :meth:`fold_batches`)."""
+        run: list[tuple[Any, ...]] = []
         for ev in events:
+            if not isinstance(ev[0], str):
+                run.append(ev)
+                continue
+            self.fold_batches(run)
+            run = []
             if ev[0] == "copy":
                 self.copy(ev)
-            elif isinstance(ev[0], str):
-                self.epoch(ev)
             else:
-                self.batch(ev)
+                self.epoch(ev)
+        self.fold_batches(run)
 
     def totals(self, now: float | None = None) -> tuple[float, float, float, float]:
         """``(wall, body, wait, overhead)`` seconds, an open epoch counted up to ``now``
@@ -263,6 +376,189 @@ class Breakdown:
         out = {"body": body / wall, "wait": wait / wall, "overhead": overhead / wall}
         out["coverage"] = sum(out.values())
         return {k: round(v, 4) for k, v in out.items()}
+
+
+def _columns(records: list[tuple[Any, ...]]) -> np.ndarray:
+    """The folded columns of batch records (``_COLS``, a row each), ``copy_s`` 0 where a record
+    made by hand stops before it."""
+    if len(records[0]) > COPY and len(records[-1]) > COPY:
+        return np.array(list(map(_COLS, records)), dtype=np.float64).T
+    cols = np.array([_COLS_NO_COPY(r) for r in records], dtype=np.float64).T
+    return np.concatenate((cols, np.zeros((1, len(records)))))
+
+
+@dataclass(frozen=True, eq=False)
+class StepWaits:
+    """The exposed data wait of every step, oldest first: for each batch the loop took, how long
+    it was blocked in ``next()`` for it and how long the step was. Arrays (float32) of one value
+    per step, steps numbered from 0 across the run.
+
+    Attributes:
+        t_s: seconds of loading (inside epochs) at the batch's hand-over: the x of the
+            monitor's chart.
+        wait_s: seconds the loop was blocked in ``next()`` (from asking, ``t_asked_s``, to the
+            hand-over, ``t_s``).
+        step_s: seconds from the previous batch's hand-over to this one's (for an epoch's first
+            batch: from the epoch's start), so ``wait_s <= step_s``.
+        items: items in the batch.
+        stage_code: what made the batch late, an index into :data:`STEP_STAGES`; -1: none.
+        epoch: the loader's epoch.
+
+    Example:
+        >>> import numpy as np
+        >>> f = np.float32
+        >>> s = StepWaits(np.array([1, 2, 3], f), np.array([0.1, 0.9, 0.0], f),
+        ...               np.array([1, 1, 1], f), np.array([8, 8, 8], f),
+        ...               np.array([1, 1, -1], f), np.array([0, 0, 0], f))
+        >>> s.line()
+        'data wait 10% of each step (median), worst step 90% (step 1, fetch), mostly fetch'
+    """
+
+    t_s: np.ndarray
+    wait_s: np.ndarray
+    step_s: np.ndarray
+    items: np.ndarray
+    stage_code: np.ndarray
+    epoch: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.t_s)
+
+    @property
+    def wait_ms(self) -> np.ndarray:
+        """``wait_s`` in milliseconds."""
+        return self.wait_s * np.float32(1000)
+
+    @property
+    def step_ms(self) -> np.ndarray:
+        """``step_s`` in milliseconds."""
+        return self.step_s * np.float32(1000)
+
+    @property
+    def share(self) -> np.ndarray:
+        """The exposed data wait: ``wait_s / step_s`` per step, in [0, 1] (1 for a step of no
+        measurable length that waited)."""
+        out = np.divide(self.wait_s, self.step_s, out=np.zeros_like(self.wait_s),
+                        where=self.step_s > 0)  # fmt: skip
+        out[(self.step_s <= 0) & (self.wait_s > 0)] = 1.0
+        return np.clip(out, 0.0, 1.0)
+
+    @property
+    def items_per_s(self) -> np.ndarray:
+        """Items of each step over its length (0 for a step of no measurable length)."""
+        return np.divide(self.items, self.step_s, out=np.zeros_like(self.items),
+                         where=self.step_s > 0)  # fmt: skip
+
+    def stages(self) -> list[str]:
+        """Each step's stage name (one of :data:`STEP_STAGES`, ``""`` for none)."""
+        return self.stages_at(range(len(self)))
+
+    def stages_at(self, indices: Iterable[int]) -> list[str]:
+        """The stage names of the steps at ``indices``."""
+        names = ("", *STEP_STAGES)
+        return [names[int(self.stage_code[i]) + 1] for i in indices]
+
+    def stage_wait_s(self) -> dict[str, float]:
+        """Seconds of waiting per stage: each step's whole wait goes to its stage."""
+        codes = self.stage_code.astype(np.int64)
+        return {
+            name: float(self.wait_s[codes == k].sum(dtype=np.float64))
+            for k, name in enumerate(STEP_STAGES)
+        }
+
+    def main_stage(self) -> str:
+        """The stage with the most waiting (``stage_wait_s``), ``""`` when no step waited."""
+        per = self.stage_wait_s()
+        best = max(per, key=lambda k: per[k]) if per else ""
+        return best if best and per[best] > 0 else ""
+
+    def last(self, n: int) -> StepWaits:
+        """The last ``n`` steps (views, no copy)."""
+        return StepWaits(*(getattr(self, f.name)[-n:] for f in fields(self))) if n else self
+
+    def line(self, *, first_step: int = 0) -> str:
+        """One line: the median share, the worst step (its number, counted from ``first_step``,
+        and its stage), the main stage."""
+        if not len(self):
+            return "data wait: no step yet"
+        share = self.share
+        worst = int(np.argmax(share))
+        stage = self.stages_at([worst])[0] or "no stage"
+        main = self.main_stage()
+        return (
+            f"data wait {float(np.median(share)):.0%} of each step (median), worst step "
+            f"{float(share[worst]):.0%} (step {first_step + worst}, {stage})"
+            + (f", mostly {main}" if main else ", no step waited")
+        )
+
+    def worst_points(self, max_points: int = 400) -> np.ndarray:
+        """Indices of at most ``max_points`` steps to draw: all of them when they fit, else the
+        worst step (highest share) of each of ``max_points`` equal runs of steps, so no peak is
+        lost."""
+        n = len(self)
+        if n <= max_points:
+            return np.arange(n)
+        edges = np.linspace(0, n, max_points + 1).astype(np.int64)
+        share = self.share
+        return np.array(
+            [
+                lo + int(np.argmax(share[lo:hi]))
+                for lo, hi in zip(edges[:-1], edges[1:], strict=True)
+            ]
+        )
+
+    def to_tensorboard(self, writer: Any, *, prefix: str = "data", first_step: int = 0) -> None:
+        """Write every step as TensorBoard scalars, ``global_step`` = step number +
+        ``first_step``: ``{prefix}/wait_ms``, ``{prefix}/step_ms``, ``{prefix}/wait_share``
+        (0..1), ``{prefix}/items_per_s`` and, per stage, ``{prefix}/stage_wait_ms/<stage>``
+        (the step's wait if that stage made it, else 0: stacked, they are ``wait_ms``); and
+        :meth:`line` as text ``{prefix}/summary``. ``writer``: a
+        ``torch.utils.tensorboard.SummaryWriter`` (anything with ``add_scalar`` and
+        ``add_text``); it is flushed, not closed."""
+        ms, step_ms = self.wait_ms.tolist(), self.step_ms.tolist()
+        share, per_s = self.share.tolist(), self.items_per_s.tolist()
+        codes = self.stage_code.astype(np.int64).tolist()
+        tags = [f"{prefix}/stage_wait_ms/{name.replace(' ', '_')}" for name in STEP_STAGES]
+        add = writer.add_scalar
+        for i in range(len(ms)):
+            g = first_step + i
+            add(f"{prefix}/wait_ms", ms[i], g)
+            add(f"{prefix}/step_ms", step_ms[i], g)
+            add(f"{prefix}/wait_share", share[i], g)
+            add(f"{prefix}/items_per_s", per_s[i], g)
+            for k, tag in enumerate(tags):
+                add(tag, ms[i] if codes[i] == k else 0.0, g)
+        writer.add_text(f"{prefix}/summary", self.line(), first_step + max(len(ms) - 1, 0))
+        writer.flush()
+
+
+def summary_writer(writer: Any, *, argument: str = "writer") -> tuple[Any, bool]:
+    """``writer`` as a TensorBoard writer: a ``SummaryWriter`` (or anything with ``add_scalar``,
+    ``add_text`` and ``flush``, e.g. tensorboardX's) as it is, a directory (``str`` or
+    ``os.PathLike``) as a new ``torch.utils.tensorboard.SummaryWriter`` there. Returns the
+    writer and whether it was made here (then the caller closes it).
+
+    Raises:
+        ConfigError: anything else (names ``argument``, the value and the fix).
+        ImportError: a directory given and the ``tensorboard`` package missing (says which
+            extra installs it).
+    """
+    if all(callable(getattr(writer, m, None)) for m in ("add_scalar", "add_text", "flush")):
+        return writer, False
+    if not isinstance(writer, str | os.PathLike) or isinstance(writer, bytes):
+        raise ConfigError(
+            f"{argument}={writer!r:.80} ({type(writer).__name__}) is not a TensorBoard writer: "
+            "pass a torch.utils.tensorboard.SummaryWriter or a log directory (a str or "
+            "pathlib.Path), e.g. to_tensorboard('runs/loader')"
+        )
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:  # torch's module needs the tensorboard package
+        raise ImportError(
+            f"{argument}={os.fspath(writer)!r}: writing TensorBoard events needs the tensorboard "
+            "package: pip install 'clorch-nb[tensorboard]' (or pip install tensorboard)"
+        ) from exc
+    return SummaryWriter(log_dir=os.fspath(writer)), True
 
 
 @dataclass(frozen=True)
@@ -318,7 +614,9 @@ COMPUTE_BOUND = 0.10  # waiting less than this
 COPY_BOUND = 0.10  # the device waiting for copies at least this share (and more than the host)
 
 
-def _advice(stage: str, backend: str, num_workers: int, busy: float, share: float) -> str:
+def _advice(
+    stage: str, backend: str, num_workers: int, busy: float, share: float, persistent: bool | None
+) -> str:
     if stage == "items":
         if num_workers == 0:
             return (
@@ -346,9 +644,20 @@ def _advice(stage: str, backend: str, num_workers: int, busy: float, share: floa
             f"workers were busy only {busy:.0%}; a larger prefetch_factor or more workers "
             "would help"
         )
+    # the words follow the loader's configuration: torch's front ends its workers every epoch
+    # by default (persistent_workers=False), dataloader() keeps them for the loader's life
+    if persistent is False:
+        keep = (
+            "persistent_workers=True keeps them across epochs (this loader starts new ones "
+            "every epoch)"
+        )
+    elif persistent:
+        keep = "its workers persist, so keep the loader across epochs"
+    else:
+        keep = "keep workers across epochs (persistent_workers=True on data.DataLoader)"
     return (
-        f"workers were starting up for {share:.0%} of the time; keep the loader across "
-        "epochs (its workers persist), run longer epochs or use thread workers"
+        f"workers were starting up for {share:.0%} of the time; {keep}, run longer epochs "
+        "or use thread workers"
     )
 
 
@@ -359,6 +668,7 @@ def verdict(
     num_workers: int,
     busy_share: float,
     now: float | None = None,
+    persistent_workers: bool | None = None,
 ) -> Verdict:
     """The verdict for a run so far.
 
@@ -368,6 +678,8 @@ def verdict(
         busy_share (float): mean share of wall time the workers (or, with ``num_workers=0``,
             the main thread) spent building batches.
         now (float | None): measure an open epoch up to this ``perf_counter`` time.
+        persistent_workers (bool | None): the loader's ``persistent_workers`` (its workers
+            outlive an epoch); the advice on starting workers follows it. None: unknown.
 
     Returns:
         Verdict: ``data-bound`` when waiting takes at least 25 % of wall time (the wait's
@@ -394,13 +706,19 @@ def verdict(
     sc = breakdown.copy_wait_s / wall
     stage = max(STAGES, key=lambda s: parts[s]) if any(parts.values()) else None
     stage_share = parts[stage] / wall if stage else 0.0
+
+    def advise(stage: str) -> str:
+        return _advice(
+            stage, worker_backend, num_workers, busy_share, stage_share, persistent_workers
+        )
+
     if sc >= COPY_BOUND and sc > sw:
         return Verdict(
             "copy-bound", "copy", _copy_line(breakdown, sc), sb, sw, so, parts, busy_share, sc
         )
     if sw >= DATA_BOUND and stage is not None:
         kind = "data-bound"
-        line = f"data-bound: {_advice(stage, worker_backend, num_workers, busy_share, stage_share)}"
+        line = f"data-bound: {advise(stage)}"
     elif sw < COMPUTE_BOUND and so > sb:
         kind = "overhead-bound"
         line = (
@@ -415,9 +733,7 @@ def verdict(
         )
     else:
         kind = "balanced"
-        advice = (
-            _advice(stage, worker_backend, num_workers, busy_share, stage_share) if stage else ""
-        )
+        advice = advise(stage) if stage else ""
         line = (
             f"balanced: waiting for data {sw:.0%} of the time, the loop body {sb:.0%}; "
             f"to load faster: {advice}"

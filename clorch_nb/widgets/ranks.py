@@ -1,8 +1,9 @@
 """What launched ranks did, from the messages they streamed (pure: no ipywidgets, no
 matplotlib): the indices each rank read per epoch (for the shard view), each rank's throughput
-over time, and the straggler table (steps and data waits per rank and epoch, with the
+over time, the straggler table (steps and data waits per rank and epoch, with the
 equal-steps check: a rank that takes fewer steps than the others leaves them waiting in a
-collective that never completes).
+collective that never completes), and each rank's exposed data wait per step with the worst
+rank of every step and the stage that made it wait (:meth:`RanksReport.worst_steps`).
 
 Fed with :class:`~clorch_nb.launch.RankMessage` records, one at a time while the ranks run
 (:meth:`RanksReport.add`) or all at once from a :class:`~clorch_nb.launch.LaunchResult`
@@ -14,10 +15,35 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.launch import LaunchResult, RankMessage
+from clorch_nb.widgets.diagnose import Breakdown, StepWaits
 
-__all__ = ["RankRow", "RanksReport", "ranks_report"]
+__all__ = ["RankRow", "RanksReport", "WorstStep", "ranks_report"]
+
+
+@dataclass(frozen=True)
+class WorstStep:
+    """The rank that waited longest for data in one step (the one the others then wait for in
+    the step's collective).
+
+    Attributes:
+        epoch (int), step (int): the step: the ``step``-th batch (from 0) of ``epoch`` on every
+            rank (ranks of one process group take their steps together).
+        rank (int): the rank with the largest exposed data wait (the lowest such rank on a tie).
+        share (float): its wait over its step's length, 0..1; ``wait_ms`` the wait itself.
+        stage (str): what made its batch late (a :data:`~clorch_nb.widgets.diagnose.STEP_STAGES`
+            name; ``""`` when it did not wait).
+    """
+
+    epoch: int
+    step: int
+    rank: int
+    share: float
+    wait_ms: float
+    stage: str
 
 
 @dataclass(frozen=True)
@@ -71,6 +97,9 @@ class RanksReport:
     states: dict[int, str] = field(default_factory=dict)
     epoch_spans: dict[int, list[float]] = field(default_factory=dict)  # rank -> [open s, total s]
     messages: int = 0
+    # per rank: its steps' fold, and the events not yet folded (folded when read)
+    _folds: dict[int, Breakdown] = field(default_factory=dict)
+    _unfolded: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
 
     def add(self, msg: RankMessage) -> None:
         """Take one message."""
@@ -85,6 +114,7 @@ class RanksReport:
             epoch_ev = EpochEvent(*msg.event)
             self.size = msg.payload if isinstance(msg.payload, int) else self.size
             span = self.epoch_spans.setdefault(msg.rank, [0.0, 0.0])
+            self._unfolded.setdefault(msg.rank, []).append(msg.event)
             if epoch_ev.kind == "start":
                 span[0] = epoch_ev.t_s
             elif span[0]:
@@ -93,6 +123,7 @@ class RanksReport:
         elif msg.kind == "batch":
             ev = BatchEvent(*msg.event)
             self.batches.setdefault(msg.rank, []).append(ev)
+            self._unfolded.setdefault(msg.rank, []).append(msg.event)
             self.indices.setdefault((ev.epoch, msg.rank), {})[ev.batch_index] = msg.indices
 
     def add_many(self, messages: Iterable[RankMessage]) -> None:
@@ -170,8 +201,59 @@ class RanksReport:
             series[r] = [c / width for c in counts]
         return starts, series
 
+    def steps(self, rank: int) -> StepWaits:
+        """Rank ``rank``'s exposed data wait per step so far (see
+        :class:`~clorch_nb.widgets.diagnose.StepWaits`; the same fold as the monitor's)."""
+        fold = self._folds.setdefault(rank, Breakdown())
+        fold.feed(self._unfolded.pop(rank, []))
+        return fold.step_waits()
+
+    def worst_steps(self) -> list[WorstStep]:
+        """For every step that every rank has taken (the ``k``-th batch of an epoch on each),
+        the rank with the largest exposed data wait and the stage that made it wait.
+
+        Example:
+            >>> from clorch_nb.launch import RankMessage
+            >>> r = RanksReport(2)
+            >>> for rank, fetch_s in ((0, 0.1), (1, 0.6)):  # rank 1 fetches slowly
+            ...     r.add(RankMessage(rank, "epoch", "train", ("start", 0, 1, "inline", 0, 0.0)))
+            ...     b = BatchEvent(0, 0, -1, 8, fetch_s, 0.0, fetch_s, 0, 1.0, 1.0 - fetch_s)
+            ...     r.add(RankMessage(rank, "batch", "train", tuple(b), (rank,)))
+            >>> r.worst_steps()[0].rank, r.worst_steps()[0].stage, r.worst_steps()[0].share
+            (1, 'fetch', 0.6)
+        """
+        per_rank = [self.steps(r) for r in range(self.world_size)]
+        keyed = [_by_step(s) for s in per_rank]
+        out = []
+        for key in sorted(set.intersection(*(set(k) for k in keyed)) if keyed else ()):
+            best = max(range(self.world_size), key=lambda r: (keyed[r][key][0], -r))
+            share, i = keyed[best][key]
+            steps = per_rank[best]
+            stage = steps.stages_at([i])[0]
+            out.append(
+                WorstStep(key[0], key[1], best, round(share, 6),
+                          float(steps.wait_ms[i]), stage)
+            )  # fmt: skip
+        return out
+
+    def worst_line(self) -> str:
+        """Which rank waited longest for data in most steps, and mostly why."""
+        worst = self.worst_steps()
+        if not worst:
+            return "worst rank per step: no step on every rank yet"
+        counts: dict[int, int] = {}
+        for w in worst:
+            counts[w.rank] = counts.get(w.rank, 0) + 1
+        rank = max(counts, key=lambda r: (counts[r], -r))
+        main = self.steps(rank).main_stage() or "no wait"
+        return (
+            f"worst rank per step: rank {rank} in {counts[rank]} of {len(worst)} steps "
+            f"(its data wait mostly {main})"
+        )
+
     def to_text(self) -> str:
-        """The straggler table and the equal-steps line (timings vary between runs)."""
+        """The straggler table, each rank's data wait per step, the worst rank per step and the
+        equal-steps line (timings vary between runs)."""
         lines = [f"Ranks ({self.world_size}, loader {self.loader!r}): steps, data waits, items/s"]
         for row in self.rows():
             steps = ", ".join(f"epoch {e}: {n}" for e, n in sorted(row.steps.items())) or "none"
@@ -179,8 +261,22 @@ class RanksReport:
                 f"  rank {row.rank} ({row.state}): steps {steps}; waited {row.wait_s:.2f} s for "
                 f"data; {row.items:,} items, {row.items_per_s:,.0f} items/s"
             )
+            lines.append(f"    per step: {self.steps(row.rank).line()}")
+        lines.append(self.worst_line())
         lines.append(self.equal_steps_line())
         return "\n".join(lines)
+
+
+def _by_step(steps: StepWaits) -> dict[tuple[int, int], tuple[float, int]]:
+    """``(epoch, k) -> (share, index)`` for the ``k``-th step of each epoch."""
+    share, epochs = steps.share.tolist(), steps.epoch.astype(np.int64).tolist()
+    out: dict[tuple[int, int], tuple[float, int]] = {}
+    k, last = 0, None
+    for i, e in enumerate(epochs):
+        k = k + 1 if e == last else 0
+        last = e
+        out[(e, k)] = (share[i], i)
+    return out
 
 
 def ranks_report(result: LaunchResult, loader: str = "train") -> RanksReport:

@@ -76,14 +76,16 @@ class RanksView(View):
         return figure_png(draw_epochs(table, len(table.epochs) - 1, checks=True))
 
     def ranks_png(self) -> bytes:
-        """Items/s per rank over time (left) and steps per rank and epoch (right)."""
-        fig = new_figure(9.0, 2.8)
-        _draw_rates(fig.add_axes((0.07, 0.2, 0.48, 0.62)), self.report)
-        _draw_steps(fig.add_axes((0.64, 0.2, 0.34, 0.62)), self.report)
+        """Items/s per rank over time (top left), steps per rank and epoch (top right), and
+        each rank's exposed data wait per step with the worst rank of each step (below)."""
+        fig = new_figure(9.0, 5.2)
+        _draw_rates(fig.add_axes((0.07, 0.6, 0.48, 0.3)), self.report)
+        _draw_steps(fig.add_axes((0.64, 0.6, 0.34, 0.3)), self.report)
+        _draw_step_waits(fig.add_axes((0.07, 0.1, 0.8, 0.3)), self.report)
         fig.text(
             0.01,
-            0.97,
-            f"{self.report.world_size} ranks: throughput and steps",
+            0.985,
+            f"{self.report.world_size} ranks: throughput, steps and data wait per step",
             fontsize=11,
             fontweight="bold",
             va="top",
@@ -195,6 +197,33 @@ def _draw_steps(ax: Any, report: RanksReport) -> None:
         fontsize=8,
     )
     ax.set_title("steps per epoch (bars: epochs)", fontsize=10)
+    ax.tick_params(labelsize=8)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _draw_step_waits(ax: Any, report: RanksReport) -> None:
+    # One line per rank (its wait as a % of each step, over the steps of every epoch in a
+    # row), and along the top a mark per step in the colour of the rank that waited longest.
+    worst = report.worst_steps()
+    for r in range(report.world_size):
+        steps = report.steps(r)
+        ax.plot(range(len(steps)), 100 * steps.share, color=RANK_COLORS[r % len(RANK_COLORS)],
+                linewidth=1.2, label=f"rank {r}")  # fmt: skip
+    if worst:
+        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for w in worst]
+        ax.scatter(range(len(worst)), [106] * len(worst), marker="|", s=40, linewidths=1.5,
+                   color=colors, clip_on=False)  # fmt: skip
+        ax.text(1.01, 106, "\u2190 worst rank", fontsize=8, color="#555555", va="center",
+                transform=ax.get_yaxis_transform())  # fmt: skip
+        ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    else:
+        ax.text(0.5, 0.5, "no step yet", transform=ax.transAxes, ha="center", color="grey")
+    ax.set_ylim(-3, 104)
+    ax.set_yticks([0, 50, 100])
+    ax.set_xlabel("step (epochs in a row)", fontsize=9)
+    ax.set_ylabel("% of the step", fontsize=9)
+    ax.set_title(f"data wait per step; {report.worst_line()}", fontsize=10, loc="left", pad=16)
+    ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
     ax.tick_params(labelsize=8)
     ax.spines[["top", "right"]].set_visible(False)
 

@@ -18,7 +18,7 @@ from operator import itemgetter
 from typing import Any
 
 from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
-from clorch_nb.widgets.diagnose import Breakdown, Verdict, verdict
+from clorch_nb.widgets.diagnose import Breakdown, StepWaits, Verdict, verdict
 
 __all__ = [
     "HistoryPoint",
@@ -206,6 +206,9 @@ class ThroughputStats:
         self.running = False
         self.worker_backend = "inline"
         self.num_workers = 0
+        #: the watched loader's ``persistent_workers`` (set by the monitor; None: unknown): the
+        #: verdict's advice on starting workers follows it
+        self.persistent_workers: bool | None = None
         self.batches = 0
         self.items = 0
         self.wait_s = 0.0
@@ -465,7 +468,14 @@ class ThroughputStats:
             num_workers=snap.num_workers,
             busy_share=min(1.0, busy / snap.elapsed_s) if snap.elapsed_s else 0.0,
             now=now,
+            persistent_workers=self.persistent_workers,
         )
+
+    def steps(self) -> StepWaits:
+        """Every step's exposed data wait so far (pending events folded in first): see
+        :class:`~clorch_nb.widgets.diagnose.StepWaits`."""
+        self.flush()
+        return self.breakdown.step_waits()
 
     def snapshot(self, now: float | None = None) -> ThroughputSnapshot:
         """Totals so far (pending events are folded in first).

@@ -1,6 +1,8 @@
 """The throughput monitor's chart: three panels over loading time (items/s overall and per worker,
-% of time waiting for data, batches ready in the queue with the queue's capacity), drawn once and
-blitted for live frames. Used by :class:`~clorch_nb.widgets.ThroughputMonitor`.
+% of time waiting for data with each step's exposed wait as a dot coloured by the stage that made
+it, batches ready in the queue with the queue's capacity), drawn once and blitted for live
+frames. Live and final frames share their axis limits (:func:`chart_limits`), so the final chart
+is the last live one, drawn in full. Used by :class:`~clorch_nb.widgets.ThroughputMonitor`.
 """
 
 from __future__ import annotations
@@ -10,15 +12,31 @@ import math
 import time
 from typing import Any
 
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from clorch_nb.widgets._render import DPI, RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets.diagnose import STEP_STAGES
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats, worker_name
 
-__all__ = ["ThroughputChart", "draw_throughput"]
+__all__ = ["STAGE_COLORS", "ThroughputChart", "chart_limits", "draw_throughput"]
+
+#: a step's dot colour by its stage (:data:`~clorch_nb.widgets.diagnose.STEP_STAGES`; "": none)
+STAGE_COLORS = {
+    "worker start": "#7F7F7F",
+    "fetch": "#0072B2",
+    "collate": "#E69F00",
+    "transfer": "#009E73",
+    "device copy": "#CC79A7",
+    "": "#C8C8C8",
+}
+_CODE_COLORS = [to_rgba(STAGE_COLORS[name]) for name in ("", *STEP_STAGES)]  # by code + 1
+#: most step dots drawn (the worst step of each run of steps beyond it)
+MAX_DOTS = 400
 
 
 def _nice_ceil(x: float) -> float:
@@ -31,6 +49,22 @@ def _nice_ceil(x: float) -> float:
         if m * mag >= x * (1 - 1e-9):
             return m * mag
     return 10.0 * mag
+
+
+def chart_limits(tmax: float, top: float, qtop: float) -> tuple[float, float, float]:
+    """The chart's x limit (seconds), items/s and queue-depth y limits for data reaching
+    ``tmax``, ``top`` and ``qtop``: a little headroom, then stepped up to 1, 2 or 5 times a
+    power of ten. Live frames and the final chart use the same limits (live ones only grow).
+
+    Example:
+        >>> chart_limits(0.36, 830.0, 0.0)
+        (0.5, 1000.0, 1.0)
+    """
+    return (
+        _nice_ceil(max(tmax * 1.05, 1e-3)),
+        _nice_ceil(max(top * 1.1, 1.0)),
+        _nice_ceil(max(qtop * 1.1, 1.0)),
+    )
 
 
 def reachable_top(in_flight: int | None) -> int | None:
@@ -75,10 +109,14 @@ class ThroughputChart:
         (self.total,) = a0.plot([], [], color="black", linewidth=2, label="all workers")
         self.workers: dict[int, Any] = {}
         (self.wait,) = a1.plot([], [], color="#D55E00", linewidth=2, drawstyle="steps-pre")
+        # each step's exposed wait, coloured by its stage (under the window's line)
+        self.step_dots = a1.scatter([], [], s=9, linewidths=0, zorder=1)
+        self._stage_key: tuple[str, ...] | None = None
+        self._stage_texts: list[Any] = []
         (self.queue,) = a2.plot([], [], color="#0072B2", linewidth=2, drawstyle="steps-pre")
         for ax, title in zip(
             self.axes,
-            ("items / s", "waiting for data (% of time)", "queue depth (batches ready)"),
+            ("items / s", "waiting for data (%)", "queue depth (batches ready)"),
             strict=True,
         ):
             x0 = ax.get_position().x0
@@ -91,7 +129,7 @@ class ThroughputChart:
             ax.xaxis.set_major_locator(MaxNLocator(3))
             ax.yaxis.set_major_locator(MaxNLocator(3))
         a2.yaxis.set_major_locator(MaxNLocator(3, integer=True))  # a count of batches
-        a1.set_ylim(0, 100)
+        a1.set_ylim(-3, 104)  # dots at 0 % and 100 % stay whole
         a1.set_yticks([0, 50, 100])
         #: the batches the loader keeps in flight (``max_in_flight``); set :attr:`capacity`
         #: before rendering. The dashed line marks the queue's reachable top, ``capacity - 2``:
@@ -143,6 +181,7 @@ class ThroughputChart:
         return [
             self.total,
             *self.workers.values(),
+            self.step_dots,
             self.wait,
             self.queue,
             self.empty,
@@ -184,12 +223,45 @@ class ThroughputChart:
         for w, line in self.workers.items():
             line.set_visible(w in ids)
         self.wait.set_data(t, [100 * p.wait_share for p in h])
+        stages = self._set_steps(stats)
         self.queue.set_data(t, [p.queue_depth for p in h])
         top = max(
             [0.0, *(p.items_per_s for p in h), *(v for p in h for v in p.per_worker.values())]
         )
         qtop = max([0.0, float(qcap or 0), *(p.queue_depth for p in h)])
-        return (t[-1] if t else 0.0), top, qtop, ids
+        return (t[-1] if t else 0.0), top, qtop, (ids, stages)
+
+    def _set_steps(self, stats: ThroughputStats) -> tuple[str, ...]:
+        """The step dots (at most :data:`MAX_DOTS`, keeping each run's worst step); returns the
+        stages they show, in :data:`STEP_STAGES` order. Reads the folded steps only (the stall
+        watch's thread draws too, and never folds)."""
+        steps = stats.breakdown.step_waits()
+        idx = steps.worst_points(MAX_DOTS)
+        codes = steps.stage_code[idx].astype(np.int64)
+        self.step_dots.set_offsets(np.column_stack((steps.t_s[idx], 100 * steps.share[idx])))
+        self.step_dots.set_facecolor([_CODE_COLORS[c + 1] for c in codes.tolist()])
+        present = set(codes.tolist())
+        return tuple(name for k, name in enumerate(STEP_STAGES) if k in present)
+
+    def _set_stage_key(self, stages: tuple[str, ...]) -> None:
+        # Under the wait panel's title: the line is the share of time, a dot one step's share
+        # in its stage's colour (coloured texts, as the items/s key).
+        if stages == self._stage_key:
+            return
+        self._stage_key = stages
+        for t in self._stage_texts:
+            t.remove()
+        self._stage_texts = []
+        renderer = self.canvas.get_renderer()
+        x = self.axes[1].get_position().x0 - 0.04
+        entries = [("\u2014 of time", "#D55E00")]
+        if stages:
+            entries.append(("\u25cf a step:", "#555555"))
+            entries += [(name, STAGE_COLORS[name]) for name in stages]
+        for label, color in entries:
+            t = self.fig.text(x, 0.755, label, color=color, fontsize=9)
+            self._stage_texts.append(t)
+            x += t.get_window_extent(renderer).width / self.fig.bbox.width + 0.008
 
     def _set_legend(self, ids: tuple[int, ...]) -> None:
         # A key above the items/s panel, under its title, so it never sits on the lines: one
@@ -228,8 +300,9 @@ class ThroughputChart:
         batch for a while": 100 % waiting) and return the PNG: a blitted live frame, or with
         ``final=True`` the full chart."""
         t0 = time.perf_counter()
-        tmax, top, qtop, ids = self._set_data(stats, snap, extra)
+        tmax, top, qtop, (ids, stages) = self._set_data(stats, snap, extra)
         self._set_legend(ids)
+        self._set_stage_key(stages)
         # live frames: the numbers are in the monitor's text beside the chart, so the headline
         # stays fixed (part of the cached background); the final chart carries them
         self.headline.set_text(
@@ -240,30 +313,21 @@ class ThroughputChart:
         )
         a0, a1, a2 = self.axes
         self.frames += 1
+        layout = (*chart_limits(tmax, top, qtop), (ids, stages))
+        if self._layout is not None:  # limits only grow: no back-and-forth redraws, and the
+            # final chart keeps what the live one showed last (no jump at the end)
+            layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)),
+                      layout[3])  # fmt: skip
         if final:
             for a in self._dynamic():
                 a.set_animated(False)
-            for ax in self.axes:
-                ax.set_xlim(0, max(tmax, 1e-3) * 1.02)
-            a0.set_ylim(0, max(top, 1.0) * 1.12)
-            a2.set_ylim(0, max(qtop, 1.0) * 1.12)
-            self._layout = self._background = None
+            self._set_limits(layout)
+            self._layout, self._background = layout, None  # a live frame after: drawn anew
             self.full_draws += 1
             return figure_png(self.fig)
-        layout = (
-            _nice_ceil(max(tmax * 1.05, 5.0)),
-            _nice_ceil(max(top * 1.1, 1.0)),
-            _nice_ceil(max(qtop * 1.1, 1.0)),
-            ids,
-        )
-        if self._layout is not None:  # live limits only grow: no back-and-forth redraws
-            layout = (*(max(a, b) for a, b in zip(layout[:3], self._layout[:3], strict=True)), ids)
         old = self._layout
-        if layout != old:
-            for ax in self.axes:
-                ax.set_xlim(0, layout[0])
-            a0.set_ylim(0, layout[1])
-            a2.set_ylim(0, layout[2])
+        if layout != old or self._background is None:
+            self._set_limits(layout)
             if (
                 old is not None
                 and self._background is not None
@@ -296,6 +360,16 @@ class ThroughputChart:
         if blit:
             self.last_blit_s = time.perf_counter() - t0
         return png
+
+    def _set_limits(self, layout: tuple[Any, ...]) -> None:
+        for ax in self.axes:
+            ax.set_xlim(0, layout[0])
+        self.axes[0].set_ylim(0, layout[1])
+        self.axes[2].set_ylim(0, layout[2])
+
+    def limits(self) -> list[tuple[tuple[float, float], tuple[float, float]]]:
+        """Each panel's ``(xlim, ylim)`` as last drawn."""
+        return [(ax.get_xlim(), ax.get_ylim()) for ax in self.axes]
 
 
 def _buffer_png(canvas: FigureCanvasAgg) -> bytes:

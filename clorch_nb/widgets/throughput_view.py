@@ -46,12 +46,15 @@ from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Batched
 from clorch_nb.widgets._base import View, in_kernel, weak_loader
 from clorch_nb.widgets._render import png_b64
-from clorch_nb.widgets.diagnose import Verdict
+from clorch_nb.widgets.diagnose import StepWaits, Verdict, summary_writer
 from clorch_nb.widgets.throughput import HistoryPoint, ThroughputSnapshot, ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
+
+#: steps the live text sums up (the final text: all of them)
+LIVE_STEPS = 10_000
 
 
 class ThroughputMonitor(View):
@@ -99,6 +102,8 @@ class ThroughputMonitor(View):
         self.chart_hz = float(chart_hz)
         self.chart_budget = chart_budget
         self.stats = ThroughputStats()
+        config = getattr(loader, "config", None)  # the advice on starting workers follows it
+        self.stats.persistent_workers = getattr(config, "persistent_workers", None)
         self.memory: Any = None
         if memory:
             from clorch_nb.widgets.memory import MemoryTracker
@@ -428,6 +433,75 @@ class ThroughputMonitor(View):
         self.stats.flush()
         return Timeline(self.stats.recent).export_trace(path, align_with=align_with)
 
+    def steps(self) -> StepWaits:
+        """Every step's exposed data wait so far: per batch the loop took, the milliseconds it
+        was blocked in ``next()`` (``wait_ms``), the step's length (``step_ms``), their ratio
+        (``share``), items/s and the stage that made it wait (``stages()``, see
+        :data:`~clorch_nb.widgets.diagnose.STEP_STAGES`); ``line()`` sums it up."""
+        return self.stats.steps()
+
+    def to_tensorboard(
+        self, writer: Any, *, prefix: str = "data", first_step: int = 0
+    ) -> str | None:
+        """Write the per-step data wait so far to TensorBoard (for runs outside notebooks, or
+        beside a model's own scalars). One point per step (``global_step`` = the step number
+        from 0 across this monitor's epochs, plus ``first_step``):
+
+        * ``{prefix}/wait_ms`` (float, ms): the loop blocked in ``next()`` for the batch;
+        * ``{prefix}/step_ms`` (float, ms): from the previous batch's hand-over to this one's;
+        * ``{prefix}/wait_share`` (float, 0..1): ``wait_ms / step_ms``, the exposed data wait;
+        * ``{prefix}/items_per_s`` (float): the step's items over ``step_ms``;
+        * ``{prefix}/stage_wait_ms/<stage>`` (float, ms), one per stage (``worker_start``,
+          ``fetch``, ``collate``, ``transfer``, ``device_copy``): the step's wait under the
+          stage that made it late, 0 under the others;
+        * ``{prefix}/summary`` (text): :meth:`StepWaits.line
+          <clorch_nb.widgets.diagnose.StepWaits.line>`.
+
+        Args:
+            writer (SummaryWriter | str | os.PathLike): a
+                ``torch.utils.tensorboard.SummaryWriter`` (flushed, left open), or a log
+                directory (a writer is made there, and closed).
+            prefix (str): the tags' first part.
+            first_step (int): added to every ``global_step`` (e.g. the training step of this
+                monitor's first batch).
+
+        Returns:
+            str | None: the log directory written, when known.
+
+        Raises:
+            ConfigError: ``writer`` neither a writer nor a directory (names the value and the
+                fix), or a bad ``prefix`` / ``first_step``.
+            ImportError: a directory given and the ``tensorboard`` package missing (``pip
+                install 'clorch-nb[tensorboard]'``).
+
+        Example:
+            >>> import tempfile, torch
+            >>> from clorch_nb import data
+            >>> loader = data.dataloader(data.tensor_dataset(torch.zeros(8, 1), torch.zeros(8)),
+            ...                          batch_size=4)
+            >>> mon = monitor(loader)
+            >>> _ = list(mon)
+            >>> len(mon.steps())
+            2
+            >>> with tempfile.TemporaryDirectory() as logdir:  # doctest: +SKIP
+            ...     mon.to_tensorboard(logdir) == logdir  # needs: pip install tensorboard
+            True
+        """
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigError(f"prefix={prefix!r} must be a non-empty str, e.g. 'data'")
+        if isinstance(first_step, bool) or not isinstance(first_step, int) or first_step < 0:
+            raise ConfigError(f"first_step={first_step!r} must be an int >= 0 (a global_step)")
+        sink, made = summary_writer(writer)
+        try:
+            self.steps().to_tensorboard(sink, prefix=prefix, first_step=first_step)
+        finally:
+            if made:
+                sink.close()
+        logdir = getattr(sink, "log_dir", None)
+        if callable(getattr(sink, "get_logdir", None)):
+            logdir = sink.get_logdir()
+        return None if logdir is None else str(logdir)
+
     # -- static forms ---------------------------------------------------------------------------
 
     def snapshot(self) -> ThroughputSnapshot:
@@ -443,6 +517,12 @@ class ThroughputMonitor(View):
     def _text(self, snap: ThroughputSnapshot, now: float | None = None) -> str:
         lines = [snap.to_text()]
         if snap.batches:
+            steps = self.stats.breakdown.step_waits()
+            if now is not None and len(steps) > LIVE_STEPS:  # live: a bounded cost per refresh
+                recent = steps.last(LIVE_STEPS).line(first_step=len(steps) - LIVE_STEPS)
+                lines.append(f"  per step (last {LIVE_STEPS:,}): {recent}")
+            else:
+                lines.append(f"  per step: {steps.line()}")
             lines.append(f"  verdict: {self.stats.verdict(now).line}")
         if self.memory is not None:
             lines.append("  " + self.memory.to_text().replace("\n", "\n  "))

@@ -41,6 +41,7 @@ KEY_IMPORTS = {
     "remote": ["fsspec", "s3fs", "pyarrow"],
     "notebooks": ["jupyterlab", "ipykernel", "tqdm"],
     "frameworks": ["lightning", "accelerate"],
+    "tensorboard": ["tensorboard", "torch.utils.tensorboard"],
     "test": ["pytest", "nbval", "hypothesis", "lightning"],
     "s3local": ["moto", "boto3"],
     "bench": ["torchdata", "webdataset", "datasets"],

@@ -201,7 +201,8 @@ def test_live_frames_update_the_same_figure_and_blit() -> None:
     s = _stats_with_history(3.0)
     png1 = chart.render(s, s.snapshot())
     assert png1.startswith(PNG_MAGIC) and (chart.frames, chart.full_draws) == (1, 1)
-    assert chart._layout == (5.0, 500.0, 2.0, (0, 1))  # x to 5 s, y to 500 items/s, queue to 2
+    # x to 5 s, y to 500 items/s, queue to 2; workers 0 and 1, steps that waited in fetch
+    assert chart._layout == (5.0, 500.0, 2.0, ((0, 1), ("fetch",)))
     assert chart.axes[0].get_xlim() == (0.0, 5.0) and chart.axes[0].get_ylim() == (0.0, 500.0)
     n_points = len(s.history)
     assert list(total.get_xdata()) == [p.t_s for p in s.history] and n_points == 12
@@ -220,9 +221,10 @@ def test_live_frames_update_the_same_figure_and_blit() -> None:
     s3 = _stats_with_history(6.0)
     chart.render(s3, s3.snapshot())
     assert (chart.frames, chart.full_draws) == (3, 2) and chart.axes[0].get_xlim() == (0.0, 10.0)
-    # the final chart: a full draw with tight limits and the numbers in the headline
+    # the final chart: a full draw with the last live frame's limits (issue 44: the picture
+    # jumped at the end) and the numbers in the headline
     chart.render(s3, s3.snapshot(), final=True)
-    assert chart.axes[0].get_xlim() == pytest.approx((0.0, 6.0 * 1.02))
+    assert chart.axes[0].get_xlim() == (0.0, 10.0)
     assert chart.headline.get_text().startswith("Loader throughput: 320 items/s")
     assert not chart.total.get_animated()
     chart.render(s3, s3.snapshot())  # live again: the background is laid out anew
