@@ -49,6 +49,10 @@ class Headspace:
         """The share of the loop's time that loading adds: ``1 - step_s / loaded_s``."""
         return max(0.0, 1.0 - self.step_s / self.loaded_s) if self.loaded_s > 0 else 0.0
 
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        # a cell that ends in headspace(...) shows the sentence, not the dataclass's fields
+        p.text(str(self))
+
     def __str__(self) -> str:
         return (
             f"headspace: with data for free this loop would be {self.speedup:.1f}x faster "

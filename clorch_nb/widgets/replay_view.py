@@ -136,7 +136,9 @@ def _draw_images(r: ReplayReport) -> Any:
     for i, text in enumerate(titles):
         y, x = (i // cols) * cell_h + gap_y, (i % cols) * cell_w
         ax.text(x + w / 2, y - 1.5, text, ha="center", va="bottom", fontsize=8, gid=f"title-{i}")
-        frame = Rectangle((x - 0.5, y - 0.5), w, h, fill=False, edgecolor="#AAAAAA", lw=0.6)
+        frame = Rectangle(
+            (x - 0.5, y - 0.5), w, h, fill=False, edgecolor="#AAAAAA", lw=0.6, clip_on=False
+        )  # unclipped: the last row's lower edge lies on the axes' edge
         frame.set_gid(f"image-{i}")
         ax.add_patch(frame)  # white ink-free pixels would otherwise melt into the gaps
     ax.axis("off")

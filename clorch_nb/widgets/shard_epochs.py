@@ -18,11 +18,13 @@ from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
+from matplotlib.transforms import offset_copy
 
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
 from clorch_nb.widgets._render import DPI, new_figure, text_color_on
 from clorch_nb.widgets.shard_figures import (
     ALARM,
+    EMPTY,
     FONT,
     MARGIN,
     MAX_LABELLED,
@@ -40,7 +42,6 @@ from clorch_nb.widgets.shard_figures import (
     overlap_cells,
     paint_rank_cells,
     rank_color,
-    triangle,
     wrapped,
 )
 from clorch_nb.widgets.shards import ShardTable
@@ -57,21 +58,26 @@ class _Frame:
     they take (inches)."""
 
     width: float
+    title: str
     subtitle: str
     handles: list[Any]
     footer: list[tuple[str, str, bool]]
 
     @property
     def head(self) -> float:
-        return heading_height(self.subtitle) + 0.1 + legend_height(self.handles, self.width)
+        return (
+            heading_height(self.subtitle, self.title)
+            + 0.1
+            + legend_height(self.handles, self.width)
+        )
 
     @property
     def foot(self) -> float:
         return lines_height(self.footer) + 0.15
 
-    def draw(self, fig: Figure, title: str) -> None:
-        heading(fig, title, self.subtitle)
-        legend_row(fig, self.handles, fig.get_figheight() - heading_height(self.subtitle))
+    def draw(self, fig: Figure) -> None:
+        used = heading(fig, self.title, self.subtitle)
+        legend_row(fig, self.handles, fig.get_figheight() - used)
         draw_lines(fig, self.footer, self.foot - 0.05)
 
 
@@ -136,7 +142,8 @@ def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
         f"goes to rank k mod {nrep} (rank r gets positions r, r+{nrep}, ...), so grid column j "
         f"is positions {nrep}j..{nrep}j+{nrep - 1}"
     )
-    frame = _frames(table, shown, checks, width, _panel_handles(table), key)
+    title = _epochs_title(table, "dataset index each rank reads")
+    frame = _frames(table, shown, checks, width, _panel_handles(table), title=title, key=key)
     fig = new_figure(width, frame.head + rows * pitch + 0.2 + frame.foot)
     for k, e in enumerate(table.epochs):
         row, col = divmod(k, per_row)
@@ -154,7 +161,7 @@ def _draw_panels(table: ShardTable, shown: int, checks: bool) -> Figure:
                      above=dealt_ax)  # fmt: skip
         if row == rows - 1 or k + per_row >= n:  # the lowest panel of its column
             ax.set_xlabel("position", fontsize=FONT)
-    frame.draw(fig, _epochs_title(table, "dataset index each rank reads"))
+    frame.draw(fig)
     return fig
 
 
@@ -256,17 +263,28 @@ def _panel_handles(table: ShardTable) -> list[Any]:
 
 
 def _frames(
-    table: ShardTable, shown: int, checks: bool, width: float, handles: list[Any], key: str
+    table: ShardTable,
+    shown: int,
+    checks: bool,
+    width: float,
+    handles: list[Any],
+    *,
+    title: str,
+    key: str,
 ) -> _Frame:
-    subtitle = wrap_to(f"{table.title()}; {key}", width - 2 * MARGIN, FONT)
-    footer = wrapped(check_lines(table, shown), width - 2 * MARGIN) if checks else []
-    return _Frame(width, subtitle, handles, footer)
+    inner = width - 2 * MARGIN
+    subtitle = wrap_to(f"{table.title()}; {key}", inner, FONT)
+    footer = wrapped(check_lines(table, shown), inner) if checks else []
+    return _Frame(width, wrap_to(title, inner, 12, weight="bold"), subtitle, handles, footer)
 
 
 # strips: large shards, one strip per epoch over the dataset index
 
 _STRIP_H, _STRIP_GAP, _STRIP_LABEL = 0.34, 0.16, 0.95
-_FEW = 20  # up to this many gaps or overlaps are widened and marked one by one
+_MIN_STRIP, _MIN_WIDTH = 0.6, 3.0  # inches: a narrower figure is widened to fit its labels
+_MIN_ROWS = 3  # pixel rows each class present in a column gets, however small its count
+_MARK = 7.0  # points: the triangles above a strip
+_FEW = 20  # up to this many gaps or overlaps are marked one by one
 
 
 def _draw_strips(table: ShardTable, shown: int, checks: bool, width: float = 10.0) -> Figure:
@@ -274,20 +292,23 @@ def _draw_strips(table: ShardTable, shown: int, checks: bool, width: float = 10.
     flags = [_repeat_flag(table, r) for r in table.repeats()]
     flag_w = max((text_size(f, FONT, weight="bold")[0] for f in flags if f), default=0.0)
     flag_w = min(flag_w + 0.15, 3.2) if flag_w else 0.0
-    ticks = _index_ticks(table.size)
     # half the last tick's label reaches past the strip's end: room for it inside the figure
-    overhang = text_size(f"{ticks[-1]:,}", FONT)[0] / 2 + 0.02
+    overhang = text_size(f"{max(table.size, 1):,}", FONT)[0] / 2 + 0.02
     right = max(MARGIN + flag_w, overhang + 0.05)
+    handles = _strip_handles(table, strips)
+    widest = max(text_size(h.get_label(), FONT)[0] for h in handles) + 0.55 + 2 * MARGIN
+    width = max(width, _MIN_WIDTH, MARGIN + _STRIP_LABEL + _MIN_STRIP + right, widest)
     # whole pixels: the strip's image has one column per pixel, so nothing is resampled
     x0 = round((MARGIN + _STRIP_LABEL) * DPI) / DPI
     strip_w = int((width - right - x0) * DPI) / DPI
     strip_h = round(_STRIP_H * DPI) / DPI
-    handles = _strip_handles(table, strips)
+    ticks = _index_ticks(table.size, strip_w)
     key = (
         "colour = the rank that reads each item; a pixel column holding items of several ranks "
-        "is split by their shares"
+        "is split by their counts"
     )
-    frame = _frames(table, shown, checks, width, handles, key)
+    title = _epochs_title(table, "which rank reads each dataset index")
+    frame = _frames(table, shown, checks, width, handles, title=title, key=key)
     n = len(strips)
     xaxis = 0.62
     body = n * strip_h + (n - 1) * _STRIP_GAP + xaxis + 0.12
@@ -298,69 +319,93 @@ def _draw_strips(table: ShardTable, shown: int, checks: bool, width: float = 10.
         ax = fig.add_axes(rect_in(fig, x0, y, strip_w, strip_h))
         ax.set_gid(f"strip-epoch-{e.epoch}")
         _paint_strip(ax, strip, table, (round(strip_w * DPI), round(strip_h * DPI)))
-        _mark_strip(ax, strip, table.size, strip_w)
+        _mark_strip(ax, strip)
         _strip_labels(ax, e.epoch, flags[k], shown=n > 1 and e.epoch == shown)
         if k < n - 1:
             ax.set_xticks([])
         else:
             ax.set_xticks([t for t in ticks], [f"{t:,}" for t in ticks])
             ax.set_xlabel("dataset index", fontsize=FONT)
-    frame.draw(fig, _epochs_title(table, "which rank reads each dataset index"))
+    frame.draw(fig)
     return fig
 
 
-def _index_ticks(size: int) -> list[int]:
-    """Up to 8 round ticks over ``0..size``, the end ``size`` included."""
-    ticks = [int(t) for t in MaxNLocator(8, integer=True).tick_values(0, max(size, 1))]
+def _index_ticks(size: int, strip_w: float) -> list[int]:
+    """Round ticks over ``0..size`` whose labels fit ``strip_w`` inches side by side (up to 8);
+    the end ``size`` included where it falls on the step."""
+    room = text_size(f"{max(size, 1):,}", FONT)[0] + 0.25
+    bins = max(1, min(8, int(strip_w // room)))
+    ticks = [int(t) for t in MaxNLocator(bins, integer=True).tick_values(0, max(size, 1))]
     return [t for t in ticks if 0 <= t <= max(size, 1)]
 
 
 def _paint_strip(ax: Any, strip: Any, table: ShardTable, pixels: tuple[int, int]) -> None:
-    """One image column per pixel column: each column stacked by the shares of the ranks whose
-    items it holds (:meth:`IndexStrip.shares`; rank 0 at the bottom, items no rank reads red
-    on top), so a run drawn in one colour is a run in the data at any width."""
+    """One image column per pixel column (:meth:`IndexStrip.column_counts`): a column over one
+    rank's items in its colour; a column over several ranks' items stacked by their counts
+    (rank 0 at the bottom, items no rank reads red on top), every class present at least
+    :data:`_MIN_ROWS` pixel rows, so a mix never reads as one rank's solid block."""
     cols, rows = max(pixels[0], 1), max(pixels[1], 1)
     nrep, size = table.num_replicas, max(table.size, 1)
-    shares = strip.shares(cols, nrep)
-    colors = np.array([to_rgba(rank_color(r)) for r in range(nrep)] + [to_rgba(ALARM)], dtype=float)
-    # per column, the class of each pixel row: rank r fills its share of the rows, in turn
-    bounds = np.rint(np.cumsum(shares, axis=1) * rows)  # (cols, nrep + 1)
-    row_mid = np.arange(rows) + 0.5
-    cls = (row_mid[:, None, None] >= bounds[None, :, :]).sum(axis=2)  # (rows, cols)
-    rgba = colors[np.minimum(cls, nrep)]
-    ax.imshow(rgba, aspect="auto", interpolation="nearest", origin="lower", extent=(0, size, 0, 1))
+    counts = strip.column_counts(cols, nrep)
+    colors = np.array(
+        [to_rgba(rank_color(r)) for r in range(nrep)] + [to_rgba(ALARM), to_rgba(EMPTY)]
+    )
+    cls = np.full((rows, cols), nrep + 1)  # empty (a dataset of size 0)
+    for c, row in enumerate(counts):
+        cls[:, c] = np.repeat(np.arange(nrep + 1), _rows_per_class(row, rows))
+    ax.imshow(
+        colors[cls], aspect="auto", interpolation="nearest", origin="lower", extent=(0, size, 0, 1)
+    )
     ax.set_xlim(0, size)
     ax.set_ylim(0, 1)
     ax.set_yticks([])
-    for side in ("top", "right", "left"):
+    for side in ("top", "right", "left", "bottom"):
         ax.spines[side].set_visible(False)
 
 
-def _mark_strip(ax: Any, strip: Any, size: int, strip_w: float) -> None:
-    """Padding repeats hatched, gaps red, each at least 0.05 in wide and with a triangle above
-    (black for padding, red for gaps and overlaps), so even a single item shows."""
-    wide = max(1.0, size * 0.05 / strip_w)
-    few = len(strip.gaps) <= _FEW  # many gaps show as red areas by themselves
-    for i, pad in enumerate(strip.padded):
-        if pad:
-            ax.add_patch(
-                Rectangle(
-                    (i + 0.5 - wide / 2, 0),
-                    wide,
-                    1,
-                    facecolor="white",
-                    hatch="////",
-                    edgecolor=PAD_EDGE,
-                    linewidth=0.8,
-                )
-            )
-            triangle(ax, i + 0.5, 1, PAD_EDGE)
-    for i in strip.gaps if few else ():
-        ax.add_patch(Rectangle((i + 0.5 - wide / 2, 0), wide, 1, facecolor=ALARM, linewidth=0))
-        triangle(ax, i + 0.5, 1, ALARM)
+def _rows_per_class(counts: np.ndarray, rows: int) -> np.ndarray:
+    """Pixel rows for each class of one column: every class with items at least
+    ``min(_MIN_ROWS, rows // present)``, the rest shared by count (largest remainders); sums to
+    ``rows`` when any class is present, else 0."""
+    present = counts > 0
+    if not present.any():
+        return np.zeros_like(counts)
+    least = min(_MIN_ROWS, rows // int(present.sum()))
+    out = np.where(present, least, 0)
+    spare = rows - int(out.sum())
+    share = counts / counts.sum() * spare
+    out = out + np.floor(share).astype(np.int64)
+    left = rows - int(out.sum())
+    out[np.argsort(-(share - np.floor(share)), kind="stable")[:left]] += 1
+    return out
+
+
+def _mark_strip(ax: Any, strip: Any) -> None:
+    """Triangles above the strip, their tips on its edge (never over the items): black over
+    each padding repeat, red over each gap (up to :data:`_FEW`; more show as red areas by
+    themselves) and each overlap (the first only, beyond :data:`_FEW`)."""
+    above = offset_copy(ax.transData, fig=ax.figure, y=_MARK / 2, units="points")
+    pads = [i for i, pad in enumerate(strip.padded) if pad]
+    gaps = strip.gaps if len(strip.gaps) <= _FEW else ()
     overlaps = [i for i, o in enumerate(strip.overlap) if o]
-    for i in overlaps if len(overlaps) <= _FEW else overlaps[:1]:
-        triangle(ax, i + 0.5, 1, ALARM)
+    for xs, color in (
+        (pads, PAD_EDGE),
+        (gaps, ALARM),
+        (overlaps if len(overlaps) <= _FEW else overlaps[:1], ALARM),
+    ):
+        if xs:
+            ax.plot(
+                np.asarray(xs) + 0.5,
+                np.ones(len(xs)),
+                marker="v",
+                color=color,
+                markersize=_MARK,
+                markeredgecolor="white",
+                markeredgewidth=0.7,
+                linestyle="none",
+                clip_on=False,
+                transform=above,
+            )
 
 
 def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
@@ -392,16 +437,8 @@ def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
     handles: list[Any] = [
         Patch(facecolor=rank_color(r), label=f"rank {r}") for r in range(table.num_replicas)
     ]
-    pads = sum(sum(s.padded) for s in strips)
-    if pads:
-        handles.append(
-            Patch(
-                facecolor="white",
-                edgecolor=PAD_EDGE,
-                hatch="////",
-                label="also read as padding repeat",
-            )
-        )
+    if any(any(s.padded) for s in strips):
+        handles.append(marker_handle(PAD_EDGE, "also read as padding repeat"))
     if any(s.missing for s in strips):
         handles.append(Patch(facecolor=ALARM, label="MISSING: no rank reads it"))
     if any(s.dropped for s in strips):

@@ -28,7 +28,7 @@ MAX_LABELLED = 32  # above this many positions, cells lose their numbers (too sm
 PAD_EDGE = "black"
 ALARM = "#D00000"
 _OK = "#006400"
-_EMPTY = "#EEEEEE"
+EMPTY = "#EEEEEE"
 FONT = 9  # heading subtitle, legend, check lines
 MARGIN = 0.12  # figure edge, inches
 
@@ -91,22 +91,29 @@ def draw_lines(fig: Figure, lines: list[tuple[str, str, bool]], top: float) -> N
 
 
 def heading(fig: Figure, title: str, subtitle: str) -> float:
-    """Bold title and grey subtitle at the top; returns the height used (inches)."""
+    """Bold title (wrapped lines kept) and grey subtitle at the top; returns the height used
+    (inches), :func:`heading_height`."""
     w, h = fig.get_size_inches()
     fig.text(MARGIN / w, 1 - 0.08 / h, title, fontsize=12, fontweight="bold", va="top")
-    fig.text(MARGIN / w, 1 - 0.36 / h, subtitle, fontsize=FONT, va="top", color="#333333")
-    return 0.36 + text_size(subtitle, FONT)[1]
+    top = 0.12 + _title_height(title)
+    fig.text(MARGIN / w, 1 - top / h, subtitle, fontsize=FONT, va="top", color="#333333")
+    return heading_height(subtitle, title)
 
 
-def heading_height(subtitle: str) -> float:
-    return 0.36 + text_size(subtitle, FONT)[1]
+def heading_height(subtitle: str, title: str = "") -> float:
+    """The height (inches) :func:`heading` takes: a one-line title unless ``title`` is given."""
+    return 0.12 + _title_height(title) + text_size(subtitle, FONT)[1]
+
+
+def _title_height(title: str) -> float:
+    return text_size(title or "T", 12, weight="bold")[1]
 
 
 def paint_rank_cells(ax: Any, e: EpochShards, vmax: int, labelled: bool) -> np.ndarray:
     """Cells in their rank's colour (shaded by dataset index when unlabelled); returns RGBA."""
     nrep, npos = e.num_replicas, max(e.num_positions, 1)
     rgba = np.ones((nrep, npos, 4))
-    rgba[..., :3] = to_rgb(_EMPTY)
+    rgba[..., :3] = to_rgb(EMPTY)
     for r, row in enumerate(e.rank_indices):
         if not row:
             continue
@@ -373,7 +380,7 @@ def _paint_grid(
         grid[r, : len(row)] = np.asarray(row, dtype=float)
     mesh = ax.pcolormesh(
         np.ma.masked_invalid(grid),
-        cmap=colormaps["viridis"].with_extremes(bad=_EMPTY),
+        cmap=colormaps["viridis"].with_extremes(bad=EMPTY),
         vmin=0,
         vmax=vmax,
         edgecolors="white" if labelled else "face",

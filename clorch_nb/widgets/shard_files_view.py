@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from clorch_nb.widgets._base import View
+from clorch_nb.widgets._fit import rect_in
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure
 from clorch_nb.widgets.shard_files import ShardFiles, merged, shard_files
 
@@ -84,8 +85,11 @@ def _legend(ax: Any, table: ShardFiles) -> None:
 
 def draw_shard_files(table: ShardFiles) -> Figure:
     """The figure: bars per shard, a legend of (rank, worker), the check line as the title."""
-    fig = new_figure(8.0, 0.9 + 0.42 * max(1, len(table.names)))
-    ax = fig.add_axes((0.2, 0.18, 0.6, 0.7))
+    # laid out in inches: 0.75 in under the bars for the tick labels and the axis label (a
+    # fraction of the height cut the label off for a few shards), 0.45 in above for the title
+    bars_h = 0.42 * max(1, len(table.names))
+    fig = new_figure(8.0, 0.75 + bars_h + 0.45)
+    ax = fig.add_axes(rect_in(fig, 1.6, 0.75, 4.8, bars_h))
     _bars(ax, table)
     _axes(ax, table)
     _legend(ax, table)

@@ -199,38 +199,38 @@ class IndexStrip:
         dropped = set(self.dropped)
         return tuple(i for i in self.gaps if i not in dropped)
 
-    def shares(self, bins: int, num_replicas: int) -> np.ndarray:
-        """What each of ``bins`` equal slices of ``0..N`` holds: ``out[b, r]`` is the share of
-        slice ``b`` read by rank ``r`` (its owner), ``out[b, num_replicas]`` the share no rank
-        reads; each row sums to 1. Item ``i`` covers ``[i, i + 1)``, so a slice that cuts an
-        item counts the part it holds: a slice over several ranks' items is their mix, never
-        one rank's colour (what a picture with fewer pixels than items must draw).
+    def column_counts(self, columns: int, num_replicas: int) -> np.ndarray:
+        """What each of ``columns`` pixel columns over ``0..N`` holds: ``out[c, r]`` how many
+        items of column ``c`` rank ``r`` reads (their owner), ``out[c, num_replicas]`` how many
+        no rank reads.
+
+        Item ``i`` covers ``[i, i + 1)`` and column ``c`` covers ``[c, c + 1) * N / columns``.
+        With fewer columns than items, each item counts in the column that holds its centre
+        (every column holds at least one whole item, so a column over several ranks' items is
+        their mix, never one rank's colour); with more, each column shows the item under its
+        centre (every item gets at least one column, and each column exactly one item, so an
+        item's columns are its rank alone). A run drawn in one colour is a run in the data, to
+        within a pixel.
 
         Example:
             >>> s = IndexStrip(owner=(0, 0, 1, None), padded=(False,) * 4, overlap=(False,) * 4)
-            >>> s.shares(2, 2).tolist(), s.shares(8, 2)[5].tolist()
-            ([[1.0, 0.0, 0.0], [0.0, 0.5, 0.5]], [0.0, 1.0, 0.0])
+            >>> s.column_counts(2, 2).tolist(), s.column_counts(8, 2)[5].tolist()
+            ([[2, 0, 0], [0, 1, 1]], [0, 1, 0])
         """
+        if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+            raise ConfigError(f"columns={columns!r} must be an int >= 1 (pixel columns)")
         n = len(self.owner)
-        if bins < 1:
-            raise ConfigError(f"bins={bins!r} must be >= 1")
-        cls = np.array([num_replicas if r is None else r for r in self.owner], dtype=np.int64)
-        onehot = np.zeros((n, num_replicas + 1))
-        onehot[np.arange(n), cls] = 1.0
-        cum = np.vstack([np.zeros((1, num_replicas + 1)), np.cumsum(onehot, axis=0)])
-        edges = np.linspace(0.0, n, bins + 1)
-
-        def upto(x: np.ndarray) -> np.ndarray:  # how much of each class lies in [0, x)
-            whole = np.minimum(np.floor(x).astype(np.int64), n)
-            part = (x - whole)[:, None] * onehot[np.minimum(whole, n - 1)]
-            return np.asarray(cum[whole] + np.where((whole < n)[:, None], part, 0.0))
-
+        out = np.zeros((columns, num_replicas + 1), dtype=np.int64)
         if n == 0:
-            out = np.zeros((bins, num_replicas + 1))
-            out[:, num_replicas] = 1.0
             return out
-        amount = upto(edges[1:]) - upto(edges[:-1])
-        return np.asarray(amount / amount.sum(axis=1, keepdims=True))
+        cls = np.array([num_replicas if r is None else r for r in self.owner], dtype=np.int64)
+        if columns >= n:  # the item under each column's centre
+            item = ((np.arange(columns) + 0.5) * n / columns).astype(np.int64)
+            out[np.arange(columns), cls[item]] = 1
+        else:  # each item in the column that holds its centre
+            column = ((np.arange(n) + 0.5) * columns / n).astype(np.int64)
+            np.add.at(out, (column, cls), 1)
+        return out
 
 
 @dataclass(frozen=True)

@@ -164,31 +164,13 @@ def _kill_tree(procs: list[Any]) -> None:
     psutil.wait_procs(procs, timeout=10)
 
 
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    _skip_without_chromium()
-    import psutil
-
-    base = tmp_path_factory.mktemp("jupyterlab")
-    root = base / "root"
-    root.mkdir()
-    _copytree(REPO / "notebooks", root / "notebooks")
-    _copytree(REPO / "examples", root / "examples")
-    (root / "ui").mkdir()
-    for nb in UI_DIR.glob("*.ipynb"):
-        shutil.copy2(nb, root / "ui" / nb.name)
-
-    cfg = base / "config"
-    settings_dir = cfg / "lab" / "user-settings"
-    for rel, value in LAB_SETTINGS.items():
-        f = settings_dir / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        f.write_text(json.dumps(value))
-
-    port = _free_port()
+def jupyter_env(base: Path) -> dict[str, str]:
+    """The environment of a throw-away Jupyter server: config, runtime, data and IPython dirs
+    under ``base`` (so no user setting of this machine applies); the venv's share/jupyter
+    still does."""
     env = dict(os.environ)
     env.update(
-        JUPYTER_CONFIG_DIR=str(cfg),
+        JUPYTER_CONFIG_DIR=str(base / "config"),
         JUPYTER_RUNTIME_DIR=str(base / "runtime"),
         JUPYTER_DATA_DIR=str(base / "data"),  # sys.prefix/share/jupyter (the venv) still applies
         JUPYTER_PLATFORM_DIRS="1",
@@ -196,46 +178,53 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
     )
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyterlab",
+    return env
+
+
+def server_args(port: int) -> list[str]:
+    """What every throw-away server gets: 127.0.0.1 and a free port, no token, password or
+    XSRF (for this server only), ``window.jupyterapp`` exposed, the python3 kernel, no terminals."""
+    args = [
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
         f"--ServerApp.port={port}",
         "--ServerApp.port_retries=0",
-        f"--ServerApp.root_dir={root}",
         "--IdentityProvider.token=",
         "--ServerApp.password=",
         "--ServerApp.disable_check_xsrf=True",
         "--LabApp.expose_app_in_browser=True",
-        f"--LabApp.user_settings_dir={settings_dir}",
-        f"--LabApp.workspaces_dir={cfg / 'lab' / 'workspaces'}",
-        "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--MappingKernelManager.default_kernel_name=python3",
         "--KernelSpecManager.ensure_native_kernel=True",
         "--ServerApp.terminals_enabled=False",
     ]
     if hasattr(os, "geteuid") and os.geteuid() == 0:
-        cmd.append("--allow-root")  # containers and CI run as root
-    log = base / "jupyterlab.log"
+        args.append("--allow-root")  # containers and CI run as root
+    return args
+
+
+@contextlib.contextmanager
+def running_server(cmd: list[str], *, cwd: Path, env: dict[str, str], log: Path, port: int) -> Any:
+    """Start ``cmd`` (a Jupyter server on ``port``), wait until its API answers, yield a
+    :class:`LabServer`; afterwards shut it down and kill whatever is left of its process tree
+    (kernels run in their own sessions and their workers below them)."""
+    import psutil
+
     with open(log, "wb") as logf:
         proc = subprocess.Popen(
-            cmd, cwd=root, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
+            cmd, cwd=cwd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
         )
-    server = LabServer(f"http://127.0.0.1:{port}", root, proc, log)
+    server = LabServer(f"http://127.0.0.1:{port}", cwd, proc, log)
     try:
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{server.log_tail()}")
+                pytest.fail(f"{cmd[:3]} exited with {proc.returncode}:\n{server.log_tail()}")
             try:
                 server.api("GET", "/api/status", timeout=2)
                 break
             except (urllib.error.URLError, OSError, ValueError):
                 if time.monotonic() > deadline:
-                    pytest.fail(f"jupyter lab not up after 90 s:\n{server.log_tail()}")
+                    pytest.fail(f"{cmd[:3]} not up after 90 s:\n{server.log_tail()}")
                 time.sleep(0.3)
         # The kernel must be the python3 kernelspec of the environment running the tests.
         specs = server.api("GET", "/api/kernelspecs")
@@ -261,7 +250,44 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         # Kernels live in their own sessions: kill whatever of the tree is still alive.
         _kill_tree([p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE])
         stray = [p for p in family if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        assert not stray, f"processes left after the JupyterLab server: {stray}"
+        assert not stray, f"processes left after the Jupyter server: {stray}"
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    _skip_without_chromium()
+    base = tmp_path_factory.mktemp("jupyterlab")
+    root = base / "root"
+    root.mkdir()
+    _copytree(REPO / "notebooks", root / "notebooks")
+    _copytree(REPO / "examples", root / "examples")
+    (root / "ui").mkdir()
+    for nb in UI_DIR.glob("*.ipynb"):
+        shutil.copy2(nb, root / "ui" / nb.name)
+
+    cfg = base / "config"
+    settings_dir = cfg / "lab" / "user-settings"
+    for rel, value in LAB_SETTINGS.items():
+        f = settings_dir / rel
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(json.dumps(value))
+
+    port = _free_port()
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        *server_args(port),
+        f"--ServerApp.root_dir={root}",
+        f"--LabApp.user_settings_dir={settings_dir}",
+        f"--LabApp.workspaces_dir={cfg / 'lab' / 'workspaces'}",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    ]
+    with running_server(
+        cmd, cwd=root, env=jupyter_env(base), log=base / "jupyterlab.log", port=port
+    ) as server:
+        yield server
 
 
 # Playwright's driver processes: Chromium and its renderers live below them for the whole session.
@@ -468,7 +494,9 @@ class Lab:
             timeout=timeout_s * 1000,
             polling=250,
         )
-        self.page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(state="visible")
+        self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.wait_for(
+            state="visible"
+        )
         # More room for the notebook in screenshots: fold the file browser away.
         self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
 

@@ -182,3 +182,26 @@ def test_shard_figures_fit_their_text(table) -> None:  # type: ignore[no-untyped
 
     _assert_text_inside(draw_epochs(table, 0))
     _assert_text_inside(draw_shards(table, 0, color_by="index"))
+
+
+def test_shard_files_figure_fits_its_axis_label(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Three shard files: the axis label under the bars was cut off (issue 44's screenshots)."""
+    pytest.importorskip("matplotlib")
+    from clorch_nb.widgets.shard_files import shard_files
+    from clorch_nb.widgets.shard_files_view import draw_shard_files
+
+    for k in range(3):
+        (tmp_path / f"part{k}.jsonl").write_text("".join(f"{i}\n" for i in range(40 + 7 * k)))
+    paths = [str(p) for p in sorted(tmp_path.glob("*.jsonl"))]
+    ds = data.shard_dataset(paths, cache_dir=tmp_path, progress=False)
+    sampler = data.distributed_sampler(ds, num_replicas=2, rank=0, shuffle=False)
+    _assert_text_inside(draw_shard_files(shard_files(sampler.work_plan(), sampler.paths)))
+
+
+def test_headspace_shows_its_sentence_in_a_cell() -> None:
+    from IPython.lib.pretty import pretty
+
+    from clorch_nb.widgets.headspace import Headspace
+
+    h = Headspace(batches=6, loaded_s=0.002, step_s=0.001, speedup=2.0)
+    assert pretty(h) == str(h) and pretty(h).startswith("headspace: with data for free")
