@@ -175,3 +175,55 @@ def test_a_mix_of_mixes_walks_through_every_epoch_of_the_inner_mix() -> None:
         drawn += [int(t) for batch in loader for t in batch["target"] if t < 5000]
     assert len(drawn) == 200
     assert sorted(drawn) == list(range(100)) + list(range(1000, 1100))
+
+
+class Configured(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Item ``i`` is ``cfg["base"] + i``: what changes is set in place in a dict attribute."""
+
+    def __init__(self) -> None:
+        self.cfg = {"base": 0, "names": ["a"]}
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int) -> int:
+        return self.cfg["base"] + i
+
+
+class ConfiguredStream(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
+    """The iterable counterpart: worker ``w`` of ``n`` yields ``cfg["base"] + i`` for its share."""
+
+    def __init__(self) -> None:
+        self.cfg = {"base": 0}
+
+    def __iter__(self) -> Any:
+        info = torch.utils.data.get_worker_info()
+        w, n = (0, 1) if info is None else (info.id, info.num_workers)
+        return iter(self.cfg["base"] + i for i in range(w, 6, n))
+
+
+@pytest.mark.parametrize("front", FRONTS)
+@pytest.mark.parametrize("kind", [Configured, ConfiguredStream])
+def test_a_value_set_in_place_in_a_dict_attribute_reaches_persistent_workers(
+    kind: type, front: str, backend: dict[str, Any]
+) -> None:
+    """Class 3: torch's default (non-persistent fork) workers see ``ds.cfg["base"] = 100 * e``
+    set between epochs; so must every clorch_nb worker, persistent ones included (a change in
+    place in a small container is a change: fresh workers over a fresh copy)."""
+
+    def epochs(make: Callable[[Any], Any]) -> list[list[int]]:
+        ds = kind()
+        loader = make(ds)
+        try:
+            out = []
+            for e in range(EPOCHS):
+                ds.cfg["base"] = 100 * e
+                out.append(sorted(_items(loader)))
+            return out
+        finally:
+            if not isinstance(loader, torch.utils.data.DataLoader):
+                data.cleanup_data(loader)
+
+    expected = epochs(lambda ds: torch.utils.data.DataLoader(ds, batch_size=2))
+    assert expected[1] == [100 + i for i in range(6)]
+    assert epochs(lambda ds: _loader(front, ds, backend)) == expected

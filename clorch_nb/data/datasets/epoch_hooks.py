@@ -23,9 +23,11 @@ workers hold a copy taken when they started, so a tensor edited in place or repl
 loader start fresh workers over a fresh copy (see :meth:`DatasetWatch.check`), as torch's
 non-persistent fork workers see the dataset as it is at each epoch's start.
 
-What is not seen: private attributes (``_cache``, ``_file``: lazily opened handles and caches
-change legitimately), mutation inside a list or dict, and state captured in closures (the
-``get_item`` of :func:`~clorch_nb.data.dataset`): use ``set_epoch`` for such state.
+A small list, tuple or dict (up to 256 entries, two levels deep) is compared by content too, so
+``ds.cfg["scale"] = 2`` counts as a change. What is not seen: private attributes (``_cache``,
+``_file``: lazily opened handles and caches change legitimately), mutation inside a larger
+container or deeper, and state captured in closures (the ``get_item`` of
+:func:`~clorch_nb.data.dataset`): use ``set_epoch`` for such state.
 """
 
 from __future__ import annotations
@@ -133,13 +135,22 @@ def contained_datasets(obj: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _token(value: Any) -> Any:
+#: a list, tuple or dict of at most this many entries is compared by content (a value set in
+#: place, ``ds.cfg["scale"] = 2``), a larger one by identity only
+_CONTENT_MAX = 256
+
+
+def _token(value: Any, depth: int = 0) -> Any:
     """What identifies an attribute's value: scalars by value, tensors by identity and version
-    counter (in-place changes move it), anything else by identity."""
+    counter (in-place changes move it), small lists, tuples and dicts by identity and content
+    (two levels deep), anything else by identity."""
     if value is None or isinstance(value, bool | int | float | str | bytes):
         return (type(value).__name__, repr(value))
     if isinstance(value, torch.Tensor):
         return ("tensor", id(value), value._version)
+    if isinstance(value, list | tuple | dict) and depth < 2 and len(value) <= _CONTENT_MAX:
+        pairs = value.items() if isinstance(value, dict) else enumerate(value)
+        return ("container", id(value), tuple((repr(k), _token(v, depth + 1)) for k, v in pairs))
     return ("object", id(value))
 
 
