@@ -141,3 +141,15 @@ def test_a_new_loader_starts_at_the_epoch_the_loop_set_on_the_dataset(workers: i
         assert _flat(loader) == [4000 + i for i in range(N)]  # then its own count goes on
     finally:
         data.cleanup_data(loader)
+
+
+@pytest.mark.parametrize("batch_size", [None, 4])
+def test_shuffle_is_torchs_random_sampler_the_very_object(batch_size: int | None) -> None:
+    """What a framework reads and re-iterates (``loader.sampler``) is what the loader plans its
+    epochs from, and the loader still says it shuffles."""
+    loader = data.DataLoader(list(range(10)), batch_size=batch_size, shuffle=True)
+    assert type(loader.sampler) is torch.utils.data.RandomSampler
+    planned = loader.plan_sampler
+    assert loader.sampler is (planned if batch_size else planned.sampler)
+    assert loader.shuffle is True
+    assert data.DataLoader(list(range(10)), batch_size=batch_size).shuffle is False

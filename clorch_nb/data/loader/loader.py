@@ -956,7 +956,19 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         doc="the sampler the epochs are planned from (an index or batch sampler), or None for "
         "the loader's own order; ``sampler``/``batch_sampler`` are torch's attributes",
     )
-    shuffle = property(lambda self: self._engine.config.shuffle, doc="the loader shuffles")
+    shuffle = property(
+        lambda self: (
+            self._engine.config.shuffle
+            or any(
+                isinstance(s, torch.utils.data.RandomSampler)
+                for s in (
+                    self._engine.plan_sampler,
+                    getattr(self._engine.plan_sampler, "sampler", 0),
+                )
+            )
+        ),
+        doc="the loader shuffles (its own order, or torch's RandomSampler of shuffle=True)",
+    )
     timeout_ms = property(lambda self: self._engine.config.timeout_ms, doc="batch timeout, ms")
     position = property(lambda self: self._engine.position,
                         doc="where the last epoch stands (EpochPosition); read-only")  # fmt: skip
