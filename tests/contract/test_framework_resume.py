@@ -153,3 +153,32 @@ def test_shuffle_is_torchs_random_sampler_the_very_object(batch_size: int | None
     assert loader.sampler is (planned if batch_size else planned.sampler)
     assert loader.shuffle is True
     assert data.DataLoader(list(range(10)), batch_size=batch_size).shuffle is False
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_after_an_epochs_last_batch_resumes_the_next_epoch_exactly(
+    workers: int,
+) -> None:
+    """Saved in the loop after the last batch (before ``StopIteration``): the resumed loader's
+    empty remainder still reads the ``RandomSampler`` to its end, as the uninterrupted epoch did
+    (its generator draws once more there), so the next epoch is the uninterrupted one's."""
+
+    def make() -> Any:
+        g = torch.Generator().manual_seed(7)
+        return data.DataLoader(list(range(10)), batch_size=5, shuffle=True, generator=g,
+                               num_workers=workers)  # fmt: skip
+
+    loader = make()
+    it = iter(loader)
+    epoch0 = [next(it).tolist() for _ in range(2)]
+    state = loader.state_dict()
+    assert list(it) == []
+    epoch1 = [b.tolist() for b in loader]
+    resumed = make()
+    resumed.load_state_dict(state)
+    try:
+        assert list(resumed) == []  # epoch 0's empty remainder
+        assert [b.tolist() for b in resumed] == epoch1 != epoch0
+    finally:
+        data.cleanup_data(loader)
+        data.cleanup_data(resumed)

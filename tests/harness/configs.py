@@ -135,7 +135,11 @@ def configs(draw: Any, process_weight: float = 0.06) -> Config:
     resume_via = "state"
     if consume == "next" and draw(st.integers(0, 3)) == 0:
         resume_at = (draw(st.integers(0, epochs - 1)), draw(st.integers(0, 4)))
-        if batch_size is not None:  # (accelerate's helper needs a batch_sampler)
+        # accelerate's helper needs a batch_sampler; and thread workers that write into the
+        # dataset leave it written for the "restarted" job (one process here; documented:
+        # threads-share-dataset), where torch's fork workers' writes stay theirs
+        written = behavior == "write" and backend == "thread" and num_workers > 0
+        if batch_size is not None and not written:
             resume_via = draw(st.sampled_from(["state", "skip"]))
     replicas = (2, 0)
     dist_shuffle = False
@@ -243,6 +247,10 @@ def valid(cfg: Config) -> bool:
         return False
     if cfg.resume_at and (cfg.consume != "next" or cfg.resume_at[0] >= cfg.epochs):
         return False
-    if cfg.resume_via == "skip" and (cfg.resume_at is None or cfg.batch_size is None):
-        return False  # accelerate's skip_first_batches needs a batch_sampler (torch's too)
+    if cfg.resume_via == "skip" and (
+        cfg.resume_at is None
+        or cfg.batch_size is None  # accelerate's skip_first_batches needs a batch_sampler
+        or (cfg.behavior == "write" and cfg.backend == "thread" and cfg.num_workers > 0)
+    ):
+        return False
     return bool(cfg.num_workers or not (cfg.persistent_workers or not cfg.in_order))

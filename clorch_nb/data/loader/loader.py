@@ -229,6 +229,10 @@ class LoaderEngine:
                     batches = pad_skipped(self._plan(), skip, self.config.drop_last)
                     if saved is not None and saved.order_digest is not None:
                         self._check_same_order(batches, saved.batches_done, saved.order_digest)
+                    if saved is not None and start >= len(batches) > 0:
+                        # an ended epoch resumed: its sampler is read to its end, as in the
+                        # uninterrupted run (a RandomSampler's generator draws once more there)
+                        batches[len(batches) - 1]
             except BaseException as exc:  # e.g. a sampler's error: its traceback must not keep
                 release_frames(exc.__traceback__, self)  # the loader (and its workers) alive
                 del self, exc
