@@ -39,7 +39,7 @@ KEY_IMPORTS = {
     "widgets": ["ipywidgets", "matplotlib", "psutil"],
     "examples": ["sklearn", "PIL"],
     "remote": ["fsspec", "s3fs", "pyarrow"],
-    "notebooks": ["jupyterlab", "ipykernel", "tqdm"],
+    "notebooks": ["jupyterlab", "notebook", "ipykernel", "tqdm"],
     "frameworks": ["lightning", "accelerate"],
     "tensorboard": ["tensorboard", "torch.utils.tensorboard"],
     "test": ["pytest", "nbval", "hypothesis", "lightning"],

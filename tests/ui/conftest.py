@@ -1,18 +1,22 @@
-"""Fixtures for the real-browser tests: one JupyterLab server and one headless Chromium per session.
+"""Fixtures for the real-browser tests: a JupyterLab 4 server, a Jupyter Notebook 7 server (each
+started when a test first asks for it) and one headless Chromium per session.
 
-* ``lab_server`` starts ``jupyter lab`` (from the interpreter running pytest, so the kernel is
-  this environment's ``python3`` kernelspec) on 127.0.0.1 and a free port, with a temporary root
-  dir holding *copies* of what the tests open (``notebooks/``, ``examples/`` and this folder's
-  notebooks), so the committed ``.ipynb`` files are never touched. Token auth, password and XSRF
-  are off for this throw-away server only; settings, workspaces and runtime files live in the
-  temporary dir too. Teardown asks the server to shut down, then kills whatever is left of its
-  process tree (kernels run in their own sessions and their workers below them).
+* ``lab_server`` starts ``jupyter lab``, ``notebook7_server`` ``jupyter notebook`` (Notebook 7),
+  each from the interpreter running pytest (so the kernel is this environment's ``python3``
+  kernelspec) on 127.0.0.1 and a free port, with a temporary root dir holding *copies* of what
+  the tests open (``notebooks/``, ``examples/`` and this folder's notebooks), so the committed
+  ``.ipynb`` files are never touched. Token auth, password and XSRF are off for these throw-away
+  servers only; settings, workspaces and runtime files live in the temporary dir too. Teardown
+  asks the server to shut down, then kills whatever is left of its process tree (kernels run in
+  their own sessions and their workers below them). :class:`Front` says what differs between the
+  two fronts.
 * ``browser_context`` launches Debian's Chromium (``/usr/bin/chromium``, never a downloaded one)
   through Playwright's sync API with a fresh user-data dir. Without it every test here is skipped
   with the reason.
-* ``lab`` gives each test a :class:`Lab` helper on the session's JupyterLab page (open a
-  notebook, run all, wait, collect errors, screenshot); afterwards the test's tabs are closed
-  unsaved and every kernel is shut down. After a failed test the page is replaced.
+* ``lab`` (JupyterLab) and ``notebook7`` (Notebook 7) give each test a :class:`Lab` helper on
+  the session's page of that front (open a notebook, run all, wait, collect errors,
+  screenshot); afterwards the test's tabs are closed unsaved and every kernel is shut down.
+  After a failed test the page is replaced.
 * ``no_leaks`` overrides the suite's leak check: Chromium's renderers are the session's, but a
   kernel, process worker or forkserver outliving its test fails it.
 
@@ -73,6 +77,61 @@ LAB_SETTINGS = {
 }
 
 
+@dataclass(frozen=True)
+class Front:
+    """A Jupyter front the browser tests drive: JupyterLab 4 or Jupyter Notebook 7.
+
+    Notebook 7 is built from JupyterLab's packages: its ``window.jupyterapp`` (exposed by
+    ``--<app>.expose_app_in_browser``) has the same ``commands`` (``notebook:run-all-cells``) and a
+    ``shell`` whose ``currentWidget`` is the notebook panel, and a notebook's DOM is the same
+    (``.jp-NotebookPanel``, ``.jp-Cell``, ``.jp-InputArea-prompt``, ``.jp-Cell-outputWrapper``,
+    ``.jp-OutputArea``, ``.jp-WindowedPanel-outer`` scrolling the cells, ipywidgets'
+    ``.jupyter-widgets``; checked in Notebook 7.6.5 beside JupyterLab 4.6.6), so the JS helpers
+    and the checks are shared. What differs is here: the module and its app class (whose
+    traits take the front's options), the page of a notebook, and that Notebook 7 shows one
+    document per page (a notebook is opened by loading its page, never in a tab of another),
+    with its own header above the notebook (screenshots measure it, see :meth:`Lab.screenshot`).
+    """
+
+    name: str  #: "lab" or "notebook7"; also the key of the session's page for the front
+    module: str  #: ``python -m <module>`` starts the front's server
+    app: str  #: the traitlets class of the front's app
+    app_name: str  #: ``window.jupyterapp.name`` on its pages
+    pages: str  #: URL path every page of the front that shows a notebook starts with
+    tabs: bool  #: several documents in one page (JupyterLab) or one per page (Notebook 7)
+    #: whether a key pressed on a focused widget in an output reaches it. JupyterLab's app
+    #: handles keydown in the bubbling phase, after the widget (lumino's ``bubblingKeydown``);
+    #: Notebook 7's in the capture phase, before it, so in command mode ArrowRight on a slider's
+    #: handle runs ``notebook:move-cursor-heading-below-or-expand`` (the same binding in both) and
+    #: moves the active cell instead of the slider (seen in Notebook 7.6.5, ipywidgets 8.1.9).
+    widget_keys: bool
+
+    def notebook_url(self, base: str, relpath: str) -> str:
+        """The page that shows ``relpath``: JupyterLab's ``/lab/tree/<path>?reset`` (a fresh
+        workspace), Notebook 7's ``/notebooks/<path>``."""
+        return (
+            f"{base}{self.pages}/tree/{relpath}?reset"
+            if self.tabs
+            else f"{base}{self.pages}/{relpath}"
+        )
+
+    def shows(self, base: str, url: str) -> bool:
+        """Whether ``url`` is a page of this front on the server at ``base``."""
+        return url.startswith(base + self.pages)
+
+
+LAB = Front("lab", "jupyterlab", "LabApp", "JupyterLab", "/lab", tabs=True, widget_keys=True)
+NOTEBOOK7 = Front(
+    "notebook7",
+    "notebook",
+    "JupyterNotebookApp",
+    "Jupyter Notebook",
+    "/notebooks",
+    tabs=False,
+    widget_keys=False,
+)
+
+
 def _skip_without_chromium() -> None:
     if not CHROMIUM.is_file() or not os.access(CHROMIUM, os.X_OK):
         pytest.skip(
@@ -129,6 +188,7 @@ class LabServer:
     root: Path
     proc: subprocess.Popen[bytes]
     log: Path
+    front: Front = LAB
 
     def api(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -181,9 +241,10 @@ def jupyter_env(base: Path) -> dict[str, str]:
     return env
 
 
-def server_args(port: int) -> list[str]:
+def server_args(port: int, app: str = LAB.app) -> list[str]:
     """What every throw-away server gets: 127.0.0.1 and a free port, no token, password or
-    XSRF (for this server only), ``window.jupyterapp`` exposed, the python3 kernel, no terminals."""
+    XSRF (for this server only), ``window.jupyterapp`` exposed (an option of the front's ``app``
+    class, :attr:`Front.app`), the python3 kernel, no terminals."""
     args = [
         "--no-browser",
         "--ServerApp.ip=127.0.0.1",
@@ -192,7 +253,7 @@ def server_args(port: int) -> list[str]:
         "--IdentityProvider.token=",
         "--ServerApp.password=",
         "--ServerApp.disable_check_xsrf=True",
-        "--LabApp.expose_app_in_browser=True",
+        f"--{app}.expose_app_in_browser=True",
         "--MappingKernelManager.default_kernel_name=python3",
         "--KernelSpecManager.ensure_native_kernel=True",
         "--ServerApp.terminals_enabled=False",
@@ -203,7 +264,9 @@ def server_args(port: int) -> list[str]:
 
 
 @contextlib.contextmanager
-def running_server(cmd: list[str], *, cwd: Path, env: dict[str, str], log: Path, port: int) -> Any:
+def running_server(
+    cmd: list[str], *, cwd: Path, env: dict[str, str], log: Path, port: int, front: Front = LAB
+) -> Any:
     """Start ``cmd`` (a Jupyter server on ``port``), wait until its API answers, yield a
     :class:`LabServer`; afterwards shut it down and kill whatever is left of its process tree
     (kernels run in their own sessions and their workers below them)."""
@@ -213,7 +276,7 @@ def running_server(cmd: list[str], *, cwd: Path, env: dict[str, str], log: Path,
         proc = subprocess.Popen(
             cmd, cwd=cwd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True
         )
-    server = LabServer(f"http://127.0.0.1:{port}", cwd, proc, log)
+    server = LabServer(f"http://127.0.0.1:{port}", cwd, proc, log, front)
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -253,10 +316,10 @@ def running_server(cmd: list[str], *, cwd: Path, env: dict[str, str], log: Path,
         assert not stray, f"processes left after the Jupyter server: {stray}"
 
 
-@pytest.fixture(scope="session")
-def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def _serve(tmp_path_factory: pytest.TempPathFactory, front: Front) -> Any:
+    """Start ``front``'s throw-away server over copies of what the tests open; yield it."""
     _skip_without_chromium()
-    base = tmp_path_factory.mktemp("jupyterlab")
+    base = tmp_path_factory.mktemp(front.name)
     root = base / "root"
     root.mkdir()
     _copytree(REPO / "notebooks", root / "notebooks")
@@ -276,18 +339,35 @@ def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
-        *server_args(port),
+        front.module,
+        *server_args(port, front.app),
         f"--ServerApp.root_dir={root}",
-        f"--LabApp.user_settings_dir={settings_dir}",
-        f"--LabApp.workspaces_dir={cfg / 'lab' / 'workspaces'}",
-        "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        # The same settings apply to both fronts (the plugins are JupyterLab's).
+        f"--{front.app}.user_settings_dir={settings_dir}",
+        f"--{front.app}.workspaces_dir={cfg / 'lab' / 'workspaces'}",
     ]
+    if front is LAB:  # Notebook 7's app has neither option; the settings turn its news off
+        cmd += [
+            "--LabApp.news_url=",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ]
     with running_server(
-        cmd, cwd=root, env=jupyter_env(base), log=base / "jupyterlab.log", port=port
+        cmd, cwd=root, env=jupyter_env(base), log=base / f"{front.name}.log", port=port, front=front
     ) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The session's JupyterLab 4 server."""
+    yield from _serve(tmp_path_factory, LAB)
+
+
+@pytest.fixture(scope="session")
+def notebook7_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The session's Jupyter Notebook 7 server (``python -m notebook``)."""
+    pytest.importorskip("notebook", minversion="7", reason="Notebook 7 is in the notebooks extra")
+    yield from _serve(tmp_path_factory, NOTEBOOK7)
 
 
 # Playwright's driver processes: Chromium and its renderers live below them for the whole session.
@@ -458,7 +538,8 @@ _JS_HELPERS = r"""
 
 
 class Lab:
-    """Drives one JupyterLab page: open a notebook, run all cells, wait, inspect, screenshot."""
+    """Drives one page of a front (``server.front``: JupyterLab or Notebook 7): open a notebook,
+    run all cells, wait, inspect, screenshot."""
 
     def __init__(self, page: Any, server: LabServer, test_name: str) -> None:
         self.page = page
@@ -469,17 +550,20 @@ class Lab:
     def open(self, relpath: str, timeout_s: float = 90) -> None:
         """Open ``relpath`` (relative to the server root) as the current tab; wait for its kernel.
 
-        The first test loads JupyterLab (``?reset``: a fresh workspace); later ones reuse the
-        page and open the notebook with the ``docmanager:open`` command."""
-        if self.page.url.startswith(self.server.url + "/lab"):
+        In JupyterLab the first test loads the page (``?reset``: a fresh workspace) and later
+        ones reuse it, opening the notebook with the ``docmanager:open`` command; Notebook 7
+        shows one notebook per page, so its page is loaded every time."""
+        front = self.server.front
+        if front.tabs and front.shows(self.server.url, self.page.url):
             self.page.evaluate(
                 "(path) => { window.jupyterapp.commands.execute('docmanager:open',"
                 " {path, factory: 'Notebook'}); }",
                 relpath,
             )
         else:
-            url = f"{self.server.url}/lab/tree/{relpath}?reset"
-            self.page.goto(url, wait_until="domcontentloaded")
+            self.page.goto(
+                front.notebook_url(self.server.url, relpath), wait_until="domcontentloaded"
+            )
         self.page.wait_for_function(
             "() => window.jupyterapp && window.jupyterapp.shell && "
             "window.jupyterapp.shell.currentWidget && "
@@ -487,6 +571,8 @@ class Lab:
             f"window.jupyterapp.shell.currentWidget.context.path === {json.dumps(relpath)}",
             timeout=timeout_s * 1000,
         )
+        app = self.page.evaluate("() => window.jupyterapp.name")
+        assert app == front.app_name, f"{self.page.url} is {app!r}, not {front.app_name!r}"
         self.page.evaluate(_JS_HELPERS)
         self.page.wait_for_function(
             "() => { const s = window.__ui.state(); "
@@ -497,7 +583,8 @@ class Lab:
         self.page.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").first.wait_for(
             state="visible"
         )
-        # More room for the notebook in screenshots: fold the file browser away.
+        # More room for the notebook in screenshots: fold the file browser away (Notebook 7's
+        # left area is folded already; its shell has the same method).
         self.page.evaluate("() => window.jupyterapp.shell.collapseLeft()")
 
     def state(self) -> dict[str, Any]:
@@ -578,7 +665,9 @@ class Lab:
     ) -> Path:
         """Save ``<test>-<name>.png`` under tests/ui/screenshots/ (and /tmp/ui_shots/ if ``key``).
 
-        ``full`` grows the viewport to the notebook's height so the whole notebook is one image.
+        ``full`` grows the viewport to the notebook's height so the whole notebook is one image:
+        the cells' height plus what the page shows outside their scroll area (JupyterLab's menu
+        and tabs, Notebook 7's header, menu and toolbar), measured rather than assumed.
         """
         SHOTS.mkdir(parents=True, exist_ok=True)
         path = SHOTS / f"{self.test_name}-{name}.png"
@@ -589,16 +678,18 @@ class Lab:
             locator.screenshot(path=str(path))
         elif full:
             h = self.page.evaluate(
-                "() => { const n = document.querySelector("
-                "'.jp-NotebookPanel .jp-WindowedPanel-inner');"
-                " return n ? n.scrollHeight : 0; }"
+                "() => { const p = '.jp-NotebookPanel:not(.lm-mod-hidden) ';"
+                " const n = document.querySelector(p + '.jp-WindowedPanel-inner');"
+                " const o = document.querySelector(p + '.jp-WindowedPanel-outer');"
+                " return n && o ? n.scrollHeight + window.innerHeight - o.clientHeight + 40 : 0; }"
             )
             self.page.set_viewport_size(
-                {"width": VIEWPORT["width"], "height": min(max(h + 160, 600), 16000)}
+                {"width": VIEWPORT["width"], "height": min(max(h, 600), 16000)}
             )
             self.page.evaluate(
                 "() => { const o = document.querySelector("
-                "'.jp-NotebookPanel .jp-WindowedPanel-outer'); if (o) o.scrollTop = 0; }"
+                "'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer');"
+                " if (o) o.scrollTop = 0; }"
             )
             self.page.wait_for_timeout(700)
             self.page.screenshot(path=str(path))
@@ -612,7 +703,8 @@ class Lab:
 
 
 _CLOSE_ALL = """() => {
-  // Close every document tab without saving (the copies are throw-away) or asking.
+  // Close every document tab without saving (the copies are throw-away) or asking; in Notebook 7
+  // the page's one notebook (its shell has the same widgets('main')).
   for (const w of Array.from(window.jupyterapp.shell.widgets('main'))) {
     if (w.context && w.context.model) w.context.model.dirty = false;
     w.close();
@@ -621,42 +713,57 @@ _CLOSE_ALL = """() => {
 
 
 @pytest.fixture(scope="session")
-def lab_page(browser_context: Any) -> Any:
-    """One JupyterLab page for the session (loading JupyterLab costs seconds per test)."""
+def front_pages(browser_context: Any) -> Any:
+    """One page per front for the session (loading JupyterLab costs seconds per test); called
+    with a :attr:`Front.name`, returns that front's page, a new one if it was closed."""
     holder: dict[str, Any] = {}
 
-    def get() -> Any:
-        page = holder.get("page")
+    def get(front: str) -> Any:
+        page = holder.get(front)
         if page is None or page.is_closed():
-            page = holder["page"] = browser_context.new_page()
+            page = holder[front] = browser_context.new_page()
             page.set_default_timeout(60_000)
             page.console_log = []  # type: ignore[attr-defined]
             page.on("console", lambda m: page.console_log.append(f"{m.type}: {m.text}"))
             page.on("pageerror", lambda e: page.console_log.append(f"pageerror: {e}"))
+            # Leaving a page whose notebook the test ran may ask "leave site?": leave (the
+            # copies are throw-away); any other dialog is dismissed, as Playwright would.
+            page.on("dialog", lambda d: d.accept() if d.type == "beforeunload" else d.dismiss())
         return page
 
     yield get
-    page = holder.get("page")
-    if page is not None and not page.is_closed():
-        page.close()
+    for page in holder.values():
+        if not page.is_closed():
+            page.close()
 
 
-@pytest.fixture
-def lab(lab_server: LabServer, lab_page: Any, request: pytest.FixtureRequest) -> Any:
-    """A :class:`Lab` on the session's page; afterwards its tabs are closed unsaved and every
-    kernel is shut down (a page that went wrong is replaced for the next test)."""
+def _driver(server: LabServer, pages: Any, request: pytest.FixtureRequest) -> Any:
+    """A :class:`Lab` on the session's page of ``server.front``; afterwards its tabs are closed
+    unsaved and every kernel is shut down (a page that went wrong is replaced for the next test)."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("/", "_")
-    page = lab_page()
-    helper = Lab(page, lab_server, name)
+    page = pages(server.front.name)
+    helper = Lab(page, server, name)
     try:
         yield helper
     finally:
         try:
             if getattr(request.node, "ui_call_failed", False):
-                page.close()  # start the next test from a freshly loaded JupyterLab
-            elif page.url.startswith(lab_server.url + "/lab"):
+                page.close()  # start the next test from a freshly loaded page
+            elif server.front.shows(server.url, page.url):
                 page.evaluate(_CLOSE_ALL)
         except Exception:  # noqa: BLE001 - a broken page is replaced, never reused
             page.close()
         finally:
-            lab_server.shutdown_kernels()
+            server.shutdown_kernels()
+
+
+@pytest.fixture
+def lab(lab_server: LabServer, front_pages: Any, request: pytest.FixtureRequest) -> Any:
+    """A :class:`Lab` driving the session's JupyterLab page."""
+    yield from _driver(lab_server, front_pages, request)
+
+
+@pytest.fixture
+def notebook7(notebook7_server: LabServer, front_pages: Any, request: pytest.FixtureRequest) -> Any:
+    """A :class:`Lab` driving the session's Notebook 7 page."""
+    yield from _driver(notebook7_server, front_pages, request)

@@ -1,7 +1,10 @@
-"""The three notebook views, live in JupyterLab, in a real browser (headless Chromium).
+"""The notebook views, live in JupyterLab 4 and in Jupyter Notebook 7, in a real browser (headless
+Chromium).
 
-Opens ``tests/ui/widgets_live.ipynb`` (a temporary copy), runs all cells and checks what a learner
-would see:
+In each front, opens ``tests/ui/widgets_live.ipynb`` (a temporary copy: JupyterLab at
+``/lab/tree/ui/...``, Notebook 7 at ``/notebooks/ui/...``), runs all cells and checks what a
+learner would see, the same checks in both (``check_views_render_live``; the fronts' differences
+are in tests/ui/conftest.py's ``Front``):
 
 * the shard view, the batch-shapes view and the throughput monitor render as live widgets (widget
   DOM, a decoded ``<img>``, the slider), not as their static fallbacks;
@@ -13,9 +16,12 @@ would see:
   displaying widget");
 * the verdict line and the worker timeline (issue 12) render live: the timeline as a widget with
   its picture, one row per worker and one for the main loop;
-* after the run the shard view's epoch slider works from the browser (arrow key -> new picture).
+* after the run the shard view's epoch slider works from the browser: a click on its track at
+  epoch 1 redraws it (both fronts), then ArrowRight on its handle (epoch 2; JupyterLab only: in
+  Notebook 7 the notebook's own shortcut takes the key, see ``Front.widget_keys``).
 
-Screenshots of each view go to tests/ui/screenshots/ and /tmp/ui_shots/.
+Screenshots of each view go to tests/ui/screenshots/ and /tmp/ui_shots/, named after the test
+(``test_views_render_live_in_jupyterlab-<view>.png``, ``..._in_notebook7-<view>.png``).
 """
 
 from __future__ import annotations
@@ -70,6 +76,25 @@ def _cell(lab, name: str) -> dict:
     return info
 
 
+def _redrawn_shards(lab, before: dict, action: str) -> dict:
+    """The shard cell's state once its picture differs from ``before``'s and has decoded."""
+    deadline = time.monotonic() + 20
+    while True:
+        after = _cell(lab, "shards")
+        first = after["images"][0] if after["images"] else None
+        if first and first["src"] != before["images"][0]["src"] and first["complete"]:
+            return after
+        assert time.monotonic() < deadline, (
+            f"shard view: {action} did not redraw it; readouts {before['readouts']} -> "
+            f"{after['readouts']}, focus on "
+            + lab.page.evaluate(
+                "() => { const a = document.activeElement;"
+                " return a ? a.tagName + '.' + a.className : 'nothing'; }"
+            )
+        )
+        time.sleep(0.2)
+
+
 def _assert_widget_with_image(info: dict, name: str) -> None:
     assert info["widgets"] > 0, f"{name}: no .jupyter-widgets in the output (static fallback?)"
     assert info["widgetImages"] > 0, f"{name}: no widget <img>: {info['images']}"
@@ -79,6 +104,17 @@ def _assert_widget_with_image(info: dict, name: str) -> None:
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 120)
 def test_views_render_live_in_jupyterlab(lab) -> None:
+    check_views_render_live(lab)
+
+
+@pytest.mark.timeout(RUN_TIMEOUT_S + 120)
+def test_views_render_live_in_notebook7(notebook7) -> None:
+    check_views_render_live(notebook7)
+
+
+def check_views_render_live(lab) -> None:
+    """Open widgets_live.ipynb with ``lab`` (a conftest ``Lab`` on either front), run all and
+    check every view as the module's docstring says; screenshots of each view's output."""
     lab.open("ui/widgets_live.ipynb")
     found = lab.mark_cells(MARKS)
     assert set(found) == set(MARKS), f"marked cells missing from the notebook: {found}"
@@ -159,24 +195,34 @@ def test_views_render_live_in_jupyterlab(lab) -> None:
     # The kernel is the python3 kernelspec of the environment running the tests (the venv).
     assert f"ui-test: kernel prefix {sys.prefix}" in check, (check, sys.prefix)
 
-    # The shard view's slider works from the browser once the cell is done.
-    before = _cell(lab, "shards")
+    # The shard view's slider works from the browser once the cell is done: a click on its track
+    # (both fronts), then a key on its handle where keys reach a focused widget (JupyterLab).
     handle = lab.page.locator('[data-uitest="shards"] .widget-slider .noUi-handle').first
-    handle.focus()
-    handle.press("ArrowRight")
-    deadline = time.monotonic() + 20
-    while True:
-        after = _cell(lab, "shards")
-        if (
-            after["images"]
-            and after["images"][0]["src"] != before["images"][0]["src"]
-            and (after["images"][0]["complete"])
-        ):
-            break
-        assert time.monotonic() < deadline, "shard view: the epoch slider did not redraw it"
-        time.sleep(0.2)
-    assert "1" in after["readouts"], f"epoch slider readout after ArrowRight: {after['readouts']}"
-    assert "epoch 1" in after["text"], after["text"][:500]
+    track = lab.page.locator('[data-uitest="shards"] .widget-slider .noUi-target').first
     shard_out = lab.page.locator('[data-uitest="shards"] .jp-Cell-outputWrapper')
+    track.scroll_into_view_if_needed()
+    low, high = (float(handle.get_attribute(f"aria-value{k}") or "nan") for k in ("min", "max"))
+    assert low == 0 and high >= 2, f"shard view: epoch slider from {low} to {high}"
+    box = track.bounding_box()
+    assert box is not None, "shard view: the epoch slider's track is not shown"
+    before = _cell(lab, "shards")
+    lab.page.mouse.click(
+        box["x"] + box["width"] * (1 - low) / (high - low), box["y"] + box["height"] / 2
+    )
+    after = _redrawn_shards(lab, before, "a click on the track at epoch 1")
+    assert after["readouts"] == ["1"], f"epoch slider readout after the click: {after['readouts']}"
+    assert "epoch 1" in after["text"], after["text"][:500]
     lab.screenshot("shards-epoch1", shard_out)
-    print(f"widgets_live.ipynb: Run All {run_s:.1f} s; monitor redraws while running: {len(live)}")
+    if lab.server.front.widget_keys:
+        handle.focus()
+        handle.press("ArrowRight")
+        after = _redrawn_shards(lab, after, "ArrowRight on the handle")
+        assert after["readouts"] == ["2"], (
+            f"epoch slider readout after ArrowRight: {after['readouts']}"
+        )
+        assert "epoch 2" in after["text"], after["text"][:500]
+        lab.screenshot("shards-epoch2", shard_out)
+    print(
+        f"widgets_live.ipynb in {lab.server.front.name}: Run All {run_s:.1f} s; "
+        f"monitor redraws while running: {len(live)}"
+    )
