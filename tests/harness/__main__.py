@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         count[0] += 1
         count[1] += bool(divs)
         for d in {d.cls: d for d in divs}.values():
+            if d.cls not in classes:  # a new class, said at once (a long run reports as it goes)
+                print(f"new class: {d.cls}\n   {cfg.short()}\n   {d.detail[:300]}",
+                      file=sys.stderr, flush=True)  # fmt: skip
             c = classes.setdefault(d.cls, {"count": 0, "config": cfg, "detail": d.detail})
             c["count"] += 1
             if cfg.complexity() < c["config"].complexity():
