@@ -16,7 +16,9 @@ def pytest_collectstart(collector: Any) -> None:
         collector.skip_compare = (*collector.skip_compare, "stderr")
 
 
-#: what notebook 19's ranks import (its first cell runs the same check and stops with the reason)
+#: what notebook 19's ranks import (its first cell stops with the reason when rank 0 of its
+#: Lightning job cannot import Lightning; this skips the whole notebook under nbval, accelerate
+#: included)
 FRAMEWORKS_PROBE = (
     "import lightning; from lightning.pytorch.callbacks import ModelCheckpoint; "
     "from accelerate import Accelerator"

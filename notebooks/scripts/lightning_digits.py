@@ -15,7 +15,9 @@ after the other, in the same two ranks:
 3. "no_sampler" (clorch only): ``use_distributed_sampler=False``, so Lightning leaves the loader
    as it is, without a sampler per rank, for 1 epoch.
 
-Each rank prints one line per fit (one write per line: the two ranks share stdout, and a line
+Rank 0 first prints "imported" once Lightning and clorch_nb import (or "not imported: <why>" and
+exits with code 3), so a caller can start the job in the background and stop early. Each rank
+prints one line per fit (one write per line: the two ranks share stdout, and a line
 written in pieces could be cut by the other rank's) and writes OUT_DIR/<fit>_rank<r>.json with
 the dataset indices of every step, per epoch, and the FullCopyPerRankWarning it got, if any
 (OUT_DIR/<loader>/ when several loaders are given; their lines then start with the loader).
@@ -29,11 +31,18 @@ import os
 import sys
 import warnings
 
-import lightning
-import torch
+try:  # what both ranks need; rank 0's first line says whether it imports (notebook 19 reads it)
+    import lightning
+    import torch
 
-from clorch_nb import data
-from clorch_nb.examples import digits_tensors
+    from clorch_nb import data
+    from clorch_nb.examples import digits_tensors
+except Exception as e:  # noqa: BLE001 - e.g. a torchvision that does not load breaks lightning
+    sys.stdout.write(f"not imported: {type(e).__name__}: {e}\n")
+    sys.exit(3)
+if os.environ.get("LOCAL_RANK", "0") == "0":  # rank 0 (Lightning starts rank 1 with LOCAL_RANK=1)
+    sys.stdout.write("imported\n")
+    sys.stdout.flush()
 
 BATCH = 64
 

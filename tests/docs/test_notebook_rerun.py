@@ -13,7 +13,9 @@ ones whose cells have effects a second run meets: the files and processes they l
 * 08: closing, interrupting, ``del`` and ``gc.collect()`` of loaders with workers;
 * 09: ``%%writefile`` a script into ``_scratch/`` and run it in a subprocess;
 * 10: ``state_dict`` / ``load_state_dict``, an interrupted epoch resumed;
-* 12: ``%%writefile`` and ``mkdir`` of the learner's own files in ``_scratch/``.
+* 12: ``%%writefile`` and ``mkdir`` of the learner's own files in ``_scratch/``;
+* 19: a Lightning job that one cell starts in the background and a later one waits for (run
+  again, the first cell waits for its earlier launch before emptying that launch's folder).
 
 The other notebooks' cells build values from data and print them (01, 03, 06, 07, 13), or repeat
 these kinds of effect (02, 05, 11, 14, 15, 16). ``CLORCH_NB_ALL_NOTEBOOKS=1`` runs all 17 (as a
@@ -32,7 +34,7 @@ from nbclient import NotebookClient
 from tests import notebook_files
 
 NOTEBOOKS = notebook_files.NOTEBOOKS
-PATHS = notebook_files.chosen(["04", "08", "09", "10", "12"])
+PATHS = notebook_files.chosen(["04", "08", "09", "10", "12", "19"])
 
 
 @pytest.mark.slow

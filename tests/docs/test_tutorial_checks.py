@@ -1458,31 +1458,62 @@ def test_nb18_exercise_1_exact_shares() -> None:
 
 class _Flipped(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """Notebook 20's exercise: digits mirrored with probability ``p``, the coin from ``rng``
-    ("torch": the global RNG the loader seeds; "numpy_fresh": an unseeded generator)."""
+    ("torch": the global RNG the loader seeds; "numpy_fresh": an unseeded generator); the
+    wrong answers: ``scale`` (the pixels divided by 16 again), ``flip_dim=-2`` (upside down),
+    ``label_of`` (another item's label)."""
 
-    def __init__(self, p: float = 0.5, rng: str = "torch", flat: bool = False) -> None:
+    def __init__(
+        self,
+        p: float = 0.5,
+        rng: str = "torch",
+        flat: bool = False,
+        *,
+        scale: float = 1.0,
+        flip_dim: int = -1,
+        label_of: int = 0,
+    ) -> None:
         x, self.labels = digits_tensors()
-        self.images = (x / 16).reshape(-1, 1, 8, 8)
-        self.p, self.rng, self.flat = p, rng, flat
+        self.images = (x * scale).reshape(-1, 1, 8, 8)
+        self.p, self.rng, self.flat, self.flip_dim, self.label_of = p, rng, flat, flip_dim, label_of
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, i: int) -> Any:
         draw = torch.rand(()) if self.rng == "torch" else np.random.default_rng().random()
-        image = self.images[i].flip(-1) if draw < self.p else self.images[i]
-        return (image.reshape(64) if self.flat else image), self.labels[i]
+        image = self.images[i].flip(self.flip_dim) if draw < self.p else self.images[i]
+        label = self.labels[(i + self.label_of) % len(self.labels)]
+        return (image.reshape(64) if self.flat else image), label
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_nb20_exercise_1_flipped_digits_in_process_workers() -> None:
     def loader(ds: Any, **kw: Any) -> Any:
-        return data.DataLoader(ds, batch_size=64, num_workers=2, **kw)
+        return data.DataLoader(ds, **{"batch_size": 64, "num_workers": 2, **kw})
 
     passes(nb20.exercise_1(loader(_Flipped())))
+    passes(nb20.exercise_1(loader(_Flipped(), batch_size=100, shuffle=True)))
     hints(nb20.exercise_1(loader(_Flipped(p=0.0))), "0 of 1797 images were flipped")
     hints(nb20.exercise_1(loader(_Flipped(p=1.0))), "1797 of 1797 images were flipped")
     hints(nb20.exercise_1(loader(_Flipped(rng="numpy_fresh"))), "two epochs after")
     hints(nb20.exercise_1(loader(_Flipped(flat=True))), "(1, 8, 8)")
     hints(nb20.exercise_1(loader(_Flipped(), worker_backend="thread")), "thread workers")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_nb20_exercise_1_hint_names_what_the_image_is() -> None:
+    """A wrong picture gets the hint for its own mistake, not the flip's: the pixels scaled
+    (digits_tensors() is already in [0, 1], so `/ 16` makes them 16 times too dark), flipped
+    upside down, or given another item's label."""
+
+    def loader(ds: Any) -> Any:
+        return data.DataLoader(ds, batch_size=64, num_workers=2)
+
+    divided = nb20.exercise_1(loader(_Flipped(scale=1 / 16)))
+    hints(divided, "divided by 16", "no / 16")
+    assert "flip(-1)" not in divided.message
+    hints(nb20.exercise_1(loader(_Flipped(scale=255.0))), "times 255", "[0, 1]")
+    hints(nb20.exercise_1(loader(_Flipped(flip_dim=-2))), "upside down", "flip(-1)")
+    hints(nb20.exercise_1(loader(_Flipped(label_of=1))), "self.labels[i]")

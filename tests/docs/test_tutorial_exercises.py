@@ -135,8 +135,14 @@ def test_links_to_the_torch_documentation(path: Path) -> None:
     assert "**In the PyTorch documentation:**" in text, "end the summary with the torch links"
 
 
+#: the series' entry (numbered last, read first): back to the contents, on to the Core track
+START = "20_start_here.ipynb"
+
+
 def _neighbours(path: Path) -> tuple[str | None, str | None]:
-    names = sorted({p.name for p in PATHS} | FORTHCOMING)
+    if path.name == START:
+        return "00_index.ipynb", "01_datasets.ipynb"
+    names = sorted(({p.name for p in PATHS} | FORTHCOMING) - {START})
     i = names.index(path.name)
     return (names[i - 1] if i > 0 else None), (names[i + 1] if i + 1 < len(names) else None)
 
