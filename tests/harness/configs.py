@@ -139,7 +139,8 @@ def configs(draw: Any, process_weight: float = 0.06) -> Config:
         # dataset leave it written for the "restarted" job (one process here; documented:
         # threads-share-dataset), where torch's fork workers' writes stay theirs
         written = behavior == "write" and backend == "thread" and num_workers > 0
-        if batch_size is not None and not written:
+        # and skipping the first k batch positions is skipping what was delivered only in order
+        if batch_size is not None and not written and (in_order or not num_workers):
             resume_via = draw(st.sampled_from(["state", "skip"]))
     replicas = (2, 0)
     dist_shuffle = False
@@ -251,6 +252,7 @@ def valid(cfg: Config) -> bool:
         cfg.resume_at is None
         or cfg.batch_size is None  # accelerate's skip_first_batches needs a batch_sampler
         or (cfg.behavior == "write" and cfg.backend == "thread" and cfg.num_workers > 0)
+        or (cfg.num_workers > 0 and not cfg.in_order)  # k positions skipped, not k delivered
     ):
         return False
     return bool(cfg.num_workers or not (cfg.persistent_workers or not cfg.in_order))
