@@ -59,8 +59,9 @@ from clorch_nb.data.datasets.worker_info import (
     seeded_globals,
     set_worker_info,
 )
-from clorch_nb.data.loader.loader import DataLoader, dataloader
+from clorch_nb.data.loader.loader import ORIGINS_KEPT, DataLoader, dataloader
 from clorch_nb.data.loader.seeds import draw_base_seed, fast_forward
+from clorch_nb.data.sampling import sampler_rng
 from clorch_nb.data.sampling.distributed import DistributedSampler, distributed_sampler
 from clorch_nb.data.shards.dataset import ShardDataset
 from clorch_nb.data.shards.sampler import ShardSampler
@@ -203,9 +204,15 @@ def _isolated(dataset: Any) -> Any:
     return TorchMapDataset(copy.copy(owner)) if owner is not ds else copy.copy(ds)
 
 
-def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> DataLoader:
+def _twin_from_loader(
+    loader: DataLoader, rank: int, sampler_epoch: int, epoch: int
+) -> tuple[DataLoader, int]:
+    """A loader built as ``loader`` was for ``epoch`` (its seed then; a torch sampler's order
+    drawn again from the RNG state it drew from then), and the epoch its seed was drawn at."""
     config = loader.config
     sampler = loader.plan_sampler
+    origin = loader.epoch_origin(epoch)
+    seed, seed_epoch = (loader.seed, 0) if origin is None else (origin.seed, origin.seed_epoch)
     if config.batch_size is None:
         raise ConfigError(
             "replay() needs a loader that cuts its order into batch_size batches; this one has a "
@@ -224,11 +231,25 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
             sampler.shard_mode,
         )
     elif sampler is not None:
-        raise ConfigError(
-            f"replay() cannot rebuild the order of a {type(sampler).__name__} sampler (its "
-            "order is not a function of the loader's seed); use distributed_sampler, shuffle= "
-            "or no sampler"
-        )
+        if origin is None or origin.order_rng is None:
+            raise ConfigError(
+                f"replay() cannot rebuild epoch {epoch}'s order of a {type(sampler).__name__} "
+                "sampler: "
+                + (
+                    "its order is not drawn from a torch generator (use distributed_sampler, "
+                    "shuffle= or no sampler)"
+                    if origin is not None
+                    else "this loader did not run that epoch (or it is older than the last "
+                    f"{ORIGINS_KEPT} it keeps)"
+                )
+            )
+        sampler = sampler_rng.order_from(sampler, origin.order_rng)  # the epoch's order again
+        if rank != _loader_rank(loader):
+            raise ConfigError(
+                f"rank={rank}: this loader's sampler is not a distributed_sampler, so it only "
+                f"has rank {_loader_rank(loader)}; pass rank={_loader_rank(loader)} or leave "
+                "rank out"
+            )
     elif rank != _loader_rank(loader):
         raise ConfigError(
             f"rank={rank}: this loader has no distributed_sampler, so it only has rank "
@@ -236,16 +257,17 @@ def _twin_from_loader(loader: DataLoader, rank: int, sampler_epoch: int) -> Data
         )
     if sibling is not None:
         sibling.set_epoch(sampler_epoch)
-    return dataloader(
+    twin = dataloader(
         _isolated(loader.dataset),
         batch_size=config.batch_size,
         shuffle=config.shuffle,
         drop_last=config.drop_last,
         collate_fn=config.collate_fn,
-        sampler=sibling,
-        seed=loader.seed,
+        sampler=sibling if sibling is not None else sampler,
+        seed=seed,
         max_failures=None if config.max_failures is None else config.batch_size,
     )
+    return twin, seed_epoch
 
 
 def _sibling(
@@ -396,10 +418,11 @@ def replay(
     workers: tuple[str, int] | None = None  # (backend, num_workers) of the original loader
     known = _delivered_skips(loader_or_state, ref, skipped)
     if isinstance(loader_or_state, DataLoader):
-        twin = _twin_from_loader(loader_or_state, rank, s_epoch)
+        twin, seed_epoch = _twin_from_loader(loader_or_state, rank, s_epoch, epoch)
         if loader_or_state.worker_backend != "inline":
             workers = (loader_or_state.worker_backend, loader_or_state.num_workers)
     else:
+        seed_epoch = 0
         twin = _twin_from_state(loader_or_state, dataset, collate_fn, rank, s_epoch,
                                 skipping=known is not None)  # fmt: skip
     with twin:
@@ -411,7 +434,7 @@ def replay(
                 "would give another batch. Pass skipped=event.skipped (the batch's BatchEvent; "
                 "() if it skipped none)"
             )
-        out = _take(twin, ref, s_epoch, workers)
+        out = _take(twin, ref, s_epoch, workers, seed_epoch)
     if known is not None and set(out.skipped) != set(known):
         raise ConfigError(
             f"batch {ref} was delivered with dataset indices {sorted(known)} skipped "
@@ -550,7 +573,11 @@ def _shard_batch(
 
 
 def _take(
-    twin: DataLoader, ref: BatchRef, sampler_epoch: int, workers: tuple[str, int] | None
+    twin: DataLoader,
+    ref: BatchRef,
+    sampler_epoch: int,
+    workers: tuple[str, int] | None,
+    seed_epoch: int = 0,
 ) -> ReplayedBatch:
     n = len(twin)
     if not ref.batch < n:
@@ -559,7 +586,7 @@ def _take(
         )
     sampler = twin.sampler if isinstance(twin.sampler, DistributedSampler) else None
     state = twin.state_dict()  # the start of epoch 0, as plain data; moved to (epoch, batch)
-    state.update(epoch=ref.epoch, batches_done=ref.batch, num_batches=n)
+    state.update(epoch=ref.epoch, batches_done=ref.batch, num_batches=n, seed_epoch=seed_epoch)
     if sampler is not None:
         batch_size = twin.config.batch_size
         assert batch_size is not None  # a batch_sampler was refused earlier
@@ -567,8 +594,10 @@ def _take(
     assert state["format"] == FORMAT
     twin.load_state_dict(state)
     own_perm = twin.config.shuffle and sampler is None
-    base = epoch_base_seed(
-        twin.seed, ref.epoch, permutation_size=twin.dataset.get_size() if own_perm else None
+    base = epoch_base_seed(  # the twin's seed is the one drawn at seed_epoch
+        twin.seed,
+        ref.epoch - seed_epoch,
+        permutation_size=twin.dataset.get_size() if own_perm else None,
     )
     seed = batch_seed(base, ref.batch)
     events: list[BatchEvent] = []

@@ -190,3 +190,38 @@ def test_replay_leaves_the_loader_s_dataset_at_its_epoch() -> None:
     again = data.replay(loader, epoch=0, batch=0)
     assert_same(again.batch, first)
     assert ds.epoch == 2 and float(next(it)["noise"][0]) == pytest.approx(0.2)
+
+
+class _Augmented(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Item ``i``: ``x = i + rand()`` from torch's global RNG (seeded per batch), its target."""
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"x": i + torch.rand(()), "target": torch.tensor(i)}
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("order", ["shuffle_global", "shuffle_generator", "sequential"])
+def test_replay_on_torchs_front_rebuilds_every_epochs_batches(order: str, workers: int) -> None:
+    """torch's front draws each epoch's seed (and, with ``shuffle=True``, its ``RandomSampler``'s
+    order) at ``iter()``: replay rebuilds any recent epoch's batch from what that epoch was drawn
+    from (``loader.epoch_origin``), indices and augmentation alike. (Before, every batch of a
+    shuffled torch-front loader replayed as another batch, silently.)"""
+    torch.manual_seed(0)
+    kw: dict[str, Any] = {"shuffle": order != "sequential"}
+    if order == "shuffle_generator":
+        kw["generator"] = torch.Generator().manual_seed(5)
+    loader = data.DataLoader(_Augmented(), batch_size=4, num_workers=workers, **kw)
+    try:
+        delivered = [list(loader) for _ in range(3)]
+        for e, epoch in enumerate(delivered):
+            for b, batch in enumerate(epoch):
+                again = data.replay(loader, epoch=e, batch=b)
+                assert again.indices == batch["target"].tolist()
+                assert torch.equal(again.batch["x"], batch["x"])
+        assert delivered[0][0]["x"].tolist() != delivered[1][0]["x"].tolist()
+    finally:
+        data.cleanup_data(loader)

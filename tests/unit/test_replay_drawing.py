@@ -33,8 +33,11 @@ class _Pairs(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
 
 def _loader(front: str, ds: Any, bs: int) -> Any:
-    if front == "torch":
-        return data.DataLoader(ds, batch_size=bs, shuffle=True, generator=torch.Generator())
+    if front == "torch":  # its epochs are drawn at iter(): replay rebuilds one it delivered
+        loader = data.DataLoader(ds, batch_size=bs, shuffle=True, generator=torch.Generator())
+        for _ in loader:
+            pass
+        return loader
     return data.dataloader(ds, batch_size=bs, seed=3)
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import torch
@@ -107,6 +107,29 @@ SKIP_HISTORY = 1000
 _FAST_FORWARD_MAX = 10_000
 
 
+#: how many recent epochs' origins a loader keeps (what :func:`~clorch_nb.data.replay` rebuilds)
+ORIGINS_KEPT = 64
+
+
+@dataclass(frozen=True)
+class EpochOrigin:
+    """What one epoch was drawn from.
+
+    Attributes:
+        seed (int): the loader's seed for it (torch's front draws one at each ``iter()``).
+        seed_epoch (int): the epoch ``seed`` was drawn at (the generator seeded with it went
+            through ``epoch - seed_epoch`` earlier epochs' draws).
+        order_rng (dict[str, str] | None): the RNG state its torch sampler (a ``RandomSampler``,
+            ``shuffle=True`` on torch's front included) drew the epoch's order from
+            (:func:`~clorch_nb.data.sampling.sampler_rng.capture`); None for the loader's own
+            order or a sampler without a torch generator.
+    """
+
+    seed: int
+    seed_epoch: int
+    order_rng: dict[str, str] | None
+
+
 class LoaderEngine:
     """The loader itself, built from a validated :class:`LoaderConfig`: what
     :class:`DataLoader` (the public front, made by :func:`dataloader`) does.
@@ -167,6 +190,7 @@ class LoaderEngine:
         # max_failures: what earlier epochs skipped, by epoch (replay checks a batch against it)
         self._skip_history: dict[int, tuple[Skipped, ...]] = {}
         self._epoch_rng: dict[str, str] | None = None  # what its torch sampler drew from (B39)
+        self._origins: dict[int, EpochOrigin] = {}  # what each recent epoch was drawn from
         self._resume: LoaderState | None = None  # a loaded state, applied by the next iter()
         self._use_get_batch = uses_get_batch(traits, config)
         # pin_memory= and device= (refused here, before any worker starts, if unusable)
@@ -226,6 +250,9 @@ class LoaderEngine:
                     if saved is not None:
                         sampler_rng.restore(self.plan_sampler, saved.order_rng)
                     self._epoch_rng = self._sampler_rng()
+                    self._origins[epoch] = EpochOrigin(self.seed, self._seed_epoch, self._epoch_rng)
+                    while len(self._origins) > ORIGINS_KEPT:
+                        del self._origins[min(self._origins)]
                     batches = pad_skipped(self._plan(), skip, self.config.drop_last)
                     if saved is not None and saved.order_digest is not None:
                         self._check_same_order(batches, saved.batches_done, saved.order_digest)
@@ -409,6 +436,12 @@ class LoaderEngine:
         if bind is not None and config.batch_size is not None:
             bind(batch_size=config.batch_size, num_workers=config.num_workers,
                  drop_last=config.drop_last, owner=self)  # fmt: skip
+
+    def epoch_origin(self, epoch: int) -> EpochOrigin | None:
+        """What this loader's ``epoch`` was drawn from (:class:`EpochOrigin`); None when it did
+        not run that epoch (or it is older than the last :data:`ORIGINS_KEPT`), or for a torch
+        ``IterableDataset`` (no order is planned)."""
+        return self._origins.get(epoch)
 
     def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
         """The items this loader skipped under ``max_failures`` in ``epoch`` so far (each with
@@ -1029,6 +1062,21 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
             ConfigError: not this loader's state; a torch ``IterableDataset``.
         """
         self._engine.load_state_dict(state)
+
+    def epoch_origin(self, epoch: int) -> EpochOrigin | None:
+        """What ``epoch`` was drawn from: the loader's seed then and the RNG state its torch
+        sampler drew the order from (:meth:`LoaderEngine.epoch_origin`); what :func:`replay`
+        rebuilds a batch from. None for an epoch this loader did not run (or an old one).
+
+        Example:
+            >>> import torch
+            >>> from clorch_nb import data
+            >>> loader = data.DataLoader(list(range(6)), batch_size=2, shuffle=True)
+            >>> _ = list(loader)
+            >>> loader.epoch_origin(0).order_rng["kind"], loader.epoch_origin(1)
+            ('global', None)
+        """
+        return self._engine.epoch_origin(epoch)
 
     def skipped_in(self, epoch: int) -> tuple[Skipped, ...] | None:
         """The items skipped under ``max_failures`` in ``epoch``

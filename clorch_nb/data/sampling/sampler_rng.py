@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["capture", "order_digest", "rank_order_key", "restore"]
+__all__ = ["capture", "order_digest", "order_from", "rank_order_key", "restore"]
 
 
 def _source(sampler: Any) -> tuple[str, torch.Generator | None] | None:
@@ -70,6 +70,36 @@ def restore(sampler: Any, saved: dict[str, str] | None) -> None:
         gen.set_state(state)
     else:
         torch.set_rng_state(state)
+
+
+def order_from(sampler: Any, saved: dict[str, str]) -> list[int]:
+    """The order ``sampler`` draws from the RNG state :func:`capture` recorded, without touching
+    the sampler's generator or torch's global RNG (a copy of the generator, or the global RNG
+    forked for the call).
+
+    Raises:
+        ValueError: ``saved`` is not a state of where ``sampler`` draws from.
+
+    Example:
+        >>> s = torch.utils.data.RandomSampler(range(5), generator=torch.Generator().manual_seed(0))
+        >>> saved = capture(s); first = list(s)
+        >>> order_from(s, saved) == first, order_from(s, saved) == first
+        (True, True)
+    """
+    src = _source(sampler)
+    if src is None or src[0] != saved.get("kind"):
+        raise ValueError(f"{saved.get('kind')!r} is not where {type(sampler).__name__} draws from")
+    state = torch.frombuffer(bytearray(base64.b64decode(saved["state"])), dtype=torch.uint8)
+    if src[1] is None:  # torch's global RNG, forked: the caller's stays as it is
+        with torch.random.fork_rng(devices=[]):
+            torch.set_rng_state(state)
+            return [int(i) for i in sampler]
+    original = src[1].get_state()
+    try:  # the sampler's own generator, put back after
+        src[1].set_state(state)
+        return [int(i) for i in sampler]
+    finally:
+        src[1].set_state(original)
 
 
 def order_digest(batches: Iterable[torch.Tensor]) -> str:
