@@ -182,3 +182,25 @@ def test_a_state_saved_after_an_epochs_last_batch_resumes_the_next_epoch_exactly
     finally:
         data.cleanup_data(loader)
         data.cleanup_data(resumed)
+
+
+@pytest.mark.parametrize("generator", [True, False])
+@pytest.mark.parametrize("persistent", [True, False])
+def test_epochs_orders_are_torchs_with_and_without_persistent_workers(
+    persistent: bool, generator: bool
+) -> None:
+    """torch draws its base seed at each ``iter()``, and with persistent workers only at the
+    first (its iterator is reset): the ``RandomSampler``'s draws after it are the same in both."""
+
+    def orders(cls: Callable[..., Any], **kw: Any) -> list[list[int]]:
+        torch.manual_seed(4)
+        g = {"generator": torch.Generator().manual_seed(9)} if generator else {}
+        loader = cls(list(range(12)), batch_size=4, shuffle=True, num_workers=2,
+                     persistent_workers=persistent, **g, **kw)  # fmt: skip
+        out = [[int(i) for b in loader for i in b] for _ in range(3)]
+        if cls is data.DataLoader:
+            data.cleanup_data(loader)
+        return out
+
+    expected = orders(torch.utils.data.DataLoader, multiprocessing_context="fork")
+    assert orders(data.DataLoader) == expected

@@ -140,7 +140,9 @@ def configs(draw: Any, process_weight: float = 0.06) -> Config:
         # threads-share-dataset), where torch's fork workers' writes stay theirs
         written = behavior == "write" and backend == "thread" and num_workers > 0
         # and skipping the first k batch positions is skipping what was delivered only in order
-        if batch_size is not None and not written and (in_order or not num_workers):
+        # (non-integer keys: refused by clorch_nb, documented; torch is no oracle there)
+        keys = sampler == "keys"
+        if batch_size is not None and not written and not keys and (in_order or not num_workers):
             resume_via = draw(st.sampled_from(["state", "skip"]))
     replicas = (2, 0)
     dist_shuffle = False
@@ -253,6 +255,7 @@ def valid(cfg: Config) -> bool:
         or cfg.batch_size is None  # accelerate's skip_first_batches needs a batch_sampler
         or (cfg.behavior == "write" and cfg.backend == "thread" and cfg.num_workers > 0)
         or (cfg.num_workers > 0 and not cfg.in_order)  # k positions skipped, not k delivered
+        or cfg.sampler == "keys"  # refused by clorch_nb (documented): no torch oracle
     ):
         return False
     return bool(cfg.num_workers or not (cfg.persistent_workers or not cfg.in_order))

@@ -97,6 +97,27 @@ class Built:
     storages: list[Any]  # the fixtures' storage objects the user holds (checked afterwards)
     epoch_hooks: list[Any]  # objects with set_epoch the user calls between epochs
     before: dict[str, Any]  # identities and pointers of the user's objects before the run
+    # the torch oracle runs without persistent workers (compare.plan), yet must draw its base
+    # seed once, as persistent torch workers do (OneBaseSeed)
+    one_base_seed: bool = False
+
+
+class OneBaseSeed(tud.DataLoader):  # type: ignore[type-arg]
+    """torch's DataLoader whose base seed is drawn from ``generator`` (or the global RNG) at its
+    first ``iter()`` only, as with ``persistent_workers=True`` (torch resets that iterator
+    instead of building a new one): later ones draw it from a throwaway generator, so the
+    sampler's draws from ``generator`` or the global RNG are a persistent loader's."""
+
+    def __iter__(self) -> Any:
+        if not getattr(self, "_drew_base_seed", False):
+            self._drew_base_seed = True
+            return super().__iter__()
+        kept = self.generator
+        self.generator = torch.Generator().manual_seed(0)
+        try:
+            return super().__iter__()  # the base seed (and prefetching workers' first indices)
+        finally:
+            self.generator = kept
 
 
 def make_dataset(cfg: Config) -> tuple[Any, list[Any]]:
@@ -375,7 +396,7 @@ def run(
                 b.epoch_hooks.append(kw["sampler"])
                 kw["sampler"].set_epoch(epoch)
         _seed_globals(cfg.seed)
-        return cls(b.dataset, **kw)
+        return (OneBaseSeed if b.one_base_seed and cls is tud.DataLoader else cls)(b.dataset, **kw)
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

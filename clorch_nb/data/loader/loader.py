@@ -176,6 +176,7 @@ class LoaderEngine:
         self._reseed = reseed
         self._seed_epoch = 0
         self._len_reported: int | None = None  # torch's: len(loader) of a stream, once asked
+        self._stream_seed: int | None = None  # a stream's base seed, drawn at iter()
         self.plan_sampler = sampler
         # the loader's own RNG (torch's `generator` is the DataLoader's attribute): one base
         # seed and, with shuffle, one permutation drawn from it per epoch
@@ -297,6 +298,12 @@ class LoaderEngine:
                 end.atexit = False  # at exit, the pool's own finalizer closes it
             return it
 
+    @property
+    def _persists(self) -> bool:
+        """Workers persist across epochs: torch's front then draws its base seed once, at the
+        first ``iter()`` (its persistent iterator is reset, not rebuilt)."""
+        return self.config.persistent_workers and self.config.num_workers > 0
+
     def _stream_len(self) -> int:
         """torch's ``len()`` of a stream's loader: from the dataset's (TypeError without one)."""
         n = len(self.dataset)
@@ -321,7 +328,9 @@ class LoaderEngine:
                 else saved.epoch
             )
             plan = StreamPlan.over(nw, expected, **told)
-            return epoch, plan, torch_base_seed(self._torch_generator)
+            if self._stream_seed is None or not self._persists:  # torch: once when persistent
+                self._stream_seed = torch_base_seed(self._torch_generator)
+            return epoch, plan, self._stream_seed
         st = saved.stream
         replicas = {int(w): r for w, r in st["replicas"].items()}
         if st.get("fresh"):  # an epoch's start, its replicas' own states carried into it
@@ -576,10 +585,11 @@ class LoaderEngine:
         if saved is None:
             epoch = 0 if self._epoch is None else self._epoch + 1
             ahead_to = self._epoch_set()
-            if self._reseed:  # torch's front: this epoch's seed drawn now (B87)
-                epoch = max(epoch, ahead_to)
-                self.seed, self._seed_epoch = torch_base_seed(self._torch_generator), epoch
-                self._generator = torch.Generator().manual_seed(self.seed)
+            if self._reseed:  # torch's front: this epoch's seed drawn now (B87), as torch
+                epoch = max(epoch, ahead_to)  # draws its base seed at each iter(); with
+                if self._epoch is None or not self._persists:  # persistent workers only once
+                    self.seed, self._seed_epoch = torch_base_seed(self._torch_generator), epoch
+                    self._generator = torch.Generator().manual_seed(self.seed)
             elif ahead_to > epoch:  # set_epoch(e) on the sampler of a loader made per epoch:
                 ahead, epoch = ahead_to - epoch, ahead_to  # the dataset gets e (B33), and
                 if ahead <= _FAST_FORWARD_MAX:  # e's batch seeds
@@ -666,7 +676,9 @@ class LoaderEngine:
             seed=self.seed,
             # torch's front: an epoch not started yet (none run, or saved after the last one's
             # end) draws its seed at iter(): -1 says so; a started one keeps the epoch's seed
-            seed_epoch=-1 if self._reseed and (at_end or self._epoch is None) else self._seed_epoch,
+            seed_epoch=-1
+            if self._reseed and (self._epoch is None or (at_end and not self._persists))
+            else self._seed_epoch,
             generator=self._generator_state() if self._reseed else None,
             size=self._ds.get_size(),
             batch_size=self._batch_size,
