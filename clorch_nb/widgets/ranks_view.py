@@ -152,14 +152,15 @@ class RanksView(View):
 
 
 def _draw_rates(ax: Any, report: RanksReport) -> None:
-    starts, series = report.rate_series()
-    for r, rates in series.items():
-        ax.plot(
-            starts,
+    edges, series = report.rate_series()
+    for r, rates in series.items():  # each bin's rate between its edges; NaN bins are gaps
+        ax.stairs(
             rates,
+            edges,
+            baseline=None,
             color=RANK_COLORS[r % len(RANK_COLORS)],
             label=f"rank {r}",
-            drawstyle="steps-post",
+            linewidth=1.5,
         )
     ax.set_xlabel("seconds", fontsize=9)
     ax.set_ylabel("items/s", fontsize=9)

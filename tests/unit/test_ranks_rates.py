@@ -1,0 +1,162 @@
+"""The ranks view's items/s per rank against the ranks' own records (issue 44): a rank's rate in
+a bin is its items over the time its intervals (from the batch before, or its epoch's start, to
+each hand-over) cover there, so a rank that delivered a batch in a bin never shows 0 there and a
+rank whose batches come steadily shows its rate in every bin, the last included, at any bin
+width; bins it did not cover are gaps, not zeros. The drawing shows the report's values between
+its edges, ending at the last batch. Also: ``RanksReport``'s cached fold is not an argument."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.launch import RankMessage
+from clorch_nb.widgets.ranks import RanksReport
+
+
+def _feed(
+    report: RanksReport, rank: int, epochs: list[tuple[float, list[tuple[float, int]]]]
+) -> None:
+    """``epochs``: (start time, [(hand-over time, items), ...]) each, in order."""
+    for e, (start, batches) in enumerate(epochs):
+        report.add(
+            RankMessage(
+                rank,
+                "epoch",
+                "train",
+                tuple(EpochEvent("start", e, len(batches), "inline", 0, start)),
+                payload=100,
+            )
+        )
+        for b, (t, k) in enumerate(batches):
+            ev = BatchEvent(e, b, -1, k, 0.0, 0.0, 0.0, 0, t, t)
+            report.add(RankMessage(rank, "batch", "train", tuple(ev), (b,)))
+        end = batches[-1][0] if batches else start
+        report.add(
+            RankMessage(
+                rank, "epoch", "train", tuple(EpochEvent("end", e, len(batches), "inline", 0, end))
+            )
+        )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    world=st.integers(1, 3),
+    steps=st.integers(1, 60),
+    gap=st.floats(0.005, 0.3),
+    items=st.integers(1, 128),
+    offsets=st.lists(st.floats(0.0, 1.0), min_size=3, max_size=3),
+    bins=st.integers(1, 60),
+)
+def test_a_steady_rank_shows_its_rate_in_every_bin(
+    world: int, steps: int, gap: float, items: int, offsets: list[float], bins: int
+) -> None:
+    """Each rank hands over ``items`` every ``gap`` s from its epoch's start (ranks start at
+    different times): every bin it covers shows ``items / gap``, none 0, the last included."""
+    report = RanksReport(world)
+    for r in range(world):
+        start = 100.0 + offsets[r] * gap * 3
+        _feed(report, r, [(start, [(start + gap * (b + 1), items) for b in range(steps)])])
+    edges, series = report.rate_series(bins)
+    assert len(edges) >= 2 and all(b > a for a, b in zip(edges, edges[1:], strict=False))
+    assert set(series) == set(range(world))
+    for r, rates in series.items():
+        assert len(rates) == len(edges) - 1
+        shown = [v for v in rates if not math.isnan(v)]
+        assert shown, (r, rates)
+        assert shown == pytest.approx([items / gap] * len(shown), rel=1e-6), (r, rates)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    gaps=st.lists(st.floats(0.001, 0.5), min_size=1, max_size=80),
+    items=st.lists(st.integers(1, 64), min_size=80, max_size=80),
+    bins=st.integers(1, 60),
+)
+def test_a_bin_with_a_hand_over_is_never_zero_and_items_are_kept(
+    gaps: list[float], items: list[int], bins: int
+) -> None:
+    """Irregular steps: a bin holding one of the rank's hand-overs shows more than 0; the bins
+    after its last batch show nothing (the series ends at a real interval); and the rates times
+    the time covered add up to the rank's items (nothing invented, nothing lost)."""
+    report = RanksReport(1)
+    t, batches = 5.0, []
+    for g, k in zip(gaps, items, strict=False):
+        t += g
+        batches.append((t, k))
+    _feed(report, 0, [(5.0, batches)])
+    edges, series = report.rate_series(bins)
+    rates = series[0]
+    t0 = 5.0  # the edges count from the epoch's start
+    for tb, _ in batches:
+        j = min(len(rates) - 1, max(0, sum(1 for e in edges[1:-1] if e <= tb - t0)))
+        assert rates[j] > 0, (tb - t0, edges, rates)
+    assert edges[-1] == pytest.approx(batches[-1][0] - t0)  # the last bin ends at the last batch
+    covered = [
+        b - a for a, b in zip(edges, edges[1:], strict=False)
+    ]  # one rank, one epoch: all covered
+    total = sum(v * w for v, w in zip(rates, covered, strict=True) if not math.isnan(v))
+    assert total == pytest.approx(sum(k for _, k in batches), rel=1e-6)
+
+
+def test_the_screenshots_shape_has_no_zero_bin() -> None:
+    """The screenshot: 2 ranks, 15 steps each of ~60 items every ~0.055 s (a little uneven),
+    0.8 s: bins of 0.05 s showed 0 where a bin held no hand-over, 2,500 where it held two."""
+    report = RanksReport(2)
+    for r in (0, 1):
+        start, t, batches = 10.0 + 0.003 * r, 10.1, []
+        for b in range(15):
+            t += 0.0547 * (1 + 0.4 * math.sin(b))
+            batches.append((t, 60))
+        _feed(report, r, [(start, batches)])
+    edges, series = report.rate_series()
+    for rates in series.values():
+        shown = [v for v in rates if not math.isnan(v)]
+        assert min(shown) > 0
+        assert max(shown) < 2 * 60 / 0.0547
+
+
+def test_ranks_report_caches_are_not_arguments() -> None:
+    """``_folds`` and ``_unfolded`` are the report's cache, not something a caller passes."""
+    init = [f.name for f in dataclasses.fields(RanksReport) if f.init]
+    assert "_folds" not in init and "_unfolded" not in init
+    assert "_folds" not in repr(RanksReport(2))
+    with pytest.raises(TypeError):
+        RanksReport(2, _folds={})  # type: ignore[call-arg]
+
+
+def test_the_drawing_shows_the_reports_rates_inside_the_figure() -> None:
+    """Each rank's stairs are the report's rates between its edges (gaps where NaN), ending at
+    the last batch, with the axes, its ticks and labels inside the figure."""
+    import numpy as np
+    from matplotlib.patches import StepPatch
+
+    from clorch_nb.widgets._render import new_figure
+    from clorch_nb.widgets.ranks_view import _draw_rates
+
+    report = RanksReport(2)
+    _feed(report, 0, [(0.0, [(0.05 * (b + 1), 32) for b in range(20)])])
+    _feed(report, 1, [(0.02, [(0.02 + 0.08 * (b + 1), 32) for b in range(8)])])  # ends early
+    edges, series = report.rate_series()
+    fig = new_figure(9.0, 5.2)
+    ax = fig.add_axes((0.07, 0.6, 0.48, 0.3))
+    _draw_rates(ax, report)
+    stairs = [p for p in ax.patches if isinstance(p, StepPatch)]
+    assert len(stairs) == 2
+    for r, patch in enumerate(stairs):
+        values, drawn_edges, _ = patch.get_data()
+        np.testing.assert_allclose(drawn_edges, edges)
+        np.testing.assert_allclose(values, series[r])  # NaN where the report has NaN
+    assert math.isnan(series[1][-1]) and not math.isnan(series[0][-1])
+    assert ax.get_xlim()[1] >= edges[-1]
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+    drawn = ax.get_tightbbox(renderer)  # the axes with what is drawn of its ticks and labels
+    assert drawn is not None
+    box = fig.bbox
+    assert box.x0 <= drawn.x0 and drawn.x1 <= box.x1 and box.y0 <= drawn.y0 and drawn.y1 <= box.y1
