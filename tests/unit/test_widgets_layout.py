@@ -205,3 +205,38 @@ def test_headspace_shows_its_sentence_in_a_cell() -> None:
 
     h = Headspace(batches=6, loaded_s=0.002, step_s=0.001, speedup=2.0)
     assert pretty(h) == str(h) and pretty(h).startswith("headspace: with data for free")
+
+
+def test_timeline_batch_label_is_one_line_above_its_strip() -> None:
+    """The timeline's "click one to replay it" label sat in the 13 % left of the batch strip and
+    wrapped onto two lines in JupyterLab ("batches: click one to / replay it"): it is a line of
+    its own, unwrapped, above the strip, which still starts under the chart's axes (13 %)."""
+    import ipywidgets as W  # noqa: N812 - the package's own alias
+
+    from clorch_nb import widgets
+
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(12, 1), torch.arange(12)), batch_size=4
+    )
+    mon = widgets.monitor(loader)
+    list(mon)
+    tl = mon.timeline()
+    box = tl.widget
+    label = next(
+        w
+        for c in box.children
+        for w in getattr(c, "children", ())
+        if "click one" in str(getattr(w, "value", ""))
+    )
+    strip = next(c for c in box.children if label in getattr(c, "children", ()))
+    assert isinstance(strip, W.VBox)  # the label above the strip, not beside it
+    _, row = strip.children
+    assert isinstance(label, W.HTML) and "click one to replay it" in label.value
+    assert "white-space:nowrap" in label.value and "<br" not in label.value
+    assert label.layout.width is None  # the whole line, not a narrow column
+    spacer, axes = row.children
+    assert spacer.layout.width == "13%" and axes.layout.width == "85%"
+    assert [b.description for b in axes.children if isinstance(b, W.Button)] == ["0", "1", "2"]
+    tl.close()
+    mon.close()
+    loader.close()
