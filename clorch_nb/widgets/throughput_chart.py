@@ -156,9 +156,10 @@ class ThroughputChart:
                     transform=ax.get_xaxis_transform())[0]
             for ax in self.axes
         ]  # fmt: skip
+        # its label above the queue panel (inside it, it crossed the queue's capacity label)
         self.epoch_text = a2.text(
-            0, 0.03, "epoch end", transform=a2.get_xaxis_transform(), rotation=90,
-            ha="right", va="bottom", color="grey", fontsize=8, visible=False,
+            0, 1.01, "epoch end", transform=a2.get_xaxis_transform(), ha="right",
+            va="bottom", color="grey", fontsize=8, visible=False,
         )  # fmt: skip
         self.empty = a0.text(
             0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center", color="grey", fontsize=10
@@ -389,6 +390,9 @@ class ThroughputChart:
     def _set_limits(self, layout: tuple[Any, ...]) -> None:
         for ax in self.axes:
             ax.set_xlim(0, layout[0])
+        # the label on the side of its line that has room: inside the panel's width
+        x = self.epoch_text.get_position()[0]
+        self.epoch_text.set_horizontalalignment("right" if x > 0.5 * layout[0] else "left")
         self.axes[0].set_ylim(0, layout[1])
         self.axes[2].set_ylim(0, layout[2])
 

@@ -128,6 +128,7 @@ def test_chart_marks_each_epochs_end_inside_the_figure(final: bool) -> None:
         t += 1.0
     snap = s.snapshot()
     chart = ThroughputChart()
+    chart.capacity = 4  # the queue panel's "at most 2 ready" label, at the top of the queue
     chart.render(s, snap, final=final)
     chart.canvas.draw()
     xs, ys = chart.total.get_data()
@@ -142,6 +143,12 @@ def test_chart_marks_each_epochs_end_inside_the_figure(final: bool) -> None:
     fig = chart.fig.bbox
     assert chart.epoch_text.get_visible() and chart.epoch_text.get_text() == "epoch end"
     assert fig.x0 <= label.x0 and label.x1 <= fig.x1 and fig.y0 <= label.y0 and label.y1 <= fig.y1
+    # it crosses no other text: the capacity label, the panels' titles
+    others = [chart.cap_text, *chart.fig.texts]
+    for text in others:
+        if text.get_visible() and text.get_text() and text is not chart.epoch_text:
+            box = text.get_window_extent(chart.canvas.get_renderer())
+            assert not label.overlaps(box), text.get_text()
 
 
 def test_the_reported_plunge_is_gone() -> None:
