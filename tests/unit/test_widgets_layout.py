@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb._text import key_path_label, key_path_text, plural, positions_text, ranges
@@ -240,3 +242,18 @@ def test_timeline_batch_label_is_one_line_above_its_strip() -> None:
     tl.close()
     mon.close()
     loader.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(step_ms=st.floats(0.001, 100.0), ratio=st.floats(1.0, 100.0))
+def test_headspace_words_follow_its_numbers(step_ms: float, ratio: float) -> None:
+    """The screenshot said "2.9x faster ... loading adds 65%": +65 % would be 1.65x. The
+    sentence's share is the loop's time that goes to loading, ``1 - 1/speedup``, and says so."""
+    from clorch_nb.widgets.headspace import Headspace
+
+    h = Headspace(6, step_ms * ratio / 1000, step_ms / 1000, ratio)
+    text = str(h)
+    assert "adds" not in text
+    share = 1 - h.step_s / h.loaded_s
+    assert share == pytest.approx(1 - 1 / h.speedup)  # the share that a speedup means
+    assert f"loading is {share:.0%} of the loop's time" in text, text
