@@ -21,7 +21,11 @@ from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.launch import LaunchResult, RankMessage
 from clorch_nb.widgets.diagnose import Breakdown, StepWaits
 
-__all__ = ["RankRow", "RanksReport", "WorstStep", "ranks_report"]
+__all__ = ["WAIT_FLOOR", "RankRow", "RanksReport", "WorstStep", "ranks_report"]
+
+#: A step's worst wait under this share of the step holds no rank up: timer and scheduling
+#: noise (two ranks that never wait still differ by microseconds), so no rank is named for it.
+WAIT_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -293,18 +297,28 @@ class RanksReport:
         return out
 
     def worst_line(self) -> str:
-        """Which rank waited longest for data in most steps, and mostly why."""
+        """Which rank waited longest for data in most steps, and mostly why; steps whose worst
+        wait is under :data:`WAIT_FLOOR` of the step name no rank (nobody waited)."""
         worst = self.worst_steps()
         if not worst:
             return "worst rank per step: no step on every rank yet"
+        waited = [w for w in worst if w.share >= WAIT_FLOOR]
+        idle = len(worst) - len(waited)
+        if not waited:
+            return (
+                f"worst rank per step: none; no rank waited for data in any of {len(worst)} "
+                f"step{'s' if len(worst) != 1 else ''} (each wait under {WAIT_FLOOR:.0%} of "
+                "its step)"
+            )
         counts: dict[int, int] = {}
-        for w in worst:
+        for w in waited:
             counts[w.rank] = counts.get(w.rank, 0) + 1
         rank = max(counts, key=lambda r: (counts[r], -r))
         main = self.steps(rank).main_stage() or "no wait"
         return (
             f"worst rank per step: rank {rank} in {counts[rank]} of {len(worst)} steps "
             f"(its data wait mostly {main})"
+            + (f"; in {idle} no rank waited over {WAIT_FLOOR:.0%} of the step" if idle else "")
         )
 
     def to_text(self) -> str:

@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from clorch_nb import launch as _launch
 from clorch_nb.widgets._base import View
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, png_b64
-from clorch_nb.widgets.ranks import RanksReport
+from clorch_nb.widgets.ranks import WAIT_FLOOR, RanksReport
 from clorch_nb.widgets.shard_epochs import draw_epochs
 from clorch_nb.widgets.shards import ShardTable, records_table
 
@@ -211,8 +211,10 @@ def _draw_step_waits(ax: Any, report: RanksReport) -> None:
         ax.plot(range(len(steps)), 100 * steps.share, color=RANK_COLORS[r % len(RANK_COLORS)],
                 linewidth=1.2, label=f"rank {r}")  # fmt: skip
     if worst:
-        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for w in worst]
-        ax.scatter(range(len(worst)), [106] * len(worst), marker="|", s=40, linewidths=1.5,
+        # a mark only where a rank waited (WAIT_FLOOR): a step nobody waited in has no worst
+        held = [(k, w) for k, w in enumerate(worst) if w.share >= WAIT_FLOOR]
+        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for _, w in held]
+        ax.scatter([k for k, _ in held], [106] * len(held), marker="|", s=40, linewidths=1.5,
                    color=colors, clip_on=False)  # fmt: skip
         ax.text(1.01, 106, "\u2190 worst rank", fontsize=8, color="#555555", va="center",
                 transform=ax.get_yaxis_transform())  # fmt: skip

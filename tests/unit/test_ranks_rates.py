@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -133,7 +134,6 @@ def test_ranks_report_caches_are_not_arguments() -> None:
 def test_the_drawing_shows_the_reports_rates_inside_the_figure() -> None:
     """Each rank's stairs are the report's rates between its edges (gaps where NaN), ending at
     the last batch, with the axes, its ticks and labels inside the figure."""
-    import numpy as np
     from matplotlib.patches import StepPatch
 
     from clorch_nb.widgets._render import new_figure
@@ -160,3 +160,43 @@ def test_the_drawing_shows_the_reports_rates_inside_the_figure() -> None:
     assert drawn is not None
     box = fig.bbox
     assert box.x0 <= drawn.x0 and drawn.x1 <= box.x1 and box.y0 <= drawn.y0 and drawn.y1 <= box.y1
+
+
+def _waits(report: RanksReport, rank: int, waits: list[float], step_s: float = 0.1) -> None:
+    """``rank`` takes a step every ``step_s``, waiting ``waits[k]`` s for batch ``k`` (fetch)."""
+    report.add(RankMessage(rank, "epoch", "train", ("start", 0, len(waits), "inline", 0, 0.0)))
+    for b, w in enumerate(waits):
+        t = step_s * (b + 1)
+        ev = BatchEvent(0, b, -1, 4, w, 0.0, w, 0, t, t - w)
+        report.add(RankMessage(rank, "batch", "train", tuple(ev), (b,)))
+
+
+def test_no_rank_is_named_for_steps_nobody_waited_in() -> None:
+    """The screenshot: two ranks that never wait (microseconds) and the view said "worst rank
+    per step: rank 1 in 9 of 15 steps (its data wait mostly fetch)". Under WAIT_FLOOR of a
+    step nobody is named, in the line or by a mark on the drawing."""
+    from matplotlib.collections import PathCollection
+
+    from clorch_nb.widgets._render import new_figure
+    from clorch_nb.widgets.ranks_view import _draw_step_waits
+
+    quiet = RanksReport(2)
+    _waits(quiet, 0, [2e-6, 1e-6, 3e-6] * 5)
+    _waits(quiet, 1, [1e-6, 4e-6, 2e-6] * 5)
+    assert quiet.worst_line().startswith("worst rank per step: none; no rank waited for data")
+    ax = new_figure(9.0, 5.2).add_axes((0.07, 0.1, 0.8, 0.3))
+    _draw_step_waits(ax, quiet)
+    marks = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert all(np.asarray(c.get_offsets()).size == 0 for c in marks)
+    # rank 1 waits half of steps 3 and 7, nobody waits otherwise: rank 1, 2 of 15, 13 idle
+    some = RanksReport(2)
+    _waits(some, 0, [2e-6] * 15)
+    _waits(some, 1, [0.05 if k in (3, 7) else 1e-6 for k in range(15)])
+    assert some.worst_line() == (
+        "worst rank per step: rank 1 in 2 of 15 steps (its data wait mostly fetch); "
+        "in 13 no rank waited over 1% of the step"
+    )
+    ax = new_figure(9.0, 5.2).add_axes((0.07, 0.1, 0.8, 0.3))
+    _draw_step_waits(ax, some)
+    (mark,) = [c for c in ax.collections if isinstance(c, PathCollection)]
+    assert np.asarray(mark.get_offsets())[:, 0].tolist() == [3, 7]
