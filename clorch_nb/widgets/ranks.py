@@ -102,7 +102,8 @@ class RanksReport:
     epoch_spans: dict[int, list[float]] = field(default_factory=dict)  # rank -> [open s, total s]
     messages: int = 0
     #: per rank, per epoch: when the rank's epoch started (its first batch's interval begins)
-    epoch_starts: dict[int, dict[int, float]] = field(default_factory=dict)
+    #: and its batches (``len(loader)``; 0 when unknown)
+    epoch_starts: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict)
     # per rank: its steps' fold, and the events not yet folded (folded when read): a cache of
     # what the messages say, not an argument
     _folds: dict[int, Breakdown] = field(default_factory=dict, init=False, repr=False)
@@ -126,7 +127,10 @@ class RanksReport:
             self._unfolded.setdefault(msg.rank, []).append(msg.event)
             if epoch_ev.kind == "start":
                 span[0] = epoch_ev.t_s
-                self.epoch_starts.setdefault(msg.rank, {})[epoch_ev.epoch] = epoch_ev.t_s
+                self.epoch_starts.setdefault(msg.rank, {})[epoch_ev.epoch] = (
+                    epoch_ev.t_s,
+                    epoch_ev.num_batches,
+                )
             elif span[0]:
                 span[1] += epoch_ev.t_s - span[0]
                 span[0] = 0.0
@@ -201,7 +205,8 @@ class RanksReport:
         in the next), a bin the rank covered only in part is a rate over that part, and a bin it
         did not cover at all (before its epoch, between epochs, after its last batch) is NaN,
         a gap: not a plunge to 0. The bins tile the time from the first epoch start to the last
-        hand-over, so the last bin ends at a batch.
+        hand-over, so the last bin ends at a batch. An epoch's short last batch (``drop_last``
+        off) is left out, its items and its step, as in the monitor's history.
 
         Args:
             bins (int): most bins (fewer, at least 0.05 s wide, for a short run).
@@ -249,16 +254,24 @@ class RanksReport:
 
     def _intervals(self, rank: int) -> list[tuple[float, float, int]]:
         """``(from, to, items)`` per batch of ``rank``: from its batch before in the same epoch
-        (or its epoch's start) to its hand-over."""
+        (or its epoch's start) to its hand-over. An epoch's short last batch is left out (as
+        the monitor's history leaves it out): with ``drop_last=False`` it holds what is left
+        (899 items in batches of 64: 3) in a whole step, and its interval would show the rank
+        slowing to a crawl at every epoch's end."""
         starts = self.epoch_starts.get(rank, {})
+        evs = self.batches.get(rank, [])
+        full = max((ev.num_items for ev in evs), default=0)
         out: list[tuple[float, float, int]] = []
         prev: tuple[int, float] | None = None  # (epoch, t_s) of the batch before
-        for ev in self.batches.get(rank, []):
+        for ev in evs:
             begin = prev[1] if prev is not None and prev[0] == ev.epoch else None
+            t_start, num_batches = starts.get(ev.epoch, (ev.t_s, 0))
             if begin is None:
-                begin = starts.get(ev.epoch, ev.t_s)
-            out.append((min(begin, ev.t_s), ev.t_s, ev.num_items))
+                begin = t_start
             prev = (ev.epoch, ev.t_s)
+            if ev.batch_index == num_batches - 1 and ev.num_items < full:
+                continue
+            out.append((min(begin, ev.t_s), ev.t_s, ev.num_items))
         return out
 
     def steps(self, rank: int) -> StepWaits:

@@ -84,13 +84,19 @@ def test_a_bin_with_a_hand_over_is_never_zero_and_items_are_kept(
 ) -> None:
     """Irregular steps: a bin holding one of the rank's hand-overs shows more than 0; the bins
     after its last batch show nothing (the series ends at a real interval); and the rates times
-    the time covered add up to the rank's items (nothing invented, nothing lost)."""
+    the time covered add up to the rank's items (nothing invented, nothing lost), but for an
+    epoch's short last batch, which is left out with its step."""
     report = RanksReport(1)
     t, batches = 5.0, []
     for g, k in zip(gaps, items, strict=False):
         t += g
         batches.append((t, k))
     _feed(report, 0, [(5.0, batches)])
+    if batches[-1][1] < max(k for _, k in batches):  # short: the series ends a batch before
+        batches = batches[:-1]
+        if not batches:
+            assert report.rate_series(bins) == ([], {})
+            return
     edges, series = report.rate_series(bins)
     rates = series[0]
     t0 = 5.0  # the edges count from the epoch's start
@@ -120,6 +126,21 @@ def test_the_screenshots_shape_has_no_zero_bin() -> None:
         shown = [v for v in rates if not math.isnan(v)]
         assert min(shown) > 0
         assert max(shown) < 2 * 60 / 0.0547
+
+
+def test_an_epochs_short_last_batch_is_no_plunge() -> None:
+    """The second screenshot: 899 items a rank in batches of 64, so the 15th holds 3, in a
+    whole step: the last bin fell to 30 items/s. Left out, the series ends at the 14th batch,
+    at the rank's rate."""
+    report = RanksReport(2)
+    for r in (0, 1):
+        batches = [(10.0 + 0.1 * (b + 1), 64 if b < 14 else 3) for b in range(15)]
+        _feed(report, r, [(10.0, batches)])
+    edges, series = report.rate_series()
+    assert edges[-1] == pytest.approx(1.4)
+    for rates in series.values():
+        assert rates == pytest.approx([640.0] * len(rates))
+    assert report.rows()[0].items == 899  # the totals count it
 
 
 def test_ranks_report_caches_are_not_arguments() -> None:
@@ -196,7 +217,12 @@ def test_no_rank_is_named_for_steps_nobody_waited_in() -> None:
         "worst rank per step: rank 1 in 2 of 15 steps (its data wait mostly fetch); "
         "in 13 no rank waited over 1% of the step"
     )
-    ax = new_figure(9.0, 5.2).add_axes((0.07, 0.1, 0.8, 0.3))
+    fig = new_figure(9.0, 5.2)
+    ax = fig.add_axes((0.07, 0.1, 0.8, 0.3))  # where ranks_png puts it
     _draw_step_waits(ax, some)
     (mark,) = [c for c in ax.collections if isinstance(c, PathCollection)]
     assert np.asarray(mark.get_offsets())[:, 0].tolist() == [3, 7]
+    fig.canvas.draw()  # the title, this long line in it, inside the figure (it ran off)
+    drawn = ax.get_tightbbox(fig.canvas.get_renderer())  # type: ignore[attr-defined]
+    assert drawn is not None and some.worst_line() in ax.get_title(loc="left")
+    assert fig.bbox.x0 <= drawn.x0 and drawn.x1 <= fig.bbox.x1  # titles, ticks, marks
