@@ -162,6 +162,7 @@ def _draw_rates(ax: Any, report: RanksReport) -> None:
             label=f"rank {r}",
             linewidth=1.5,
         )
+    ax.set_ylim(bottom=0)  # a rate from 0: stairs alone autoscale and magnify a wobble
     ax.set_xlabel("seconds", fontsize=9)
     ax.set_ylabel("items/s", fontsize=9)
     ax.set_title("items/s per rank", fontsize=10)

@@ -175,6 +175,7 @@ def test_the_drawing_shows_the_reports_rates_inside_the_figure() -> None:
         np.testing.assert_allclose(values, series[r])  # NaN where the report has NaN
     assert math.isnan(series[1][-1]) and not math.isnan(series[0][-1])
     assert ax.get_xlim()[1] >= edges[-1]
+    assert ax.get_ylim()[0] == 0  # rates drawn from 0 (autoscaled stairs started at ~500)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     drawn = ax.get_tightbbox(renderer)  # the axes with what is drawn of its ticks and labels
