@@ -33,8 +33,10 @@ def run_cell(
     """Execute ``code`` as a cell and wait until the kernel is idle again.
 
     Returns:
-        dict: ``"stdout"`` (all of it), ``"error"`` (``(ename, evalue, traceback)`` or None) and
-        ``"data"`` (each display's or result's mime bundle, in order).
+        dict: ``"stdout"`` (all of it), ``"error"`` (``(ename, evalue, traceback)`` or None),
+        ``"data"`` (each display's or result's mime bundle, in order) and ``"messages"``
+        (every iopub message of the cell as ``(msg_type, content)``, in order: a live widget's
+        updates are its ``comm_msg`` messages).
 
     Raises:
         TimeoutError: the cell did not finish in ``timeout_s``, with the output so far.
@@ -42,7 +44,7 @@ def run_cell(
     ``on_output(text)`` sees the stdout so far each time more arrives.
     """
     msg_id = kc.execute(code)
-    out: dict[str, Any] = {"stdout": "", "error": None, "data": []}
+    out: dict[str, Any] = {"stdout": "", "error": None, "data": [], "messages": []}
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -52,6 +54,7 @@ def run_cell(
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         kind, content = msg["msg_type"], msg["content"]
+        out["messages"].append((kind, content))
         if kind == "stream":
             out["stdout"] += content["text"]
             if on_output is not None:

@@ -21,7 +21,11 @@ from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.launch import LaunchResult, RankMessage
 from clorch_nb.widgets.diagnose import Breakdown, StepWaits
 
-__all__ = ["RankRow", "RanksReport", "WorstStep", "ranks_report"]
+__all__ = ["WAIT_FLOOR", "RankRow", "RanksReport", "WorstStep", "ranks_report"]
+
+#: A step's worst wait under this share of the step holds no rank up: timer and scheduling
+#: noise (two ranks that never wait still differ by microseconds), so no rank is named for it.
+WAIT_FLOOR = 0.01
 
 
 @dataclass(frozen=True)
@@ -97,9 +101,15 @@ class RanksReport:
     states: dict[int, str] = field(default_factory=dict)
     epoch_spans: dict[int, list[float]] = field(default_factory=dict)  # rank -> [open s, total s]
     messages: int = 0
-    # per rank: its steps' fold, and the events not yet folded (folded when read)
-    _folds: dict[int, Breakdown] = field(default_factory=dict)
-    _unfolded: dict[int, list[tuple[object, ...]]] = field(default_factory=dict)
+    #: per rank, per epoch: when the rank's epoch started (its first batch's interval begins)
+    #: and its batches (``len(loader)``; 0 when unknown)
+    epoch_starts: dict[int, dict[int, tuple[float, int]]] = field(default_factory=dict)
+    # per rank: its steps' fold, and the events not yet folded (folded when read): a cache of
+    # what the messages say, not an argument
+    _folds: dict[int, Breakdown] = field(default_factory=dict, init=False, repr=False)
+    _unfolded: dict[int, list[tuple[object, ...]]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def add(self, msg: RankMessage) -> None:
         """Take one message."""
@@ -117,6 +127,10 @@ class RanksReport:
             self._unfolded.setdefault(msg.rank, []).append(msg.event)
             if epoch_ev.kind == "start":
                 span[0] = epoch_ev.t_s
+                self.epoch_starts.setdefault(msg.rank, {})[epoch_ev.epoch] = (
+                    epoch_ev.t_s,
+                    epoch_ev.num_batches,
+                )
             elif span[0]:
                 span[1] += epoch_ev.t_s - span[0]
                 span[0] = 0.0
@@ -182,24 +196,83 @@ class RanksReport:
         return f"equal steps: every rank took {desc}" if per else "equal steps: no step yet"
 
     def rate_series(self, bins: int = 30) -> tuple[list[float], dict[int, list[float]]]:
-        """Items/s of each rank over time: bin starts (seconds from the first batch) and, per
-        rank, its items per second in each bin."""
-        times = [ev.t_s for evs in self.batches.values() for ev in evs]
-        if not times:
+        """Items/s of each rank over time, in bins.
+
+        Each batch is spread over its interval, from the rank's batch before it (or its epoch's
+        start) to its hand-over, and a bin's rate is the rank's items there over the time its
+        intervals cover there. So a rank that handed a batch over in a bin never shows 0 in it
+        (counting hand-overs per bin showed 0 in a bin that happened to hold none and double
+        in the next), a bin the rank covered only in part is a rate over that part, and a bin it
+        did not cover at all (before its epoch, between epochs, after its last batch) is NaN,
+        a gap: not a plunge to 0. The bins tile the time from the first epoch start to the last
+        hand-over, so the last bin ends at a batch. An epoch's short last batch (``drop_last``
+        off) is left out, its items and its step, as in the monitor's history.
+
+        Args:
+            bins (int): most bins (fewer, at least 0.05 s wide, for a short run).
+
+        Returns:
+            tuple[list[float], dict[int, list[float]]]: the bins' edges (``n + 1``, seconds
+            from the first epoch start) and, per rank, ``n`` rates in items/s (NaN: no data).
+
+        Example:
+            >>> from clorch_nb.launch import RankMessage
+            >>> r = RanksReport(1)
+            >>> r.add(RankMessage(0, "epoch", "train", ("start", 0, 3, "inline", 0, 0.0)))
+            >>> for b in range(3):  # 8 items every 0.1 s
+            ...     ev = BatchEvent(0, b, -1, 8, 0.0, 0.0, 0.0, 0, 0.1 * (b + 1))
+            ...     r.add(RankMessage(0, "batch", "train", tuple(ev), ()))
+            >>> edges, series = r.rate_series()
+            >>> [round(e, 2) for e in edges], [round(v) for v in series[0]]
+            ([0.0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3], [80, 80, 80, 80, 80, 80])
+        """
+        spans = {r: self._intervals(r) for r in range(self.world_size)}
+        flat = [iv for ivs in spans.values() for iv in ivs]
+        if not flat:
             return [], {}
-        t0, t1 = min(times), max(times)
-        # bins that tile [t0, t1] exactly: a last bin reaching past the last batch would hold
-        # a part of a bin's items over a whole bin's time, a false plunge at the end
+        t0, t1 = min(a for a, _, _ in flat), max(b for _, b, _ in flat)
         n = max(1, min(bins, int((t1 - t0) / 0.05)))
         width = (t1 - t0) / n if t1 > t0 else 0.05
-        starts = [i * width for i in range(n)]
+        edges = [i * width for i in range(n + 1)]
         series = {}
-        for r in range(self.world_size):
-            counts = [0.0] * n
-            for ev in self.batches.get(r, []):
-                counts[min(n - 1, int((ev.t_s - t0) / width))] += ev.num_items
-            series[r] = [c / width for c in counts]
-        return starts, series
+        for r, ivs in spans.items():
+            items, covered = np.zeros(n), np.zeros(n)
+            for a, b, k in ivs:
+                lo, hi = a - t0, b - t0
+                if hi <= lo:  # handed over with the batch before: its items go to that bin
+                    items[min(n - 1, int(hi / width))] += k
+                    continue
+                for j in range(max(0, int(lo / width)), min(n - 1, int(hi / width)) + 1):
+                    part = min(hi, edges[j + 1]) - max(lo, edges[j])
+                    if part > 0:
+                        items[j] += k * part / (hi - lo)
+                        covered[j] += part
+            with np.errstate(invalid="ignore", divide="ignore"):
+                rates = np.where(covered > 0, items / np.where(covered > 0, covered, 1.0), np.nan)
+            series[r] = rates.tolist()
+        return edges, series
+
+    def _intervals(self, rank: int) -> list[tuple[float, float, int]]:
+        """``(from, to, items)`` per batch of ``rank``: from its batch before in the same epoch
+        (or its epoch's start) to its hand-over. An epoch's short last batch is left out (as
+        the monitor's history leaves it out): with ``drop_last=False`` it holds what is left
+        (899 items in batches of 64: 3) in a whole step, and its interval would show the rank
+        slowing to a crawl at every epoch's end."""
+        starts = self.epoch_starts.get(rank, {})
+        evs = self.batches.get(rank, [])
+        full = max((ev.num_items for ev in evs), default=0)
+        out: list[tuple[float, float, int]] = []
+        prev: tuple[int, float] | None = None  # (epoch, t_s) of the batch before
+        for ev in evs:
+            begin = prev[1] if prev is not None and prev[0] == ev.epoch else None
+            t_start, num_batches = starts.get(ev.epoch, (ev.t_s, 0))
+            if begin is None:
+                begin = t_start
+            prev = (ev.epoch, ev.t_s)
+            if ev.batch_index == num_batches - 1 and ev.num_items < full:
+                continue
+            out.append((min(begin, ev.t_s), ev.t_s, ev.num_items))
+        return out
 
     def steps(self, rank: int) -> StepWaits:
         """Rank ``rank``'s exposed data wait per step so far (see
@@ -237,18 +310,28 @@ class RanksReport:
         return out
 
     def worst_line(self) -> str:
-        """Which rank waited longest for data in most steps, and mostly why."""
+        """Which rank waited longest for data in most steps, and mostly why; steps whose worst
+        wait is under :data:`WAIT_FLOOR` of the step name no rank (nobody waited)."""
         worst = self.worst_steps()
         if not worst:
             return "worst rank per step: no step on every rank yet"
+        waited = [w for w in worst if w.share >= WAIT_FLOOR]
+        idle = len(worst) - len(waited)
+        if not waited:
+            return (
+                f"worst rank per step: none; no rank waited for data in any of {len(worst)} "
+                f"step{'s' if len(worst) != 1 else ''} (each wait under {WAIT_FLOOR:.0%} of "
+                "its step)"
+            )
         counts: dict[int, int] = {}
-        for w in worst:
+        for w in waited:
             counts[w.rank] = counts.get(w.rank, 0) + 1
         rank = max(counts, key=lambda r: (counts[r], -r))
         main = self.steps(rank).main_stage() or "no wait"
         return (
             f"worst rank per step: rank {rank} in {counts[rank]} of {len(worst)} steps "
             f"(its data wait mostly {main})"
+            + (f"; in {idle} no rank waited over {WAIT_FLOOR:.0%} of the step" if idle else "")
         )
 
     def to_text(self) -> str:

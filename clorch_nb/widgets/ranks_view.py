@@ -18,7 +18,7 @@ from matplotlib.ticker import MaxNLocator
 from clorch_nb import launch as _launch
 from clorch_nb.widgets._base import View
 from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, png_b64
-from clorch_nb.widgets.ranks import RanksReport
+from clorch_nb.widgets.ranks import WAIT_FLOOR, RanksReport
 from clorch_nb.widgets.shard_epochs import draw_epochs
 from clorch_nb.widgets.shards import ShardTable, records_table
 
@@ -152,15 +152,17 @@ class RanksView(View):
 
 
 def _draw_rates(ax: Any, report: RanksReport) -> None:
-    starts, series = report.rate_series()
-    for r, rates in series.items():
-        ax.plot(
-            starts,
+    edges, series = report.rate_series()
+    for r, rates in series.items():  # each bin's rate between its edges; NaN bins are gaps
+        ax.stairs(
             rates,
+            edges,
+            baseline=None,
             color=RANK_COLORS[r % len(RANK_COLORS)],
             label=f"rank {r}",
-            drawstyle="steps-post",
+            linewidth=1.5,
         )
+    ax.set_ylim(bottom=0)  # a rate from 0: stairs alone autoscale and magnify a wobble
     ax.set_xlabel("seconds", fontsize=9)
     ax.set_ylabel("items/s", fontsize=9)
     ax.set_title("items/s per rank", fontsize=10)
@@ -210,8 +212,10 @@ def _draw_step_waits(ax: Any, report: RanksReport) -> None:
         ax.plot(range(len(steps)), 100 * steps.share, color=RANK_COLORS[r % len(RANK_COLORS)],
                 linewidth=1.2, label=f"rank {r}")  # fmt: skip
     if worst:
-        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for w in worst]
-        ax.scatter(range(len(worst)), [106] * len(worst), marker="|", s=40, linewidths=1.5,
+        # a mark only where a rank waited (WAIT_FLOOR): a step nobody waited in has no worst
+        held = [(k, w) for k, w in enumerate(worst) if w.share >= WAIT_FLOOR]
+        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for _, w in held]
+        ax.scatter([k for k, _ in held], [106] * len(held), marker="|", s=40, linewidths=1.5,
                    color=colors, clip_on=False)  # fmt: skip
         ax.text(1.01, 106, "\u2190 worst rank", fontsize=8, color="#555555", va="center",
                 transform=ax.get_yaxis_transform())  # fmt: skip
@@ -222,7 +226,8 @@ def _draw_step_waits(ax: Any, report: RanksReport) -> None:
     ax.set_yticks([0, 50, 100])
     ax.set_xlabel("step (epochs in a row)", fontsize=9)
     ax.set_ylabel("% of the step", fontsize=9)
-    ax.set_title(f"data wait per step; {report.worst_line()}", fontsize=10, loc="left", pad=16)
+    # two lines: the worst-rank line is as long as the panel is wide (it ran off the figure)
+    ax.set_title(f"data wait per step\n{report.worst_line()}", fontsize=9, loc="left", pad=14)
     ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
     ax.tick_params(labelsize=8)
     ax.spines[["top", "right"]].set_visible(False)

@@ -159,6 +159,11 @@ _COLUMNS = (
     "worker_id", "num_items", "fetch_s", "collate_s", "wait_s", "queue_depth", "t_s", "shard",
 )  # fmt: skip
 _GET = {name: itemgetter(_NAMES.index(name)) for name in _COLUMNS}  # the fields folded
+_EPOCH, _INDEX, _ITEMS, _WAIT, _QUEUE, _T = (
+    _NAMES.index(name)
+    for name in ("epoch", "batch_index", "num_items", "wait_s", "queue_depth", "t_s")
+)
+_BATCH_INDEX = itemgetter(_INDEX)
 
 
 class ThroughputStats:
@@ -222,6 +227,15 @@ class ThroughputStats:
         self._t_closed = 0.0  # the last epoch end's time
         # where the open history window starts: items, wait_s, batches, queue_sum, elapsed s
         self._window: tuple[int, float, int, int, float] = (0, 0.0, 0, 0, 0.0)
+        #: in-epoch seconds at each epoch's end (or stop), for the chart to mark
+        self.epoch_ends: list[float] = []
+        # The epochs' short last batches, left out of the history's rates (see _short_ends):
+        # their items, seconds (from the batch before), wait_s, count, queue depths; and these
+        # totals where the open window starts.
+        self._short: tuple[int, float, float, int, int] = (0, 0.0, 0.0, 0, 0)
+        self._window_short = self._short
+        self._full_items = 0  # the largest batch so far: a full one
+        self._epoch_info: dict[int, tuple[int, float]] = {}  # epoch -> (num_batches, start t)
         self._workers: dict[int, list[float]] = {}  # id -> [batches, items, busy_s]
         #: per ``worker_id``, the shard its latest batch came from (shard datasets only)
         self.worker_shards: dict[int, str] = {}
@@ -281,7 +295,9 @@ class ThroughputStats:
                 start_pos = i
         feed_batches(events[pos:])
         recent.extend(events[pos:])
+        t_before = self._t_batch
         self._fold(events, start_pos)
+        self._short_ends(events, t_before)
         # A window ends at its last batch, not at ``now`` or at the epoch's end: the time after
         # the last batch (a refresh that came early, the workers' shutdown) holds no batch yet,
         # and a rate over it would end every series in a false plunge. That time opens the
@@ -290,19 +306,63 @@ class ThroughputStats:
         if self.batches == batches0:
             return
         t_end = self._elapsed_at(self._t_batch)
-        dt = t_end - t_begin
-        if dt <= 0:  # batches at the window's very start: they join the next window
+        # the epochs' short last batches in the window, with the step each took, left out
+        s_items, s_s, s_wait, s_batches, s_queue = (
+            a - b for a, b in zip(self._short, self._window_short, strict=True)
+        )
+        batches = self.batches - batches0 - s_batches
+        dt = t_end - t_begin - s_s
+        if dt <= 0 or batches <= 0:
+            # batches at the window's very start, or only an epoch's short last batch: they
+            # join the next window (which leaves the short batch out again)
             return
         self._push(
             HistoryPoint(
                 t_end,
-                (self.items - items0) / dt,
-                min(1.0, (self.wait_s - wait0) / dt),
-                (self.queue_sum - queue_sum0) / (self.batches - batches0),
+                (self.items - items0 - s_items) / dt,
+                min(1.0, (self.wait_s - wait0 - s_wait) / dt),
+                (self.queue_sum - queue_sum0 - s_queue) / batches,
                 self.worker_rates(now),
             )
         )
         self._window = (self.items, self.wait_s, self.batches, self.queue_sum, t_end)
+        self._window_short = self._short
+
+    def _short_ends(self, evs: list[Any], t_before: float) -> None:
+        """Add the epochs' short last batches among ``evs`` to ``self._short``.
+
+        With ``drop_last=False`` an epoch's last batch holds what is left (1,797 digits in
+        batches of 32: 5), yet the loop takes about as long a step on it: over a window that
+        ends there, items/s would fall at every epoch's end though the loader did not slow
+        down (the monitor's screenshot). So the history's rates leave that batch out, its items
+        and its step (the time from the batch before); the totals count it. An epoch whose
+        length is unknown (``num_batches`` 0: a stream) has no such batch."""
+        info = self._epoch_info
+        if not evs:
+            return
+        full = self._full_items = max(self._full_items, max(map(_GET["num_items"], evs)))
+        index = tuple(map(_BATCH_INDEX, evs))
+        for epoch, (num_batches, t_start) in info.items():
+            j = -1
+            while num_batches > 0:  # C-level scans for the last index; rarely more than one
+                try:
+                    j = index.index(num_batches - 1, j + 1)
+                except ValueError:
+                    break
+                ev = evs[j]
+                if ev[_EPOCH] != epoch or ev[_ITEMS] >= full:
+                    continue
+                prev = evs[j - 1][_T] if j else t_before
+                items, secs, wait, count, queue = self._short
+                self._short = (
+                    items + ev[_ITEMS],
+                    secs + max(0.0, ev[_T] - max(prev, t_start)),
+                    wait + ev[_WAIT],
+                    count + 1,
+                    queue + ev[_QUEUE],
+                )
+        last = max(info) if info else None  # later batches belong to the last epoch started
+        self._epoch_info = {last: info[last]} if last is not None else {}
 
     def _elapsed_at(self, t: float) -> float:
         """Wall seconds inside epochs up to ``t``, the time of a batch of the open epoch or of
@@ -428,6 +488,7 @@ class ThroughputStats:
             self.running = True
             self._t_start = self._t_epoch = ev.t_s
             self._recent = {}  # workers start anew each epoch
+            self._epoch_info[ev.epoch] = (ev.num_batches, ev.t_s)
             if self._t0 is None:
                 self._t0 = ev.t_s
         elif self._t_start is not None:
@@ -435,6 +496,7 @@ class ThroughputStats:
             self._t_closed = ev.t_s
             self._t_start = None
             self.running = False
+            self.epoch_ends.append(self._closed_s)
 
     def _push(self, point: HistoryPoint) -> None:
         self.history.append(point)

@@ -149,6 +149,18 @@ class ThroughputChart:
             fontsize=9,
             visible=False,
         )
+        # each epoch's end, a dotted line across the three panels: where the queue drains and
+        # the workers stop, which a reader would otherwise take for the loader slowing down
+        self.epoch_lines = [
+            ax.plot([], [], color="grey", linestyle=":", linewidth=1.2,
+                    transform=ax.get_xaxis_transform())[0]
+            for ax in self.axes
+        ]  # fmt: skip
+        # its label above the queue panel (inside it, it crossed the queue's capacity label)
+        self.epoch_text = a2.text(
+            0, 1.01, "epoch end", transform=a2.get_xaxis_transform(), ha="right",
+            va="bottom", color="grey", fontsize=8, visible=False,
+        )  # fmt: skip
         self.empty = a0.text(
             0.5, 0.5, "no batch yet", transform=a0.transAxes, ha="center", color="grey", fontsize=10
         )
@@ -187,6 +199,8 @@ class ThroughputChart:
             self.empty,
             self.cap_line,
             self.cap_text,
+            *self.epoch_lines,
+            self.epoch_text,
         ]
 
     def _set_data(
@@ -225,11 +239,23 @@ class ThroughputChart:
         self.wait.set_data(t, [100 * p.wait_share for p in h])
         stages = self._set_steps(stats)
         self.queue.set_data(t, [p.queue_depth for p in h])
+        self._set_epoch_ends(stats.epoch_ends)
         top = max(
             [0.0, *(p.items_per_s for p in h), *(v for p in h for v in p.per_worker.values())]
         )
         qtop = max([0.0, float(qcap or 0), *(p.queue_depth for p in h)])
-        return (t[-1] if t else 0.0), top, qtop, (ids, stages)
+        tmax = max([t[-1] if t else 0.0, *stats.epoch_ends[-1:]])  # the last end in view
+        return tmax, top, qtop, (ids, stages)
+
+    def _set_epoch_ends(self, ends: list[float]) -> None:
+        """A dotted line at each epoch's end (in-epoch seconds), "epoch end" beside the last."""
+        xs = [x for e in ends for x in (e, e, np.nan)]
+        ys = [y for _ in ends for y in (0.0, 1.0, np.nan)]
+        for line in self.epoch_lines:
+            line.set_data(xs, ys)
+        self.epoch_text.set_visible(bool(ends))
+        if ends:
+            self.epoch_text.set_x(ends[-1])
 
     def _set_steps(self, stats: ThroughputStats) -> tuple[str, ...]:
         """The step dots (at most :data:`MAX_DOTS`, keeping each run's worst step); returns the
@@ -364,6 +390,9 @@ class ThroughputChart:
     def _set_limits(self, layout: tuple[Any, ...]) -> None:
         for ax in self.axes:
             ax.set_xlim(0, layout[0])
+        # the label on the side of its line that has room: inside the panel's width
+        x = self.epoch_text.get_position()[0]
+        self.epoch_text.set_horizontalalignment("right" if x > 0.5 * layout[0] else "left")
         self.axes[0].set_ylim(0, layout[1])
         self.axes[2].set_ylim(0, layout[2])
 

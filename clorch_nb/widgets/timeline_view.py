@@ -114,7 +114,7 @@ class TimelineView(View):
                 got[0], got[1] = min(got[0], sp.t0), max(got[1], sp.t1)
         return sorted(((e, b, t0, t1) for (e, b), (t0, t1) in spans.items()), key=lambda x: x[2])
 
-    def _batch_strip(self) -> W.HBox:
+    def _batch_strip(self) -> W.VBox:
         # laid out like the chart's axes (left 13 %, width 85 % of the figure), each batch a
         # button as wide as its time on the main loop, the gaps as empty space
         tl = self.timeline
@@ -142,10 +142,15 @@ class TimelineView(View):
             cells.append(button)
             t = max(t, t1)
         axes = W.HBox(cells, layout=W.Layout(width="85%"))
+        # The label on its own line above the strip: in the 13 % beside it, it wrapped onto two
+        # lines in JupyterLab's width ("batches: click one to / replay it"). An empty box keeps
+        # the strip under the chart's axes.
         label = W.HTML(
-            "<small>batches: click one to replay it</small>", layout=W.Layout(width="13%")
+            "<small style='white-space:nowrap'>batches on the main loop: click one to replay "
+            "it</small>"
         )
-        return W.HBox([label, axes], layout=W.Layout(width="100%"))
+        row = W.HBox([W.Box(layout=W.Layout(width="13%")), axes], layout=W.Layout(width="100%"))
+        return W.VBox([label, row], layout=W.Layout(width="100%"))
 
     def _on_batch(self, button: Any) -> None:
         epoch, bi = button.batch_ref

@@ -1,7 +1,8 @@
 """Ranks launched from a real Jupyter kernel (jupyter_client), as a notebook cell launches them:
 the live view's shards are torch's; a kernel interrupt (Ctrl-C, the notebook's stop button)
 during the run leaves no process, port or /dev/shm entry and the next launch in the same kernel
-works; an exception in rank 1 surfaces in the cell naming rank 1."""
+works; an exception in rank 1 surfaces in the cell naming rank 1; the per-step data wait's worst
+rank and stage are shown live in the cell while the ranks run."""
 
 from __future__ import annotations
 
@@ -105,3 +106,55 @@ def test_an_exception_in_rank_1_surfaces_in_the_cell(jupyter_kernel: Any) -> Non
     assert ename == "RankError"
     assert evalue.startswith("rank 1 failed: KeyError: 'no label for batch 1 on rank 1'")
     assert "--- traceback in rank 1 ---" in evalue
+
+
+def _live_texts(messages: list[tuple[str, dict[str, Any]]]) -> tuple[list[str], int]:
+    """The texts the cell's live view showed, in order (each HTML widget ``value`` its kernel
+    sent, and each display's ``text/plain``), and how many came before the cell's output was
+    replaced by the final static form (the first ``update_display_data``)."""
+    texts, before_final = [], None
+    for kind, content in messages:
+        if kind == "comm_msg":
+            value = content.get("data", {}).get("state", {}).get("value")
+            if isinstance(value, str):
+                texts.append(value)
+        elif kind in ("display_data", "update_display_data"):
+            if kind == "update_display_data" and before_final is None:
+                before_final = len(texts)
+            texts.append(content["data"].get("text/plain", ""))
+    return texts, len(texts) if before_final is None else before_final
+
+
+@pytest.mark.timeout(120)
+def test_worst_rank_and_stage_shown_live_in_a_kernel_cell(jupyter_kernel: Any) -> None:
+    """Issue 44's Done-when: a cell launches 2 ranks, rank 1 slow in fetch (4 ms an item); while
+    they run, the cell's live view (its widgets' updates, read off the kernel's iopub channel)
+    says the worst rank per step is rank 1 and its wait mostly fetch, at least once before the
+    ranks are done; the final static text says the same."""
+    _, kc = jupyter_kernel
+    out = run_cell(
+        kc,
+        "import json\n"
+        "from clorch_nb import widgets\n"
+        "from tests.launch_fixtures import slow_fetch_on\n"
+        "view = widgets.launch(slow_fetch_on, 2, args=(1,), kwargs={'steps': 150},\n"
+        "                      refresh_s=0.3, timeout_s=60)\n"
+        "r = view.result\n"
+        "print(json.dumps([r.results, list(r.pids.values()), r.port]))\n",
+        90,
+    )
+    assert out["error"] is None, out["error"]
+    results, pids, port = json.loads(out["stdout"].strip().splitlines()[-1])
+    assert results == [150, 150]
+    assert leftovers(pids, port) == []
+    texts, before_final = _live_texts(out["messages"])
+    live = [
+        t
+        for t in texts[:before_final]
+        if "worst rank per step: rank 1" in t
+        and "mostly fetch" in t
+        and "(running)" in t  # a rank still running: drawn while the run was in progress
+    ]
+    assert live, [t[-400:] for t in texts[:before_final]]
+    final = out["data"][-1]["text/plain"]
+    assert "worst rank per step: rank 1" in final and "mostly fetch" in final

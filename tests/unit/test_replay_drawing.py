@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -81,3 +82,43 @@ def test_dict_items_titles(front: str) -> None:
     ds = data.tensor_dataset(x, y)
     view = ReplayView.from_loader(_loader(front, ds, 16), epoch=0, batch=0)
     _check(view, y)
+
+
+@pytest.mark.parametrize(("n", "side"), [(1, 8), (5, 8), (8, 28), (13, 16), (24, 8)])
+def test_every_frame_and_title_is_drawn_inside_the_figure(n: int, side: int) -> None:
+    """Rendered to Agg: every image's frame and title lie inside the figure, and every frame's
+    four edges are ink in the pixels, the last row's lower edge too (it lies on the axes' edge
+    and was clipped away, leaving those images without a frame below)."""
+    ds = _Pairs(60, side)
+    ds.x.zero_()  # blank images (white under gray_r): the only ink at their edges is the frame
+    view = ReplayView.from_loader(_loader("clorch", ds, n), epoch=0, batch=0)
+    fig = _draw_images(view.report)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].astype(int)  # row 0 at the top
+    height = pixels.shape[0]
+    (ax,) = fig.axes
+    frames = [p for p in ax.patches if str(p.get_gid()).startswith("image-")]
+    assert len(frames) == len(ax.texts) == n
+    inside = fig.bbox
+    for frame, title in zip(frames, ax.texts, strict=True):
+        for box in (frame.get_window_extent(renderer), title.get_window_extent(renderer)):
+            assert inside.x0 <= box.x0 and box.x1 <= inside.x1, (frame.get_gid(), box)
+            assert inside.y0 <= box.y0 and box.y1 <= inside.y1, (frame.get_gid(), box)
+        box = frame.get_window_extent(renderer)
+        xs = slice(int(box.x0) + 2, int(box.x1) - 1)
+        ys = slice(height - int(box.y1) + 2, height - int(box.y0) - 1)
+
+        def near(v: float) -> slice:  # pixels within 2 of an edge at display coordinate v
+            return slice(int(v) - 2, int(v) + 3)
+
+        edges = {  # a band of pixels along each edge (rows counted from the top)
+            "bottom": pixels[near(height - box.y0), xs],
+            "top": pixels[near(height - box.y1), xs],
+            "left": pixels[ys, near(box.x0)],
+            "right": pixels[ys, near(box.x1)],
+        }
+        for side_name, strip in edges.items():
+            # the frame's grey (#AAAAAA) or darker along the edge: at least 80 % of its length
+            inked = (strip.min(axis=-1) < 235).any(axis=0 if side_name in ("bottom", "top") else 1)
+            assert inked.mean() >= 0.8, (frame.get_gid(), side_name, inked.mean())

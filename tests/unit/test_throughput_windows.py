@@ -53,6 +53,104 @@ def test_every_history_point_is_a_filled_interval(
     assert s.snapshot().elapsed_s == pytest.approx(gap * n + tail)
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    epochs=st.integers(1, 3),
+    n=st.integers(2, 80),
+    items=st.integers(2, 64),
+    short=st.integers(1, 63),
+    gap=st.floats(0.001, 0.2),
+    tail=st.floats(0.0, 1.0),
+    pause=st.floats(0.0, 5.0),
+    flush_at=st.lists(st.integers(0, 3 * 80), max_size=12),
+)
+def test_an_epochs_short_last_batch_is_no_plunge(
+    epochs: int,
+    n: int,
+    items: int,
+    short: int,
+    gap: float,
+    tail: float,
+    pause: float,
+    flush_at: list[int],
+) -> None:
+    """The monitor's screenshot (1,797 digits in batches of 32: the last holds 5): a loop that
+    takes ``gap`` s a step whatever the batch holds, so its epoch's last batch, short, brings
+    ``short`` items in a whole step. Every point is still the rate of the loader's full batches,
+    ``items / gap``, the last one and those beside each epoch's end included, with refreshes
+    anywhere; the totals count every item; each epoch's end is kept for the chart to mark. (The
+    workers' shutdown, ``tail`` s after the last batch, comes after the last epoch only: between
+    epochs it is loading time with no batch, which the point across it shows.)"""
+    short = min(short, items - 1)
+    s = ThroughputStats()
+    cuts = set(flush_at)
+    t, k = 10.0, 0
+    for e in range(epochs):
+        s.add(EpochEvent("start", e, n, "process", 2, t))
+        for b in range(n):
+            t += gap
+            s.add(BatchEvent(e, b, b % 2, short if b == n - 1 else items, 0.0, 0.0, 0.0, 0, t))
+            if k in cuts:
+                s.flush(now=t)
+            k += 1
+        t += tail if e == epochs - 1 else 0.0
+        s.add(EpochEvent("end", e, n, "process", 2, t))
+        t += pause  # between epochs: not loading time
+    s.flush()
+    assert s.history
+    for p in s.history:
+        assert p.items_per_s == pytest.approx(items / gap, rel=1e-6), (p, items / gap)
+    snap = s.snapshot()
+    assert snap.items == epochs * ((n - 1) * items + short)
+    assert snap.elapsed_s == pytest.approx(epochs * n * gap + tail)
+    assert s.epoch_ends == pytest.approx([(e + 1) * n * gap for e in range(epochs - 1)]
+                                         + [epochs * n * gap + tail])  # fmt: skip
+
+
+@pytest.mark.parametrize("final", [False, True], ids=["live", "final"])
+def test_chart_marks_each_epochs_end_inside_the_figure(final: bool) -> None:
+    """The chart against its report: the items/s line is the history (its last point the last
+    window's), a dotted line at every epoch end (where the queue drains), "epoch end" beside
+    the last one, and the line and its label inside the axes' limits and the figure."""
+    from clorch_nb.widgets.throughput_chart import ThroughputChart
+
+    s = ThroughputStats()
+    t = 0.0
+    for e in range(2):
+        s.add(EpochEvent("start", e, 30, "process", 2, t))
+        for b in range(30):
+            t += 0.01
+            s.add(BatchEvent(e, b, b % 2, 5 if b == 29 else 32, 0.0, 0.0, 0.0, 2, t))
+            if b % 8 == 7:
+                s.flush(now=t)
+        t += 0.05 * e  # the workers' shutdown, after the last epoch
+        s.add(EpochEvent("end", e, 30, "process", 2, t))
+        t += 1.0
+    snap = s.snapshot()
+    chart = ThroughputChart()
+    chart.capacity = 4  # the queue panel's "at most 2 ready" label, at the top of the queue
+    chart.render(s, snap, final=final)
+    chart.canvas.draw()
+    xs, ys = chart.total.get_data()
+    assert list(xs) == [p.t_s for p in s.history]
+    assert list(ys) == pytest.approx([3200.0] * len(s.history))
+    assert s.epoch_ends == pytest.approx([0.3, 0.65])
+    for ax, line in zip(chart.axes, chart.epoch_lines, strict=True):
+        x = [v for v in line.get_xdata() if v == v]  # NaN separates the lines
+        assert x == pytest.approx([0.3, 0.3, 0.65, 0.65])
+        assert max(x) <= ax.get_xlim()[1]
+    label = chart.epoch_text.get_window_extent(chart.canvas.get_renderer())
+    fig = chart.fig.bbox
+    assert chart.epoch_text.get_visible() and chart.epoch_text.get_text() == "epoch end"
+    assert fig.x0 <= label.x0 and label.x1 <= fig.x1 and fig.y0 <= label.y0 and label.y1 <= fig.y1
+    # it crosses no other text: the capacity label, the panels' titles
+    others = [chart.cap_text, *chart.fig.texts]
+    for text in others:
+        if text.get_visible() and text.get_text() and text is not chart.epoch_text:
+            box = text.get_window_extent(chart.canvas.get_renderer())
+            assert not label.overlaps(box), text.get_text()
+
+
 def test_the_reported_plunge_is_gone() -> None:
     """05:25's shape: a steady loader, refreshed 4 times a second, whose last window holds one
     batch and the shutdown: the last point was a fraction of the rate."""

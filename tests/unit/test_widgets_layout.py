@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb._text import key_path_label, key_path_text, plural, positions_text, ranges
@@ -205,3 +207,53 @@ def test_headspace_shows_its_sentence_in_a_cell() -> None:
 
     h = Headspace(batches=6, loaded_s=0.002, step_s=0.001, speedup=2.0)
     assert pretty(h) == str(h) and pretty(h).startswith("headspace: with data for free")
+
+
+def test_timeline_batch_label_is_one_line_above_its_strip() -> None:
+    """The timeline's "click one to replay it" label sat in the 13 % left of the batch strip and
+    wrapped onto two lines in JupyterLab ("batches: click one to / replay it"): it is a line of
+    its own, unwrapped, above the strip, which still starts under the chart's axes (13 %)."""
+    import ipywidgets as W  # noqa: N812 - the package's own alias
+
+    from clorch_nb import widgets
+
+    loader = data.dataloader(
+        data.tensor_dataset(torch.zeros(12, 1), torch.arange(12)), batch_size=4
+    )
+    mon = widgets.monitor(loader)
+    list(mon)
+    tl = mon.timeline()
+    box = tl.widget
+    label = next(
+        w
+        for c in box.children
+        for w in getattr(c, "children", ())
+        if "click one" in str(getattr(w, "value", ""))
+    )
+    strip = next(c for c in box.children if label in getattr(c, "children", ()))
+    assert isinstance(strip, W.VBox)  # the label above the strip, not beside it
+    _, row = strip.children
+    assert isinstance(label, W.HTML) and "click one to replay it" in label.value
+    assert "white-space:nowrap" in label.value and "<br" not in label.value
+    assert label.layout.width is None  # the whole line, not a narrow column
+    spacer, axes = row.children
+    assert spacer.layout.width == "13%" and axes.layout.width == "85%"
+    assert [b.description for b in axes.children if isinstance(b, W.Button)] == ["0", "1", "2"]
+    tl.close()
+    mon.close()
+    loader.close()
+
+
+@settings(max_examples=60, deadline=None)
+@given(step_ms=st.floats(0.001, 100.0), ratio=st.floats(1.0, 100.0))
+def test_headspace_words_follow_its_numbers(step_ms: float, ratio: float) -> None:
+    """The screenshot said "2.9x faster ... loading adds 65%": +65 % would be 1.65x. The
+    sentence's share is the loop's time that goes to loading, ``1 - 1/speedup``, and says so."""
+    from clorch_nb.widgets.headspace import Headspace
+
+    h = Headspace(6, step_ms * ratio / 1000, step_ms / 1000, ratio)
+    text = str(h)
+    assert "adds" not in text
+    share = 1 - h.step_s / h.loaded_s
+    assert share == pytest.approx(1 - 1 / h.speedup)  # the share that a speedup means
+    assert f"loading is {share:.0%} of the loop's time" in text, text
