@@ -506,11 +506,18 @@ def skip_first_batches(loader: Any, num_batches: int) -> Any:
 
 
 def _resume(loader: Any, make: Callable[[], Any], rec: Record) -> tuple[Any, Any]:
+    """A restarted job: the loader's state, and the global RNGs' as a framework's checkpoint
+    keeps them (Lightning's and accelerate's save and restore them), put into a new loader
+    (torch's front draws later epochs' seeds from the global RNG, as torch does)."""
     try:
         state = loader.state_dict()
+        rngs = torch.get_rng_state(), np.random.get_state(), random.getstate()
         loader = None
         gc.collect()
         fresh = make()
+        torch.set_rng_state(rngs[0])
+        np.random.set_state(rngs[1])
+        random.setstate(rngs[2])
         fresh.load_state_dict(state)
     except Exception as e:  # noqa: BLE001
         rec.state_error = error_of(e)
