@@ -204,3 +204,17 @@ def test_epochs_orders_are_torchs_with_and_without_persistent_workers(
 
     expected = orders(torch.utils.data.DataLoader, multiprocessing_context="fork")
     assert orders(data.DataLoader) == expected
+
+
+def test_a_dataset_reused_by_a_new_loader_starts_at_epoch_0_again() -> None:
+    """The epoch a loader left the dataset at is not the user's: a new loader over the same
+    dataset (a notebook's next cell) starts at 0, as its ``stats`` say."""
+    ds = Epochs()
+    first = data.DataLoader(ds, batch_size=BATCH)
+    for _ in range(3):
+        _flat(first)
+    assert ds.epoch == 2
+    second = data.DataLoader(ds, batch_size=BATCH)
+    assert _flat(second)[0] == 0  # epoch 0: 1000 * 0 + 0
+    ds.set_epoch(5)  # the loop's own call: honoured
+    assert _flat(second)[0] == 5000

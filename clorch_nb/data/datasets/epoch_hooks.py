@@ -32,6 +32,8 @@ container or deeper, and state captured in closures (the ``get_item`` of
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from typing import Any, Literal
 
 import torch
@@ -253,6 +255,21 @@ def _show(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+#: ``id(dataset) -> the epoch a loader's set_epoch left it at`` (main process): what a new
+#: loader's :meth:`EpochHooks.epoch_set` tells apart from an epoch the user's loop set
+_LOADER_SET: dict[int, int] = {}
+
+
+def _note_loader_set(owner: Any, epoch: int) -> None:
+    key = id(owner)
+    if key not in _LOADER_SET:
+        # forgotten with the dataset (its id may be reused once it is collected); one that
+        # cannot be weakly referenced is kept (an int per dataset)
+        with contextlib.suppress(TypeError):
+            weakref.finalize(owner, _LOADER_SET.pop, key, None)
+    _LOADER_SET[key] = epoch
+
+
 class EpochHooks:
     """What the loader does for the dataset at each ``iter()``, before the epoch's first batch.
 
@@ -284,8 +301,11 @@ class EpochHooks:
         )
 
     def epoch_set(self) -> int:
-        """The epoch the user set the dataset to (:func:`dataset_epoch`)."""
-        return dataset_epoch(self.dataset)
+        """The epoch the user set the dataset to (:func:`dataset_epoch`), 0 when it is the one a
+        loader set last (a dataset reused by a new loader in a notebook starts at epoch 0; one
+        a restarted job's loop set to ``e`` starts at ``e``)."""
+        now = dataset_epoch(self.dataset)
+        return 0 if _LOADER_SET.get(id(hook_owner(self.dataset))) == now else now
 
     def before_epoch(self, epoch: int) -> Literal["same", "restart"]:
         """Run the hooks for ``epoch``; ``"restart"`` asks the loader for fresh process workers.
@@ -298,6 +318,7 @@ class EpochHooks:
         if self.watch is not None:
             verdict = self.watch.check()
         call_set_epoch(self.dataset, epoch, "the main thread")
+        _note_loader_set(hook_owner(self.dataset), dataset_epoch(self.dataset))
         if self.watch is not None:
             self.watch.renew()
         return verdict
