@@ -9,6 +9,7 @@ import threading
 
 import psutil
 import pytest
+import torch
 
 from clorch_nb import data
 from tests.torch_dropin_fixtures import WorkerIdDataset
@@ -70,3 +71,32 @@ def test_b61_an_iterator_collected_on_another_thread_ends_the_workers_from_its_o
         if t.name == "clorch_nb-release-workers":
             t.join(30)
     assert loader.worker_pool is None
+
+
+class _Ragged(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.ones(3 if i < 6 else 1 + i % 3) * i
+
+
+@pytest.mark.timeout(60)
+def test_thread_workers_batches_stay_out_of_shared_memory() -> None:
+    """torch's ``default_collate`` writes a batch into new shared memory when it sees a worker:
+    in a thread worker that is a file descriptor per batch for nothing (the batch never leaves
+    the process), and one left open behind a collate error. Thread workers' batches are plain."""
+    import os
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    loader = data.DataLoader(_Ragged(), batch_size=3, num_workers=2, worker_backend="thread")
+    it = iter(loader)
+    assert [next(it).is_shared() for _ in range(2)] == [False, False]
+    with pytest.raises(RuntimeError, match="differ in shape"):
+        next(it)  # items 6, 7: shapes (1,) and (2,)
+    del it
+    data.cleanup_data(loader)
+    assert open_fds() <= before

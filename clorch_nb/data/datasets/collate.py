@@ -22,6 +22,7 @@ import torch
 from clorch_nb._text import KeyPath, key_path_text, positions_text
 from clorch_nb._tree import kind as tree_kind
 from clorch_nb._tree import rebuild, tensors
+from clorch_nb.data.datasets.worker_info import get_worker_info, set_worker_info
 from clorch_nb.errors import CollateError, ConfigError, DefaultCollateError
 
 __all__ = ["cleanup_data", "default_collate", "pad_collate", "torch_default_collate"]
@@ -351,7 +352,11 @@ def torch_default_collate(batch: Sequence[Any]) -> Any:
         ...     print(type(e).__name__, e.positions, str(e)[:59])
         DefaultCollateError (2,) cannot stack the items themselves: tensors differ in shape:
     """
+    info = get_worker_info()
+    thread = info is not None and info.worker_backend == "thread"
     try:
+        if thread:  # torch's collate writes into new shared memory when it sees a worker: a
+            set_worker_info(None, process=False)  # thread's batch stays in this process
         return torch.utils.data.default_collate(batch)  # type: ignore[arg-type]
     except RuntimeError as exc:
         found = _explain(batch, ()) if len(batch) else None
@@ -364,6 +369,9 @@ def torch_default_collate(batch: Sequence[Any]) -> Any:
             found=found.found,
             num_items=found.num_items,
         ) from exc
+    finally:
+        if thread:
+            set_worker_info(info, process=False)
 
 
 def pad_collate(
