@@ -135,7 +135,7 @@ class ThroughputSnapshot:
 
     def to_text(self) -> str:
         """Multi-line summary (about timing, so not deterministic)."""
-        state = "running" if self.running else "done"
+        state = "running" if self.running else ("starting" if not self.epochs else "done")
         lines = [
             f"Throughput ({state}): {self.items:,} items in {self.batches:,} batches over "
             f"{self.elapsed_s:.2f} s ({self.epochs} epoch{'s' if self.epochs != 1 else ''}, "

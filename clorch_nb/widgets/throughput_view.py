@@ -104,6 +104,9 @@ class ThroughputMonitor(View):
         self.stats = ThroughputStats()
         config = getattr(loader, "config", None)  # the advice on starting workers follows it
         self.stats.persistent_workers = getattr(config, "persistent_workers", None)
+        # known before the first epoch event (a panel shown while workers start says so)
+        self.stats.num_workers = int(getattr(loader, "num_workers", 0) or 0)
+        self.stats.worker_backend = str(getattr(loader, "worker_backend", "inline"))
         self.memory: Any = None
         if memory:
             from clorch_nb.widgets.memory import MemoryTracker
@@ -377,7 +380,8 @@ class ThroughputMonitor(View):
                 held = self.held_line(snap.elapsed_s)
         with box.hold_sync():
             self.title.value = (
-                f"<b>{'Running' if snap.running else 'Done'}</b>: {snap.items:,} items, "
+                f"<b>{'Running' if snap.running else 'Done' if snap.epochs else 'Starting'}"
+                f"</b>: {snap.items:,} items, "
                 f"{snap.batches:,} batches, {snap.elapsed_s:.2f} s"
             ) + (f" <span style='color:#8A5A00'>({html.escape(held)})</span>" if held else "")
             self.chart_held = held

@@ -303,3 +303,17 @@ def test_stalled_loop_shows_waiting_not_zero() -> None:
     mon.close()  # stops the watch
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_a_panel_before_the_first_batch_says_starting_with_the_loaders_workers() -> None:
+    """Shown while workers start (fresh-user trial): not "Done: 0 items ... inline,
+    num_workers=0" for a loader with 2 workers."""
+    from clorch_nb import widgets
+
+    loader = data.DataLoader(list(range(8)), batch_size=4, num_workers=2, worker_backend="thread")
+    try:
+        first = widgets.monitor(loader).stats.snapshot(None).to_text().splitlines()[0]
+        assert first.startswith("Throughput (starting): 0 items")
+        assert "thread, num_workers=2" in first
+    finally:
+        data.cleanup_data(loader)
