@@ -74,6 +74,7 @@ MEMBERS: dict[str, tuple[str, Any]] = {
     "load_state_dict": ("ok", lambda d: d.load_state_dict(d.state_dict())),
     "start_workers": ("ok", lambda d: d.start_workers()),
     "skipped_in": ("ok", lambda d: d.skipped_in(0)),
+    "epoch_origin": ("ok", lambda d: d.epoch_origin(0)),
     "worker_pids": ("ok", lambda d: d.worker_pids()),
     "subscribe": ("ok", lambda d: d.subscribe(lambda ev: None)()),
     "close": ("ok", lambda d: d.close()),
