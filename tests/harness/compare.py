@@ -197,7 +197,14 @@ def run_all(cfg: Config, *, check_left: bool = True) -> dict[str, Record]:
         backend="thread",
     )
     if p.after_oracle == "torch_inline" and cfg.behavior == "write":
-        runs["torch_inline"] = run(inline, "torch", plan(inline).torch_adjust, check_left=False)
+        inline_adjust = plan(inline).torch_adjust
+
+        def persistent_draws(b: Built) -> None:  # the loader compared draws its base seed once
+            if inline_adjust is not None:
+                inline_adjust(b)
+            b.one_base_seed = cfg.persistent_workers and cfg.workers
+
+        runs["torch_inline"] = run(inline, "torch", persistent_draws, check_left=False)
     if p.inline_oracle:
         runs["clorch_inline"] = run(inline, "clorch", check_left=False)
     if cfg.resume_at is not None:
