@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from typing import Any
 
 import psutil
 import pytest
@@ -100,3 +101,24 @@ def test_thread_workers_batches_stay_out_of_shared_memory() -> None:
     del it
     data.cleanup_data(loader)
     assert open_fds() <= before
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("front", ["dataloader", "DataLoader"])
+def test_a_collate_error_names_the_dataset_indices_of_its_positions(
+    front: str, backend: dict[str, Any]
+) -> None:
+    """A shuffled batch's positions say nothing about which items are bad (fresh-user trial):
+    the note maps each position the error names to its dataset index."""
+    opts = {k: v for k, v in backend.items() if k != "name"}
+    make = data.DataLoader if front == "DataLoader" else data.dataloader
+    loader = make(_Ragged(), batch_size=8, shuffle=True, **opts)
+    try:
+        with pytest.raises(RuntimeError if front == "DataLoader" else TypeError) as info:
+            list(loader)
+        err = info.value
+        note = next(n for n in err.__notes__ if "in collate_fn for batch 0" in n)
+        named = {int(x.split(": ")[1]) for x in note.split("{")[1].rstrip("}").split(", ")}
+        assert named and named <= {6, 7}  # _Ragged's items of other shapes, wherever they fell
+    finally:
+        data.cleanup_data(loader)

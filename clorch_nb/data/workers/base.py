@@ -285,7 +285,14 @@ def build_batch(
     except StopIteration as exc:
         raise _not_the_end("collate_fn", None, batch_index, worker) from exc
     except BaseException as exc:
-        add_note(exc, f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}")
+        where = ""
+        positions = getattr(exc, "positions", None)  # a CollateError's places in the batch
+        if positions and not failed:  # ... as dataset indices (a shuffled batch's are random)
+            ids = indices.tolist()
+            pairs = [f"{p}: {ids[p]}" for p in positions[:12] if 0 <= p < len(ids)]
+            more = ", ..." if len(positions) > 12 else ""
+            where = f"; dataset indices at those positions {{{', '.join(pairs)}{more}}}"
+        add_note(exc, f"[clorch_nb] in collate_fn for batch {batch_index} in {worker}{where}")
         raise
     refuse_autograd(batch, batch_index, worker)
     return batch, t1 - t0, time.perf_counter() - t1
