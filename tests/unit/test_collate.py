@@ -350,3 +350,23 @@ def test_cleanup_after_default_collate_leaves_stored_item_tensors_alone():
     for batch in data.dataloader(d, batch_size=2, shuffle=False):
         data.cleanup_data(batch)
     assert [s.tolist() for s in stored] == [[float(i)] * 3 for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    ("shapes", "pad_suggested"),
+    [
+        (((5, 2), (7, 2)), True),  # lengths only: pad_collate pads them
+        (((5,), (7,)), True),
+        (((3, 32, 32), (3, 11, 32)), False),  # images of other heights: it cannot
+        (((2, 3), (2, 4)), False),
+    ],
+)
+def test_the_fix_suggested_follows_which_dimensions_differ(
+    shapes: tuple[tuple[int, ...], ...], pad_suggested: bool
+) -> None:
+    """``data.pad_collate`` pads the first dimension only: suggested only where only that differs
+    (the fresh-user trial followed it for images of other heights into a second error)."""
+    with pytest.raises(CollateError) as info:
+        data.default_collate([torch.zeros(s) for s in shapes])
+    assert ("pad_collate (pads to the longest" in str(info.value)) is pad_suggested
+    assert "to one shape" in str(info.value)

@@ -103,10 +103,17 @@ def _shape_error(shapes: Sequence[tuple[int, ...]], path: KeyPath) -> CollateErr
     if len(groups) < 2:
         return None
     found = "; ".join(f"{positions_text(p)} shape {s}" for s, p in groups.items())
+    # pad_collate pads the first (length) dimension only: suggested where only that differs
+    lengths_only = len({(len(s), s[1:]) for s in groups}) == 1 and all(len(s) for s in groups)
+    fix = (
+        "Pad or crop the items to one shape, or pass collate_fn=data.pad_collate (pads to the "
+        "longest and returns the lengths)"
+        if lengths_only
+        else "Resize, pad or crop the items to one shape in get_item (they differ beyond their "
+        "first dimension, which data.pad_collate would pad)"
+    )
     return CollateError(
-        f"cannot stack {key_path_text(path)}: tensors differ in shape: {found}. Pad or "
-        "crop the items to one shape, or pass collate_fn=data.pad_collate (pads to the "
-        "longest and returns the lengths)",
+        f"cannot stack {key_path_text(path)}: tensors differ in shape: {found}. {fix}",
         key_path=path,
         positions=_odd_ones(groups, tuple(shapes[0])),
         found=tuple((f"shape {s}", tuple(p)) for s, p in groups.items()),
