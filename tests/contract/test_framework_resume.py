@@ -218,3 +218,16 @@ def test_a_dataset_reused_by_a_new_loader_starts_at_epoch_0_again() -> None:
     assert _flat(second)[0] == 0  # epoch 0: 1000 * 0 + 0
     ds.set_epoch(5)  # the loop's own call: honoured
     assert _flat(second)[0] == 5000
+
+
+def test_the_datasets_epoch_counts_beside_a_sampler_the_loop_did_not_set() -> None:
+    """A loop that calls ``ds.set_epoch(e)`` but not the sampler's (whose order then stays
+    epoch 0's, as in torch): a restarted job's new loader still serves the dataset's epoch ``e``
+    (harness class: it set it back to the sampler's 0)."""
+    ds = Epochs()
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, seed=3)
+    first = data.DataLoader(ds, batch_size=BATCH, sampler=sampler)
+    epoch0 = _flat(first)
+    ds.set_epoch(1)  # the restarted job's loop, at its epoch 1
+    again = data.DataLoader(ds, batch_size=BATCH, sampler=sampler)
+    assert _flat(again) == [1000 + i for i in epoch0]

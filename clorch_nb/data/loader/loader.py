@@ -569,12 +569,10 @@ class LoaderEngine:
 
     def _epoch_set(self) -> int:
         """The epoch the user's loop set (a new loader's first ``iter()`` starts there, B33):
-        the sampler's (``set_epoch`` on it) when it keeps one, else the dataset's (a restarted
-        job's loop calls ``ds.set_epoch(e)`` before its new loader's first ``iter()``)."""
-        s = self.plan_sampler
-        if any(isinstance(getattr(t, "epoch", None), int) for t in (s, getattr(s, "sampler", 0))):
-            return sampler_epoch(s)
-        return self._hooks.epoch_set()
+        the sampler's (``set_epoch`` on it) or the dataset's (a restarted job's loop calls
+        ``ds.set_epoch(e)`` before its new loader's first ``iter()``; not an epoch an earlier
+        loader left it at), whichever is further."""
+        return max(sampler_epoch(self.plan_sampler), self._hooks.epoch_set())
 
     def _next_epoch(self) -> tuple[int, int, int]:
         """``(epoch, first batch to build, indices to skip in the order)`` for ``iter()``; a
