@@ -68,7 +68,11 @@ STAGES = ("startup", "starved", "items", "collate", "transport")
 #: * ``"transfer"``: built, not yet in the loop's hands (a process worker filling shared memory
 #:   and the pipe, decoding, reordering): from then until the batch reached the main loop;
 #: * ``"device copy"``: the loader's delivery stages after it arrived (``pin_memory``, the copy
-#:   to ``device`` when the loader makes it on this thread): ``copy_s``.
+#:   to ``device`` when the loader makes it on this thread): ``copy_s``; and with
+#:   ``device="cuda"`` (copies on a side stream, :class:`~clorch_nb.instrumentation.CopyEvent`)
+#:   the time the device waited for the batch's copy, ``t_end_s - t_needed_s`` when positive:
+#:   that is added to the step's wait (the loop's work stood still on the device, though the
+#:   host went on), and is its stage when it is the longest part.
 #:
 #: A step whose wait has none of these (a batch ready when asked for) has no stage (``""``).
 STEP_STAGES = ("worker start", "fetch", "collate", "transfer", "device copy")
@@ -85,9 +89,12 @@ C_START, C_END, C_NEEDED = _C["t_start_s"], _C["t_end_s"], _C["t_needed_s"]
 EPOCH, COPY = _F["epoch"], _F["copy_s"]
 # the columns Breakdown.fold_batches folds, one C-level getter (numbers only: a float array);
 # a record made by hand may stop before copy_s (read as 0)
-_COLS = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, COPY)
-_NCOLS = 11
-_COLS_NO_COPY = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS)
+INDEX = _F["batch_index"]
+_COLS = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX, COPY)
+_NCOLS = 12
+_COLS_NO_COPY = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX)
+#: steps a late CopyEvent can still find (its batch's row), by (epoch, batch_index)
+ROWS_FOR_COPIES = 256
 #: below this many records a run is folded one by one (numpy's per-call cost dominates)
 VECTOR_FROM = 24
 
@@ -136,6 +143,9 @@ class Breakdown:
         self._steps = np.zeros((0, 6), dtype=np.float32)
         self._n_steps = 0
         self._seen_workers: set[int] = set()  # workers that delivered in the open epoch
+        # (epoch, batch_index) -> (row, its longest host part) for the last ROWS_FOR_COPIES
+        # steps: a CopyEvent comes a batch or two after its batch
+        self._rows: dict[tuple[int, int], tuple[int, float]] = {}
         self._origin: float | None = None  # the clock's zero for batches before any epoch
 
     def epoch(self, ev: Any) -> None:
@@ -260,7 +270,7 @@ class Breakdown:
     def _fold_steps(self, cols: np.ndarray) -> None:
         """Append each batch's step (see :class:`StepWaits`, :data:`STEP_STAGES`); called
         before the totals move on (it reads the previous hand-over and the epoch's start)."""
-        worker, fetch, coll, wait, t, asked, started, sent, epoch, items, copy = cols
+        worker, fetch, coll, wait, t, asked, started, sent, epoch, items, index, copy = cols
         n = len(t)
         t0 = t - wait
         asked = np.where(asked != 0.0, asked, t0)
@@ -292,7 +302,8 @@ class Breakdown:
             (start_part, building * (1.0 - share), building * share,
              np.where(timed, got - c, 0.0), t - got)
         )  # fmt: skip
-        stage = np.where(parts.max(axis=0) > 0.0, parts.argmax(axis=0), -1)
+        longest = parts.max(axis=0)
+        stage = np.where(longest > 0.0, parts.argmax(axis=0), -1)
         x = self.wall_s + (t - origin)
         k = self._n_steps
         if k + n > len(self._steps):
@@ -301,9 +312,18 @@ class Breakdown:
             self._steps = grown
         self._steps[k : k + n] = np.stack((x, t - asked, step, items, stage, epoch), axis=1)
         self._n_steps = k + n
+        rows, tail = self._rows, max(0, n - ROWS_FOR_COPIES)
+        keys = zip(
+            epoch[tail:].astype(int).tolist(), index[tail:].astype(int).tolist(), strict=True
+        )
+        found = zip(range(k + tail, k + n), longest[tail:].tolist(), strict=True)
+        rows.update(zip(keys, found, strict=True))
+        if len(rows) > 2 * ROWS_FOR_COPIES:  # keep the newest (a dict keeps insertion order)
+            self._rows = dict(list(rows.items())[-ROWS_FOR_COPIES:])
 
     def step_waits(self) -> StepWaits:
-        """Every step so far, oldest first (24 bytes kept per step; read without a copy).
+        """Every step so far, oldest first (24 bytes kept per step; read without a copy unless
+        the loader copies to a CUDA device, whose late copy events may still change a row).
 
         Example:
             >>> from clorch_nb.instrumentation import BatchEvent, EpochEvent
@@ -317,7 +337,9 @@ class Breakdown:
             >>> s.wait_ms.tolist(), s.step_ms.tolist(), s.stages()
             ([1000.0, 500.0], [1000.0, 1000.0], ['worker start', 'fetch'])
         """
-        rows = self._steps[: self._n_steps]  # a view: rows already written never change
+        rows = self._steps[: self._n_steps]
+        if self.copies:  # a later CopyEvent may still add to a recent row: a snapshot
+            rows = rows.copy()
         return StepWaits(*(rows[:, k] for k in range(6)))
 
     def copy(self, ev: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -336,7 +358,14 @@ class Breakdown:
         self.copies += 1
         self.copy_bytes += ev[C_BYTES]
         self.copy_s += max(0.0, ev[C_END] - ev[C_START])
-        self.copy_wait_s += max(0.0, ev[C_END] - ev[C_NEEDED])
+        waited = max(0.0, ev[C_END] - ev[C_NEEDED])
+        self.copy_wait_s += waited
+        found = self._rows.get((ev[C_EPOCH], ev[C_INDEX])) if waited > 0 else None
+        if found is not None:  # the device waited for this batch: its step waited (STEP_STAGES)
+            row, longest = found
+            self._steps[row, 1] += waited
+            if waited > longest:
+                self._steps[row, 4] = STEP_STAGES.index("device copy")
         return ev
 
     def feed(self, events: Iterable[Any]) -> None:

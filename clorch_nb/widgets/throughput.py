@@ -194,7 +194,8 @@ class ThroughputStats:
         self, *, max_history: int = 512, rate_window_s: float = 1.0, timeline_window: int = 256
     ) -> None:
         self._pending: list[Any] = []  # batch records since the last flush
-        self._marks: list[tuple[int, tuple[Any, ...]]] = []  # (position in _pending, epoch event)
+        # (position in _pending, an epoch or copy event's fields), in the order they came
+        self._marks: list[tuple[int, tuple[Any, ...]]] = []
         #: the hot path for a batch: one C call. Takes a BatchEvent or the same fields as a
         #: plain tuple (what the monitor passes: a tuple of numbers is untracked by the GC).
         self.add_batch = self._pending.append
@@ -246,9 +247,7 @@ class ThroughputStats:
 
     def add(self, event: Any) -> None:
         """Take one loader event (a BatchEvent, EpochEvent or CopyEvent)."""
-        if event.__class__ is CopyEvent:  # the device's side: for the verdict and the timeline
-            self.recent.append(self.breakdown.copy(event))
-        elif event.__class__ is EpochEvent:
+        if event.__class__ is CopyEvent or event.__class__ is EpochEvent:
             # its fields as a plain tuple of numbers and strings: untracked by the GC (kept
             # event objects would be promoted to the oldest generation and make full
             # collections more frequent: that costs more than all of this)
@@ -281,20 +280,27 @@ class ThroughputStats:
         # windows, so all batches fold in one go whatever the number of epochs in between.
         start_pos = 0
         feed_batches, feed_epoch = self.breakdown.fold_batches, self.breakdown.epoch
-        recent = self.recent
+        recent, pos = self.recent, 0
+        for i, fields in epoch_marks:  # the timeline's order: every event where it came
+            recent.extend(events[pos:i])
+            recent.append(fields)
+            pos = i
+        recent.extend(events[pos:])
         pos = 0
         for i, fields in epoch_marks:
+            if fields[0] == "copy":  # the device's side: after the batches (below)
+                continue
             feed_batches(events[pos:i])
-            recent.extend(events[pos:i])
             pos = i
             ev = EpochEvent(*fields)
             feed_epoch(fields)
-            recent.append(fields)
             self._epoch(ev)
             if ev.kind == "start":
                 start_pos = i
         feed_batches(events[pos:])
-        recent.extend(events[pos:])
+        for _, fields in epoch_marks:  # each finds its batch's step (folded above)
+            if fields[0] == "copy":
+                self.breakdown.copy(fields)
         t_before = self._t_batch
         self._fold(events, start_pos)
         self._short_ends(events, t_before)

@@ -98,6 +98,7 @@ class ThroughputMonitor(View):
         # ... but until its first epoch has ended the monitor holds it, so that
         # `for batch in widgets.monitor(DataLoader(...))` (no other reference) runs that epoch
         self._first_epoch_hold: Any = loader
+        self._copies_tail = False  # subscribed after the epoch's end for its last copies
         self.refresh_hz = float(refresh_hz)
         self.chart_hz = float(chart_hz)
         self.chart_budget = chart_budget
@@ -246,6 +247,7 @@ class ThroughputMonitor(View):
         return it  # type: ignore[no-any-return]
 
     def _end_subscription(self) -> None:
+        self._copies_tail = False
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -267,9 +269,13 @@ class ThroughputMonitor(View):
                 tick(t)
 
         def on_event(ev: Any) -> None:
-            stats.add(ev)
             if ev.kind == "copy":  # a CopyEvent (device times): no clock, no epoch change
+                stats.add(ev)
                 return
+            if self._copies_tail:  # the epoch ended; the loader is iterated on without us
+                self._end_subscription()
+                return
+            stats.add(ev)
             last[0] = ev.t_s
             if ev.kind != "start":
                 self._epoch_over(ev)
@@ -283,7 +289,13 @@ class ThroughputMonitor(View):
 
     def _epoch_over(self, ev: Any) -> None:
         self._first_epoch_hold = None  # from now on held weakly only (B94)
-        self._end_subscription()
+        config = getattr(self._loader(), "config", None)
+        if str(getattr(config, "device", None) or "").startswith("cuda"):
+            # The device feed hands over its last batches after the epoch's end, and their
+            # copies finish after that: listen on for them (until the next epoch's events)
+            self._copies_tail = True
+        else:
+            self._end_subscription()
         self._stop_stall_watch()
         if self.memory is not None:
             self.memory.sample(ev.epoch, now=ev.t_s)

@@ -78,3 +78,36 @@ def test_no_corruption_through_process_workers_under_load() -> None:
     torch.cuda.synchronize()
     assert bad.item() == 0, f"{bad.item()} values were corrupted"
     assert "registered arena" in text and "CUDA error" not in text, text
+
+
+def test_copies_the_device_waited_for_are_their_steps_device_copy() -> None:
+    """Big batches and an empty loop: the loop's stream reaches each batch before its copy
+    ends, so the device waits for copies; each step's wait and stage in
+    ``widgets.monitor(loader).steps()`` follow the loader's own CopyEvents (issue 44)."""
+    import contextlib
+    import io
+
+    import numpy as np
+
+    from clorch_nb import widgets
+    from clorch_nb.instrumentation import BatchEvent, CopyEvent
+
+    ds = data.tensor_dataset(torch.randn(64 * 24, 256 * 1024 // 4))  # 256 KiB items, 16 MiB batches
+    dl = data.dataloader(ds, batch_size=64, device="cuda", pin_memory=True)
+    seen: list[Any] = []
+    with dl, contextlib.redirect_stdout(io.StringIO()):
+        dl.subscribe(seen.append)
+        mon = widgets.monitor(dl)
+        for _batch in mon:
+            pass
+        torch.cuda.synchronize()
+        steps = mon.steps()
+    batches = [e for e in seen if isinstance(e, BatchEvent)]
+    copies = {(c.epoch, c.batch_index): c for c in seen if isinstance(c, CopyEvent)}
+    assert len(batches) == len(copies) == len(steps.wait_s) == 24
+    mine = [copies[b.epoch, b.batch_index] for b in batches]
+    device_wait = np.array([max(0.0, c.t_end_s - c.t_needed_s) for c in mine])
+    host_wait = np.array([b.t_s - b.t_asked_s for b in batches])
+    np.testing.assert_allclose(steps.wait_s, host_wait + device_wait, rtol=1e-4, atol=1e-4)
+    assert (device_wait > 0).sum() >= 12, device_wait  # an empty loop outruns 16 MiB copies
+    assert "device copy" in steps.stages()
