@@ -68,17 +68,19 @@ def chart_limits(tmax: float, top: float, qtop: float) -> tuple[float, float, fl
 
 
 def reachable_top(in_flight: int | None) -> int | None:
-    """The most batches that wait ready in a loader's queue while the loop is slower than its
-    workers: ``in_flight - 2`` (one batch is being handed over, one ordered in its place is
-    still being built); None when there are no workers or nothing can wait.
+    """The most batches that can wait ready in a loader's queue: ``in_flight - 1`` (one of the
+    batches in flight is being handed to the loop; all the others can be built when a batch
+    ahead of them came late, e.g. at an epoch's start). A loop slower than its workers keeps the
+    queue at ``in_flight - 2`` in the steady state: the batch sent out when it asked cannot be
+    ready yet. None when there are no workers or nothing can wait.
 
     Example:
-        >>> reachable_top(4), reachable_top(6), reachable_top(2), reachable_top(None)
-        (2, 4, None, None)
+        >>> reachable_top(4), reachable_top(6), reachable_top(1), reachable_top(None)
+        (3, 5, None, None)
     """
-    if not in_flight or in_flight <= 2:
+    if not in_flight or in_flight <= 1:
         return None
-    return in_flight - 2
+    return in_flight - 1
 
 
 class ThroughputChart:
@@ -132,10 +134,8 @@ class ThroughputChart:
         a1.set_ylim(-3, 104)  # dots at 0 % and 100 % stay whole
         a1.set_yticks([0, 50, 100])
         #: the batches the loader keeps in flight (``max_in_flight``); set :attr:`capacity`
-        #: before rendering. The dashed line marks the queue's reachable top, ``capacity - 2``:
-        #: of the batches in flight, one is being handed to the loop and one, ordered in its
-        #: place, is still being built (measured for thread and process workers with a slow
-        #: loop: 4 in flight, at most 2 ready; 6 in flight, at most 4)
+        #: before rendering. The dashed line marks the queue's reachable top,
+        #: :func:`reachable_top` (``capacity - 1``)
         self.capacity: int | None = None
         self.cap_line = a2.axhline(0, color="grey", linestyle="--", linewidth=1, visible=False)
         self.cap_text = a2.text(

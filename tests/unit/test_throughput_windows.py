@@ -128,7 +128,7 @@ def test_chart_marks_each_epochs_end_inside_the_figure(final: bool) -> None:
         t += 1.0
     snap = s.snapshot()
     chart = ThroughputChart()
-    chart.capacity = 4  # the queue panel's "at most 2 ready" label, at the top of the queue
+    chart.capacity = 4  # the queue panel's "at most 3 ready" label, at the top of the queue
     chart.render(s, snap, final=final)
     chart.canvas.draw()
     xs, ys = chart.total.get_data()
