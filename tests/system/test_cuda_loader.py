@@ -92,7 +92,8 @@ def test_copies_the_device_waited_for_are_their_steps_device_copy() -> None:
     from clorch_nb import widgets
     from clorch_nb.instrumentation import BatchEvent, CopyEvent
 
-    ds = data.tensor_dataset(torch.randn(64 * 24, 256 * 1024 // 4))  # 256 KiB items, 16 MiB batches
+    n = 64 * 24  # 256 KiB items, 16 MiB batches
+    ds = data.tensor_dataset(torch.randn(n, 256 * 1024 // 4), torch.arange(n))
     dl = data.dataloader(ds, batch_size=64, device="cuda", pin_memory=True)
     seen: list[Any] = []
     with dl, contextlib.redirect_stdout(io.StringIO()):
