@@ -234,6 +234,7 @@ class ThroughputChart:
                     label=worker_name(w),
                 )
             self.workers[w].set_data(t, [p.per_worker.get(w, 0.0) for p in h])
+            self.workers[w].set_marker("o" if len(h) == 1 else "")  # a key's line is drawn
         for w, line in self.workers.items():
             line.set_visible(w in ids)
         self.wait.set_data(t, [100 * p.wait_share for p in h])

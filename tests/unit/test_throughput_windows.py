@@ -216,3 +216,41 @@ def test_live_chart_keeps_moving_and_says_when_its_budget_holds_it() -> None:
     gaps = [b - a for a, b in zip(frames_at, frames_at[1:], strict=False)]
     assert max(gaps) <= slow.cost / 0.03 + 0.5, gaps
     assert held_seen > 0
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    batches=st.integers(1, 12),
+    workers=st.integers(1, 3),
+    flush_every=st.integers(1, 12),
+    final=st.booleans(),
+)
+def test_every_series_in_the_key_is_drawn(
+    batches: int, workers: int, flush_every: int, final: bool
+) -> None:
+    """However few points the history has, each line the key names shows on the chart: a
+    single point is a dot (the trial saw workers 0 and 1 in the key and no line of theirs)."""
+    from clorch_nb.widgets.throughput_chart import ThroughputChart
+
+    s = ThroughputStats()
+    s.add(EpochEvent("start", 0, batches, "process", workers, 0.0))
+    for b in range(batches):
+        s.add(BatchEvent(0, b, b % workers, 32, 0.01, 0.0, 0.001, 1, 0.05 * (b + 1)))
+        if b % flush_every == flush_every - 1:
+            s.flush()
+    s.add(EpochEvent("end", 0, batches, "process", workers, 0.05 * batches + 0.01))
+    chart = ThroughputChart()
+    chart.render(s, s.snapshot(), final=final)
+    chart.canvas.draw()
+    keyed = [  # the items/s key (the wait panel's starts "\u2014 of time")
+        t.get_text()[2:]
+        for t in chart.fig.texts
+        if t.get_text().startswith(("\u2014 all", "\u2014 worker", "\u2014 main"))
+    ]
+    lines = {"all": chart.total, **{ln.get_label(): ln for ln in chart.workers.values()}}
+    for name in keyed:  # what the key names (none for one worker: the overall line is its)
+        line = lines[name]
+        n = len(line.get_xdata())
+        assert line.get_visible() and n >= 1, (name, n)
+        assert n >= 2 or line.get_marker() not in ("", "None", None), (name, n, line.get_marker())
+    assert chart.total.get_visible() and len(chart.total.get_xdata()) >= 1
