@@ -209,7 +209,7 @@ def _mark_lengths(ax: Any, report: ShapeReport, tops: np.ndarray) -> str:
             for i, n in enumerate(lengths):
                 ax.text(i, tops[i], str(n), ha="center", va="bottom", fontsize=8, color=ERROR,
                         gid=f"length-{i}")  # fmt: skip
-            return f"{name}'s length (dim {d})"
+            return f"the length of {name} (dim {d})"
     return ""
 
 
