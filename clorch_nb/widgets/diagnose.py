@@ -431,9 +431,10 @@ class StepWaits:
         t_s: seconds of loading (inside epochs) at the batch's hand-over: the x of the
             monitor's chart.
         wait_s: seconds the loop was blocked in ``next()`` (from asking, ``t_asked_s``, to the
-            hand-over, ``t_s``).
+            hand-over, ``t_s``); with ``device="cuda"``, plus the seconds the device waited for
+            the batch's copy (see :data:`STEP_STAGES`).
         step_s: seconds from the previous batch's hand-over to this one's (for an epoch's first
-            batch: from the epoch's start), so ``wait_s <= step_s``.
+            batch: from the epoch's start), so ``wait_s <= step_s`` but for a device's wait.
         items: items in the batch.
         stage_code: what made the batch late, an index into :data:`STEP_STAGES`; -1: none.
         epoch: the loader's epoch.
