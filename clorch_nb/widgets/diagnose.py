@@ -36,7 +36,7 @@ host waited for data, the verdict is "waiting for the copy".
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from itertools import chain
 from operator import itemgetter
@@ -594,6 +594,34 @@ def summary_writer(writer: Any, *, argument: str = "writer") -> tuple[Any, bool]
             "package: pip install 'clorch-nb[tensorboard]' (or pip install tensorboard)"
         ) from exc
     return SummaryWriter(log_dir=os.fspath(writer)), True
+
+
+def export_to_tensorboard(
+    writer: Any, write: Callable[[Any], None], *, prefix: str, first_step: int
+) -> str | None:
+    """Check ``prefix`` and ``first_step``, open ``writer`` (:func:`summary_writer`), call
+    ``write(sink)``, close the writer if it was made here; returns the log directory written,
+    when known. What every view's ``to_tensorboard`` does around its own scalars.
+
+    Raises:
+        ConfigError: ``prefix`` not a non-empty str, ``first_step`` not an int >= 0, or
+            ``writer`` neither a writer nor a directory (each names the value and the fix).
+        ImportError: a directory given and the ``tensorboard`` package missing.
+    """
+    if not isinstance(prefix, str) or not prefix:
+        raise ConfigError(f"prefix={prefix!r} must be a non-empty str, e.g. 'data'")
+    if isinstance(first_step, bool) or not isinstance(first_step, int) or first_step < 0:
+        raise ConfigError(f"first_step={first_step!r} must be an int >= 0 (a global_step)")
+    sink, made = summary_writer(writer)
+    try:
+        write(sink)
+    finally:
+        if made:
+            sink.close()
+    logdir = getattr(sink, "log_dir", None)
+    if callable(getattr(sink, "get_logdir", None)):
+        logdir = sink.get_logdir()
+    return None if logdir is None else str(logdir)
 
 
 @dataclass(frozen=True)

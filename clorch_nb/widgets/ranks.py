@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.launch import LaunchResult, RankMessage
-from clorch_nb.widgets.diagnose import Breakdown, StepWaits
+from clorch_nb.widgets.diagnose import Breakdown, StepWaits, export_to_tensorboard
 
 __all__ = ["WAIT_FLOOR", "RankRow", "RanksReport", "WorstStep", "ranks_report"]
 
@@ -333,6 +334,70 @@ class RanksReport:
             f"(its data wait mostly {main})"
             + (f"; in {idle} no rank waited over {WAIT_FLOOR:.0%} of the step" if idle else "")
         )
+
+    def to_tensorboard(
+        self, writer: Any, *, prefix: str = "data", first_step: int = 0
+    ) -> str | None:
+        """Write each rank's data wait per step and the worst rank of every step to
+        TensorBoard (a run outside notebooks, or beside the model's scalars):
+
+        * per rank ``r``, what :meth:`ThroughputMonitor.to_tensorboard
+          <clorch_nb.widgets.throughput_view.ThroughputMonitor.to_tensorboard>` writes, under
+          ``{prefix}/rank{r}/`` (``wait_ms``, ``step_ms``, ``wait_share``, ``items_per_s``,
+          ``stage_wait_ms/<stage>``; ``global_step`` = that rank's step number + ``first_step``);
+        * per step every rank has taken (:meth:`worst_steps`, in (epoch, step) order,
+          ``global_step`` = its position + ``first_step``): ``{prefix}/worst/rank``,
+          ``{prefix}/worst/wait_share`` (0..1) and ``{prefix}/worst/wait_ms``;
+        * :meth:`worst_line` as text ``{prefix}/worst/summary``.
+
+        Args:
+            writer (SummaryWriter | str | os.PathLike): a writer (flushed, left open) or a log
+                directory (a writer is made there, and closed).
+            prefix (str): the tags' first part.
+            first_step (int): added to every ``global_step``.
+
+        Returns:
+            str | None: the log directory written, when known.
+
+        Raises:
+            ConfigError: ``writer`` neither a writer nor a directory, or a bad ``prefix`` /
+                ``first_step`` (each names the value and the fix).
+            ImportError: a directory given and the ``tensorboard`` package missing.
+
+        Example:
+            >>> class Sink:  # anything with add_scalar, add_text and flush
+            ...     def __init__(self): self.scalars = []
+            ...     def add_scalar(self, tag, value, step): self.scalars.append((tag, value, step))
+            ...     def add_text(self, tag, text, step=0): pass
+            ...     def flush(self): pass
+            >>> from clorch_nb.launch import RankMessage
+            >>> r, sink = RanksReport(2), Sink()
+            >>> for rank, fetch_s in ((0, 0.1), (1, 0.6)):
+            ...     r.add(RankMessage(rank, "epoch", "train", ("start", 0, 1, "inline", 0, 0.0)))
+            ...     b = BatchEvent(0, 0, -1, 8, fetch_s, 0.0, fetch_s, 0, 1.0, 1.0 - fetch_s)
+            ...     r.add(RankMessage(rank, "batch", "train", tuple(b), (rank,)))
+            >>> r.to_tensorboard(sink) is None  # a sink without a log directory
+            True
+            >>> [(tag, v) for tag, v, _ in sink.scalars if tag.startswith("data/worst/")]
+            [('data/worst/rank', 1), ('data/worst/wait_share', 0.6), ('data/worst/wait_ms', 600.0)]
+        """
+
+        def write(sink: Any) -> None:
+            for rank in range(self.world_size):
+                self.steps(rank).to_tensorboard(
+                    sink, prefix=f"{prefix}/rank{rank}", first_step=first_step
+                )
+            worst = self.worst_steps()
+            for i, w in enumerate(worst):
+                step = first_step + i
+                sink.add_scalar(f"{prefix}/worst/rank", w.rank, step)
+                sink.add_scalar(f"{prefix}/worst/wait_share", w.share, step)
+                sink.add_scalar(f"{prefix}/worst/wait_ms", round(w.wait_ms, 3), step)
+            last = first_step + max(len(worst) - 1, 0)
+            sink.add_text(f"{prefix}/worst/summary", self.worst_line(), last)
+            sink.flush()
+
+        return export_to_tensorboard(writer, write, prefix=prefix, first_step=first_step)
 
     def to_text(self) -> str:
         """The straggler table, each rank's data wait per step, the worst rank per step and the

@@ -92,6 +92,15 @@ class RanksView(View):
         )
         return figure_png(fig)
 
+    def to_tensorboard(
+        self, writer: Any, *, prefix: str = "data", first_step: int = 0
+    ) -> str | None:
+        """Each rank's data wait per step and the worst rank of every step, as TensorBoard
+        scalars: :meth:`RanksReport.to_tensorboard
+        <clorch_nb.widgets.ranks.RanksReport.to_tensorboard>` (its arguments, tags and
+        errors)."""
+        return self.report.to_tensorboard(writer, prefix=prefix, first_step=first_step)
+
     def to_png(self) -> bytes:
         """The shard view above the rank charts, as one PNG."""
         parts = [p for p in (self.shards_png(), self.ranks_png()) if p is not None]

@@ -46,7 +46,7 @@ from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import Batched
 from clorch_nb.widgets._base import View, in_kernel, weak_loader
 from clorch_nb.widgets._render import png_b64
-from clorch_nb.widgets.diagnose import StepWaits, Verdict, summary_writer
+from clorch_nb.widgets.diagnose import StepWaits, Verdict, export_to_tensorboard
 from clorch_nb.widgets.throughput import HistoryPoint, ThroughputSnapshot, ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
@@ -503,20 +503,12 @@ class ThroughputMonitor(View):
             ...     mon.to_tensorboard(logdir) == logdir  # needs: pip install tensorboard
             True
         """
-        if not isinstance(prefix, str) or not prefix:
-            raise ConfigError(f"prefix={prefix!r} must be a non-empty str, e.g. 'data'")
-        if isinstance(first_step, bool) or not isinstance(first_step, int) or first_step < 0:
-            raise ConfigError(f"first_step={first_step!r} must be an int >= 0 (a global_step)")
-        sink, made = summary_writer(writer)
-        try:
-            self.steps().to_tensorboard(sink, prefix=prefix, first_step=first_step)
-        finally:
-            if made:
-                sink.close()
-        logdir = getattr(sink, "log_dir", None)
-        if callable(getattr(sink, "get_logdir", None)):
-            logdir = sink.get_logdir()
-        return None if logdir is None else str(logdir)
+        return export_to_tensorboard(
+            writer,
+            lambda sink: self.steps().to_tensorboard(sink, prefix=prefix, first_step=first_step),
+            prefix=prefix,
+            first_step=first_step,
+        )
 
     # -- static forms ---------------------------------------------------------------------------
 
