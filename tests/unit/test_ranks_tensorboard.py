@@ -17,8 +17,11 @@ from clorch_nb.errors import ConfigError
 from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.launch import RankMessage
 from clorch_nb.widgets.ranks import RanksReport
+from clorch_nb.widgets.ranks_view import RanksView
 
-tb = pytest.importorskip("tensorboard")
+EventAccumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator"
+).EventAccumulator
 
 
 def _report(fetch: list[list[float]]) -> RanksReport:
@@ -35,8 +38,6 @@ def _report(fetch: list[list[float]]) -> RanksReport:
 
 
 def _read(logdir: str) -> tuple[dict[str, list[tuple[int, float]]], set[str]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
     acc = EventAccumulator(logdir, size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     tags = acc.Tags()
@@ -78,8 +79,6 @@ def test_every_rank_and_the_worst_rank_read_back(fetch: list[list[float]], first
 
 
 def test_the_ranks_view_refuses_what_is_not_a_writer(tmp_path: Path) -> None:
-    from clorch_nb.widgets.ranks_view import RanksView
-
     view = RanksView(_report([[0.1, 0.2]]))
     with pytest.raises(ConfigError, match=r"writer=42 \(int\) is not a TensorBoard writer"):
         view.to_tensorboard(42)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from clorch_nb import data
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.widgets.throughput import ThroughputStats
+from clorch_nb.widgets.throughput_chart import ThroughputChart
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -112,7 +113,6 @@ def test_chart_marks_each_epochs_end_inside_the_figure(final: bool) -> None:
     """The chart against its report: the items/s line is the history (its last point the last
     window's), a dotted line at every epoch end (where the queue drains), "epoch end" beside
     the last one, and the line and its label inside the axes' limits and the figure."""
-    from clorch_nb.widgets.throughput_chart import ThroughputChart
 
     s = ThroughputStats()
     t = 0.0
@@ -230,8 +230,6 @@ def test_every_series_in_the_key_is_drawn(
 ) -> None:
     """However few points the history has, each line the key names shows on the chart: a
     single point is a dot (the trial saw workers 0 and 1 in the key and no line of theirs)."""
-    from clorch_nb.widgets.throughput_chart import ThroughputChart
-
     s = ThroughputStats()
     s.add(EpochEvent("start", 0, batches, "process", workers, 0.0))
     for b in range(batches):
