@@ -265,7 +265,7 @@ class ThroughputMonitor(View):
         def on_batches(records: list[tuple[Any, ...]]) -> None:
             add_batches(records)
             t = last[0] = records[-1][8]  # t_s
-            if t >= self._next_tick and live:
+            if t >= self._next_tick:
                 tick(t)
 
         def on_event(ev: Any) -> None:
@@ -282,7 +282,7 @@ class ThroughputMonitor(View):
             else:
                 if live and self._kernel:
                     self._watch_stalls()
-                if ev.t_s >= self._next_tick and live:
+                if ev.t_s >= self._next_tick:
                     tick(ev.t_s)
 
         return Batched(on_batches, on_event, every=256, within_s=min(0.05, self._interval / 2))
@@ -365,6 +365,12 @@ class ThroughputMonitor(View):
         )
 
     def _tick(self, now: float) -> None:
+        if not self.live or self._widget is None:
+            # Nothing shown (a script, a hidden monitor): the history still gets its point, so
+            # a chart drawn later (to_png, the final display) has the run over time, not a dot
+            self.stats.flush(now)
+            self._next_tick = now + self._interval
+            return
         try:
             self._update(chart=None, now=now)
         except Exception as exc:  # noqa: BLE001 - a display problem must never stop the loop

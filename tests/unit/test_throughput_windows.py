@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clorch_nb import data
+from clorch_nb import data, widgets
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.widgets.throughput import ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart
@@ -252,3 +252,33 @@ def test_every_series_in_the_key_is_drawn(
         assert line.get_visible() and n >= 1, (name, n)
         assert n >= 2 or line.get_marker() not in ("", "None", None), (name, n, line.get_marker())
     assert chart.total.get_visible() and len(chart.total.get_xdata()) >= 1
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_monitor_nothing_shows_still_records_the_run_over_time(workers: int) -> None:
+    """In a script (nothing displayed, ``live`` off) the history gets a point every refresh
+    interval, as when shown, so ``to_png()`` after the run draws it over time (the trial saw one
+    dot per panel for a 5.7 s run); each point is a window the events fill (oracle: the
+    loader's own batch times)."""
+    seen: list[Any] = []
+    ds = data.tensor_dataset(torch.randn(640, 4), torch.arange(640))
+    kw = {"num_workers": workers, "worker_backend": "thread"} if workers else {}
+    with data.dataloader(ds, batch_size=32, **kw) as loader:
+        loader.subscribe(seen.append)
+        mon = widgets.monitor(loader)
+        assert not mon.live
+        for _ in range(2):
+            for _batch in mon:
+                time.sleep(0.02)  # 40 steps of 20 ms: about 0.8 s of loading
+        mon.to_png()
+    history = mon.stats.history
+    assert len(history) >= 3, [p.t_s for p in history]
+    times = [p.t_s for p in history]
+    assert times == sorted(times) and len(set(times)) == len(times)
+    n_batches = sum(isinstance(e, BatchEvent) for e in seen)
+    assert n_batches == 40 == mon.summary()["batches"]
+    chart = ThroughputChart()  # the final chart to_png() draws, from the same stats
+    chart.render(mon.stats, mon.stats.snapshot(), final=True)
+    for line in (chart.total, chart.queue):
+        assert list(line.get_data()[0]) == times
