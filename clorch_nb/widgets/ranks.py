@@ -327,11 +327,17 @@ class RanksReport:
         counts: dict[int, int] = {}
         for w in waited:
             counts[w.rank] = counts.get(w.rank, 0) + 1
-        rank = max(counts, key=lambda r: (counts[r], -r))
+        order = sorted(counts, key=lambda r: (-counts[r], r))
+        rank, others = order[0], order[1:]
         main = self.steps(rank).main_stage() or "no wait"
+        # every step is counted once: the other worst ranks (three named, then the rest)
+        named = "".join(f", rank {r} in {counts[r]}" for r in others[:3])
+        rest = others[3:]
+        if rest:
+            named += f", {len(rest)} other ranks in {sum(counts[r] for r in rest)}"
         return (
             f"worst rank per step: rank {rank} in {counts[rank]} of {len(worst)} steps "
-            f"(its data wait mostly {main})"
+            f"(its data wait mostly {main}){named}"
             + (f"; in {idle} no rank waited over {WAIT_FLOOR:.0%} of the step" if idle else "")
         )
 

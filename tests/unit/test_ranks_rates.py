@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 from clorch_nb.instrumentation import BatchEvent, EpochEvent
 from clorch_nb.launch import RankMessage
-from clorch_nb.widgets.ranks import RanksReport
+from clorch_nb.widgets.ranks import WAIT_FLOOR, RanksReport
 
 
 def _feed(
@@ -227,3 +228,38 @@ def test_no_rank_is_named_for_steps_nobody_waited_in() -> None:
     drawn = ax.get_tightbbox(fig.canvas.get_renderer())  # type: ignore[attr-defined]
     assert drawn is not None and some.worst_line() in ax.get_title(loc="left")
     assert fig.bbox.x0 <= drawn.x0 and drawn.x1 <= fig.bbox.x1  # titles, ticks, marks
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    waits=st.integers(1, 6).flatmap(
+        lambda ranks: st.integers(1, 10).flatmap(
+            lambda n: st.lists(
+                st.lists(st.sampled_from([1e-6, 0.01, 0.03, 0.05, 0.08]), min_size=n, max_size=n),
+                min_size=ranks,
+                max_size=ranks,
+            )
+        )
+    )
+)
+def test_the_worst_line_counts_every_step_once(waits: list[list[float]]) -> None:
+    """The line names the worst rank's steps, the other worst ranks' (up to three, then the
+    rest together) and the steps nobody waited in: they add up to every step (the trial read
+    "rank 1 in 3 of 58 steps ... in 54 no rank waited" and could not find the 58th). Oracle:
+    ``worst_steps()``."""
+    report = RanksReport(len(waits))
+    for rank, w in enumerate(waits):
+        _waits(report, rank, w)
+    worst = report.worst_steps()
+    line = report.worst_line()
+    if line.startswith("worst rank per step: none"):
+        assert all(w.share < WAIT_FLOOR for w in worst)
+        return
+    counted = [int(n) for n in re.findall(r"(?:rank \d+|other ranks) in (\d+)", line)]
+    idle = re.search(r"in (\d+) no rank waited", line)
+    assert sum(counted) + (int(idle.group(1)) if idle else 0) == len(worst), line
+    waited = [w for w in worst if w.share >= WAIT_FLOOR]
+    top = max({w.rank for w in waited}, key=lambda r: (sum(x.rank == r for x in waited), -r))
+    assert line.startswith(
+        f"worst rank per step: rank {top} in {sum(x.rank == top for x in waited)} of "
+    )
