@@ -87,12 +87,25 @@ _C = {name: i for i, name in enumerate(CopyEvent._fields)}
 C_EPOCH, C_INDEX, C_BYTES = _C["epoch"], _C["batch_index"], _C["nbytes"]
 C_START, C_END, C_NEEDED = _C["t_start_s"], _C["t_end_s"], _C["t_needed_s"]
 EPOCH, COPY = _F["epoch"], _F["copy_s"]
-# the columns Breakdown.fold_batches folds, one C-level getter (numbers only: a float array);
-# a record made by hand may stop before copy_s (read as 0)
-INDEX = _F["batch_index"]
-_COLS = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX, COPY)
-_NCOLS = 12
-_COLS_NO_COPY = itemgetter(WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX)
+# the columns of batch records that are folded, one C-level getter (numbers only: a float
+# array, converted once per flush for Breakdown.fold_batches and the monitor's totals); a record
+# made by hand may stop before copy_s (read as 0)
+INDEX, QUEUE = _F["batch_index"], _F["queue_depth"]
+_COLS = itemgetter(
+    WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX, COPY, QUEUE
+)
+_NCOLS = 13
+#: the row of each field in :func:`columns`' array
+COLUMN_ROWS = {
+    name: i
+    for i, name in enumerate(
+        ("worker_id", "fetch_s", "collate_s", "wait_s", "t_s", "t_asked_s", "t_start_s",
+         "t_sent_s", "epoch", "num_items", "batch_index", "copy_s", "queue_depth")
+    )
+}  # fmt: skip
+_COLS_NO_COPY = itemgetter(
+    WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX, QUEUE
+)
 #: steps a late CopyEvent can still find (its batch's row), by (epoch, batch_index)
 ROWS_FOR_COPIES = 256
 #: below this many records a run is folded one by one (numpy's per-call cost dominates)
@@ -143,9 +156,11 @@ class Breakdown:
         self._steps = np.zeros((0, 6), dtype=np.float32)
         self._n_steps = 0
         self._seen_workers: set[int] = set()  # workers that delivered in the open epoch
-        # (epoch, batch_index) -> (row, its longest host part) for the last ROWS_FOR_COPIES
-        # steps: a CopyEvent comes a batch or two after its batch
-        self._rows: dict[tuple[int, int], tuple[int, float]] = {}
+        # the last ROWS_FOR_COPIES steps (at least), for a CopyEvent that comes a batch or two
+        # after its batch: per fold, (first row, epochs, batch indices, longest host parts),
+        # oldest first (arrays, so a fold pays no per-step Python work for copies that a loader
+        # without a CUDA device never sends)
+        self._rows: list[tuple[int, np.ndarray, np.ndarray, np.ndarray]] = []
         self._origin: float | None = None  # the clock's zero for batches before any epoch
 
     def epoch(self, ev: Any) -> None:
@@ -164,7 +179,7 @@ class Breakdown:
 
     def batch(self, b: tuple[Any, ...]) -> None:
         """Take one batch (a :class:`BatchEvent` or its fields as a tuple)."""
-        self._fold_steps(_columns([b]))
+        self._fold_steps(columns([b]))
         self._aggregate(b)
 
     def _aggregate(self, b: tuple[Any, ...]) -> None:
@@ -203,9 +218,16 @@ class Breakdown:
             parts["items"] += build * (1.0 - share)
         self._prev = t
 
-    def fold_batches(self, records: list[tuple[Any, ...]]) -> None:
+    def fold_batches(
+        self, records: list[tuple[Any, ...]], cols: np.ndarray | None = None
+    ) -> None:
         """Take a run of batches in order (no epoch event among them): what :meth:`batch` does
         for each, as array arithmetic (one fold of a monitor's flush: thousands of records).
+
+        Args:
+            records (list[tuple]): batch records (:class:`BatchEvent` fields), oldest first.
+            cols (np.ndarray | None): their :func:`columns`, shape ``(13, len(records))``, when
+                the caller has converted them already; None: converted here.
 
         Example:
             >>> from clorch_nb.instrumentation import EpochEvent
@@ -223,7 +245,7 @@ class Breakdown:
         n = len(records)
         if not n:
             return
-        cols = _columns(records)
+        cols = columns(records) if cols is None else cols  # cols: the records' columns()
         self._fold_steps(cols)
         if n < VECTOR_FROM:
             for b in records:
@@ -270,7 +292,7 @@ class Breakdown:
     def _fold_steps(self, cols: np.ndarray) -> None:
         """Append each batch's step (see :class:`StepWaits`, :data:`STEP_STAGES`); called
         before the totals move on (it reads the previous hand-over and the epoch's start)."""
-        worker, fetch, coll, wait, t, asked, started, sent, epoch, items, index, copy = cols
+        worker, fetch, coll, wait, t, asked, started, sent, epoch, items, index, copy = cols[:12]
         n = len(t)
         t0 = t - wait
         asked = np.where(asked != 0.0, asked, t0)
@@ -312,14 +334,12 @@ class Breakdown:
             self._steps = grown
         self._steps[k : k + n] = np.stack((x, t - asked, step, items, stage, epoch), axis=1)
         self._n_steps = k + n
-        rows, tail = self._rows, max(0, n - ROWS_FOR_COPIES)
-        keys = zip(
-            epoch[tail:].astype(int).tolist(), index[tail:].astype(int).tolist(), strict=True
-        )
-        found = zip(range(k + tail, k + n), longest[tail:].tolist(), strict=True)
-        rows.update(zip(keys, found, strict=True))
-        if len(rows) > 2 * ROWS_FOR_COPIES:  # keep the newest (a dict keeps insertion order)
-            self._rows = dict(list(rows.items())[-ROWS_FOR_COPIES:])
+        tail = max(0, n - ROWS_FOR_COPIES)
+        rows = self._rows
+        # copies: a view would keep the flush's whole columns alive
+        rows.append((k + tail, epoch[tail:].copy(), index[tail:].copy(), longest[tail:].copy()))
+        while len(rows) > 1 and sum(len(r[1]) for r in rows[1:]) >= ROWS_FOR_COPIES:
+            del rows[0]  # the newer folds hold enough steps
 
     def step_waits(self) -> StepWaits:
         """Every step so far, oldest first (24 bytes kept per step; read without a copy unless
@@ -360,13 +380,23 @@ class Breakdown:
         self.copy_s += max(0.0, ev[C_END] - ev[C_START])
         waited = max(0.0, ev[C_END] - ev[C_NEEDED])
         self.copy_wait_s += waited
-        found = self._rows.get((ev[C_EPOCH], ev[C_INDEX])) if waited > 0 else None
+        found = self._row_of(ev[C_EPOCH], ev[C_INDEX]) if waited > 0 else None
         if found is not None:  # the device waited for this batch: its step waited (STEP_STAGES)
             row, longest = found
             self._steps[row, 1] += waited
             if waited > longest:
                 self._steps[row, 4] = STEP_STAGES.index("device copy")
         return ev
+
+    def _row_of(self, epoch: int, batch_index: int) -> tuple[int, float] | None:
+        """The newest of the last steps that is batch ``batch_index`` of ``epoch``: (its row,
+        its longest host part), or None."""
+        for first, epochs, indices, longest in reversed(self._rows):
+            hit = np.flatnonzero((epochs == epoch) & (indices == batch_index))
+            if len(hit):
+                j = int(hit[-1])
+                return first + j, float(longest[j])
+        return None
 
     def feed(self, events: Iterable[Any]) -> None:
         """:meth:`batch`, :meth:`epoch` or :meth:`copy` for each event, by its type (runs of
@@ -409,16 +439,28 @@ class Breakdown:
         return {k: round(v, 4) for k, v in out.items()}
 
 
-def _columns(records: list[tuple[Any, ...]]) -> np.ndarray:
-    """The folded columns of batch records (``_COLS``, a row each), ``copy_s`` 0 where a record
-    made by hand stops before it."""
+def columns(records: list[tuple[Any, ...]]) -> np.ndarray:
+    """The numeric fields of batch records as a float64 array, a row per field
+    (:data:`COLUMN_ROWS` names them), a column per record: shape ``(13, len(records))``;
+    ``copy_s`` is 0 where a record made by hand stops before it. One conversion serves every
+    fold of a flush (about 0.3 us a record).
+
+    Example:
+        >>> cols = columns([(0, 5, 1, 8, 0.1, 0.0, 0.2, 3, 10.0)])
+        >>> cols.shape, cols[COLUMN_ROWS["queue_depth"]].tolist(), cols[COLUMN_ROWS["copy_s"]].tolist()
+        ((13, 1), [3.0], [0.0])
+    """
+    n = len(records)
+    if not n:
+        return np.zeros((_NCOLS, 0))
     if len(records[0]) > COPY and len(records[-1]) > COPY:
         # one flat C-level pass (numpy's nested-sequence conversion costs half again as much)
-        n = len(records)
         flat = np.fromiter(chain.from_iterable(map(_COLS, records)), np.float64, n * _NCOLS)
         return flat.reshape(n, _NCOLS).T
-    cols = np.array([_COLS_NO_COPY(r) for r in records], dtype=np.float64).T
-    return np.concatenate((cols, np.zeros((1, len(records)))))
+    cols = np.array(
+        [_COLS_NO_COPY(r + (0.0,) * (12 - len(r))) for r in records], dtype=np.float64
+    ).T
+    return np.concatenate((cols[:11], np.zeros((1, n)), cols[11:]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -17,8 +17,17 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
 from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
-from clorch_nb.widgets.diagnose import Breakdown, StepWaits, Verdict, verdict
+from clorch_nb.widgets.diagnose import (
+    COLUMN_ROWS,
+    Breakdown,
+    StepWaits,
+    Verdict,
+    columns,
+    verdict,
+)
 
 __all__ = [
     "HistoryPoint",
@@ -155,15 +164,11 @@ class ThroughputSnapshot:
 
 
 _NAMES = BatchEvent._fields
-_COLUMNS = (
-    "worker_id", "num_items", "fetch_s", "collate_s", "wait_s", "queue_depth", "t_s", "shard",
-)  # fmt: skip
-_GET = {name: itemgetter(_NAMES.index(name)) for name in _COLUMNS}  # the fields folded
-_EPOCH, _INDEX, _ITEMS, _WAIT, _QUEUE, _T = (
-    _NAMES.index(name)
-    for name in ("epoch", "batch_index", "num_items", "wait_s", "queue_depth", "t_s")
+_EPOCH, _ITEMS, _WAIT, _QUEUE, _T = (
+    _NAMES.index(name) for name in ("epoch", "num_items", "wait_s", "queue_depth", "t_s")
 )
-_BATCH_INDEX = itemgetter(_INDEX)
+_SHARD, _WORKER = itemgetter(_NAMES.index("shard")), itemgetter(_NAMES.index("worker_id"))
+_ROW = COLUMN_ROWS  # a field's row in columns()
 
 
 class ThroughputStats:
@@ -280,30 +285,39 @@ class ThroughputStats:
         # windows, so all batches fold in one go whatever the number of epochs in between.
         start_pos = 0
         feed_batches, feed_epoch = self.breakdown.fold_batches, self.breakdown.epoch
-        recent, pos = self.recent, 0
-        for i, fields in epoch_marks:  # the timeline's order: every event where it came
-            recent.extend(events[pos:i])
+        # The timeline's order: every event where it came. Only the newest ``maxlen`` stay,
+        # so batches before the last ``maxlen`` are not added (a mark among them is added,
+        # then pushed out by the batches after it, as before).
+        recent = self.recent
+        cut = max(0, len(events) - (recent.maxlen or len(events)))
+        pos = cut
+        for i, fields in epoch_marks:
+            if i > pos:
+                recent.extend(events[pos:i])
+                pos = i
             recent.append(fields)
-            pos = i
         recent.extend(events[pos:])
+        # the numbers of every record, converted once for all the folds below (a record's
+        # Python objects are read once: at thousands a flush that is most of its cost)
+        cols = columns(events)
         pos = 0
         for i, fields in epoch_marks:
             if fields[0] == "copy":  # the device's side: after the batches (below)
                 continue
-            feed_batches(events[pos:i])
+            feed_batches(events[pos:i], cols[:, pos:i])
             pos = i
             ev = EpochEvent(*fields)
             feed_epoch(fields)
             self._epoch(ev)
             if ev.kind == "start":
                 start_pos = i
-        feed_batches(events[pos:])
+        feed_batches(events[pos:], cols[:, pos:])
         for _, fields in epoch_marks:  # each finds its batch's step (folded above)
             if fields[0] == "copy":
                 self.breakdown.copy(fields)
         t_before = self._t_batch
-        self._fold(events, start_pos)
-        self._short_ends(events, t_before)
+        self._fold(events, cols, start_pos)
+        self._short_ends(events, cols, t_before)
         # A window ends at its last batch, not at ``now`` or at the epoch's end: the time after
         # the last batch (a refresh that came early, the workers' shutdown) holds no batch yet,
         # and a rate over it would end every series in a false plunge. That time opens the
@@ -334,7 +348,7 @@ class ThroughputStats:
         self._window = (self.items, self.wait_s, self.batches, self.queue_sum, t_end)
         self._window_short = self._short
 
-    def _short_ends(self, evs: list[Any], t_before: float) -> None:
+    def _short_ends(self, evs: list[Any], cols: np.ndarray, t_before: float) -> None:
         """Add the epochs' short last batches among ``evs`` to ``self._short``.
 
         With ``drop_last=False`` an epoch's last batch holds what is left (1,797 digits in
@@ -346,15 +360,12 @@ class ThroughputStats:
         info = self._epoch_info
         if not evs:
             return
-        full = self._full_items = max(self._full_items, max(map(_GET["num_items"], evs)))
-        index = tuple(map(_BATCH_INDEX, evs))
+        full = self._full_items = max(self._full_items, int(cols[_ROW["num_items"]].max()))
+        index = cols[_ROW["batch_index"]]
         for epoch, (num_batches, t_start) in info.items():
-            j = -1
-            while num_batches > 0:  # C-level scans for the last index; rarely more than one
-                try:
-                    j = index.index(num_batches - 1, j + 1)
-                except ValueError:
-                    break
+            if num_batches <= 0:
+                continue
+            for j in np.flatnonzero(index == num_batches - 1).tolist():  # rarely more than one
                 ev = evs[j]
                 if ev[_EPOCH] != epoch or ev[_ITEMS] >= full:
                     continue
@@ -377,61 +388,52 @@ class ThroughputStats:
             return self._closed_s + (t - self._t_start)
         return max(0.0, self._closed_s - max(0.0, self._t_closed - t))
 
-    def _fold(self, evs: list[Any], recent_from: int = 0) -> None:
-        # totals from every batch record; per-worker window chunks from ``evs[recent_from:]``,
-        # the batches of the epoch open (or last started) now
-        if not evs:
-            return
-        # Columns in BatchEvent field order, one C-level map each. (Not ``zip(*evs)``: that
-        # makes a tracked iterator per record, thousands per flush, which the GC promotes to
-        # its oldest generation mid-flush, triggering full collections: 10 % of a fast loop.)
-        col = {name: tuple(map(get, evs)) for name, get in _GET.items()}
+    def _fold(self, evs: list[Any], cols: np.ndarray, recent_from: int = 0) -> None:
+        # totals from every batch record (``cols``: their columns()); per-worker window chunks
+        # from ``evs[recent_from:]``, the batches of the epoch open (or last started) now
         n = len(evs)
-        items, queue = col["num_items"], col["queue_depth"]
-        fetch, coll = col["fetch_s"], col["collate_s"]
-        n_items = sum(items)
+        if not n:
+            return
+        worker, items, times = cols[_ROW["worker_id"]], cols[_ROW["num_items"]], cols[_ROW["t_s"]]
+        queue = cols[_ROW["queue_depth"]]
+        busy = cols[_ROW["fetch_s"]] + cols[_ROW["collate_s"]]
+        n_items = int(items.sum())
         self.batches += n
         self.items += n_items
-        self.wait_s += sum(col["wait_s"])
-        self.queue_sum += sum(queue)
-        self.queue_max = max(self.queue_max, max(queue))
-        self.queue_last = queue[-1]
-        worker_ids, times = col["worker_id"], col["t_s"]
-        self._t_last = max(self._t_last, times[-1])
-        self._t_batch = max(self._t_batch, max(times))
-        if any(col["shard"]):  # a shard dataset: each worker's latest shard (last one wins)
+        self.wait_s += float(cols[_ROW["wait_s"]].sum())
+        self.queue_sum += int(queue.sum())
+        self.queue_max = max(self.queue_max, int(queue.max()))
+        self.queue_last = int(queue[-1])
+        self._t_last = max(self._t_last, float(times[-1]))
+        self._t_batch = max(self._t_batch, float(times.max()))
+        if any(map(_SHARD, evs)):  # a shard dataset: each worker's latest shard (last one wins)
             self.worker_shards.update(
-                (w, sh) for w, sh in zip(worker_ids, col["shard"], strict=True) if sh
+                (w, sh) for w, sh in zip(map(_WORKER, evs), map(_SHARD, evs)) if sh
             )
-        if len(set(worker_ids)) == 1:
-            w = worker_ids[0]
-            acc = self._workers.setdefault(w, [0, 0, 0.0])
-            acc[0] += n
-            acc[1] += n_items
-            acc[2] += sum(fetch) + sum(coll)
-            if recent_from < n:
-                self._recent_of(w, times[recent_from]).append(
-                    (times[-1], n_items - sum(items[:recent_from]), n - recent_from)
-                )
-        else:
-            for w, k, f, c in zip(worker_ids, items, fetch, coll, strict=True):
-                acc = self._workers.setdefault(w, [0, 0, 0.0])
-                acc[0] += 1
-                acc[1] += k
-                acc[2] += f + c
-            chunk: dict[int, list[Any]] = {}  # id -> [t_last, items, batches, t_first]
-            for w, k, t in zip(
-                worker_ids[recent_from:], items[recent_from:], times[recent_from:], strict=True
-            ):
-                ch = chunk.get(w)
-                if ch is None:
-                    chunk[w] = [t, k, 1, t]
-                else:
-                    ch[0] = t
-                    ch[1] += k
-                    ch[2] += 1
-            for w, (t, k, m, t_first) in chunk.items():
-                self._recent_of(w, t_first).append((t, k, m))
+        # per worker (ids in order of first appearance, as the workers' dict has them)
+        ids, first, inv = np.unique(worker, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        per_items = np.bincount(inv, weights=items, minlength=len(ids))
+        per_batches = np.bincount(inv, minlength=len(ids))
+        per_busy = np.bincount(inv, weights=busy, minlength=len(ids))
+        for j in order.tolist():
+            acc = self._workers.setdefault(int(ids[j]), [0, 0, 0.0])
+            acc[0] += int(per_batches[j])
+            acc[1] += int(per_items[j])
+            acc[2] += float(per_busy[j])
+        if recent_from >= n:
+            return
+        # this epoch's chunk of each worker: (t of its last batch, items, batches), anchored
+        # at the time of its first
+        w_r, t_r, k_r = worker[recent_from:], times[recent_from:], items[recent_from:]
+        ids, first, inv = np.unique(w_r, return_index=True, return_inverse=True)
+        last = len(w_r) - 1 - np.unique(w_r[::-1], return_index=True)[1]
+        per_items = np.bincount(inv, weights=k_r, minlength=len(ids))
+        per_batches = np.bincount(inv, minlength=len(ids))
+        for j in np.argsort(first, kind="stable").tolist():
+            self._recent_of(int(ids[j]), float(t_r[first[j]])).append(
+                (float(t_r[last[j]]), int(per_items[j]), int(per_batches[j]))
+            )
 
     def _recent_of(self, worker_id: int, t_first: float) -> list[tuple[float, int, int]]:
         recent = self._recent.get(worker_id)
