@@ -3,20 +3,47 @@ from a plain-data template, importable so process workers rebuild them by refere
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
 
+class Pair(NamedTuple):
+    """A namedtuple item (torch's collate keeps its type; the views name its fields)."""
+
+    first: Any
+    second: Any
+
+
+@dataclasses.dataclass
+class Record:
+    """A dataclass item (clorch_nb's collate walks it; torch's raises a TypeError)."""
+
+    a: Any
+    b: Any
+
+
 def make_item(template: Any, i: int) -> Any:
     """Item ``i`` of the structure ``template``: ``("tensor", shape)``, ``("ndarray", shape)``,
-    ``("int",)``, ``("float",)``, ``("str",)``, or a dict / tuple (``("tuple", [...])``) of
-    templates. Values depend on ``i``, so every item differs."""
+    ``("int",)``, ``("float",)``, ``("str",)``, ``("ragged", k)`` (a row of ``1 + i % k``
+    values: its length varies from item to item), or a dict / tuple / list
+    (``("tuple", [...])``, ``("list", [...])``) of templates, a :class:`Pair`
+    (``("namedtuple", [t1, t2])``) or a :class:`Record` (``("dataclass", [t1, t2])``). Values
+    depend on ``i``, so every item differs."""
     kind = template[0]
     if kind == "tensor":
         return torch.full(tuple(template[1]), float(i))
+    if kind == "ragged":
+        return torch.full((1 + i % template[1],), float(i))
+    if kind == "list":
+        return [make_item(t, i) for t in template[1]]
+    if kind == "namedtuple":
+        return Pair(*(make_item(t, i) for t in template[1]))
+    if kind == "dataclass":
+        return Record(*(make_item(t, i) for t in template[1]))
     if kind == "ndarray":
         return np.full(tuple(template[1]), i, dtype=np.int32)
     if kind == "int":

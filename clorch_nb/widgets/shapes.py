@@ -21,6 +21,7 @@ from clorch_nb._text import KeyPath, key_path_label, key_path_text, plural, rang
 from clorch_nb._tree import children
 from clorch_nb._tree import kind as tree_kind
 from clorch_nb.errors import CollateError, ConfigError
+from clorch_nb.instrumentation import BatchEvent
 
 __all__ = [
     "BatchInfo",
@@ -57,6 +58,9 @@ class Field:
         shape (tuple[int, ...] | None): tensor/array shape, ``(len,)`` for a list, None otherwise.
         dtype (str): ``"float32"``; for lists the element type(s), e.g. ``"list[str]"``.
         nbytes (int | None): bytes of tensor/array data; None for Python objects.
+        item_shapes (tuple[tuple[int, ...], ...] | None): for a list of tensors or arrays
+            gathered one per item (ragged rows a collate kept as a list), each one's shape;
+            None otherwise.
     """
 
     path: KeyPath
@@ -64,24 +68,33 @@ class Field:
     shape: tuple[int, ...] | None
     dtype: str
     nbytes: int | None
+    item_shapes: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def name(self) -> str:
         """The path as ``"a/b"`` (``"<batch>"`` for the batch itself)."""
         return key_path_label(self.path)
 
-    def describe(self) -> str:
-        """``"(B, ...) dtype bytes"`` for this field."""
+    def describe(self, nbytes_text: str | None = None) -> str:
+        """``"(B, ...) dtype bytes"`` for this field (``nbytes_text`` in place of its bytes)."""
         shape = str(self.shape) if self.shape is not None else ""
-        return f"{shape} {self.dtype} {format_bytes(self.nbytes)}".strip()
+        size = format_bytes(self.nbytes) if nbytes_text is None else nbytes_text
+        return f"{shape} {self.dtype} {size}".strip()
 
 
-def describe_batch(batch: Any) -> tuple[Field, ...]:
-    """The leaves of ``batch`` in key order: mappings, tuples (namedtuples) and dataclasses are
-    walked (the batch walker's containers, :mod:`clorch_nb._tree`); a list of plain values is one
-    leaf, as the loader gathers it (``list[str]``, its length as its shape), and a list that holds
-    tensors, arrays or containers is walked by position (torch's ``default_collate`` turns
-    ``(x, y)`` items into the list ``[x, y]``).
+def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...]:
+    """The leaves of ``batch`` in key order: mappings, tuples, namedtuples (by field name) and
+    dataclasses are walked (the batch walker's containers, :mod:`clorch_nb._tree`); a list of
+    values gathered one per item is one leaf, as the loader gathers it (``list[str]``, its length
+    as its shape), and a list that is the batch's structure is walked by position (torch's
+    ``default_collate`` turns ``(x, y)`` items into the list ``[x, y]``).
+
+    Args:
+        batch (Any): one batch, as the loader yields it.
+        num_items (int | None): the items it was built from, when known (the loader's events
+            say): a list of that many per-item values (each not ``num_items`` long along dim 0,
+            as stacked fields are) is gathered, any other list is structure; None: told apart
+            by their shapes alone (a list of one tensor is then ambiguous).
 
     Example:
         >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
@@ -106,26 +119,27 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
                     x.element_size() * x.numel(),
                 )
             )
-        elif what in ("list", "tuple") and _structure(x):
+        elif what in ("list", "tuple") and _structure(x, num_items):
             for k, v in children(x) or ():  # torch's [x, y] of (x, y) items: walked by position
                 walk(v, (*path, k))
         elif what in ("list", "tuple"):  # values gathered per item (strings, numbers, arrays,
             # ragged rows): clorch_nb's collate gives a list, torch's keeps a tuple of strings
             types = sorted({type(v).__name__ for v in x})
-            sized = [v for v in x if hasattr(v, "nbytes")]
-            nbytes = (
-                sum(
-                    int(v.element_size() * v.numel()) if tree_kind(v) == "tensor" else int(v.nbytes)
-                    for v in sized
-                )  # fmt: skip
-                if sized and len(sized) == len(x)
-                else None
+            nbytes = _reachable_bytes(x)
+            shaped = [v for v in x if tree_kind(v) == "tensor" or _is_ndarray(v)]
+            item_shapes = (
+                tuple(tuple(v.shape) for v in shaped) if shaped and len(shaped) == len(x) else None
             )
-            out.append(Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", nbytes))
+            out.append(
+                Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", nbytes, item_shapes)
+            )
+        elif what == "namedtuple":  # by field name, as the item's class names them
+            for k, v in zip(x._fields, x, strict=True):
+                walk(v, (*path, k))
         elif what != "leaf":
             for k, v in children(x) or ():
                 walk(v, (*path, k))
-        elif type(x).__module__ == "numpy" and hasattr(x, "nbytes") and hasattr(x, "shape"):
+        elif _is_ndarray(x):
             out.append(Field(path, "ndarray", tuple(x.shape), str(x.dtype), int(x.nbytes)))
         else:
             out.append(Field(path, "other", None, type(x).__name__, None))
@@ -134,21 +148,71 @@ def describe_batch(batch: Any) -> tuple[Field, ...]:
     return tuple(out)
 
 
-def _structure(x: list[Any] | tuple[Any, ...]) -> bool:
+def _is_ndarray(x: Any) -> bool:
+    return type(x).__module__ == "numpy" and hasattr(x, "nbytes") and hasattr(x, "shape")
+
+
+def _structure(x: list[Any] | tuple[Any, ...], num_items: int | None = None) -> bool:
     """A list or tuple that is the batch's structure (torch's ``default_collate`` of ``(x, y)``
-    items: ``[x, y]``; clorch_nb's: ``(x, y)``), not values gathered one per item: it holds a
-    container, or tensors of one length along dim 0. Plain values (strings, numbers, arrays:
-    one per item) and tensors of different lengths (ragged rows) are gathered."""
+    items: ``[x, y]``; clorch_nb's: ``(x, y)``), not values gathered one per item.
+
+    With ``num_items`` known: a gathered list has one value per item, so any other length is
+    structure; one of that length is structure only if its tensors (and the first tensor
+    inside each container) are ``num_items`` long along dim 0, as collated fields are, with
+    its plain values beside tensors. Without it: structure if it holds a container, or tensors
+    of one length along dim 0. Plain values (strings, numbers, arrays: one per item) and
+    tensors of different lengths (ragged rows) are gathered."""
     kinds = [tree_kind(v) for v in x]
-    if any(k not in ("tensor", "leaf") for k in kinds):
-        return True
     tensors = [v for v, k in zip(x, kinds, strict=True) if k == "tensor"]
+    containers = [v for v, k in zip(x, kinds, strict=True) if k not in ("tensor", "leaf")]
+    if num_items is not None:
+        if len(x) != num_items:
+            return bool(tensors or containers)
+        if not (tensors or containers):
+            return False
+        if len({_outline(v) for v in (*tensors, *containers)}) > 1:
+            return True  # unlike values: fields (the items of a gathered list are alike)
+        return all(_collated(v, num_items) for v in (*tensors, *containers))
+    if containers:
+        return True
     if not tensors:
         return False
     return (
         len(tensors) < len(x)  # tensors beside plain values: fields, not items
         or (len({tuple(v.shape[:1]) for v in tensors}) == 1 and tensors[0].dim() > 0)
     )
+
+
+def _outline(x: Any) -> tuple[str, int]:
+    """A value's kind and, for a container, its length: items gathered in a list share it."""
+    k = tree_kind(x)
+    return (k, -1) if k in ("tensor", "leaf") else (k, len(list(children(x) or ())))
+
+
+def _collated(x: Any, num_items: int) -> bool:
+    """``x`` looks collated from ``num_items`` items: a tensor (or array) that long along dim
+    0, a list of that many plain values, or a container of such (an item kept whole, e.g.
+    ``[tensor(2), tensor(3)]``, has other lengths inside)."""
+    k = tree_kind(x)
+    if k == "tensor" or _is_ndarray(x):
+        return len(x.shape) > 0 and x.shape[0] == num_items
+    if k == "leaf":
+        return False
+    kids = [v for _, v in children(x) or ()]
+    if k in ("list", "tuple") and all(tree_kind(v) == "leaf" for v in kids):
+        return len(kids) == num_items  # strings or numbers gathered one per item
+    return bool(kids) and all(_collated(v, num_items) for v in kids)
+
+
+def _reachable_bytes(x: Any) -> int | None:
+    """Bytes of every tensor and array inside ``x`` (None: it holds none)."""
+    if tree_kind(x) == "tensor":
+        return int(x.element_size() * x.numel())
+    if _is_ndarray(x):
+        return int(x.nbytes)
+    found = [_reachable_bytes(v) for _, v in children(x) or ()]
+    sized = [n for n in found if n is not None]
+    return sum(sized) if sized else None
 
 
 def _batch_len(fields: tuple[Field, ...]) -> int | None:
@@ -237,6 +301,29 @@ class ShapeGroup:
     batch_indices: tuple[int, ...]
     first: BatchInfo
     partial: bool
+    members: tuple[BatchInfo, ...] = ()
+
+    def bytes_text(self) -> str:
+        """The group's bytes a batch: ``"72 B each"``, or ``"72 B-104 B a batch"`` when
+        batches of the same shapes hold different bytes (lists of ragged rows)."""
+        sizes = [b.nbytes for b in self.members or (self.first,)]
+        lo, hi = min(sizes), max(sizes)
+        if lo != hi:
+            return f"{format_bytes(lo)}-{format_bytes(hi)} a batch"
+        return format_bytes(lo) + (" each" if len(sizes) > 1 else "")
+
+    def field_bytes(self) -> dict[str, str]:
+        """Each field's bytes across the group's batches: one value, or ``"min-max"``."""
+        out: dict[str, list[int | None]] = {}
+        for b in self.members or (self.first,):
+            for f in b.fields:
+                out.setdefault(f.name, []).append(f.nbytes)
+        return {
+            name: format_bytes(v[0])
+            if len(set(v)) == 1 or None in v
+            else f"{format_bytes(min(v))}-{format_bytes(max(v))}"  # type: ignore[type-var]
+            for name, v in out.items()
+        }
 
     @property
     def label(self) -> str:
@@ -285,23 +372,51 @@ class ShapeReport:
         for b in self.batches:
             by_sig.setdefault(b.signature(), []).append(b)
         return [
-            ShapeGroup(tuple(b.index for b in bs), bs[0], self.is_partial(bs[0]))
+            ShapeGroup(tuple(b.index for b in bs), bs[0], self.is_partial(bs[0]), tuple(bs))
             for bs in by_sig.values()
         ]
 
     @property
     def ragged(self) -> dict[str, list[tuple[int, ...]]]:
         """Field name -> the distinct shapes past dim 0, for fields whose shape varies across
-        batches beyond the batch dimension (a partial batch alone is not ragged)."""
+        batches beyond the batch dimension (a partial batch alone is not ragged); for a list of
+        rows gathered one per item (:attr:`Field.item_shapes`), the rows' distinct shapes."""
         seen: dict[str, list[tuple[int, ...]]] = {}
         for b in self.batches:
             for f in b.fields:
                 if f.kind in ("tensor", "ndarray") and f.shape:
-                    tail = f.shape[1:]
-                    shapes = seen.setdefault(f.name, [])
-                    if tail not in shapes:
-                        shapes.append(tail)
+                    tails = [f.shape[1:]]
+                elif f.item_shapes:  # a list of rows gathered one per item: their shapes
+                    tails = list(f.item_shapes)
+                else:
+                    continue
+                shapes = seen.setdefault(f.name, [])
+                shapes.extend(t for t in dict.fromkeys(tails) if t not in shapes)
         return {k: v for k, v in seen.items() if len(v) > 1}
+
+    @property
+    def ragged_items(self) -> dict[str, dict[int, tuple[int, ...]]]:
+        """For each list of rows gathered one per item whose shapes vary (a collate that keeps
+        ragged rows): each varying dimension of the rows, its length in every item, in order.
+
+        Example:
+            >>> batches = [{"tok": [torch.zeros(n) for n in ns]} for ns in ((3, 4), (7, 5))]
+            >>> batch_shapes(batches).ragged_items
+            {'tok': {0: (3, 4, 7, 5)}}
+        """
+        out: dict[str, dict[int, list[int]]] = {}
+        for b in self.batches:
+            for f in b.fields:
+                for shape in f.item_shapes or ():
+                    dims = out.setdefault(f.name, {})
+                    for d, n in enumerate(shape):
+                        dims.setdefault(d, []).append(n)
+        ragged = self.ragged
+        return {
+            name: {d: tuple(v) for d, v in dims.items() if len(set(v)) > 1}
+            for name, dims in out.items()
+            if name in ragged
+        }
 
     @property
     def ragged_lengths(self) -> dict[str, dict[int, tuple[int, ...]]]:
@@ -337,6 +452,13 @@ class ShapeReport:
                     f"  {name} dim {d}: length min {min(v)}, median {med:g}, max {max(v)} "
                     f"over {plural(len(v), 'batch', 'batches')}"
                 )
+        for name, dims in self.ragged_items.items():
+            for d, v in dims.items():
+                med = statistics.median(v)
+                lines.append(
+                    f"  {name} (a row per item) dim {d}: length min {min(v)}, median {med:g}, "
+                    f"max {max(v)} over {plural(len(v), 'item', 'items')}"
+                )
         return lines
 
     @property
@@ -368,13 +490,13 @@ class ShapeReport:
         head += f", {format_bytes(self.total_bytes)} in all"
         lines = [head]
         ragged = self.ragged
+        rows = {f.name for b in self.batches for f in b.fields if f.item_shapes}
         for g in self.groups:
             flag = ""
             if g.partial:
                 flag = f"  <- PARTIAL: {g.first.num_items} of {self.batch_size} items"
-            each = " each" if len(g.batch_indices) > 1 else ""
-            lines.append(f"{g.label}: {format_bytes(g.first.nbytes)}{each}{flag}")
-            lines.extend(tree(g.first.fields, ragged))
+            lines.append(f"{g.label}: {g.bytes_text()}{flag}")
+            lines.extend(tree(g.first.fields, ragged, g.field_bytes()))
         if self.failure is not None and include_failure:
             f = self.failure
             lines.append(f"batch {f.batch_index}: COLLATE ERROR at {f.where}")
@@ -394,8 +516,8 @@ class ShapeReport:
             "  ragged fields: "
             + (
                 "; ".join(
-                    f"{k} (trailing shapes {', '.join(map(str, v[:6]))}"
-                    f"{', ...' if len(v) > 6 else ''})"
+                    f"{k} ({'row' if k in rows else 'trailing'} shapes "
+                    f"{', '.join(map(str, v[:6]))}{', ...' if len(v) > 6 else ''})"
                     for k, v in ragged.items()
                 )
                 or "none"
@@ -409,8 +531,13 @@ class ShapeReport:
         return "\n".join(lines)
 
 
-def tree(fields: tuple[Field, ...], ragged: Mapping[str, Any]) -> list[str]:
-    """Fields as an indented tree: shared path prefixes printed once."""
+def tree(
+    fields: tuple[Field, ...],
+    ragged: Mapping[str, Any],
+    field_bytes: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Fields as an indented tree: shared path prefixes printed once; ``field_bytes``: the
+    bytes to write for a field (a group's range) instead of its own."""
     lines: list[str] = []
     printed: list[Any] = []
     for f in fields:
@@ -422,7 +549,8 @@ def tree(fields: tuple[Field, ...], ragged: Mapping[str, Any]) -> list[str]:
             lines.append("  " + "  " * depth + f"{path[depth]}/")
         printed = list(path[:-1])
         mark = "  <- RAGGED" if f.name in ragged else ""
-        lines.append("  " + "  " * (len(path) - 1) + f"{path[-1]}: {f.describe()}{mark}")
+        text = f.describe(None if field_bytes is None else field_bytes.get(f.name))
+        lines.append("  " + "  " * (len(path) - 1) + f"{path[-1]}: {text}{mark}")
     return lines
 
 
@@ -462,6 +590,16 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
     infos: list[BatchInfo] = []
     failure: CollateFailure | None = None
     truncated = False
+    # The items each batch was built from, as the loader reports them (its events): the
+    # truth, where a batch's shapes alone can mislead (a list of one ragged row, a list of
+    # items kept whole); a plain iterable of batches has none, and dim 0 stands in.
+    sizes: list[int] = []
+    subscribe = getattr(loader, "subscribe", None)
+    unsubscribe = (
+        subscribe(lambda ev: sizes.append(ev.num_items) if isinstance(ev, BatchEvent) else None)
+        if callable(subscribe)
+        else None
+    )
     it = iter(loader)
     try:
         while True:
@@ -475,12 +613,16 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
             except CollateError as exc:
                 failure = CollateFailure.from_error(len(infos), exc)
                 break
-            fields = describe_batch(batch)
-            infos.append(BatchInfo(len(infos), fields, _batch_len(fields)))
+            k = len(infos)
+            n = sizes[k] if len(sizes) > k else None
+            fields = describe_batch(batch, n)
+            infos.append(BatchInfo(k, fields, _batch_len(fields) if n is None else n))
     finally:
         close = getattr(it, "close", None)
         if close is not None:
             close()
+        if unsubscribe is not None:
+            unsubscribe()
     return ShapeReport(
         tuple(infos),
         batch_size if isinstance(batch_size, int) else None,

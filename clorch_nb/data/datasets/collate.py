@@ -332,13 +332,78 @@ def _explain(items: Sequence[Any], path: KeyPath) -> CollateError | None:
     return None
 
 
+#: what torch's ``default_collate`` takes, besides containers (mappings, sequences)
+_TORCH_TAKES = "tensors, numpy arrays, numbers, strings, dicts, lists and tuples"
+
+
+def _explain_type(items: Sequence[Any], path: KeyPath) -> CollateError | None:
+    """Where ``torch.utils.data.default_collate`` met a value it does not take (its
+    ``TypeError``), found by walking ``items`` as it does: a type it has no rule for (a
+    dataclass, None, an object), a numpy array of strings or objects, or items whose values
+    there differ in type (None beside tensors). None when no such place is found."""
+    groups: dict[str, list[int]] = {}
+    for i, x in enumerate(items):
+        groups.setdefault(type(x).__name__, []).append(i)
+    first = items[0]
+    plain = (torch.Tensor, np.ndarray, np.generic, int, float, str, bytes)
+    alike = (
+        all(isinstance(x, int | float) for x in items)  # torch.tensor takes them mixed
+        or all(isinstance(x, Mapping) for x in items)
+        or all(isinstance(x, Sequence) and not isinstance(x, str | bytes) for x in items)
+    )
+    if len(groups) > 1 and not alike:
+        what = "; ".join(f"{positions_text(p)} {name}" for name, p in groups.items())
+        return CollateError(
+            f"cannot collate {key_path_text(path)}: the items hold different types there: "
+            f"{what}. Give every item the same type there (e.g. a tensor, not None), or pass "
+            "a collate_fn that handles it",
+            key_path=path,
+            positions=_odd_ones(groups, type(first).__name__),
+            found=tuple((f"type {name}", tuple(p)) for name, p in groups.items()),
+            num_items=len(items),
+        )
+    unsupported = (
+        first.dtype.kind in "SUO" if isinstance(first, np.ndarray) else not isinstance(first, plain)
+    )
+    if isinstance(first, Mapping):
+        for key in first:
+            if all(isinstance(x, Mapping) and key in x for x in items):
+                found = _explain_type([x[key] for x in items], (*path, key))
+                if found is not None:
+                    return found
+        return None
+    if isinstance(first, Sequence) and not isinstance(first, str | bytes):
+        if len({len(x) for x in items}) > 1:
+            return None  # sequences of different lengths: torch's RuntimeError, not this
+        for k in range(len(first)):
+            found = _explain_type([x[k] for x in items], (*path, k))
+            if found is not None:
+                return found
+        return None
+    if not unsupported:
+        return None
+    name = type(first).__name__
+    if isinstance(first, np.ndarray):
+        name = f"a numpy array of dtype {first.dtype}"
+    return CollateError(
+        f"cannot collate {key_path_text(path)}: the items hold {name} there, which torch's "
+        f"default_collate does not take (it takes {_TORCH_TAKES}). Convert it in the "
+        "dataset's __getitem__ (e.g. dataclasses.asdict), or pass a collate_fn that handles it",
+        key_path=path,
+        positions=tuple(range(len(items))),
+        found=((f"type {name}", tuple(range(len(items)))),),
+        num_items=len(items),
+    )
+
+
 def torch_default_collate(batch: Sequence[Any]) -> Any:
     """``torch.utils.data.default_collate`` (the torch front's default ``collate_fn``), with
-    its stacking failures explained: the same batch, or, where torch raises a ``RuntimeError``
+    its failures explained: the same batch, or, where torch raises a ``RuntimeError``
     (``stack expects each tensor to be equal size``; in a process worker ``Trying to resize
-    storage that is not resizable``), a :class:`~clorch_nb.errors.DefaultCollateError` (a
-    ``CollateError`` and a ``RuntimeError``) naming the key path, the positions and the shapes,
-    then torch's own message.
+    storage that is not resizable``) or a ``TypeError`` (a value it has no rule for: a
+    dataclass, None), a :class:`~clorch_nb.errors.DefaultCollateError` (a ``CollateError``, so
+    a ``TypeError``, and a ``RuntimeError``: the types torch raises there) naming the key path,
+    the positions and the shapes or types, then torch's own message.
 
     Args:
         batch (Sequence[Any]): the items of one batch.
@@ -365,8 +430,9 @@ def torch_default_collate(batch: Sequence[Any]) -> Any:
         if thread:  # torch's collate writes into new shared memory when it sees a worker: a
             set_worker_info(None, process=False)  # thread's batch stays in this process
         return torch.utils.data.default_collate(batch)  # type: ignore[arg-type]
-    except RuntimeError as exc:
-        found = _explain(batch, ()) if len(batch) else None
+    except (RuntimeError, TypeError) as exc:
+        explain = _explain if isinstance(exc, RuntimeError) else _explain_type
+        found = explain(batch, ()) if len(batch) else None
         if found is None:
             raise
         raise DefaultCollateError(
