@@ -102,7 +102,13 @@ def draw_epochs(
 def _repeat_flag(table: ShardTable, repeated: int | None) -> str:
     if repeated is None:
         return ""
-    why = "(shuffle=False)" if table.repeats_expected() else "(set_epoch not called?)"
+    why = (
+        "(shuffle=False)"
+        if table.repeats_expected()
+        else "(by chance: few items)"
+        if table.repeats_by_chance()
+        else "(set_epoch not called?)"
+    )
     return f"= epoch {repeated} {why}"
 
 

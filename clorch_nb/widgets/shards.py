@@ -13,6 +13,8 @@ Two sources give the same :class:`ShardTable`:
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -284,6 +286,26 @@ class ShardTable:
         """Identical epochs are by design (no shuffle), not a missing ``set_epoch``."""
         return self.settings is not None and not self.settings.shuffle
 
+    def repeats_by_chance(self) -> bool:
+        """Identical epochs computed from settings with ``set_epoch`` (each epoch shuffled by
+        its own seed): two shuffles happened to agree (likely for a few items: 2 items have 2
+        orders), not a missing ``set_epoch``.
+
+        Example:
+            >>> t = shard_table(2, 2, epochs=3, seed=0)
+            >>> t.identical_epochs(), t.repeats_by_chance()
+            ([[0, 2]], True)
+            >>> print(t.repeat_warning())  # doctest: +NORMALIZE_WHITESPACE
+            epochs 0, 2: identical on every rank, by chance: each epoch was shuffled with its
+            own seed (set_epoch called), and 2 items have only 2 orders
+        """
+        return (
+            self.settings is not None
+            and self.settings.shuffle
+            and self.set_epoch
+            and bool(self.identical_epochs())
+        )
+
     def repeat_warning(self) -> str | None:
         """Why epochs repeat, if they do; None when every epoch differs."""
         groups = self.identical_epochs()
@@ -292,6 +314,19 @@ class ShardTable:
         which = "; ".join("epochs " + ", ".join(map(str, g)) for g in groups)
         if self.repeats_expected():
             return f"{which}: identical on every rank (expected: shuffle=False)"
+        if self.repeats_by_chance():
+            orders = math.factorial(self.size) if self.size <= 20 else None
+            return (
+                f"{which}: identical on every rank, by chance: each epoch was shuffled with its "
+                "own seed (set_epoch called)"
+                + (
+                    ", and 1 item has only 1 order"
+                    if self.size == 1
+                    else f", and {self.size} items have only {orders:,} orders"
+                    if orders
+                    else ""
+                )
+            )
         return (
             f"{which}: identical on every rank. Missing set_epoch? Call "
             "data.set_epoch(sampler, epoch) at the start of each epoch, or every epoch repeats "

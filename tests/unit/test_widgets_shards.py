@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
@@ -244,3 +249,40 @@ def test_view_text_follows_the_picture() -> None:
     assert "(position)" in big.to_text()
     small = ShardView(10, 3)  # grids in the picture, a grid in the text
     assert "(position)" in small.to_text()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    replicas=st.integers(1, 4),
+    seed=st.integers(0, 50),
+    epochs=st.integers(2, 4),
+    set_epoch=st.booleans(),
+)
+def test_repeated_epochs_blame_set_epoch_only_when_it_was_not_called(
+    n: int, replicas: int, seed: int, epochs: int, set_epoch: bool
+) -> None:
+    """The oracle is torch's DistributedSampler: epochs are identical exactly when its orders
+    are; with set_epoch called, few items repeat by chance (2 items have 2 orders: the third
+    fresh-user trial saw "Missing set_epoch?" for 2 items with set_epoch called), which the
+    warning says instead of blaming set_epoch."""
+    t = shard_table(n, replicas, epochs=epochs, seed=seed, set_epoch=set_epoch)
+    orders = []
+    for e in range(epochs):
+        per_rank = []
+        for r in range(replicas):
+            s = torch.utils.data.DistributedSampler(
+                range(n), num_replicas=replicas, rank=r, shuffle=True, seed=seed
+            )
+            s.set_epoch(e if set_epoch else 0)
+            per_rank.append(tuple(s))
+        orders.append(tuple(per_rank))
+    groups: dict[Any, list[int]] = {}
+    for e, o in enumerate(orders):
+        groups.setdefault(o, []).append(e)
+    assert t.identical_epochs() == [g for g in groups.values() if len(g) > 1]
+    warning = t.repeat_warning()
+    assert (warning is None) == (not t.identical_epochs())
+    if warning is not None:
+        assert ("Missing set_epoch?" in warning) == (not set_epoch), warning
+        assert ("by chance" in warning) == set_epoch, warning
