@@ -36,6 +36,7 @@ __all__ = [
     "LEAF_TYPES",
     "Kind",
     "children",
+    "named_children",
     "find_tensor",
     "holds_tensors",
     "kind",
@@ -90,6 +91,19 @@ def children(x: Any) -> Iterable[tuple[Any, Any]] | None:
     if k == "dataclass":
         return ((f.name, getattr(x, f.name)) for f in dataclasses.fields(x))
     return None
+
+
+def named_children(x: Any) -> Iterable[tuple[Any, Any]] | None:
+    """:func:`children`, with a namedtuple's fields by name (what a view labels them with).
+
+    Example:
+        >>> from collections import namedtuple
+        >>> list(named_children(namedtuple("P", "x y")(1, 2))), list(named_children((5, 6)))
+        ([('x', 1), ('y', 2)], [(0, 5), (1, 6)])
+    """
+    if kind(x) == "namedtuple":
+        return zip(x._fields, x, strict=True)
+    return children(x)
 
 
 def rebuild(x: Any, values: list[Any]) -> Any:

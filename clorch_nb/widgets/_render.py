@@ -7,15 +7,18 @@ import base64
 import io
 from typing import Any
 
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
-__all__ = ["DPI", "RANK_COLORS", "figure_png", "new_figure", "png_b64", "text_color_on"]
+__all__ = [
+    "DPI", "RANK_COLORS", "figure_png", "new_figure", "png_b64", "rank_color", "text_color_on",
+]  # fmt: skip
 
 DPI = 90
 
-# Okabe & Ito's colour-blind-safe palette (black last, for a ninth rank onwards they repeat).
+# Okabe & Ito's colour-blind-safe palette: the colours of up to 8 ranks (or workers, fields)
 RANK_COLORS = (
     "#0072B2",
     "#E69F00",
@@ -26,6 +29,28 @@ RANK_COLORS = (
     "#F0E442",
     "#999999",
 )
+# 9 to 16: matplotlib's tab20 without its reds (red marks what no rank reads) and greys
+# (grey is empty): 8 hues, dark and light
+_SIXTEEN = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+    "#aec7e8", "#ffbb78", "#98df8a", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5",
+)  # fmt: skip
+
+
+def rank_color(r: int, n: int) -> str:
+    """The colour of rank (or worker, field) ``r`` of ``n``: all ``n`` differ (the
+    colour-blind-safe 8 up to 8; 16 hues up to 16; beyond, ``n`` steps along viridis).
+
+    Example:
+        >>> rank_color(0, 4), len({rank_color(r, 10) for r in range(10)})
+        ('#0072B2', 10)
+    """
+    if n <= len(RANK_COLORS):
+        return RANK_COLORS[r % len(RANK_COLORS)]
+    if n <= len(_SIXTEEN):
+        return _SIXTEEN[r % len(_SIXTEEN)]
+    rgba = colormaps["viridis"](min(r, n - 1) / max(n - 1, 1))
+    return "#{:02x}{:02x}{:02x}".format(*(round(255 * c) for c in rgba[:3]))
 
 
 def new_figure(width_in: float, height_in: float, *, dpi: int = DPI) -> Figure:

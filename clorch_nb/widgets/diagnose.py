@@ -218,9 +218,7 @@ class Breakdown:
             parts["items"] += build * (1.0 - share)
         self._prev = t
 
-    def fold_batches(
-        self, records: list[tuple[Any, ...]], cols: np.ndarray | None = None
-    ) -> None:
+    def fold_batches(self, records: list[tuple[Any, ...]], cols: np.ndarray | None = None) -> None:
         """Take a run of batches in order (no epoch event among them): what :meth:`batch` does
         for each, as array arithmetic (one fold of a monitor's flush: thousands of records).
 
@@ -447,7 +445,8 @@ def columns(records: list[tuple[Any, ...]]) -> np.ndarray:
 
     Example:
         >>> cols = columns([(0, 5, 1, 8, 0.1, 0.0, 0.2, 3, 10.0)])
-        >>> cols.shape, cols[COLUMN_ROWS["queue_depth"]].tolist(), cols[COLUMN_ROWS["copy_s"]].tolist()
+        >>> row = COLUMN_ROWS
+        >>> cols.shape, cols[row["queue_depth"]].tolist(), cols[row["copy_s"]].tolist()
         ((13, 1), [3.0], [0.0])
     """
     n = len(records)

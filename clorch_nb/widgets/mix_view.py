@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 from clorch_nb import data
 from clorch_nb.instrumentation import BatchEvent
 from clorch_nb.widgets._base import View, weak_handler
-from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets._render import figure_png, new_figure, rank_color
 from clorch_nb.widgets.mix import MixReport, mix_report
 
 __all__ = ["MixView"]
@@ -136,7 +136,7 @@ def _pre(text: str) -> str:
 
 
 def _colors(n: int) -> list[str]:
-    return [RANK_COLORS[j % len(RANK_COLORS)] for j in range(n)]
+    return [rank_color(j, n) for j in range(n)]
 
 
 def _draw(r: MixReport, delivered: list[int] | None) -> Any:

@@ -17,7 +17,7 @@ from matplotlib.ticker import MaxNLocator
 
 from clorch_nb import launch as _launch
 from clorch_nb.widgets._base import View
-from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure, png_b64
+from clorch_nb.widgets._render import figure_png, new_figure, png_b64, rank_color
 from clorch_nb.widgets.ranks import WAIT_FLOOR, RanksReport
 from clorch_nb.widgets.shard_epochs import draw_epochs
 from clorch_nb.widgets.shards import ShardTable, records_table
@@ -167,7 +167,7 @@ def _draw_rates(ax: Any, report: RanksReport) -> None:
             rates,
             edges,
             baseline=None,
-            color=RANK_COLORS[r % len(RANK_COLORS)],
+            color=rank_color(r, report.world_size),
             label=f"rank {r}",
             linewidth=1.5,
         )
@@ -194,7 +194,7 @@ def _draw_steps(ax: Any, report: RanksReport) -> None:
             xs,
             steps,
             width=width * 0.9,
-            color=[RANK_COLORS[row.rank % len(RANK_COLORS)] for row in rows],
+            color=[rank_color(row.rank, report.world_size) for row in rows],
             alpha=1.0 - 0.5 * j / max(len(epochs), 1),
         )
         for x, n in zip(xs, steps, strict=True):  # which bar is which epoch, and its count
@@ -218,12 +218,12 @@ def _draw_step_waits(ax: Any, report: RanksReport) -> None:
     worst = report.worst_steps()
     for r in range(report.world_size):
         steps = report.steps(r)
-        ax.plot(range(len(steps)), 100 * steps.share, color=RANK_COLORS[r % len(RANK_COLORS)],
+        ax.plot(range(len(steps)), 100 * steps.share, color=rank_color(r, report.world_size),
                 linewidth=1.2, label=f"rank {r}")  # fmt: skip
     if worst:
         # a mark only where a rank waited (WAIT_FLOOR): a step nobody waited in has no worst
         held = [(k, w) for k, w in enumerate(worst) if w.share >= WAIT_FLOOR]
-        colors = [RANK_COLORS[w.rank % len(RANK_COLORS)] for _, w in held]
+        colors = [rank_color(w.rank, report.world_size) for _, w in held]
         ax.scatter([k for k, _ in held], [106] * len(held), marker="|", s=40, linewidths=1.5,
                    color=colors, clip_on=False)  # fmt: skip
         ax.text(1.01, 106, "\u2190 worst rank", fontsize=8, color="#555555", va="center",

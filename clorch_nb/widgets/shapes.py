@@ -18,7 +18,7 @@ from typing import Any
 import torch  # noqa: F401 - the doctests run in this namespace
 
 from clorch_nb._text import KeyPath, key_path_label, key_path_text, plural, ranges
-from clorch_nb._tree import children
+from clorch_nb._tree import children, named_children
 from clorch_nb._tree import kind as tree_kind
 from clorch_nb.errors import CollateError, ConfigError
 from clorch_nb.instrumentation import BatchEvent
@@ -133,11 +133,8 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
             out.append(
                 Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", nbytes, item_shapes)
             )
-        elif what == "namedtuple":  # by field name, as the item's class names them
-            for k, v in zip(x._fields, x, strict=True):
-                walk(v, (*path, k))
-        elif what != "leaf":
-            for k, v in children(x) or ():
+        elif what != "leaf":  # a namedtuple's fields by name, as the item's class names them
+            for k, v in named_children(x) or ():
                 walk(v, (*path, k))
         elif _is_ndarray(x):
             out.append(Field(path, "ndarray", tuple(x.shape), str(x.dtype), int(x.nbytes)))

@@ -16,7 +16,7 @@ from clorch_nb._text import ranges
 from clorch_nb.widgets._base import View, weak_handler
 from clorch_nb.widgets._controls import index_slider
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
-from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets._render import figure_png, new_figure, rank_color
 from clorch_nb.widgets.shapes import ShapeReport, batch_shapes, format_bytes, tree
 from clorch_nb.widgets.shapes_failure import (
     ERROR,
@@ -130,7 +130,7 @@ def _draw_bars(ax: Any, report: ShapeReport, names: list[str]) -> np.ndarray:
             xs,
             vals,
             bottom=tops,
-            color=RANK_COLORS[k % len(RANK_COLORS)],
+            color=rank_color(k, len(names)),
             width=0.8,
             label=_legend_label(name, report.ragged),
             edgecolor="white",

@@ -189,7 +189,7 @@ def _draw_dealt(ax: Any, e: Any, npos: int, *, labels: bool) -> None:
     size = 8 if cell_w >= 0.3 else 6.5
     for k, (index, rank, pad) in enumerate(dealt):
         x = k / nrep
-        color = rank_color(rank)
+        color = rank_color(rank, nrep)
         ax.add_patch(
             Rectangle(
                 (x, 0),
@@ -354,7 +354,7 @@ def _paint_strip(ax: Any, strip: Any, table: ShardTable, pixels: tuple[int, int]
     nrep, size = table.num_replicas, max(table.size, 1)
     counts = strip.column_counts(cols, nrep)
     colors = np.array(
-        [to_rgba(rank_color(r)) for r in range(nrep)] + [to_rgba(ALARM), to_rgba(EMPTY)]
+        [to_rgba(rank_color(r, nrep)) for r in range(nrep)] + [to_rgba(ALARM), to_rgba(EMPTY)]
     )
     cls = np.full((rows, cols), nrep + 1)  # empty (a dataset of size 0)
     for c, row in enumerate(counts):
@@ -441,7 +441,8 @@ def _strip_labels(ax: Any, epoch: int, flag: str, *, shown: bool) -> None:
 
 def _strip_handles(table: ShardTable, strips: list[Any]) -> list[Any]:
     handles: list[Any] = [
-        Patch(facecolor=rank_color(r), label=f"rank {r}") for r in range(table.num_replicas)
+        Patch(facecolor=rank_color(r, table.num_replicas), label=f"rank {r}")
+        for r in range(table.num_replicas)
     ]
     if any(any(s.padded) for s in strips):
         handles.append(marker_handle(PAD_EDGE, "also read as padding repeat"))

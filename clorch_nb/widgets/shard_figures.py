@@ -18,7 +18,8 @@ from matplotlib.ticker import MaxNLocator
 
 from clorch_nb._text import ranges
 from clorch_nb.widgets._fit import rect_in, text_size, wrap_to
-from clorch_nb.widgets._render import RANK_COLORS, new_figure, text_color_on
+from clorch_nb.widgets._render import new_figure, text_color_on
+from clorch_nb.widgets._render import rank_color as _rank_color
 from clorch_nb.widgets.shards import EpochShards, ShardTable
 
 __all__ = ["draw_shards"]
@@ -36,8 +37,9 @@ MARGIN = 0.12  # figure edge, inches
 # -- shared steps ------------------------------------------------------------------------------
 
 
-def rank_color(r: int) -> str:
-    return RANK_COLORS[r % len(RANK_COLORS)]
+def rank_color(r: int, n: int) -> str:
+    """Rank ``r``'s colour among ``n`` ranks (all differ: :func:`_render.rank_color`)."""
+    return _rank_color(r, n)
 
 
 def overlap_cells(e: EpochShards) -> list[tuple[int, int]]:
@@ -118,9 +120,9 @@ def paint_rank_cells(ax: Any, e: EpochShards, vmax: int, labelled: bool) -> np.n
         if not row:
             continue
         if labelled:
-            rgba[r, : len(row)] = to_rgba(rank_color(r))
+            rgba[r, : len(row)] = to_rgba(rank_color(r, nrep))
         else:  # one colour per rank, shaded by dataset index: the shuffle stays visible
-            rgba[r, : len(row)] = _rank_shades(rank_color(r))(np.asarray(row) / vmax)
+            rgba[r, : len(row)] = _rank_shades(rank_color(r, nrep))(np.asarray(row) / vmax)
     ax.imshow(rgba, aspect="auto", interpolation="nearest", extent=(0, npos, nrep, 0))
     if labelled:  # white gaps between cells
         for gx in range(1, npos):

@@ -17,15 +17,15 @@ from matplotlib.patches import Patch
 
 from clorch_nb.widgets._base import View
 from clorch_nb.widgets._fit import rect_in
-from clorch_nb.widgets._render import RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets._render import figure_png, new_figure, rank_color
 from clorch_nb.widgets.shard_files import ShardFiles, merged, shard_files
 
 __all__ = ["ShardFilesView", "draw_shard_files"]
 
 
-def _color(rank: int, worker: int, workers: int) -> tuple[float, float, float]:
-    """The rank's colour, mixed with white a little more for each later worker."""
-    r, g, b = to_rgb(RANK_COLORS[rank % len(RANK_COLORS)])
+def _color(rank: int, worker: int, workers: int, ranks: int) -> tuple[float, float, float]:
+    """The rank's colour (of ``ranks``), mixed with white a little more for each later worker."""
+    r, g, b = to_rgb(rank_color(rank, ranks))
     mix = 0.45 * worker / max(1, workers - 1) if workers > 1 else 0.0
     return (r + (1 - r) * mix, g + (1 - g) * mix, b + (1 - b) * mix)
 
@@ -41,7 +41,7 @@ def _bars(ax: Any, table: ShardFiles) -> None:
             width = max(width, 0.02 * widest)  # one item would be a one-pixel sliver
         ax.broken_barh(
             [(sp.first, width)], (y - h / 2, h),
-            facecolors=_color(sp.rank, sp.worker, workers),
+            facecolors=_color(sp.rank, sp.worker, workers, table.num_replicas),
             edgecolor="black" if sp.padding else "white", linewidth=0.6,
             hatch="////" if sp.padding else None,
         )  # fmt: skip
@@ -74,7 +74,7 @@ def _axes(ax: Any, table: ShardFiles) -> None:
 def _legend(ax: Any, table: ShardFiles) -> None:
     workers = max(1, table.num_workers)
     handles = [
-        Patch(facecolor=_color(r, w, workers), label=f"rank {r} worker {w}")
+        Patch(facecolor=_color(r, w, workers, table.num_replicas), label=f"rank {r} worker {w}")
         for r in range(table.num_replicas)
         for w in range(workers)
     ]

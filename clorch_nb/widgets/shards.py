@@ -14,7 +14,6 @@ Two sources give the same :class:`ShardTable`:
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal

@@ -408,7 +408,7 @@ class ThroughputStats:
         self._t_batch = max(self._t_batch, float(times.max()))
         if any(map(_SHARD, evs)):  # a shard dataset: each worker's latest shard (last one wins)
             self.worker_shards.update(
-                (w, sh) for w, sh in zip(map(_WORKER, evs), map(_SHARD, evs)) if sh
+                (w, sh) for w, sh in zip(map(_WORKER, evs), map(_SHARD, evs), strict=True) if sh
             )
         # per worker (ids in order of first appearance, as the workers' dict has them)
         ids, first, inv = np.unique(worker, return_index=True, return_inverse=True)

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from clorch_nb.widgets._render import DPI, RANK_COLORS, figure_png, new_figure
+from clorch_nb.widgets._render import DPI, figure_png, new_figure, rank_color
 from clorch_nb.widgets.diagnose import STEP_STAGES
 from clorch_nb.widgets.throughput import ThroughputSnapshot, ThroughputStats, worker_name
 
@@ -229,7 +229,7 @@ class ThroughputChart:
                 (self.workers[w],) = self.axes[0].plot(
                     [],
                     [],
-                    color=RANK_COLORS[len(self.workers) % len(RANK_COLORS)],
+                    color=rank_color(len(self.workers), max(stats.num_workers, len(ids))),
                     linewidth=1.3,
                     label=worker_name(w),
                 )

@@ -34,8 +34,9 @@ TEMPLATES = st.recursive(
     lambda inner: st.one_of(
         st.tuples(st.just("tuple"), st.lists(inner, min_size=1, max_size=3)),
         st.tuples(st.just("list"), st.lists(inner, min_size=1, max_size=3)),
-        st.tuples(st.sampled_from(["namedtuple", "dataclass"]), st.lists(inner, min_size=2,
-                                                                          max_size=2)),
+        st.tuples(
+            st.sampled_from(["namedtuple", "dataclass"]), st.lists(inner, min_size=2, max_size=2)
+        ),
         st.tuples(
             st.just("dict"),
             st.dictionaries(

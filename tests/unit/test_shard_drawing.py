@@ -105,7 +105,7 @@ def _assert_text_inside(fig: Any) -> None:
 def _check_strip(fig: Any, ax: Any, plan: _Plan, nrep: int) -> None:
     """The strip over the dataset index ``0..N-1`` against torch's plan, column by column."""
     size = len(plan.owner)
-    cls = _classes(_pixels_in(fig, ax), [*(rank_color(r) for r in range(nrep)), ALARM])
+    cls = _classes(_pixels_in(fig, ax), [*(rank_color(r, nrep) for r in range(nrep)), ALARM])
     blends = np.flatnonzero((cls < 0).any(axis=0))
     assert not len(blends), f"colours that are no rank's (blends, marks) in columns {blends[:10]}"
     owner = np.where(plan.owner < 0, nrep, plan.owner)  # class nrep: no rank reads it (red)
@@ -135,7 +135,7 @@ def _check_dealt(fig: Any, ax: Any, plan: _Plan, nrep: int, npos: int) -> None:
     ``1 / R`` (in grid columns) in rank ``k mod R``'s colour (padding repeats hatched in it),
     labelled with torch's index where it has room."""
     size = len(plan.owner)
-    cls = _classes(_pixels_in(fig, ax), [rank_color(r) for r in range(nrep)])
+    cls = _classes(_pixels_in(fig, ax), [rank_color(r, nrep) for r in range(nrep)])
     cols = cls.shape[1]
     per_px = npos * nrep / cols  # positions per pixel column
     solid = np.full(cols, -1)
@@ -167,7 +167,7 @@ def _check_dealt(fig: Any, ax: Any, plan: _Plan, nrep: int, npos: int) -> None:
 def _cases(draw: Any) -> dict[str, Any]:
     return {
         "size": draw(st.integers(1, 20_000)),
-        "nrep": draw(st.integers(1, 8)),
+        "nrep": draw(st.integers(1, 12)),  # past 8: colours beyond the first palette
         "shuffle": draw(st.booleans()),
         "seed": draw(st.integers(0, 2**31 - 1)),
         "drop_last": draw(st.booleans()),
@@ -265,7 +265,7 @@ def test_dealt_strip_draws_the_order_in_the_ranks_colours() -> None:
         for k, index in enumerate(order):
             cell = cells[f"dealt-{k}"]
             assert math.isclose(cell.get_x(), k / nrep) and math.isclose(cell.get_width(), 1 / nrep)
-            want = to_rgb(rank_color(k % nrep))
+            want = to_rgb(rank_color(k % nrep, nrep))
             got = cell.get_edgecolor() if k >= size else cell.get_facecolor()
             assert np.allclose(to_rgb(got), want), (k, got, want)
             assert texts[f"dealt-text-{k}"] == str(index)

@@ -6,11 +6,13 @@ from typing import Any
 
 import pytest
 import torch
+from matplotlib.colors import to_hex
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
+from clorch_nb.widgets.shard_epochs import draw_epochs
 from clorch_nb.widgets.shards import records_table, shard_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -286,3 +288,26 @@ def test_repeated_epochs_blame_set_epoch_only_when_it_was_not_called(
     if warning is not None:
         assert ("Missing set_epoch?" in warning) == (not set_epoch), warning
         assert ("by chance" in warning) == set_epoch, warning
+
+
+@pytest.mark.parametrize("replicas", [3, 8, 9, 10, 16, 17, 40])
+@pytest.mark.parametrize("size", [5, 1001])  # labelled panels, then strips
+def test_every_rank_has_its_own_colour_in_the_drawing(replicas: int, size: int) -> None:
+    """Colour is a rank's only cue in the strips: no two ranks share one (the third fresh-user
+    trial saw rank 8 drawn in rank 0's blue with 10 ranks). The oracle is the legend the
+    figure draws and the cells it paints, read back from the figure."""
+    table = shard_table(size, replicas, epochs=1, seed=0)
+    fig = draw_epochs(table, 0)
+    legend = [*fig.legends, *(lg for ax in fig.axes if (lg := ax.get_legend()) is not None)]
+    ranks = {
+        h.get_label(): to_hex(h.get_facecolor())
+        for lg in legend
+        for h in lg.legend_handles
+        if h.get_label().startswith("rank ")
+    }
+    if not ranks:  # labelled panels: a row per rank, painted in its colour (and the "dealt"
+        # strip above uses the same colours with no label): each row's first cell
+        (grid,) = [ax.images[0].get_array() for ax in fig.axes if ax.images]
+        ranks = {f"rank {r}": to_hex(grid[r, 0, :3]) for r in range(replicas)}
+    assert len(ranks) == replicas
+    assert len(set(ranks.values())) == replicas, ranks
