@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 import torch
-from matplotlib.colors import to_hex
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from matplotlib.colors import to_hex
 
 from clorch_nb import data
 from clorch_nb.errors import ConfigError
