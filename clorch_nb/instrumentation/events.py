@@ -78,7 +78,9 @@ class EpochEvent(NamedTuple):
         num_batches (int): batches in the epoch (``len(loader)``).
         worker_backend ("inline" | "thread" | "process"): where batches are built.
         num_workers (int): workers building them.
-        t_s (float): ``time.perf_counter()`` at the event.
+        t_s (float): ``time.perf_counter()`` at the event; for ``"start"``, when the loop
+            asked for the epoch's first batch (starting the workers is inside the epoch, and
+            inside that batch's ``wait_s``).
     """
 
     kind: Literal["start", "end", "stopped"]

@@ -151,6 +151,9 @@ class Breakdown:
         self._start: float | None = None  # the open epoch's start
         self._prev: float | None = None  # hand-over of its last batch
         self._first_sent: float | None = None  # earliest hand-over-ready time this epoch
+        # the last epoch's last loop body (its last hand-over to its end): the next epoch's
+        # first step holds it, as every other step holds the body before its wait
+        self._carry = 0.0
         # per step (see step_waits): float32 rows (t, wait, step, items, stage, epoch) in a
         # buffer that doubles when full, so appending a fold and reading the series are cheap
         self._steps = np.zeros((0, 6), dtype=np.float32)
@@ -169,6 +172,7 @@ class Breakdown:
         if self._start is not None:  # close the open epoch (end, stopped, or a new start)
             if self._prev is not None:
                 self.body_s += max(0.0, t - self._prev)
+                self._carry = max(0.0, t - self._prev)
             else:
                 self.overhead_s += max(0.0, t - self._start)
             self.wall_s += max(0.0, t - self._start)
@@ -302,6 +306,9 @@ class Breakdown:
             origin = self._origin
         first_prev = self._prev if self._prev is not None else origin
         step = t - np.concatenate(([first_prev], t[:-1]))
+        if self._prev is None:  # an epoch's first step: with the last epoch's last body
+            step[0] += self._carry
+            self._carry = 0.0
         # the critical path inside the wait, cut at its stages (STEP_STAGES' definition)
         got = np.maximum(t - copy, t0)  # the batch reached the main loop
         timed = (started != 0.0) | (sent != 0.0)
@@ -474,8 +481,11 @@ class StepWaits:
         wait_s: seconds the loop was blocked in ``next()`` (from asking, ``t_asked_s``, to the
             hand-over, ``t_s``); with ``device="cuda"``, plus the seconds the device waited for
             the batch's copy (see :data:`STEP_STAGES`).
-        step_s: seconds from the previous batch's hand-over to this one's (for an epoch's first
-            batch: from the epoch's start), so ``wait_s <= step_s`` but for a device's wait.
+        step_s: seconds from the previous batch's hand-over to this one's: the loop's body
+            with the previous batch, then the wait for this one. For an epoch's first batch:
+            from the epoch's start, plus the previous epoch's last body (its last hand-over to
+            its end), so each step holds one body and one wait and the time between epochs
+            (a validation pass) is in none. ``wait_s <= step_s`` but for a device's wait.
         items: items in the batch.
         stage_code: what made the batch late, an index into :data:`STEP_STAGES`; -1: none.
         epoch: the loader's epoch.

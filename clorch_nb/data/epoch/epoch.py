@@ -241,6 +241,9 @@ class Epoch:
         also wakes the pool). On any error or stop the pool's epoch is stopped (a timeout or a
         dead worker also discards its busy workers) and an ``EpochEvent("stopped")`` is emitted.
         """
+        # The loop asked for the epoch's first batch now: opening the pool (starting its
+        # workers, a forkserver's ~1 s) is part of that batch's wait and of the epoch
+        t_begin: float | None = time.perf_counter()
         epoch, plan, config, stream = self.epoch, self.plan, self.config, self.stream
         n = len(plan) if stream is None else sys.maxsize  # a stream ends when its workers do
         policy = InOrder() if config.in_order else AnyOrder()
@@ -264,11 +267,11 @@ class Epoch:
                 pool.start_epoch(epoch, self.base_seed)
             else:  # each worker's replica starts afresh, or where a loaded state left it
                 pool.start_epoch(epoch, self.base_seed, stream.start_replicas)
-            self._epoch_event("start", self.position.num_batches)
+            self._epoch_event("start", self.position.num_batches, t_begin)
             started = True
             self._advance(n)
             while self._delivered < n:
-                t_asked = time.perf_counter()
+                t_asked = time.perf_counter() if t_begin is None else t_begin
                 while stream is not None and stream.live and len(pending) < max_in_flight:
                     pool.submit(BatchTask(epoch, next_submit, NO_INDICES, stream.deal()))
                     pending.add(next_submit)
@@ -287,7 +290,8 @@ class Epoch:
                     next_submit += 1
                 if plan_error and not pending:
                     raise plan_error[0]
-                t0 = time.perf_counter()
+                t0 = time.perf_counter() if t_begin is None else t_begin
+                t_begin = None
                 result = policy.pick(ready, self._delivered)
                 while result is None:
                     if stop.requested:  # close() from another thread (it also wakes pool.get)
@@ -440,11 +444,12 @@ class Epoch:
                 copy_s,
             )  # fmt: skip
 
-    def _epoch_event(self, kind: Literal["start", "end", "stopped"], n: int) -> None:
+    def _epoch_event(
+        self, kind: Literal["start", "end", "stopped"], n: int, t_s: float | None = None
+    ) -> None:
         if self.events:
-            self.events.emit(
-                EpochEvent(kind, self.epoch, n, self.backend, self.num_workers, time.perf_counter())
-            )
+            t = time.perf_counter() if t_s is None else t_s
+            self.events.emit(EpochEvent(kind, self.epoch, n, self.backend, self.num_workers, t))
 
 
 def _closed_meanwhile(stop: StopRequest, exc: BaseException) -> None:
