@@ -187,6 +187,10 @@ def _draw_dealt(ax: Any, e: Any, npos: int, *, labels: bool) -> None:
         ax.spines[side].set_visible(False)
     cell_w = _CELL_W / nrep  # inches
     size = 8 if cell_w >= 0.3 else 6.5
+    # every cell labelled, or none (the grid below has the indices): labels on the short
+    # indices alone read as if the others were something else
+    widest = max((str(index) for index, _, _ in dealt), key=len, default="")
+    labelled = text_size(widest, size)[0] <= cell_w - 0.02
     for k, (index, rank, pad) in enumerate(dealt):
         x = k / nrep
         color = rank_color(rank, nrep)
@@ -202,7 +206,7 @@ def _draw_dealt(ax: Any, e: Any, npos: int, *, labels: bool) -> None:
                 gid=f"dealt-{k}",
             )
         )
-        if text_size(str(index), size)[0] <= cell_w - 0.02:
+        if labelled:
             ax.text(
                 x + 0.5 / nrep,
                 0.5,

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clorch_nb._text import plural
+
 __all__ = ["FileSpan", "ShardFiles", "merged", "shard_files"]
 
 
@@ -70,7 +72,7 @@ class ShardFiles:
         once, more = self.coverage()
         total = sum(self.counts)
         pads = sum(sp.stop - sp.first for sp in self.spans if sp.padding)
-        text = f"epoch {self.epoch}: {once} of {total} items read once"
+        text = f"epoch {self.epoch}: {once} of {plural(total, 'item')} read once"
         if more:
             text += f"; {more} read TWICE"
         if pads:

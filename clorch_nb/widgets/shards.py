@@ -337,7 +337,7 @@ class ShardTable:
         ranks = plural(self.num_replicas, "rank")
         s = self.settings
         if s is None:
-            return f"Recorded shards: {self.size} items on {ranks}"
+            return f"Recorded shards: {plural(self.size, 'item')} on {ranks}"
         bits = [
             f"seed={s.seed}",
             "shuffled" if s.shuffle else "not shuffled",
@@ -347,7 +347,7 @@ class ShardTable:
             bits.append("drop_last")
         if not self.set_epoch:
             bits.append("set_epoch NOT called")
-        return f"Shards of {self.size} items on {ranks} ({', '.join(bits)})"
+        return f"Shards of {plural(self.size, 'item')} on {ranks} ({', '.join(bits)})"
 
     def to_text(self, epoch: int, *, max_positions: int = 24) -> str:
         """The grid of ``epoch`` as text, then the check line of every epoch.
@@ -370,7 +370,7 @@ class ShardTable:
                 f"{str(i) + _mark(e, r, p):>{width + 1}}" for p, i in enumerate(row[:npos])
             ) + " " * (width + 1) * max(0, npos - len(row))
             more = f"  ... {len(row) - npos} more" if len(row) > npos else ""
-            lines.append(f"rank {r:<3}" + cells + more + f"   ({len(row)} items)")
+            lines.append(f"rank {r:<3}" + cells + more + f"   ({plural(len(row), 'item')})")
         if e.dropped:
             lines.append(f"dropped (drop_last): {ranges(e.dropped)}")
         lines.append("checks:")

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from clorch_nb._text import plural
 from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
 from clorch_nb.widgets.diagnose import (
     COLUMN_ROWS,
@@ -146,7 +147,8 @@ class ThroughputSnapshot:
         """Multi-line summary (about timing, so not deterministic)."""
         state = "running" if self.running else ("starting" if not self.epochs else "done")
         lines = [
-            f"Throughput ({state}): {self.items:,} items in {self.batches:,} batches over "
+            f"Throughput ({state}): {self.items:,} {plural(self.items, 'item', number=False)} in "
+            f"{self.batches:,} {plural(self.batches, 'batch', 'batches', number=False)} over "
             f"{self.elapsed_s:.2f} s ({self.epochs} epoch{'s' if self.epochs != 1 else ''}, "
             f"{self.worker_backend}, num_workers={self.num_workers})",
             f"  overall: {self.items_per_s:,.0f} items/s",
