@@ -53,6 +53,9 @@ class Row:
     why: str = ""  # shown when the target is missed: the cause found, and what would close it
     ours_range: tuple[float, float] | None = None  # min, max over the repeats
     base_range: tuple[float, float] | None = None
+    # ours ÷ baseline within each round (both ran back to back): the ratio judged is their
+    # median, which a drift of the machine's load between rounds does not move
+    paired: tuple[float, ...] | None = None
 
     @property
     def overlapping(self) -> bool:
@@ -62,9 +65,22 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        if self.paired:
+            return statistics.median(self.paired)
         if self.ours is None or self.base is None or self.base == 0:
             return None
         return self.ours / self.base
+
+    @property
+    def paired_text(self) -> str:
+        """``"median of 60 paired rounds, middle half 1.01-1.05"``, or "" when not paired."""
+        if not self.paired or len(self.paired) < 4:
+            return ""
+        q1, _, q3 = statistics.quantiles(self.paired, n=4)
+        return (
+            f"median of {len(self.paired)} paired rounds (ours ÷ baseline in each round), "
+            f"middle half {q1:.3f}-{q3:.3f}"
+        )
 
     @property
     def target_text(self) -> str:
@@ -297,17 +313,34 @@ def versus(
     target: tuple[str, Any] | None = None,
     note: str = "",
     why: str = "",
+    *,
+    paired: bool = False,
 ) -> Row:
     """A row against a comparator (``"torch"``/``"torchdata"``) or any named baseline; an
     unavailable torchdata gives a row saying so instead of a number. A :class:`Series` given
-    for a value also gives the row its spread (to tell a real miss from noise)."""
+    for a value also gives the row its spread (to tell a real miss from noise). ``paired``
+    (two series of one :meth:`Context.measure`): the ratio is the median of the rounds'
+    ratios, for effects of a few percent that the rounds' spread would hide."""
     label = COMPARATORS.get(base_key, base_key)
     if base_key == "torchdata" and not ctx.avail["torchdata"][0]:
         base, note = None, ctx.avail["torchdata"][1]
     (o, o_range), (b, b_range) = _value(ours), _value(base)
-    return Row(
-        scenario, case, metric, unit, ours_label, o, label, b, target, note, why, o_range, b_range
-    )
+    pairs = None
+    if (
+        paired
+        and isinstance(ours, Series)
+        and isinstance(base, Series)
+        and len(ours.values) == len(base.values)
+        and all(ours.values + base.values)
+    ):
+        pairs = tuple(x / y for x, y in zip(ours.values, base.values, strict=True))
+    row = Row(
+        scenario, case, metric, unit, ours_label, o, label, b, target, note, why, o_range, b_range,
+        pairs,
+    )  # fmt: skip
+    if row.paired_text:
+        row.note = f"{row.paired_text}; {note}" if note else row.paired_text
+    return row
 
 
 def comparators(ctx: Context) -> list[str]:

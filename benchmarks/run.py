@@ -151,7 +151,11 @@ def render(
         "worker process): on a shared 2-core machine torch's default of one thread per core "
         "makes each parallel op wait for whichever thread was descheduled (bare index_select at "
         "batch 256 varied 134–430 µs with 2 threads against a steady 110–130 µs with 1).",
-        "- A target is judged on the median ratio. Where a target is missed but the repeats of "
+        "- A target is judged on the median ratio: the ratio of the medians, or, where the note "
+        "says paired rounds (effects of a few percent: scenario 7), the median of each round's "
+        "ratio, which a drift of the machine's load between rounds does not move (there the "
+        "medians of 60 rounds moved ±4 % between runs). Where a target is missed but the "
+        "repeats of "
         "ours and the baseline overlap, the note says so: the difference is within noise.",
         "- The machine is shared; the load average at start and end is in the machine section.",
         "",
