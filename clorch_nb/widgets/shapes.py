@@ -92,9 +92,9 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
     Args:
         batch (Any): one batch, as the loader yields it.
         num_items (int | None): the items it was built from, when known (the loader's events
-            say): a list of that many per-item values (each not ``num_items`` long along dim 0,
-            as stacked fields are) is gathered, any other list is structure; None: told apart
-            by their shapes alone (a list of one tensor is then ambiguous).
+            say): a list is then told from the batch's structure by that count (see
+            :func:`_structure`); None: by shapes alone (a list of one tensor is then
+            ambiguous, and read as structure).
 
     Example:
         >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
@@ -153,12 +153,14 @@ def _structure(x: list[Any] | tuple[Any, ...], num_items: int | None = None) -> 
     """A list or tuple that is the batch's structure (torch's ``default_collate`` of ``(x, y)``
     items: ``[x, y]``; clorch_nb's: ``(x, y)``), not values gathered one per item.
 
-    With ``num_items`` known: a gathered list has one value per item, so any other length is
-    structure; one of that length is structure only if its tensors (and the first tensor
-    inside each container) are ``num_items`` long along dim 0, as collated fields are, with
-    its plain values beside tensors. Without it: structure if it holds a container, or tensors
-    of one length along dim 0. Plain values (strings, numbers, arrays: one per item) and
-    tensors of different lengths (ragged rows) are gathered."""
+    With ``num_items`` known: a gathered list has one value per item, so a list of another
+    length that holds tensors or containers is structure. One of that length is structure if
+    its values are unlike (a tensor beside a list: fields; the items of a gathered list are
+    alike), or if every tensor in it is ``num_items`` long along dim 0 and every list of plain
+    values ``num_items`` long, as collated fields are; else it is the items, gathered (ragged
+    rows, items kept whole). Without it: structure if it holds a container, or tensors of one
+    length along dim 0. Plain values (strings, numbers, arrays: one per item) and tensors of
+    different lengths (ragged rows) are gathered."""
     kinds = [tree_kind(v) for v in x]
     tensors = [v for v, k in zip(x, kinds, strict=True) if k == "tensor"]
     containers = [v for v, k in zip(x, kinds, strict=True) if k not in ("tensor", "leaf")]
@@ -591,12 +593,14 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
     # truth, where a batch's shapes alone can mislead (a list of one ragged row, a list of
     # items kept whole); a plain iterable of batches has none, and dim 0 stands in.
     sizes: list[int] = []
+
+    def handed_over(ev: Any) -> None:
+        # a batch whose every item was skipped under max_failures is reported, not handed over
+        if isinstance(ev, BatchEvent) and ev.num_items > len(ev.skipped):
+            sizes.append(ev.num_items)
+
     subscribe = getattr(loader, "subscribe", None)
-    unsubscribe = (
-        subscribe(lambda ev: sizes.append(ev.num_items) if isinstance(ev, BatchEvent) else None)
-        if callable(subscribe)
-        else None
-    )
+    unsubscribe = subscribe(handed_over) if callable(subscribe) else None
     it = iter(loader)
     try:
         while True:
