@@ -384,19 +384,27 @@ class ShardTable:
         """Every epoch over the dataset index, as text: what the strips of the shard view draw.
 
         One row per epoch, one character per dataset index ``0, 1, 2, ...`` (the first
-        ``max_indices``): the rank that reads it, ``*`` where a rank also reads it as a padding
-        repeat, ``!`` where two ranks read it, ``-`` where none does; then the indices each rank
-        reads, the padding repeats, and every epoch's check line.
+        ``max_indices``): the rank that reads it (``0``-``9``, then ``a``-``z`` for ranks 10-35
+        and ``A``-``Z`` for 36-61; more ranks than that are written ``#``), ``*`` where a rank
+        also reads it as a padding repeat, ``!`` where two ranks read it, ``-`` where none does;
+        then the indices each rank reads, the padding repeats, and every epoch's check line.
 
         Example:
             >>> t = shard_table(5, 2, shuffle=False, epochs=1)
             >>> print(t.strips_text(0).splitlines()[3])
             epoch 0      *1010
         """
+        digits = (
+            "the rank's number"
+            if self.num_replicas <= 10
+            else "the rank: 0-9, then a = 10, b = 11, ..."
+            + (", A = 36, ..." if self.num_replicas > 36 else "")
+            + (", # = 62 or more" if self.num_replicas > len(_RANK_CHARS) else "")
+        )
         lines = [
             self.title(),
             f"{_epochs_label(len(self.epochs))}: which rank reads each dataset index "
-            "(the rank's number, * = also read as padding repeat, ! = read by 2+ ranks, "
+            f"({digits}, * = also read as padding repeat, ! = read by 2+ ranks, "
             "- = no rank reads it)",
         ]
         n = min(self.size, max_indices)
@@ -433,7 +441,13 @@ def _strip_char(strip: IndexStrip, i: int) -> str:
     if strip.padded[i]:
         return "*"
     owner = strip.owner[i]
-    return "-" if owner is None else str(owner)
+    if owner is None:
+        return "-"
+    return _RANK_CHARS[owner] if owner < len(_RANK_CHARS) else "#"
+
+
+#: one character per rank in the text strips (a two-digit rank would shift every column after it)
+_RANK_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def _epochs_label(n: int) -> str:

@@ -311,3 +311,35 @@ def test_every_rank_has_its_own_colour_in_the_drawing(replicas: int, size: int) 
         ranks = {f"rank {r}": to_hex(grid[r, 0, :3]) for r in range(replicas)}
     assert len(ranks) == replicas
     assert len(set(ranks.values())) == replicas, ranks
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 200), replicas=st.integers(1, 70), seed=st.integers(0, 9),
+    drop_last=st.booleans(),
+)  # fmt: skip
+def test_strips_text_is_one_character_per_index_for_any_number_of_ranks(
+    n: int, replicas: int, seed: int, drop_last: bool
+) -> None:
+    """The oracle is torch's DistributedSampler: each of the first 60 indices is written as one
+    character naming the rank that reads it (the second trial saw ranks 10-19 written with two
+    digits, so the columns no longer lined up with the index ruler)."""
+    chars = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    t = shard_table(n, replicas, epochs=1, seed=seed, drop_last=drop_last)
+    readers: dict[int, list[int]] = {}
+    for r in range(replicas):
+        s = torch.utils.data.DistributedSampler(
+            range(n), num_replicas=replicas, rank=r, shuffle=True, seed=seed, drop_last=drop_last
+        )
+        for i in s:
+            readers.setdefault(i, []).append(r)
+    row = t.strips_text(0).splitlines()[3][len("epoch 0      ") :].split("  ...")[0]
+    assert len(row) == min(n, 60)
+    for i, c in enumerate(row):
+        got = readers.get(i, [])
+        if not got:
+            assert c == "-"
+        elif len(got) > 1:  # a padding repeat on one rank, or two ranks ("!")
+            assert c in "*!"
+        else:
+            assert c == (chars[got[0]] if got[0] < len(chars) else "#"), (i, got, row)
