@@ -747,6 +747,12 @@ def _advice(
             f"collation takes {share:.0%} of the time; a cheaper collate_fn (or a dataset "
             "get_batch that builds whole batches) would help"
         )
+    if stage == "transport" and backend == "thread":  # no copy between threads: the GIL
+        return (
+            f"handing built batches over from the threads takes {share:.0%} of the time (the "
+            "loop waits for the GIL the workers hold); fewer threads, or process workers for "
+            "items that hold the GIL, would help"
+        )
     if stage == "transport":
         return (
             f"moving built batches to the loop takes {share:.0%} of the time; smaller "
@@ -826,13 +832,30 @@ def verdict(
             stage, worker_backend, num_workers, busy_share, stage_share, persistent_workers
         )
 
+    # Starting workers is paid once: when it is the largest part of the wait, what the loop
+    # waited for after it is said too (a short run's start-up hid a steady fetch bottleneck)
+    after = ""
+    if stage == "startup":
+        rest = {s: parts[s] for s in STAGES if s != "startup" and parts[s] > 0}
+        after_wall, after_wait = wall - parts["startup"], wait - parts["startup"]
+        if rest and after_wall > 0 and after_wait / after_wall >= DATA_BOUND:
+            second = max(rest, key=lambda s: rest[s])
+            then = _advice(
+                second, worker_backend, num_workers, busy_share, rest[second] / after_wall,
+                persistent_workers,
+            )  # fmt: skip
+            after = (
+                f"; after start-up the loop still waited {after_wait / after_wall:.0%} of its "
+                f"time: {then}"
+            )
+
     if sc >= COPY_BOUND and sc > sw:
         return Verdict(
             "copy-bound", "copy", _copy_line(breakdown, sc), sb, sw, so, parts, busy_share, sc
         )
     if sw >= DATA_BOUND and stage is not None:
         kind = "data-bound"
-        line = f"data-bound: {advise(stage)}"
+        line = f"data-bound: {advise(stage)}{after}"
     elif sw < COMPUTE_BOUND and so > sb:
         kind = "overhead-bound"
         line = (
@@ -850,7 +873,7 @@ def verdict(
         advice = advise(stage) if stage else ""
         line = (
             f"balanced: waiting for data {sw:.0%} of the time, the loop body {sb:.0%}; "
-            f"to load faster: {advice}"
+            f"to load faster: {advice}{after}"
             if stage
             else f"balanced: waiting for data {sw:.0%} of the time, the loop body {sb:.0%}"
         )

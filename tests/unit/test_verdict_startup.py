@@ -1,0 +1,73 @@
+"""A verdict whose largest part of the wait is starting the workers also says what the loop
+waited for after it, and the words follow the numbers (the second fresh-user trial of
+2026-12-06: "workers were starting up for 56% of the time" while, after start-up, the loop
+waited 75% of its time for items, which the verdict did not say)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from clorch_nb.instrumentation import BatchEvent, EpochEvent
+from clorch_nb.widgets.diagnose import DATA_BOUND, Breakdown, verdict
+
+
+def _run(startup_s: float, n: int, body_s: float, fetch_wait_s: float) -> list[Any]:
+    """One epoch on 2 process workers: the first batch waits ``startup_s`` for its worker to
+    start, then ``fetch_wait_s`` for its items; every later batch waits ``fetch_wait_s`` for
+    items built while the loop asked; the loop's body takes ``body_s``."""
+    evs: list[Any] = [EpochEvent("start", 0, n, "process", 2, 0.0)]
+    t = 0.0
+    for i in range(n):
+        asked = t
+        began = asked + (startup_s if i == 0 else 0.0)
+        got = began + fetch_wait_s
+        evs.append(
+            BatchEvent(0, i, i % 2, 8, fetch_wait_s, 0.0, got - asked, 0, got, asked, began, got)
+        )
+        t = got + body_s
+    evs.append(EpochEvent("end", 0, n, "process", 2, t))
+    return evs
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    startup_s=st.floats(0.0, 2.0),
+    n=st.integers(2, 40),
+    body_s=st.floats(0.001, 0.05),
+    fetch_wait_s=st.floats(0.0, 0.05),
+)
+def test_after_start_up_the_line_says_what_the_loop_waited_for(
+    startup_s: float, n: int, body_s: float, fetch_wait_s: float
+) -> None:
+    b = Breakdown()
+    b.feed(tuple(e) for e in _run(startup_s, n, body_s, fetch_wait_s))
+    v = verdict(b, worker_backend="process", num_workers=2, busy_share=0.5)
+    # the oracle, from the run's own numbers: after start-up, wall and wait without it
+    wall = n * (fetch_wait_s + body_s)
+    waited = n * fetch_wait_s
+    said = re.search(r"after start-up the loop still waited (\d+)% of its time", v.line)
+    if v.stage == "startup" and waited / wall >= DATA_BOUND:
+        assert said is not None, v.line
+        assert abs(int(said.group(1)) - 100 * waited / wall) <= 1.0, v.line
+        assert "building items" in v.line[said.end() :], v.line
+    elif v.stage != "startup":
+        assert said is None, v.line
+
+
+def test_thread_workers_are_not_advised_to_a_thread_run() -> None:
+    """The tuner's thread probe was told "... or thread workers would help"."""
+    b = Breakdown()
+    evs: list[Any] = [EpochEvent("start", 0, 4, "thread", 2, 0.0)]
+    for i in range(4):  # built at once, handed over late: all of the wait is the hand-over
+        asked = i * 1.0
+        evs.append(BatchEvent(0, i, i % 2, 8, 0.01, 0.0, 0.5, 0, asked + 0.5, asked, asked,
+                              asked + 0.01))  # fmt: skip
+    evs.append(EpochEvent("end", 0, 4, "thread", 2, 4.0))
+    b.feed(tuple(e) for e in evs)
+    v = verdict(b, worker_backend="thread", num_workers=2, busy_share=0.01)
+    assert v.stage == "transport", v
+    assert "thread workers would help" not in v.line and "process workers" in v.line, v.line
