@@ -25,6 +25,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import pickle
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -161,6 +162,9 @@ class ProcessPool:
         # retire() then keeps each worker's unfinished tasks here, resent at the next call
         self._away = False
         self._parked: dict[int, tuple[dict[int, bytes], dict[int, list[int]]]] = {}
+        # close() from two threads at once (a dropped iterator's release thread and the
+        # loader's finalizer) would reap one worker twice: one close at a time
+        self._close_lock = threading.RLock()
         self.key = pool_key(source, config, use_get_batch)
         retire_idle_twins(self)
 
@@ -254,6 +258,10 @@ class ProcessPool:
         are the parent's to stop."""
         if os.getpid() != self._pid:
             return
+        with self._close_lock:
+            self._close()
+
+    def _close(self) -> None:
         self._closed = True  # a starter thread stops after the worker it is starting
         twins.forget(self)
         with contextlib.suppress(Exception):

@@ -424,7 +424,8 @@ class ThreadPool:
             for tasks in self._queues:
                 tasks.put(_STOP)
             self._stops_sent = True
+        me = threading.current_thread()  # a finalizer may run on a worker thread: never join it
         for t in self._threads:
-            if t is not None and t.is_alive():
+            if t is not None and t is not me and t.is_alive():
                 t.join(timeout=1.0)
         set_worker_info(None, process=False)
