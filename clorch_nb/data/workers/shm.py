@@ -29,6 +29,7 @@ import io
 import itertools
 import os
 import pickle
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +118,32 @@ class _Packer(pickle.Pickler):
         return None
 
 
+class _MainPacker(_Packer):
+    """A :class:`_Packer` that writes a class of the parent's ``__main__`` (a namedtuple or
+    dataclass defined in a script or a notebook cell, shipped to the worker by value) as a
+    reference to the parent's ``__main__``: in the worker that class is a copy, which plain
+    pickle refuses ("not the same object as __main__.Pair"); torch's spawned workers re-run
+    the script, so the same batch works there."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, type) and obj.__module__ == "__main__":
+            return (from_main, (obj.__qualname__,))
+        return NotImplemented
+
+
+def from_main(qualname: str) -> Any:
+    """The object ``qualname`` (dotted) of this process's ``__main__`` (see :class:`_MainPacker`).
+
+    Example:
+        >>> from_main("__name__")
+        '__main__'
+    """
+    obj: Any = sys.modules["__main__"]
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
 _packer: _Packer | None = None  # reused by the worker for every batch (a new one costs ~4 µs)
 
 
@@ -126,7 +153,11 @@ def _pickle_struct(batch: Any) -> tuple[bytes, list[torch.Tensor]]:
     packer, _packer = _packer, None  # put back only after a clean dump
     if packer is None:
         packer = _Packer(io.BytesIO())
-    packer.dump(batch)
+    try:
+        packer.dump(batch)
+    except pickle.PicklingError:  # a class of the parent's __main__ (see _MainPacker)
+        packer = _MainPacker(io.BytesIO())
+        packer.dump(batch)
     struct, tensors = packer.buf.getvalue(), packer.tensors
     packer.clear_memo()  # drop the references to the batch's objects
     packer.buf.seek(0)
