@@ -536,7 +536,9 @@ class StepWaits:
                          where=self.step_s > 0)  # fmt: skip
 
     def stages(self) -> list[str]:
-        """Each step's stage name (one of :data:`STEP_STAGES`, ``""`` for none)."""
+        """Each step's stage name (one of :data:`STEP_STAGES`): the longest part of its wait,
+        however short the wait (a step that waited microseconds has one); ``""`` only for a
+        step whose wait was exactly 0."""
         return self.stages_at(range(len(self)))
 
     def stages_at(self, indices: Iterable[int]) -> list[str]:

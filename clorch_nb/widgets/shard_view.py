@@ -79,7 +79,9 @@ class ShardView(View):
 
     @classmethod
     def from_sampler(cls, sampler: DistributedSampler, epochs: int = 3) -> ShardView:
-        """The shards of every rank of ``sampler``'s job (its settings; its own rank is one row).
+        """The shards of every rank of ``sampler``'s job (its settings; its own rank is one row)
+        in epochs ``0 .. epochs - 1``, each computed as after ``set_epoch(e)``: the epoch the
+        sampler was last set to does not move them (the view shows epochs from the start).
 
         Example:
             >>> from clorch_nb import data
