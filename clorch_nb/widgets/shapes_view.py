@@ -64,9 +64,9 @@ def draw_shapes(report: ShapeReport, selected: int | None = None) -> Figure:
     fig = new_figure(width, height)
     ax = fig.add_axes(rect_in(fig, _LEFT, panel_h + below, _BARS_W, bars_h))
     tops = _draw_bars(ax, report, names)
-    _draw_marks(ax, report, tops, selected)
-    _draw_legend(ax, names, report.ragged, legend_cols)
     shown = _mark_lengths(ax, report, tops)
+    _draw_marks(ax, report, tops, selected, above_lengths=bool(shown))
+    _draw_legend(ax, names, report.ragged, legend_cols)
     title(
         fig,
         "Batch shapes: bytes per field in each batch"
@@ -154,13 +154,16 @@ def _field_bytes(b: Any, name: str) -> int:
     return next((f.nbytes or 0 for f in b.fields if f.name == name), 0)
 
 
-def _draw_marks(ax: Any, report: ShapeReport, tops: np.ndarray, selected: int | None) -> None:
-    """ "partial" over partial bars, a box round the selected one, the failed batch's slot."""
+def _draw_marks(
+    ax: Any, report: ShapeReport, tops: np.ndarray, selected: int | None, *, above_lengths: bool
+) -> None:
+    """ "partial" over partial bars (above the length written there, ``above_lengths``), a box
+    round the selected one, the failed batch's slot."""
     for i in report.partial_batches:
         ax.annotate(
             "partial",
             (i, tops[i]),
-            xytext=(0, 3),
+            xytext=(0, 13 if above_lengths else 3),
             textcoords="offset points",
             ha="center",
             va="bottom",

@@ -193,6 +193,15 @@ def test_ragged_lengths_are_the_batches_lengths(lengths: list[int], bs: int, fro
     )
     assert line in report.to_text()
     # the chart writes each batch's length above its bar
-    (ax,) = draw_shapes(report).axes
+    fig = draw_shapes(report)
+    (ax,) = fig.axes
     drawn = [t for t in ax.texts if (t.get_gid() or "").startswith("length-")]
     assert [int(t.get_text()) for t in drawn] == seen
+    # and no label over another: "partial" sits above the length (the second trial of
+    # 2026-12-06 saw them drawn over each other on the partial bar)
+    renderer = fig.canvas.get_renderer()
+    partial = [t.get_window_extent(renderer) for t in ax.texts if t.get_text() == "partial"]
+    assert len(partial) == len(report.partial_batches)
+    for a in partial:
+        for t in drawn:
+            assert not a.overlaps(t.get_window_extent(renderer)), (a, t.get_text())
