@@ -94,7 +94,8 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
         num_items (int | None): the items it was built from, when known (the loader's events
             say): a list is then told from the batch's structure by that count (see
             :func:`_structure`); None: by shapes alone (a list of one tensor is then
-            ambiguous, and read as structure).
+            ambiguous, and read as structure). Either way a list of rows each as long as the
+            list (one row of length 1 in a batch of one) is read as a collated field.
 
     Example:
         >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
