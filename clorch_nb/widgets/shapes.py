@@ -445,20 +445,16 @@ class ShapeReport:
     def lengths_text(self) -> list[str]:
         """One line per varying dimension of a ragged field: min, median and max length."""
         lines = []
-        for name, dims in self.ragged_lengths.items():
-            for d, v in dims.items():
-                med = statistics.median(v)
-                lines.append(
-                    f"  {name} dim {d}: length min {min(v)}, median {med:g}, max {max(v)} "
-                    f"over {plural(len(v), 'batch', 'batches')}"
-                )
-        for name, dims in self.ragged_items.items():
-            for d, v in dims.items():
-                med = statistics.median(v)
-                lines.append(
-                    f"  {name} (a row per item) dim {d}: length min {min(v)}, median {med:g}, "
-                    f"max {max(v)} over {plural(len(v), 'item', 'items')}"
-                )
+        for source, what, unit in (
+            (self.ragged_lengths, "", ("batch", "batches")),
+            (self.ragged_items, " (a row per item)", ("item", "items")),
+        ):
+            for name, dims in source.items():
+                for d, v in dims.items():
+                    lines.append(
+                        f"  {name}{what} dim {d}: length min {min(v)}, median "
+                        f"{statistics.median(v):g}, max {max(v)} over {plural(len(v), *unit)}"
+                    )
         return lines
 
     @property

@@ -7,6 +7,7 @@ as __main__.Pair" where torch's loader worked."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -72,7 +73,7 @@ def test_main_classes_come_back_as_the_scripts_own(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=200,
-        cwd=tmp_path, env={**__import__("os").environ, "PYTHONPATH": str(repo)},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
