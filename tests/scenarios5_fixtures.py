@@ -147,3 +147,23 @@ class OffsetByHelper(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, i: int) -> int:
         return i + offset()
+
+
+class ScaledByClass(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """B96 (the class): item ``i`` is ``i * type(self).FACTOR``, a class attribute a notebook
+    sets at run time (``ScaledByClass.FACTOR = 10.0``)."""
+
+    FACTOR = 1.0
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> float:
+        return float(i * type(self).FACTOR)
+
+
+class ScaledByBase(ScaledByClass):
+    """Reads the attribute its base holds (``ScaledByClass.FACTOR``), through ``self``."""
+
+    def __getitem__(self, i: int) -> float:
+        return float(i * self.FACTOR)

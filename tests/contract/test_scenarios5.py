@@ -251,6 +251,28 @@ def test_b96_a_global_read_through_a_helper_reaches_the_workers(
     loader.close()
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("front", FRONTS)
+@pytest.mark.parametrize("cls", ["ScaledByClass", "ScaledByBase"])
+def test_b96_a_class_attribute_set_at_run_time_reaches_the_workers(
+    front: str, cls: str, backend: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """B96, the class: ``ScaledByClass.FACTOR = 10.0`` on an importable class (read through
+    ``type(self)``, or through ``self`` by a subclass): torch 2.13 (fork workers) gives
+    ``[[0, 10, 20, 30]]``, and so does every backend; set again between epochs, the next epoch
+    reads the new value. Failed on ``05e145d`` with process workers (``[[0, 1, 2, 3]]``)."""
+    dataset_class = getattr(fx, cls)
+    monkeypatch.setattr(fx.ScaledByClass, "FACTOR", 10.0)
+    expected = [[0.0, 10.0, 20.0, 30.0]]
+    assert torch_batches(dataset_class(), batch_size=4, num_workers=2) == expected
+    loader = make(front, dataset_class(), backend, batch_size=4)
+    assert [as_plain(b) for b in loader] == expected
+    monkeypatch.setattr(fx.ScaledByClass, "FACTOR", 3.0)
+    assert torch_batches(dataset_class(), batch_size=4, num_workers=2) == [[0.0, 3.0, 6.0, 9.0]]
+    assert [as_plain(b) for b in loader] == [[0.0, 3.0, 6.0, 9.0]]
+    loader.close()
+
+
 # -- torch's collate errors on its front, explained ------------------------------------------------
 
 

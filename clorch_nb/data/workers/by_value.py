@@ -407,12 +407,16 @@ def _same(now: Any, then: Any) -> bool:
 
 
 def _globals_now(code: Any) -> dict[tuple[str, str], Any]:
-    """The module globals the user's ``code`` (classes and functions) reads, with their values
-    now: what a worker must see as the kernel has them, since it imports those modules afresh
-    from their files (B96: ``config.MEAN = computed`` in a cell; torch's fork workers inherit
-    it). A class or function that is the module's own definition of that name is left out: the
-    worker's import gives the same object."""
+    """The module state the user's ``code`` (classes and functions) reads, with its values
+    now: what a worker must see as the kernel has it, since it imports those modules afresh
+    from their files (B96: ``config.MEAN = computed`` in a cell, or ``Dataset.FACTOR = 10`` on
+    an importable class; torch's fork workers inherit both). Keys are ``(module, name)`` with
+    ``name`` a global's name or ``"Class.attr"``: the plain data attributes (not methods,
+    properties or nested classes) of each user class the code names or the dataset is an
+    instance of. A class or function that is the module's own definition of that name is left
+    out: the worker's import gives the same object (its data attributes are listed)."""
     found: dict[tuple[str, str], Any] = {}
+    classes: dict[int, type] = {id(c): c for c in code if isinstance(c, type)}
     for module, name in module_globals_read(code, walks=is_user_module):
         mod = sys.modules.get(module)
         if mod is None or not is_user_module(module) or not hasattr(mod, name):
@@ -422,9 +426,41 @@ def _globals_now(code: Any) -> dict[tuple[str, str], Any]:
             value.__module__,
             value.__qualname__,
         ) == (module, name)
-        if not own and not isinstance(value, types.ModuleType):
+        if own and isinstance(value, type):
+            classes[id(value)] = value
+        elif not own and not isinstance(value, types.ModuleType):
             found[(module, name)] = value
+    for cls in list(classes.values()):  # and the user's bases they inherit attributes from
+        for base in cls.__mro__[1:]:
+            if is_user_module(base.__module__):
+                classes[id(base)] = base
+    for cls in classes.values():
+        module, qualname = cls.__module__, cls.__qualname__
+        if module == "__main__" or "<" in qualname or _resolve(module, qualname) is not cls:
+            continue  # pickled by value with its attributes, or not importable by name
+        for attr, value in vars(cls).items():
+            if not (attr.startswith("__") and attr.endswith("__")) and _is_data(value):
+                found[(module, f"{qualname}.{attr}")] = value
     return found
+
+
+def _is_data(value: Any) -> bool:
+    """A class attribute that is data, not behaviour (a method, a property, a nested class)."""
+    return not isinstance(
+        value,
+        types.FunctionType | staticmethod | classmethod | property | type | types.ModuleType,
+    ) and not hasattr(type(value), "__get__")
+
+
+def _resolve(module: str, dotted: str, default: Any = None) -> Any:
+    """``module``'s attribute at the dotted path (``"SCALE"``, ``"Dataset.FACTOR"``) in this
+    process, or ``default``."""
+    obj: Any = sys.modules.get(module)
+    for part in dotted.split("."):
+        obj = getattr(obj, part, _MISSING)
+        if obj is _MISSING:
+            return default
+    return obj
 
 
 def _ship_globals(
@@ -571,7 +607,7 @@ class ByValue:
         return [
             f"{module}.{name}"
             for (module, name), then in self._read.items()
-            if not _same(getattr(sys.modules.get(module), name, _MISSING), then)
+            if not _same(_resolve(module, name, _MISSING), then)
         ]
 
     def refresh(self) -> list[str]:
@@ -608,7 +644,11 @@ class ByValue:
         its writes to them stay its own)."""
         for module, name, blob in self.module_globals:  # as the kernel has them (B96)
             value = _Loader(io.BytesIO(blob), self.shared, self.arrays, self.inherited).load()
-            setattr(importlib.import_module(module), name, value)
+            owner, _, attr = name.rpartition(".")  # "SCALE", or "Dataset.FACTOR"
+            target = importlib.import_module(module)
+            for part in owner.split(".") if owner else ():
+                target = getattr(target, part)
+            setattr(target, attr, value)
         return _Loader(io.BytesIO(self.blob), self.shared, self.arrays, self.inherited).load()
 
     def twin_key(self) -> Any:
