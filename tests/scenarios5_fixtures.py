@@ -167,3 +167,9 @@ class ScaledByBase(ScaledByClass):
 
     def __getitem__(self, i: int) -> float:
         return float(i * self.FACTOR)
+
+
+def aliasing_collate(items: list[int]) -> dict[str, torch.Tensor]:
+    """B90 (aliasing): one tensor under two keys, and a view of it."""
+    x = torch.tensor(items, dtype=torch.float32)
+    return {"x": x, "same": x, "view": x[:2]}

@@ -103,6 +103,7 @@ class _Packer(pickle.Pickler):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.buf = file
         self.tensors: list[torch.Tensor] = []
+        self.ids: dict[int, Any] = {}  # id(tensor) -> its reference: one tensor, one copy (B90)
 
     def persistent_id(self, obj: Any) -> Any:
         # Only plain dense CPU tensors; subclasses, sparse, quantized, nested ones pickle normally.
@@ -113,9 +114,70 @@ class _Packer(pickle.Pickler):
             and not obj.is_quantized
             and not obj.is_nested
         ):
-            self.tensors.append(obj)
-            return ("t", len(self.tensors) - 1)
+            ref = self.ids.get(id(obj))
+            if ref is None:  # the same tensor twice in a batch is one tensor in the parent
+                self.tensors.append(obj)
+                ref = self.ids[id(obj)] = ("t", len(self.tensors) - 1)
+            return ref
         return None
+
+
+class _ViewPacker(_Packer):
+    """A :class:`_Packer` for a batch whose tensors overlap in a storage (``{"x": x, "head":
+    x[:2]}``): each overlapping group is sent once, as the bytes it spans, and each tensor as
+    a view of them (``("v", span, dtype, shape, stride, offset)``), so the parent's batch
+    aliases as the worker's did (B90; torch's workers send storages, which keeps it)."""
+
+    def __init__(self, file: io.BytesIO, groups: list[list[torch.Tensor]]) -> None:
+        super().__init__(file)
+        for group in groups:
+            storage = group[0].untyped_storage()
+            starts, ends = zip(*map(_extent, group), strict=True)
+            lo = min(starts) // 16 * 16  # aligned for every dtype
+            span = torch.empty(0, dtype=torch.uint8).set_(storage, lo, (max(ends) - lo,), (1,))
+            self.tensors.append(span)
+            k = len(self.tensors) - 1
+            for t, s in zip(group, starts, strict=True):
+                self.ids[id(t)] = (  # the last field tells apart two tensors of one view
+                    "v", k, t.dtype, tuple(t.shape), tuple(t.stride()),
+                    (s - lo) // t.element_size(), len(self.ids),
+                )  # fmt: skip
+
+
+def _extent(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes of its storage ``t`` spans: ``(first, past the last)``."""
+    start = t.storage_offset() * t.element_size()
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    return int(start), int(start + (last + 1) * t.element_size())
+
+
+def _shared_storages(tensors: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+    """The groups of two or more of ``tensors`` (distinct objects) whose bytes overlap in one
+    storage: a write through one shows in another. Views of one storage that do not overlap
+    (two rows of a big tensor) stay apart, each sent alone (B28: never the whole base)."""
+    if len(tensors) < 2:
+        return []
+    by_storage: dict[int, list[torch.Tensor]] = {}
+    for t in tensors:
+        if t.numel():
+            by_storage.setdefault(t.untyped_storage().data_ptr(), []).append(t)
+    groups: list[list[torch.Tensor]] = []
+    for found in by_storage.values():
+        if len(found) < 2:
+            continue
+        run: list[torch.Tensor] = []
+        end = -1
+        for t in sorted(found, key=lambda t: _extent(t)[0]):  # overlapping runs of extents
+            lo, hi = _extent(t)
+            if run and lo >= end:  # a gap: the run so far is a group if it holds two
+                if len(run) > 1:
+                    groups.append(run)
+                run = []
+            run.append(t)
+            end = max(end, hi)
+        if len(run) > 1:
+            groups.append(run)
+    return groups
 
 
 class _MainPacker(_Packer):
@@ -163,7 +225,18 @@ def _pickle_struct(batch: Any) -> tuple[bytes, list[torch.Tensor]]:
     packer.buf.seek(0)
     packer.buf.truncate()
     packer.tensors = []
+    packer.ids = {}
     _packer = packer
+    groups = _shared_storages(tensors)
+    if groups:  # views of one storage: sent once, rebuilt as views (rare: a second pass)
+        views = _ViewPacker(io.BytesIO(), groups)
+        try:
+            views.dump(batch)
+        except pickle.PicklingError:
+            views = _ViewPacker(io.BytesIO(), groups)
+            views.reducer_override = _MainPacker.reducer_override.__get__(views)  # type: ignore[method-assign]
+            views.dump(batch)
+        struct, tensors = views.buf.getvalue(), views.tensors
     return struct, tensors
 
 
@@ -171,8 +244,19 @@ class _Unpacker(pickle.Unpickler):
     def __init__(self, file: io.BytesIO, tensors: list[torch.Tensor]) -> None:
         super().__init__(file)
         self.tensors = tensors
+        self.views: dict[Any, torch.Tensor] = {}
 
     def persistent_load(self, pid: Any) -> Any:
+        if pid[0] == "v":  # a view of a storage its batch shares (see _ViewPacker)
+            view = self.views.get(pid)
+            if view is None:  # once per tensor of the worker's batch: the same object after
+                _, k, dtype, shape, stride, offset, _ = pid
+                span = self.tensors[k]
+                start = span.storage_offset() // torch.empty(0, dtype=dtype).element_size()
+                view = self.views[pid] = torch.empty(0, dtype=dtype).set_(
+                    span.untyped_storage(), start + offset, shape, stride
+                )
+            return view
         return self.tensors[pid[1]]
 
 
