@@ -32,10 +32,12 @@ for and consumed), :meth:`~ThroughputMonitor.export_trace` (Chrome trace JSON) a
 
 from __future__ import annotations
 
+import contextlib
 import html
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,9 +97,13 @@ class ThroughputMonitor(View):
         if not 0 < chart_budget <= 1:
             raise ConfigError(f"chart_budget={chart_budget!r} must be in (0, 1]")
         self._loader = weak_loader(loader)  # the output area keeps the view, not the loader
-        # ... but until its first epoch has ended the monitor holds it, so that
-        # `for batch in widgets.monitor(DataLoader(...))` (no other reference) runs that epoch
+        # ... but until the loader is first iterated the monitor holds it, so that
+        # `for batch in widgets.monitor(DataLoader(...))` (no other reference) reaches iter();
+        # the epoch's iterator holds its loader from there. Let go at the loader's first event,
+        # whoever iterates it (the loop may iterate the loader, not the monitor), and in a
+        # kernel at the end of the cell that made the monitor (B94: one shown, never run)
         self._first_epoch_hold: Any = loader
+        self._release_hold = self._hold_until_first_event(loader)
         self._copies_tail = False  # subscribed after the epoch's end for its last copies
         self.refresh_hz = float(refresh_hz)
         self.chart_hz = float(chart_hz)
@@ -140,11 +146,39 @@ class ThroughputMonitor(View):
         self.stall_frames = 0  # stall frames drawn (stalled())
         self._stall = StallWatch(self._last_event, self._interval, self.stalled)
 
+    def _hold_until_first_event(self, loader: Any) -> Any:
+        """Subscribe a one-shot callback that lets go of the loader at its first event; in a
+        kernel, let go at the end of this cell too. Returns the function that lets go."""
+        me = weakref.ref(self)
+        state: dict[str, Any] = {}
+
+        def release(*_: Any) -> None:
+            unsubscribe = state.pop("unsubscribe", None)
+            if unsubscribe is not None:
+                unsubscribe()
+            if "ip" in state:
+                with contextlib.suppress(ValueError):
+                    state.pop("ip").events.unregister("post_run_cell", release)
+            monitor = me()
+            if monitor is not None:
+                monitor._first_epoch_hold = None
+
+        state["unsubscribe"] = loader.subscribe(release)
+        if in_kernel():
+            from IPython import get_ipython
+
+            ip = get_ipython()
+            if ip is not None:
+                state["ip"] = ip
+                ip.events.register("post_run_cell", release)
+        return release
+
     @property
     def loader(self) -> Any:
-        """The loader watched (held weakly once an epoch through the monitor has ended: a
-        monitor still displayed does not keep a dropped loader, or its worker processes, alive;
-        until then held, so ``widgets.monitor(DataLoader(...))`` runs its first epoch).
+        """The loader watched, held weakly (a monitor still displayed does not keep a dropped
+        loader, or its worker processes, alive) once the loader has sent its first event or,
+        in a kernel, the cell that made the monitor has ended; until then held, so
+        ``for batch in widgets.monitor(DataLoader(...))`` reaches its epoch.
 
         Raises:
             ConfigError: the notebook dropped the loader (nothing else refers to it).
@@ -152,10 +186,10 @@ class ThroughputMonitor(View):
         loader = self._loader()
         if loader is None:
             raise ConfigError(
-                "the loader this monitor watched was dropped (garbage-collected): after its first "
-                "epoch a monitor holds its loader weakly, so a re-run cell frees the old loader's "
-                "workers. Keep a reference (loader = ...) and make a new monitor: "
-                "widgets.monitor(loader)"
+                "the loader this monitor watched was dropped (garbage-collected): once its loader "
+                "has run (or the cell that made it has ended) a monitor holds it weakly, so a "
+                "re-run cell frees the old loader's workers. Keep a reference (loader = ...) and "
+                "make a new monitor: widgets.monitor(loader)"
             )
         return loader
 
@@ -239,11 +273,13 @@ class ThroughputMonitor(View):
             from IPython.display import display
 
             self._handle = display(self, display_id=True)
-        it = iter(self.loader)  # an epoch of ours still open hears its "stopped" event here
+        loader = self.loader
+        it = iter(loader)  # an epoch of ours still open hears its "stopped" event here
         self._end_subscription()  # an iterator made but never started
         if self._on_event is None or self._on_event_live != self.live:
             self._on_event, self._on_event_live = self._subscriber(), self.live
-        self._unsubscribe = self.loader.subscribe(self._on_event)
+        self._unsubscribe = loader.subscribe(self._on_event)
+        self._release_hold()  # the epoch's iterator holds what it runs on from here (B94)
         return it  # type: ignore[no-any-return]
 
     def _end_subscription(self) -> None:
@@ -288,7 +324,7 @@ class ThroughputMonitor(View):
         return Batched(on_batches, on_event, every=256, within_s=min(0.05, self._interval / 2))
 
     def _epoch_over(self, ev: Any) -> None:
-        self._first_epoch_hold = None  # from now on held weakly only (B94)
+        self._release_hold()  # from now on held weakly only (B94)
         config = getattr(self._loader(), "config", None)
         if str(getattr(config, "device", None) or "").startswith("cuda"):
             # The device feed hands over its last batches after the epoch's end, and their

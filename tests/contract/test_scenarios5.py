@@ -185,6 +185,41 @@ def test_b94_a_monitor_does_not_keep_a_dropped_loader(front: str, backend: dict[
     gc.collect()
 
 
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("front", FRONTS)
+def test_b94_a_monitor_shown_beside_the_loop_does_not_keep_a_dropped_loader(front: str) -> None:
+    """B94, the class: ``shown.append(widgets.monitor(loader))`` while the loop iterates the
+    loader itself: after ``del loader`` and ``gc.collect()``, every loader is collected and 0
+    of their 6 process workers are alive (torch: the workers end with the loader). Failed on
+    ``05e145d``: the monitors held their loaders until an epoch run through them ended. (A
+    monitor never run lets go at the end of its cell: a kernel test, ``test_kernel_life``.)"""
+    shown: list[Any] = []
+    refs, pids = [], set()
+    persistent = {"persistent_workers": True} if front == "DataLoader" else {}
+    process = {"name": "process", "num_workers": 2, "worker_backend": "process"}
+    for bs in (8, 16, 32):
+        loader = make(front, fx.Ints(64), process, batch_size=bs, **persistent)
+        shown.append(widgets.monitor(loader))
+        assert sum(len(b) for b in loader) == 64
+        refs.append(__import__("weakref").ref(loader))
+        pids |= set(loader.worker_pids())
+    del loader
+    gc.collect()
+    deadline = time.monotonic() + 3.0
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r() is None for r in refs] == [True, True, True]
+    assert len(pids) == 6 and len(_alive(pids)) == 0
+    with pytest.raises(ConfigError, match="was dropped"):
+        len(shown[0])
+
+
+def test_b94_a_monitor_of_a_loader_nobody_else_holds_runs_its_epoch() -> None:
+    """``for batch in widgets.monitor(DL(...))``, the loader held by nothing else: the monitor
+    holds it until it runs, and the epoch's iterator holds it from there (64 items)."""
+    assert sum(len(b) for b in widgets.monitor(data.DataLoader(fx.Ints(64), batch_size=8))) == 64
+
+
 # -- B95: prefetch_factor below 1 with workers ----------------------------------------------------
 
 
