@@ -189,7 +189,11 @@ def _sweep(owner: int, procs: dict[int, str], dirs: set[str]) -> None:
         killed = [p for p in killed if _start_time(p) == procs[p]]
         if killed:
             time.sleep(0.02)
-    for path in glob.glob(os.path.join(SHM_DIR, f"{PREFIX}-{owner}-*")):
+    paths = glob.glob(os.path.join(SHM_DIR, f"{PREFIX}-{owner}-*"))
+    for pid in procs:  # torch's segments a killed worker made (torch_<pid>_<random>_<n>)
+        if _start_time(pid) != procs[pid]:
+            paths += glob.glob(os.path.join(SHM_DIR, f"torch_{pid}_*"))
+    for path in paths:
         with contextlib.suppress(OSError):
             os.unlink(path)
     for d in dirs:

@@ -8,6 +8,7 @@ value set, not the one written here.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -173,3 +174,19 @@ def aliasing_collate(items: list[int]) -> dict[str, torch.Tensor]:
     """B90 (aliasing): one tensor under two keys, and a view of it."""
     x = torch.tensor(items, dtype=torch.float32)
     return {"x": x, "same": x, "view": x[:2]}
+
+
+class ExitsAt(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """Items ``torch.full((64, 1024), i)`` (256 KiB: torch's collate in a worker puts each
+    batch in its own shared memory); the worker that builds item ``at`` exits (``os._exit``)."""
+
+    def __init__(self, n: int = 4000, at: int = 64 * 6 + 5) -> None:
+        self.n, self.at = n, at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == self.at:
+            os._exit(3)
+        return torch.full((64, 1024), float(i))

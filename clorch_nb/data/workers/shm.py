@@ -393,7 +393,8 @@ def discard(segment: str | None) -> None:
 
 
 def sweep(parent_pid: int, worker_pid: int | None, *, keep_arena: bool = False) -> int:
-    """Unlink every segment a worker left behind (it died, or the epoch was abandoned).
+    """Unlink every segment a worker left behind (it died, or the epoch was abandoned); for a
+    worker that is gone (not ``keep_arena``), torch's own segments named by its pid too.
 
     Args:
         keep_arena (bool): leave the worker's arena slots (``...-a<N>``): the worker is alive
@@ -404,7 +405,12 @@ def sweep(parent_pid: int, worker_pid: int | None, *, keep_arena: bool = False) 
     """
     who = "*" if worker_pid is None else str(worker_pid)
     n = 0
-    for path in glob.glob(os.path.join(SHM_DIR, f"{PREFIX}-{parent_pid}-{who}-*")):
+    paths = glob.glob(os.path.join(SHM_DIR, f"{PREFIX}-{parent_pid}-{who}-*"))
+    if worker_pid is not None and not keep_arena:
+        # and torch's own (``torch_<pid>_<random>_<n>``: a collate in a worker allocates its
+        # output there, unlinked at once; a worker killed in between leaves it behind)
+        paths += glob.glob(os.path.join(SHM_DIR, f"torch_{worker_pid}_*"))
+    for path in paths:
         if keep_arena and os.path.basename(path).rsplit("-", 1)[-1].startswith("a"):
             continue
         try:
