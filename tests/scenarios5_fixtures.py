@@ -190,3 +190,26 @@ class ExitsAt(torch.utils.data.Dataset):  # type: ignore[type-arg]
         if i == self.at:
             os._exit(3)
         return torch.full((64, 1024), float(i))
+
+
+class Keyed(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """B92: ``dataset[key]`` returns the key back as given (``repr``), for keys of any kind."""
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, key: Any) -> str:
+        return repr(key)
+
+
+class KeySampler(torch.utils.data.Sampler):  # type: ignore[type-arg]
+    """B92: yields the keys it was given, whatever they are."""
+
+    def __init__(self, keys: list[Any]) -> None:
+        self.keys = keys
+
+    def __iter__(self) -> Any:
+        return iter(self.keys)
+
+    def __len__(self) -> int:
+        return len(self.keys)

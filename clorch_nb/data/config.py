@@ -281,9 +281,9 @@ def not_an_index_message(sampler: Any, key: Any) -> str:
         >>> print(not_an_index_message([], "a"))  # doctest: +ELLIPSIS
         sampler list yields keys that are not dataset indices: it yielded 'a' (str). ...
     """
-    if isinstance(key, list | tuple | torch.Tensor) and all(
+    if (isinstance(key, list) or (isinstance(key, torch.Tensor) and key.dim() == 1)) and all(
         isinstance(i, int) or (isinstance(i, torch.Tensor) and i.dim() == 0) for i in key
-    ):
+    ):  # a tuple is a key to torch ((lat, lon) boxes: B92), a list of ints a batch
         return yields_batches_message(sampler) + (
             " (torch's bulk loading, a sampler of index lists with batch_size=None passed to "
             "__getitem__ whole, is not supported: use batch_sampler= and a collate_fn)"
@@ -294,6 +294,11 @@ def not_an_index_message(sampler: Any, key: Any) -> str:
         "is saved, resumed and split over workers as integers): give the dataset an integer "
         "index over its keys (self.keys = sorted(...); __getitem__(i) reads self.keys[i]) and "
         "sample integers"
+        + (
+            " (if each tuple is a batch of indices, pass the sampler as batch_sampler=)"
+            if isinstance(key, tuple)
+            else ""
+        )
     )
 
 

@@ -37,7 +37,6 @@ import html
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,8 +101,8 @@ class ThroughputMonitor(View):
         # the epoch's iterator holds its loader from there. Let go at the loader's first event,
         # whoever iterates it (the loop may iterate the loader, not the monitor), and in a
         # kernel at the end of the cell that made the monitor (B94: one shown, never run)
-        self._first_epoch_hold: Any = loader
-        self._release_hold = self._hold_until_first_event(loader)
+        self._hold: list[Any] = [loader]
+        self._release_hold = self._hold_until_first_event(loader, self._hold)
         self._copies_tail = False  # subscribed after the epoch's end for its last copies
         self.refresh_hz = float(refresh_hz)
         self.chart_hz = float(chart_hz)
@@ -146,10 +145,10 @@ class ThroughputMonitor(View):
         self.stall_frames = 0  # stall frames drawn (stalled())
         self._stall = StallWatch(self._last_event, self._interval, self.stalled)
 
-    def _hold_until_first_event(self, loader: Any) -> Any:
-        """Subscribe a one-shot callback that lets go of the loader at its first event; in a
-        kernel, let go at the end of this cell too. Returns the function that lets go."""
-        me = weakref.ref(self)
+    @staticmethod
+    def _hold_until_first_event(loader: Any, hold: list[Any]) -> Any:
+        """Subscribe a one-shot callback that empties ``hold`` at the loader's first event; in
+        a kernel, at the end of this cell too. Returns the function that lets go."""
         state: dict[str, Any] = {}
 
         def release(*_: Any) -> None:
@@ -159,9 +158,7 @@ class ThroughputMonitor(View):
             if "ip" in state:
                 with contextlib.suppress(ValueError):
                     state.pop("ip").events.unregister("post_run_cell", release)
-            monitor = me()
-            if monitor is not None:
-                monitor._first_epoch_hold = None
+            hold.clear()
 
         state["unsubscribe"] = loader.subscribe(release)
         if in_kernel():

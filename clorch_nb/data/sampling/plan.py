@@ -152,10 +152,7 @@ def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
             s.note_iteration()  # its warning names the user's ``for``/``iter()``
         order = s.index_tensor()
     else:
-        indices = list(iter(s))
-        if indices and not _is_index(indices[0]):
-            raise ConfigError(not_an_index_message(s, indices[0]))
-        order = torch.as_tensor(indices, dtype=torch.int64)
+        order = _index_tensor(s, list(iter(s)))
     if order.numel() != len(s):
         raise ConfigError(
             f"sampler {type(s).__name__} yielded {order.numel()} indices but len(sampler) is "
@@ -166,11 +163,34 @@ def _sampler_order(size: int, s: Any, note: bool) -> torch.Tensor:
 
 
 def _is_index(x: Any) -> bool:
-    return (
-        isinstance(x, int)
-        or (isinstance(x, torch.Tensor | np.ndarray) and x.ndim == 0)
-        or (isinstance(x, np.integer))
-    )
+    """An integer (Python's, numpy's, a 0-d integer tensor or array); not a bool."""
+    if isinstance(x, torch.Tensor):
+        return (
+            x.ndim == 0
+            and not x.dtype.is_floating_point
+            and not x.dtype.is_complex
+            and (x.dtype is not torch.bool)
+        )
+    if isinstance(x, np.ndarray):
+        return x.ndim == 0 and x.dtype.kind in "iu"
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def _index_tensor(sampler: Any, values: list[Any]) -> torch.Tensor:
+    """``values`` (what ``sampler`` yielded) as int64 indices: every one an integer, or the
+    first that is not (a float, a bool, a tuple key, a string) refused by name (never truncated
+    to an int: ``1.5`` is not index 1)."""
+    if set(map(type, values)) <= {int}:  # the usual case, at C speed (~80 ns an index)
+        return torch.as_tensor(values, dtype=torch.int64)
+    ints = values
+    for k, v in enumerate(values):  # Python ints pass; the rest are checked and made ints
+        if v.__class__ is not int:
+            if not _is_index(v):
+                raise ConfigError(not_an_index_message(sampler, v))
+            if ints is values:
+                ints = list(values)
+            ints[k] = int(v)  # a 0-d array or tensor (as_tensor cannot take a list of arrays)
+    return torch.as_tensor(ints, dtype=torch.int64)
 
 
 def _check_range(size: int, name: str, order: torch.Tensor) -> None:
@@ -380,8 +400,6 @@ class SamplerPlan(Sequence[torch.Tensor]):
         k = len(self._batches)
         want = min(self.batch_size, self.declared - k * self.batch_size)
         got = list(itertools.islice(self._it, want))
-        if got and k == 0 and not _is_index(got[0]):
-            raise ConfigError(not_an_index_message(self.sampler, got[0]))
         self._read += len(got)
         name = type(self.sampler).__name__
         if len(got) < want:
@@ -398,7 +416,7 @@ class SamplerPlan(Sequence[torch.Tensor]):
                     "len(sampler). Give it a __len__ that counts what one pass yields, or take "
                     "batches with itertools.islice(iter(loader), n) from a sampler that ends"
                 )
-        batch = torch.as_tensor(got, dtype=torch.int64)
+        batch = _index_tensor(self.sampler, got)
         _check_range(self.size, name, batch)
         self._batches.append(batch)
 
