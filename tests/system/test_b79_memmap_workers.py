@@ -49,3 +49,48 @@ def test_b79_a_memory_map_is_not_copied_into_each_worker(tmp_path: Path) -> None
     finally:
         loader.close()
     assert type(ds.a) is np.memmap and not ds.a.flags.writeable  # the notebook's, as it was
+
+
+class FileTensor(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """B79/B80, the class: a tensor over a file torch maps shared (``torch.from_file(path,
+    shared=True)``), and a view of it; item ``i`` reads both and writes ``-i`` through the map
+    at ``i`` (a shared map: the write reaches the file, as from a fork worker)."""
+
+    def __init__(self, path: Path) -> None:
+        self.a = torch.from_file(str(path), shared=True, size=2**20, dtype=torch.int64)
+        self.tail = self.a[2**19 :]
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i: int) -> Any:
+        value = torch.tensor([int(self.a[i * 1000 + 7]), int(self.tail[i])])
+        self.a[i] = -i
+        return value
+
+
+@pytest.mark.parametrize("front", ["dataloader", "DataLoader"])
+def test_a_tensor_over_a_shared_file_map_reaches_process_workers(
+    tmp_path: Path, front: str
+) -> None:
+    """torch 2.13 (fork) loads it and each write reaches the file; ours map the same file again
+    by path in each worker (failed on ``05e145d`` with a bare ``OSError: Bad file descriptor``
+    from torch's reductions inside ``proc.start()``)."""
+    path = tmp_path / "ints.bin"
+    np.arange(2**20, dtype=np.int64).tofile(path)
+    want = [[i * 1000 + 7, 2**19 + i] for i in range(8)]
+    fork = torch.utils.data.DataLoader(FileTensor(path), batch_size=4, num_workers=2)
+    assert [r for b in fork for r in b.tolist()] == want
+    np.arange(2**20, dtype=np.int64).tofile(path)
+    ds = FileTensor(path)
+    if front == "DataLoader":
+        loader = data.DataLoader(ds, batch_size=4, num_workers=2)
+    else:
+        loader = data.dataloader(ds, batch_size=4, shuffle=False, num_workers=2,
+                                 worker_backend="process")  # fmt: skip
+    try:
+        assert [r for b in loader for r in b.tolist()] == want
+    finally:
+        loader.close()
+    assert np.fromfile(path, dtype=np.int64)[:8].tolist() == [-i for i in range(8)]
+    assert ds.a[:8].tolist() == [-i for i in range(8)]  # the notebook's map sees them too

@@ -367,6 +367,11 @@ class _Shipper(cloudpickle.Pickler):
                     return ("i", i)
             self.inherited.append(obj)
             return ("i", len(self.inherited) - 1)
+        if type(obj) is torch.Tensor and obj.device.type == "cpu":
+            filename = obj.untyped_storage().filename  # torch.from_file(path, shared=True)
+            if filename is not None:  # mapped again by path, as an np.memmap is (B79)
+                return ("f", filename, obj.untyped_storage().nbytes(), obj.dtype,
+                        tuple(obj.shape), tuple(obj.stride()), obj.storage_offset())  # fmt: skip
         k = self.arrays.add(obj)
         if k is not None:
             return ("a", k)
@@ -495,8 +500,17 @@ class _Loader(pickle.Unpickler):
     ) -> None:
         super().__init__(file)
         self.shared, self.arrays, self.inherited = shared, arrays, inherited
+        self.files: dict[str, Any] = {}  # filename -> its storage, mapped again
 
     def persistent_load(self, pid: Any) -> Any:
+        if pid[0] == "f":  # a tensor over a file torch maps shared: the same file, mapped again
+            _, filename, nbytes, dtype, shape, stride, offset = pid
+            storage = self.files.get(filename)
+            if storage is None:  # one mapping per file: tensors over it stay aliases
+                storage = self.files[filename] = torch.from_file(
+                    filename, shared=True, size=nbytes, dtype=torch.uint8
+                ).untyped_storage()
+            return torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)
         kind, k = pid
         if kind == "t":
             return self.shared[k]
