@@ -127,9 +127,11 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
             # ragged rows): clorch_nb's collate gives a list, torch's keeps a tuple of strings
             types = sorted({type(v).__name__ for v in x})
             nbytes = _reachable_bytes(x)
-            shaped = [v for v in x if tree_kind(v) == "tensor" or _is_ndarray(v)]
+            shapes = [_row_shape(v) for v in x]
             item_shapes = (
-                tuple(tuple(v.shape) for v in shaped) if shaped and len(shaped) == len(x) else None
+                tuple(s for s in shapes if s is not None)
+                if shapes and all(s is not None for s in shapes)
+                else None
             )
             out.append(
                 Field(path, "list", (len(x),), f"list[{' | '.join(types)}]", nbytes, item_shapes)
@@ -144,6 +146,18 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
 
     walk(batch, ())
     return tuple(out)
+
+
+def _row_shape(v: Any) -> tuple[int, ...] | None:
+    """The shape of one item's row in a list gathered one per item: a tensor's or an array's,
+    or ``(len,)`` for a list or tuple of plain values (token ids); None for anything else."""
+    if tree_kind(v) == "tensor" or _is_ndarray(v):
+        return tuple(v.shape)
+    if tree_kind(v) in ("list", "tuple") and all(
+        tree_kind(e) == "leaf" and not _is_ndarray(e) for _, e in children(v) or ()
+    ):
+        return (len(v),)
+    return None
 
 
 def _is_ndarray(x: Any) -> bool:
@@ -184,9 +198,15 @@ def _structure(x: list[Any] | tuple[Any, ...], num_items: int | None = None) -> 
 
 
 def _outline(x: Any) -> tuple[str, int]:
-    """A value's kind and, for a container, its length: items gathered in a list share it."""
+    """A value's kind and, for a container, its length: items gathered in a list share it; a
+    row of plain values (a list of token ids) is alike at any length (ragged rows)."""
     k = tree_kind(x)
-    return (k, -1) if k in ("tensor", "leaf") else (k, len(list(children(x) or ())))
+    if k in ("tensor", "leaf"):
+        return (k, -1)
+    kids = [v for _, v in children(x) or ()]
+    if k in ("list", "tuple") and all(tree_kind(v) == "leaf" for v in kids):
+        return (k + " row", -1)
+    return (k, len(kids))
 
 
 def _collated(x: Any, num_items: int) -> bool:

@@ -140,6 +140,13 @@ def _draw_bars(ax: Any, report: ShapeReport, names: list[str]) -> np.ndarray:
             bars[i].set_hatch("//")
             bars[i].set_edgecolor("black")
         tops += vals
+    # bytes are never negative: the axis starts at 0 (matplotlib centres an all-zero plot on 0)
+    ax.set_ylim(0, None if tops.any() else 1)
+    if n and not tops.any():
+        ax.set_yticks([0])  # no fractions of a byte
+        ax.text(0.5, 0.5, "no tensor or array bytes: every field is plain Python values",
+                transform=ax.transAxes, ha="center", va="center", fontsize=9, color="0.35",
+                gid="no-bytes")  # fmt: skip
     slots = n + (1 if report.failure is not None else 0)
     ax.set_xlabel("batch index (epoch order)")
     ax.set_ylabel(f"bytes per batch ({unit})")

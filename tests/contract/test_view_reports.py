@@ -195,6 +195,7 @@ def test_ragged_lengths_are_the_batches_lengths(lengths: list[int], bs: int, fro
     # the chart writes each batch's length above its bar
     fig = draw_shapes(report)
     (ax,) = fig.axes
+    assert ax.get_ylim()[0] == 0  # bytes: never a negative axis
     drawn = [t for t in ax.texts if (t.get_gid() or "").startswith("length-")]
     assert [int(t.get_text()) for t in drawn] == seen
     # and no label over another: "partial" sits above the length (the second trial of
@@ -207,18 +208,65 @@ def test_ragged_lengths_are_the_batches_lengths(lengths: list[int], bs: int, fro
             assert not a.overlaps(t.get_window_extent(renderer)), (a, t.get_text())
 
 
+class _TokenRows(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """``{"tokens": [0, 1, ..., n-1], "label": i}``: a Python list of token ids per item."""
+
+    def __init__(self, lengths: list[int]) -> None:
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"tokens": list(range(self.lengths[i])), "label": i}
+
+
+def _token_rows(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "tokens": [x["tokens"] for x in items],
+        "label": torch.tensor([x["label"] for x in items]),
+    }
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(lengths=st.lists(st.integers(1, 30), min_size=1, max_size=30), bs=st.integers(1, 6))
+@given(
+    lengths=st.lists(st.integers(1, 30), min_size=1, max_size=30),
+    bs=st.integers(1, 6),
+    rows=st.sampled_from(["tensors", "token lists", "token lists, default collate"]),
+)
 @pytest.mark.timeout(120)
 def test_a_list_of_ragged_rows_is_flagged_with_its_rows_lengths(
-    lengths: list[int], bs: int
+    lengths: list[int], bs: int, rows: str
 ) -> None:
-    """A collate that keeps each batch's rows as a list (rows of different lengths): the view
-    flags the list RAGGED with the lengths of the rows the loader yields, and counts its items
-    (the third trial of 2026-12-06 read "ragged fields: none" for such a list, and a batch of
-    one row as a record)."""
-    loader = data.dataloader(_Ragged(lengths), batch_size=bs, shuffle=False, collate_fn=list)
-    rows = [[len(r) for r in b] for b in loader]  # the oracle: the loader's own batches
+    """A collate that keeps each batch's rows as a list (rows of different lengths: tensors,
+    or Python lists of token ids in a dict field, by our collate or by clorch_nb's default):
+    the view flags the list RAGGED with the lengths of the rows the loader yields, and counts
+    its items (the third trial of 2026-12-06 read "ragged fields: none" for such a list, and a
+    batch of one row as a record; the seventh read it for lists of token ids)."""
+    if rows == "tensors":
+        loader = data.dataloader(_Ragged(lengths), batch_size=bs, shuffle=False, collate_fn=list)
+        name, seen = "<batch>", [[len(r) for r in b] for b in loader]
+    else:
+        collate = {"collate_fn": _token_rows} if rows == "token lists" else {}
+        loader = data.dataloader(_TokenRows(lengths), batch_size=bs, shuffle=False, **collate)
+        name, seen = "tokens", [[len(r) for r in b["tokens"]] for b in loader]
+    check_ragged_rows(loader, name, seen, lengths)
+
+
+def test_a_chart_of_batches_without_tensors_has_no_negative_bytes() -> None:
+    """Every field a Python list (0 B a batch): the bytes axis runs from 0 (the seventh trial
+    of 2026-12-06 saw -0.04 B to 0.04 B) and the chart says why no bar is drawn."""
+    report = batch_shapes(data.dataloader(_TokenRows([1, 2, 3, 4]), batch_size=2, shuffle=False))
+    assert all(b.nbytes == 0 for b in report.batches)
+    (ax,) = draw_shapes(report).axes
+    assert ax.get_ylim() == (0.0, 1.0)
+    assert [t.get_text() for t in ax.texts if t.get_gid() == "no-bytes"] == [
+        "no tensor or array bytes: every field is plain Python values"
+    ]
+
+
+def check_ragged_rows(loader: Any, name: str, rows: list[list[int]], lengths: list[int]) -> None:
+    """The view of ``loader`` against ``rows``, the lengths of the rows its batches hold."""
     # A batch whose every row is as long as the batch has rows ([row of 1] in a batch of 1)
     # reads as well as a field collated from the items: the view takes it as one (documented
     # in describe_batch); left out here
@@ -228,8 +276,8 @@ def test_a_list_of_ragged_rows_is_flagged_with_its_rows_lengths(
     assert flat == lengths
     assert [b.num_items for b in report.batches] == [len(b) for b in rows], report.to_text()
     if len(set(flat)) > 1:
-        assert "<batch>" in report.ragged, report.to_text()
-        assert report.ragged_items == {"<batch>": {0: tuple(flat)}}
+        assert name in report.ragged, report.to_text()
+        assert report.ragged_items == {name: {0: tuple(flat)}}
         assert f"length min {min(flat)}" in report.to_text()
     else:
         assert report.ragged == {}, report.to_text()
