@@ -798,7 +798,8 @@ def verdict(
         breakdown (Breakdown): the run's split.
         worker_backend (str), num_workers (int): where batches were built.
         busy_share (float): mean share of wall time the workers (or, with ``num_workers=0``,
-            the main thread) spent building batches.
+            the main thread) spent building batches, over the whole run (start-up included;
+            the line's "after start-up" clause gives it over the time after start-up).
         now (float | None): measure an open epoch up to this ``perf_counter`` time.
         persistent_workers (bool | None): the loader's ``persistent_workers`` (its workers
             outlive an epoch); the advice on starting workers follows it. None: unknown.
@@ -842,8 +843,12 @@ def verdict(
         after_wall, after_wait = wall - parts["startup"], wait - parts["startup"]
         if rest and after_wall > 0 and after_wait / after_wall >= DATA_BOUND:
             second = max(rest, key=lambda s: rest[s])
+            # the workers built nothing while they started: their busy share after start-up
+            # is their busy time over the time after it (the seventh trial: "busy 30%" over
+            # the whole run where, after start-up, they were busy 74%)
+            busy_after = min(1.0, busy_share * wall / after_wall)
             then = _advice(
-                second, worker_backend, num_workers, busy_share, rest[second] / after_wall,
+                second, worker_backend, num_workers, busy_after, rest[second] / after_wall,
                 persistent_workers,
             )  # fmt: skip
             after = (

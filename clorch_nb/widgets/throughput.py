@@ -428,19 +428,29 @@ class ThroughputStats:
         # this epoch's chunk of each worker: (t of its last batch, items, batches), anchored
         # at the time of its first
         w_r, t_r, k_r = worker[recent_from:], times[recent_from:], items[recent_from:]
+        began = cols[_ROW["t_start_s"]][recent_from:]
         ids, first, inv = np.unique(w_r, return_index=True, return_inverse=True)
         last = len(w_r) - 1 - np.unique(w_r[::-1], return_index=True)[1]
         per_items = np.bincount(inv, weights=k_r, minlength=len(ids))
         per_batches = np.bincount(inv, minlength=len(ids))
         for j in np.argsort(first, kind="stable").tolist():
-            self._recent_of(int(ids[j]), float(t_r[first[j]])).append(
+            i = first[j]
+            self._recent_of(int(ids[j]), float(t_r[i]), float(began[i])).append(
                 (float(t_r[last[j]]), int(per_items[j]), int(per_batches[j]))
             )
 
-    def _recent_of(self, worker_id: int, t_first: float) -> list[tuple[float, int, int]]:
+    def _recent_of(
+        self, worker_id: int, t_first: float, t_began: float
+    ) -> list[tuple[float, int, int]]:
         recent = self._recent.get(worker_id)
-        if recent is None:  # first batch of this worker in this epoch: anchor at the epoch start
+        if recent is None:
+            # its first batch of this epoch: anchored when the worker took that batch up (its
+            # start-up before, a process spawned, a dataset rebuilt, is no work at a rate, as
+            # the "all" series leaves it out after its first point); at the epoch's start when
+            # unknown (0.0: built on the consuming thread, or events made by hand)
             anchor = self._t_epoch if self._t_epoch is not None else t_first
+            if 0.0 < t_began <= t_first:
+                anchor = max(anchor, t_began)
             recent = self._recent[worker_id] = [(min(anchor, t_first), 0, 0)]
         return recent
 
@@ -449,7 +459,8 @@ class ThroughputStats:
         from batch to batch.
 
         Measured between that worker's own batches: its items since the last of its batches
-        before the window (``rate_window_s`` seconds back; or since the epoch's start) over the
+        before the window (``rate_window_s`` seconds back; or since it took up its first batch
+        of the epoch, its start-up left out, or since the epoch's start when unknown) over the
         time from that batch to its latest one, so the rate does not jump by one batch whenever
         a refresh window happens to hold one more of them. A worker silent for longer than its
         usual gap between batches decays towards 0.

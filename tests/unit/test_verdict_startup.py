@@ -45,15 +45,22 @@ def test_after_start_up_the_line_says_what_the_loop_waited_for(
 ) -> None:
     b = Breakdown()
     b.feed(tuple(e) for e in _run(startup_s, n, body_s, fetch_wait_s))
-    v = verdict(b, worker_backend="process", num_workers=2, busy_share=0.5)
-    # the oracle, from the run's own numbers: after start-up, wall and wait without it
+    # the oracle, from the run's own numbers: after start-up, wall and wait without it; each
+    # of the 2 workers built n / 2 batches of fetch_wait_s (the monitor's busy share is over
+    # the whole run, start-up included)
     wall = n * (fetch_wait_s + body_s)
     waited = n * fetch_wait_s
+    busy = n * fetch_wait_s / 2
+    v = verdict(b, worker_backend="process", num_workers=2, busy_share=busy / (startup_s + wall))
     said = re.search(r"after start-up the loop still waited (\d+)% of its time", v.line)
     if v.stage == "startup" and waited / wall >= DATA_BOUND:
         assert said is not None, v.line
         assert abs(int(said.group(1)) - 100 * waited / wall) <= 1.0, v.line
         assert "building items" in v.line[said.end() :], v.line
+        # and the workers' busy share there is over the time after start-up too
+        shown = re.search(r"busy (\d+)% of the time building items", v.line[said.end() :])
+        assert shown is not None, v.line
+        assert abs(int(shown.group(1)) - 100 * min(1.0, busy / wall)) <= 1.0, v.line
     elif v.stage != "startup":
         assert said is None, v.line
 
