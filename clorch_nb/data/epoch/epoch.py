@@ -375,7 +375,7 @@ class Epoch:
         except BaseException as exc:
             ready.clear()  # this frame lives on in the error's traceback: hold no batch
             result = got = batch = None
-            self._abandon(pool, broken=broken, started=started)
+            self._abandon(pool, broken=broken, started=started, closing=stop.closing)
             _closed_meanwhile(stop, exc)
             raise
         self._finish()
@@ -390,12 +390,16 @@ class Epoch:
         else:
             self._ahead.add(index)
 
-    def _abandon(self, pool: WorkerPool, *, broken: bool, started: bool) -> None:
+    def _abandon(
+        self, pool: WorkerPool, *, broken: bool, started: bool, closing: bool = False
+    ) -> None:
         """The epoch ends early (an error, a stop, the consumer left): stop the pool's epoch
-        (``broken``: a timeout or a dead worker, so its busy workers are not waited for) and,
-        if it had started, emit ``EpochEvent("stopped")`` even if stopping was interrupted."""
+        (``broken``: a timeout or a dead worker, so its busy workers are not waited for, nor
+        when ``closing``: ``loader.close()`` on another thread ends them anyway, and the
+        consumer blocked in ``next()`` hears of it at once) and, if it had started, emit
+        ``EpochEvent("stopped")`` even if stopping was interrupted."""
         try:
-            pool.stop_epoch(discard_workers=broken)
+            pool.stop_epoch(discard_workers=broken or closing)
             if self.workers_end is not None:  # they end with their epoch (B61)
                 self.workers_end.on_stop(pool)
         finally:

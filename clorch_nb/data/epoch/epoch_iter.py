@@ -68,12 +68,15 @@ class StopRequest:
         requested (bool): True once ``close()`` was called.
         wake (Callable[[], None] | None): makes the pool's blocked ``get()`` return at once; set
             by the generator when it has a pool.
+        closing (bool): the loader itself is being closed (``loader.close()``): its workers are
+            stopped by that close, so the epoch does not wait for them to stop.
     """
 
-    __slots__ = ("requested", "wake")
+    __slots__ = ("closing", "requested", "wake")
 
     def __init__(self) -> None:
         self.requested = False
+        self.closing = False
         self.wake: Callable[[], None] | None = None
 
     def check(self) -> None:
@@ -196,10 +199,15 @@ class EpochIterator:
                 "Iterate the loader again for a new epoch (or load_state_dict() to resume)"
             )
 
-    def supersede(self, new_epoch: int | None, why: str | None = None) -> None:
+    def supersede(
+        self, new_epoch: int | None, why: str | None = None, *, closing: bool = False
+    ) -> None:
         """Stop this epoch because ``iter(loader)`` started ``new_epoch`` (or ``why``, e.g. a
         ``load_state_dict`` or ``loader.close()``; then ``next()`` raises, never a silent
-        ``StopIteration``); with neither, only :meth:`close` it."""
+        ``StopIteration``); with neither, only :meth:`close` it. ``closing``: the loader is
+        being closed, which stops the workers: a consumer blocked in ``next()`` raises at once
+        instead of waiting for its epoch's busy workers to stop."""
+        self._stop.closing = closing
         n, n_text = self._planned()
         if (new_epoch is not None or why is not None) and self.delivered < n:
             why = why or f"iter(loader) was called again and started epoch {new_epoch}"

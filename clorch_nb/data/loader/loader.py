@@ -532,8 +532,8 @@ class LoaderEngine:
         """
         with self._lifecycle:
             self._stop_active(
-                why="the loader was closed (loader.close())"
-            )  # its next() raises, never ends
+                why="the loader was closed (loader.close())", closing=True
+            )  # its next() raises at once, never ends
             self._workers.close()  # idempotent in full: repeats whatever an interrupted call left
             self._delivery.close()  # copies in flight, the pin thread
             unbind = unbind_loader_hook(self.plan_sampler)
@@ -741,11 +741,13 @@ class LoaderEngine:
             generator=self._generator_state(),
         )
 
-    def _stop_active(self, superseded_by: int | None = None, why: str | None = None) -> None:
+    def _stop_active(
+        self, superseded_by: int | None = None, why: str | None = None, *, closing: bool = False
+    ) -> None:
         it = self._active() if self._active is not None else None
         self._active = None
         if it is not None:
-            it.supersede(superseded_by, why)  # None: just stop it (close())
+            it.supersede(superseded_by, why, closing=closing)  # None: just stop it (close())
 
 
 #: clorch_nb's own options on torch's front, and their defaults (as in dataloader())
