@@ -14,6 +14,7 @@ __all__ = [
     "ClorchError",
     "CollateError",
     "ConfigError",
+    "ConfigTypeError",
     "DefaultCollateError",
     "LoaderClosedError",
     "NotShippableError",
@@ -39,6 +40,11 @@ class LoaderClosedError(ClorchError, RuntimeError):
 
 class ConfigError(ClorchError, ValueError):
     """An argument or environment variable has a bad value; the message names it and the fix."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong type on torch's front (``num_workers="2"``): a
+    :class:`ConfigError` that names it, and a ``TypeError``, as torch raises for it."""
 
 
 class NotShippableError(ConfigError):

@@ -23,7 +23,7 @@ from clorch_nb.data.config import UNSET, LoaderConfig, loader_config
 from clorch_nb.data.datasets.collate import torch_default_collate
 from clorch_nb.data.datasets.protocols import process_local_reason
 from clorch_nb.data.datasets.thread_safety import declared_thread_safe
-from clorch_nb.errors import ConfigError
+from clorch_nb.errors import ConfigError, ConfigTypeError
 
 __all__ = [
     "TorchLoaderArgs",
@@ -232,7 +232,15 @@ def torch_loader_args(
         (2, False, 'torch_default_collate')
     """
     # torch's checks in torch's order, with torch's sentence (what a search finds), each as a
-    # ConfigError (a ValueError, as torch's) that also names the value given and the fix
+    # ConfigError (a ValueError, as torch's) that also names the value given and the fix; a
+    # value of the wrong type first (torch: a bare "'<' not supported between 'str' and 'int'")
+    for name, value, kinds, what in (
+        ("num_workers", num_workers, (int,), "an int >= 0 (0: load on the calling thread)"),
+        ("timeout", timeout, (int, float), "seconds >= 0 (0: no limit)"),
+        ("prefetch_factor", prefetch_factor, (int, type(None)), "an int >= 1, or None (2)"),
+    ):
+        if not isinstance(value, kinds):
+            raise ConfigTypeError(f"{name}={value!r} must be {what}, got {type(value).__name__}")
     if num_workers < 0:
         raise ConfigError(
             f"num_workers={num_workers!r}: num_workers option should be non-negative; use "
