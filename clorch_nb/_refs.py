@@ -72,14 +72,15 @@ def _functions_of(cls: type) -> list[types.FunctionType]:
 
 
 def module_globals_read(
-    roots: Iterable[Any], *, walks: Callable[[str], bool]
+    roots: Iterable[Any], *, walks: Callable[[str], bool], main: bool = False
 ) -> list[tuple[str, str]]:
     """``(module, name)`` of each module global the code of ``roots`` (classes and functions)
     reads: the globals its functions name, the attributes it reads of a module it names
     (``config.MEAN``), following every class and function of a module ``walks(module)``
     accepts that it reaches (helpers, base classes). A class's methods, static and class
-    methods and properties count. ``__main__``'s own globals are not listed (a ``__main__``
-    function is pickled with them by value).
+    methods and properties count. ``__main__``'s own globals are listed only with ``main``
+    (a ``__main__`` function is pickled with them by value: they are watched for changes, not
+    sent apart).
 
     Example:
         >>> import types, sys
@@ -110,7 +111,7 @@ def module_globals_read(
             if name not in obj.__globals__:
                 continue
             value = obj.__globals__[name]
-            if module != "__main__":
+            if module != "__main__" or main:
                 found[(module, name)] = None
             if isinstance(value, types.ModuleType) and walks(value.__name__):
                 for attr in sorted(names & set(vars(value))):

@@ -82,3 +82,56 @@ def test_main_classes_come_back_as_the_scripts_own(tmp_path: Path) -> None:
         assert fronts["dataloader"] == fronts["torch"], (kind, fronts)
     assert got["namedtuple"]["torch"][0] == ["Pair", [0, 1], [[0.0, 0.0], [1.0, 1.0]]]
     assert got["dataclass"]["torch"][0] == ["Rec", True]
+
+
+STATE_SCRIPT = textwrap.dedent(
+    """
+    import json, torch
+    from clorch_nb import data
+
+    SCALE = 1
+
+    class Base:
+        K = 0
+
+    class DS(Base, torch.utils.data.Dataset):
+        def __len__(self): return 2
+        def __getitem__(self, i): return torch.tensor(i * SCALE + type(self).K)
+
+    if __name__ == "__main__":
+        loaders = {
+            "torch": lambda: torch.utils.data.DataLoader(
+                DS(), batch_size=2, num_workers=1, multiprocessing_context="fork"),
+            "DataLoader": lambda: data.DataLoader(DS(), batch_size=2, num_workers=1),
+            "dataloader": lambda: data.dataloader(DS(), batch_size=2, num_workers=1,
+                                                  worker_backend="process", shuffle=False),
+        }
+        made = {name: make() for name, make in loaders.items()}  # workers start now
+        got = {name: [] for name in loaders}
+        for scale, k in ((10, 5), (3, 1)):  # set after the loaders were made, then again
+            SCALE, Base.K = scale, k
+            for name, loader in made.items():
+                got[name].append(next(iter(loader)).tolist())
+        print(json.dumps(got))
+    """
+)
+
+
+@pytest.mark.timeout(240)
+def test_main_globals_and_class_attributes_set_later_reach_the_workers(tmp_path: Path) -> None:
+    """B96 in ``__main__``: a script's global and a class attribute of its base class, set after
+    the loader was made (its process workers start then) and set again between epochs, are
+    read by every epoch's workers on both fronts, as by torch's fork workers:
+    ``[[5, 15], [1, 4]]``. Failed on ``05e145d`` with ``[[0, 1], ...]``: cloudpickle sent them
+    by value as they were when the workers started."""
+    script = tmp_path / "main_state.py"
+    script.write_text(STATE_SCRIPT)
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=200,
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["torch"] == [[5, 15], [1, 4]]
+    assert got["DataLoader"] == got["torch"] and got["dataloader"] == got["torch"], got

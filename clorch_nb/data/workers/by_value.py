@@ -449,6 +449,32 @@ def _globals_now(code: Any) -> dict[tuple[str, str], Any]:
     return found
 
 
+def _main_now(code: Any) -> dict[tuple[str, str], Any]:
+    """The globals of ``__main__`` (a script, a notebook's cells) the user's ``code`` reads, and
+    the data attributes of its ``__main__`` classes, with their values now. cloudpickle sends
+    them by value with the code, as they are when it is pickled: a change made after that
+    (``SCALE = 10`` in a later cell, before or between epochs) must ship the dataset again
+    (B96 in ``__main__``; torch's fork workers see it)."""
+    found: dict[tuple[str, str], Any] = {}
+    main = sys.modules.get("__main__")
+    if main is None:
+        return found
+    for module, name in module_globals_read(code, walks=lambda m: m == "__main__", main=True):
+        value = getattr(main, name, _MISSING) if module == "__main__" else _MISSING
+        code_or_module = types.ModuleType | type | types.FunctionType
+        if value is not _MISSING and not isinstance(value, code_or_module):
+            found[("__main__", name)] = value
+    for cls in code:
+        if not (isinstance(cls, type) and cls.__module__ == "__main__"):
+            continue
+        if "<" in cls.__qualname__ or _resolve("__main__", cls.__qualname__) is not cls:
+            continue  # a local class, or one redefined since (redefined() reports it)
+        for attr, value in vars(cls).items():
+            if not (attr.startswith("__") and attr.endswith("__")) and _is_data(value):
+                found[("__main__", f"{cls.__qualname__}.{attr}")] = value
+    return found
+
+
 def _is_data(value: Any) -> bool:
     """A class attribute that is data, not behaviour (a method, a property, a nested class)."""
     return not isinstance(
@@ -579,6 +605,7 @@ class ByValue:
             ) from exc
         self._read = _globals_now(pickler.code.values())
         self.module_globals = _ship_globals(self._read, shared, arrays, pickler.inherited)
+        self._main_read = _main_now(pickler.code.values())  # pickled by value: watched only
         arrays.seal()  # the copy is made now, from the caller's objects as they are
         self.blob = buf.getvalue()
         self.shared, self.arrays = tuple(shared), arrays
@@ -620,7 +647,7 @@ class ByValue:
         ``["tests.fixtures.SCALE"]``; ``[]``: none."""
         return [
             f"{module}.{name}"
-            for (module, name), then in self._read.items()
+            for (module, name), then in (*self._read.items(), *self._main_read.items())
             if not _same(_resolve(module, name, _MISSING), then)
         ]
 
