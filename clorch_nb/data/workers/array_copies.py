@@ -18,7 +18,8 @@ What torch's fork workers give, and what this gives without forking the caller:
 * **a memory map is not copied**: an ``np.memmap`` (``np.load(path, mmap_mode="r")``) and every
   array or tensor over it are sent as *path, offset, dtype, shape, mode* and mapped again in the
   worker, where the page cache shares the file (B79); a map opened ``"w+"`` is reopened
-  ``"r+"`` (never truncated).
+  ``"r+"`` (never truncated); a copy-on-write map (``"c"``) is copied, since its writes are
+  the caller's own, not in the file.
 
 Tensors the caller put in shared memory already (``is_shared()``) are not copied: the caller
 asked for one buffer seen by every process, as fork workers would see it.
@@ -135,7 +136,11 @@ def _file_map(root: np.ndarray) -> _FileRegion | None:
         return None
     if not os.path.exists(root.filename):
         return None  # deleted since it was opened: copied instead
-    mode = {"w+": "r+", "readwrite": "r+", "write": "r+", "readonly": "r", "copyonwrite": "c"}
+    if root.mode in ("c", "copyonwrite"):
+        # its writes are this process's own, not in the file: reopened, a worker would read
+        # the file without them (torch's fork workers see them); copied instead
+        return None
+    mode = {"w+": "r+", "readwrite": "r+", "write": "r+", "readonly": "r"}
     return _FileRegion(
         str(root.filename),
         int(root.offset),
