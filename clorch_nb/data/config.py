@@ -284,7 +284,7 @@ def not_an_index_message(sampler: Any, key: Any) -> str:
     if (isinstance(key, list) or (isinstance(key, torch.Tensor) and key.dim() == 1)) and all(
         isinstance(i, int) or (isinstance(i, torch.Tensor) and i.dim() == 0) for i in key
     ):  # a tuple is a key to torch ((lat, lon) boxes: B92), a list of ints a batch
-        return yields_batches_message(sampler) + (
+        return yields_batches_message(sampler, key) + (
             " (torch's bulk loading, a sampler of index lists with batch_size=None passed to "
             "__getitem__ whole, is not supported: use batch_sampler= and a collate_fn)"
         )
@@ -302,10 +302,12 @@ def not_an_index_message(sampler: Any, key: Any) -> str:
     )
 
 
-def yields_batches_message(sampler: Any) -> str:
-    """The error text for a batch sampler passed as ``sampler=`` (it yields lists of indices)."""
+def yields_batches_message(sampler: Any, key: Any = None) -> str:
+    """The error text for a batch sampler passed as ``sampler=`` (it yields lists of indices;
+    ``key``: the one it yielded, named)."""
+    seen = "lists of indices, e.g. [0, 1, 2, 3]" if key is None else f"it yielded {key!r:.40}"
     return (
-        f"sampler {type(sampler).__name__} yields batches (lists of indices, e.g. [0, 1, 2, 3]), "
+        f"sampler {type(sampler).__name__} yields batches ({seen}), "
         "not dataset indices: pass it as batch_sampler= (without batch_size, shuffle, sampler "
         "and drop_last, which it decides), or pass its index sampler as sampler= with batch_size="
     )

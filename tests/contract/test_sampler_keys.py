@@ -23,7 +23,14 @@ from tests import scenarios5_fixtures as fx
 pytestmark = pytest.mark.timeout(120)
 
 INTEGERS = [int, np.int64, np.int32, lambda i: torch.tensor(i), lambda i: np.array(i)]
-OTHERS = [float, bool, lambda i: (i, i), str, lambda i: torch.tensor(float(i))]
+OTHERS = [
+    float,
+    bool,
+    lambda i: (i, i),
+    str,
+    lambda i: torch.tensor(float(i)),
+    lambda i: torch.tensor([i]),
+]  # a one-element 1-D tensor: named, not "e.g. [0, 1, ...]"
 
 
 def _make(front: str, keys: list[Any], backend: dict[str, Any]) -> Any:

@@ -244,7 +244,8 @@ def test_b95_prefetch_factor_below_one_is_refused_at_construction(
     ("name", "value", "extra"),
     [("num_workers", "2", {}), ("num_workers", 1.5, {}),
      ("prefetch_factor", "2", {"num_workers": 2}), ("prefetch_factor", 2.5, {"num_workers": 2}),
-     ("timeout", "5", {"num_workers": 2})],
+     ("timeout", "5", {"num_workers": 2}), ("timeout", float("nan"), {"num_workers": 2}),
+     ("timeout", float("inf"), {"num_workers": 2})],
 )  # fmt: skip
 def test_b95_a_count_of_the_wrong_type_is_named_on_both_fronts(
     front: str, name: str, value: Any, extra: dict[str, Any]
@@ -253,13 +254,13 @@ def test_b95_a_count_of_the_wrong_type_is_named_on_both_fronts(
     string timeout: a ConfigError at construction naming the argument and the value, on both
     fronts; on torch's front also a TypeError, as torch's own (which is a bare "'<' not
     supported between instances of 'str' and 'int'": the probe of 2026-12-06)."""
-    if front == "dataloader" and name == "timeout":
-        name, value = "timeout_ms", "5000"  # clorch_nb's own front takes milliseconds
+    if front == "dataloader" and name == "timeout":  # clorch_nb's own front: milliseconds
+        name, value = "timeout_ms", value if isinstance(value, float) else "5000"
     with pytest.raises(ConfigError) as err:
         make(front, fx.Ints(4), {}, batch_size=2, **{**extra, name: value})
     assert f"{name}={value!r}" in str(err.value)
-    if front == "DataLoader":
-        assert isinstance(err.value, TypeError)
+    if front == "DataLoader" and (name != "timeout" or isinstance(value, str)):
+        assert isinstance(err.value, TypeError)  # a wrong type (nan, inf: a wrong value)
     if front == "DataLoader" and isinstance(value, str):
         with pytest.raises(TypeError):  # the oracle: torch refuses a string too (its own words)
             torch.utils.data.DataLoader(fx.Ints(4), batch_size=2, **{**extra, name: value})

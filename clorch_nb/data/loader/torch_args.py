@@ -9,6 +9,7 @@ README ("behave differently on purpose").
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import warnings
@@ -245,6 +246,11 @@ def torch_loader_args(
         raise ConfigError(
             f"num_workers={num_workers!r}: num_workers option should be non-negative; use "
             "num_workers=0 to load on the calling thread, or k > 0 for k worker processes"
+        )
+    if not math.isfinite(timeout):  # torch: nan waits without limit, inf raises at a get
+        raise ConfigError(
+            f"timeout={timeout!r}: timeout must be a finite number of seconds >= 0; use 0 for "
+            "no limit"
         )
     if timeout < 0:
         raise ConfigError(
