@@ -158,7 +158,7 @@ class ThroughputSnapshot:
         ]
         for w in self.workers:
             lines.append(
-                f"  {worker_name(w.worker_id)}: {w.items_per_s:,.0f} items/s "
+                f"  {worker_name(w.worker_id)}: {w.items_per_s:,.0f} items/s over the run "
                 f"({w.items:,} items, {w.batches:,} batches, busy {w.busy_share:.0%})"
                 + (f", reading {shard_name(w.shard)}" if w.shard else "")
             )

@@ -563,6 +563,11 @@ class ThroughputMonitor(View):
 
     def _text(self, snap: ThroughputSnapshot, now: float | None = None) -> str:
         lines = [snap.to_text()]
+        if not snap.epochs and not snap.batches and now is None:
+            lines.append(
+                "  no epoch seen: the monitor records the epochs run through it "
+                "(for batch in monitor: ...), not a loop over the loader itself"
+            )
         if snap.batches:
             steps = self.stats.breakdown.step_waits()
             if now is not None and len(steps) > LIVE_STEPS:  # live: a bounded cost per refresh

@@ -352,3 +352,17 @@ def test_a_workers_rate_leaves_its_start_up_out(
         span = t_last - began[w]
         idle = max(0.0, (t - t_last) - span / batches)  # silent since: decays (documented)
         assert rates[w] == pytest.approx(items / (span + idle), rel=1e-6)
+
+
+def test_a_monitor_beside_the_loop_says_it_records_only_what_runs_through_it() -> None:
+    """``mon = widgets.monitor(loader)`` then ``for b in loader``: nothing was recorded, and the
+    text says why instead of a bare "starting: 0 items" (the eighth trial's confusion)."""
+    pytest.importorskip("ipywidgets")
+    from clorch_nb import widgets
+
+    loader = data.dataloader(data.tensor_dataset(torch.zeros(8, 2), torch.zeros(8)), batch_size=4)
+    mon = widgets.monitor(loader)
+    assert sum(len(b["data"]) for b in loader) == 8
+    assert "no epoch seen: the monitor records the epochs run through it" in mon.to_text()
+    assert sum(len(b["data"]) for b in mon) == 8
+    assert "no epoch seen" not in mon.to_text() and "8 items" in mon.to_text()
