@@ -54,7 +54,7 @@ def test_b79_a_memory_map_is_not_copied_into_each_worker(tmp_path: Path) -> None
 class FileTensor(torch.utils.data.Dataset):  # type: ignore[type-arg]
     """B79/B80, the class: a tensor over a file torch maps shared (``torch.from_file(path,
     shared=True)``), and a view of it; item ``i`` reads both and writes ``-i`` through the map
-    at ``i`` (a shared map: the write reaches the file, as from a fork worker)."""
+    at ``100_000 + i`` (a shared map: the write reaches the file, as from a fork worker)."""
 
     def __init__(self, path: Path) -> None:
         self.a = torch.from_file(str(path), shared=True, size=2**20, dtype=torch.int64)
@@ -65,7 +65,7 @@ class FileTensor(torch.utils.data.Dataset):  # type: ignore[type-arg]
 
     def __getitem__(self, i: int) -> Any:
         value = torch.tensor([int(self.a[i * 1000 + 7]), int(self.tail[i])])
-        self.a[i] = -i
+        self.a[100_000 + i] = -i  # where no item reads (workers run at once: no race)
         return value
 
 
@@ -92,5 +92,50 @@ def test_a_tensor_over_a_shared_file_map_reaches_process_workers(
         assert [r for b in loader for r in b.tolist()] == want
     finally:
         loader.close()
-    assert np.fromfile(path, dtype=np.int64)[:8].tolist() == [-i for i in range(8)]
-    assert ds.a[:8].tolist() == [-i for i in range(8)]  # the notebook's map sees them too
+    assert np.fromfile(path, dtype=np.int64)[100_000:100_008].tolist() == [-i for i in range(8)]
+    assert ds.a[100_000:100_008].tolist() == [-i for i in range(8)]  # the caller's map too
+
+
+class FromNumpyMap(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    """A tensor alone over ``np.load(path, mmap_mode=mode)`` (the array itself not kept); in
+    ``"r+"`` each item adds 1000 to what it read, through the map."""
+
+    def __init__(self, path: Path, mode: str) -> None:
+        self.mode = mode
+        with warnings.catch_warnings():  # torch: "The given NumPy array is not writable"
+            warnings.simplefilter("ignore")
+            self.t = torch.from_numpy(np.load(path, mmap_mode=mode))
+
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int) -> Any:
+        value = int(self.t[i * 1000])
+        if self.mode == "r+":
+            self.t[i * 1000] += 1000
+        return value
+
+
+@pytest.mark.parametrize("mode", ["r", "r+"])
+def test_a_tensor_over_a_numpy_memory_map_is_mapped_again_not_copied(
+    tmp_path: Path, mode: str
+) -> None:
+    """B79, the class: ``torch.from_numpy(np.load(path, mmap_mode=...))`` held alone: mapped
+    again by path in each worker ("64.0 MiB memory-mapped", nothing shared), and in ``"r+"``
+    the workers' writes reach the file, as torch's fork workers' do. Failed on ``05e145d``:
+    the file was copied whole into shared memory ("64.0 MiB shared"), and writes were lost."""
+    path = tmp_path / "big.npy"
+    np.save(path, np.arange(8 * 2**20, dtype=np.int64))  # 64 MiB
+    fork = torch.utils.data.DataLoader(FromNumpyMap(path, mode), batch_size=2, num_workers=1)
+    want = [b.tolist() for b in fork]
+    assert want == [[0, 1000], [2000, 3000]]
+    written = np.load(path)[:4000:1000].tolist()
+    np.save(path, np.arange(8 * 2**20, dtype=np.int64))
+    loader = data.DataLoader(FromNumpyMap(path, mode), batch_size=2, num_workers=1)
+    try:
+        assert [b.tolist() for b in loader] == want
+        assert "64.0 MiB memory-mapped (reopened by path)" in loader.describe()
+        assert " 0.0 MiB shared" in loader.describe()
+    finally:
+        loader.close()
+    assert np.load(path)[:4000:1000].tolist() == written  # [1000, 2000, ...] in "r+"

@@ -16,8 +16,9 @@ What torch's fork workers give, and what this gives without forking the caller:
 * **aliasing is kept**: objects over overlapping memory (an array and ``torch.from_numpy`` of it,
   a view and its base) are copied as one region, so in a worker they still share memory;
 * **a memory map is not copied**: an ``np.memmap`` (``np.load(path, mmap_mode="r")``) and every
-  array or tensor over it are sent as *path, offset, dtype, shape, mode* and mapped again in the
-  worker, where the page cache shares the file (B79); a map opened ``"w+"`` is reopened
+  array or tensor over it (also a tensor alone over a file mapped shared:
+  ``torch.from_numpy(np.load(path, mmap_mode="r"))``) are sent as *path, offset, dtype, shape,
+  mode* and mapped again in the worker, where the page cache shares the file (B79); a map opened ``"w+"`` is reopened
   ``"r+"`` (never truncated); a copy-on-write map (``"c"``) is copied, since its writes are
   the caller's own, not in the file.
 
@@ -151,8 +152,12 @@ def _file_map(root: np.ndarray) -> _FileRegion | None:
     )
 
 
-def _file_regions(roots: list[np.ndarray | None]) -> list[tuple[int, int, _FileRegion]]:
-    """(first byte, one past the last, region) of each distinct memory map among ``roots``."""
+def _file_regions(
+    roots: list[np.ndarray | None], spans: list[tuple[int, int]]
+) -> list[tuple[int, int, _FileRegion]]:
+    """(first byte, one past the last, region) of each distinct memory map among ``roots``,
+    then of each tensor's storage (``root`` None, its ``span``) that lies in a file mapped
+    shared (``torch.from_numpy`` of an ``np.load(mmap_mode="r")``) and in no map before."""
     files: list[tuple[int, int, _FileRegion]] = []
     for root in roots:
         region = None if root is None else _file_map(root)
@@ -160,7 +165,42 @@ def _file_regions(roots: list[np.ndarray | None]) -> list[tuple[int, int, _FileR
             lo, hi = _bounds(root)
             if all(f[0] != lo for f in files):
                 files.append((lo, hi, region))
+    maps = None
+    for root, (lo, hi) in zip(roots, spans, strict=True):
+        if root is not None or any(f[0] <= lo and hi <= f[1] for f in files):
+            continue
+        if maps is None:
+            maps = _shared_file_maps()
+        found = next((m for m in maps if m[0] <= lo and hi <= m[1]), None)
+        if found is not None:
+            start, _, path, offset, mode = found
+            region = _FileRegion(path, offset + lo - start, "|u1", (hi - lo,), "C", mode)
+            files.append((lo, hi, region))
     return files
+
+
+def _shared_file_maps() -> list[tuple[int, int, str, int, str]]:
+    """This process's shared mappings of regular files: ``(start, end, path, offset, mode)``
+    (``/proc/self/maps``; none where there is no ``/proc``). A private mapping is left out: its
+    writes are this process's own (copied, like ``mmap_mode="c"``)."""
+    out: list[tuple[int, int, str, int, str]] = []
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.readlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        if len(parts) < 6 or parts[1][3] != "s":
+            continue
+        path = parts[5].rstrip("\n")
+        if not path.startswith("/") or path.startswith(SHM_DIR) or path.endswith(" (deleted)"):
+            continue  # anonymous, shared memory (its own path), or a file since removed
+        if not os.path.isfile(path):
+            continue
+        start, end = (int(x, 16) for x in parts[0].split("-"))
+        out.append((start, end, path, int(parts[2], 16), "r+" if parts[1][1] == "w" else "r"))
+    return out
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -268,7 +308,7 @@ class ArrayCopies:
         """Lay out the regions and copy the bytes (after the last :meth:`add`): first the
         memory maps (reopened, not copied), then the rest merged where it overlaps (aliases stay
         aliases) and copied into one segment."""
-        files = _file_regions(self._roots)
+        files = _file_regions(self._roots, self._spans)
         copies = _merged([s for s in self._spans if not any(f[0] <= s[0] and s[1] <= f[1]
                                                              for f in files)])  # fmt: skip
         spans = [(lo, hi) for lo, hi, _ in files] + copies  # each region's memory, in order
