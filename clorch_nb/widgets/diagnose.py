@@ -12,8 +12,9 @@ The split uses only the timestamps in :class:`~clorch_nb.instrumentation.BatchEv
   the moment the loader starts waiting (submitting tasks);
 * **waiting for data** (``wait_s``), cut by what the batch was doing meanwhile:
 
-  - ``startup``: not yet started, and no batch of this epoch was ready yet (workers starting);
-  - ``starved``: not yet started although workers had delivered before (too few workers or too
+  - ``startup``: not yet started, and it is its worker's first batch of the epoch (that
+    worker was starting: as the steps' "worker start");
+  - ``starved``: not yet started, its worker busy with earlier batches (too few workers or too
     little prefetch for the loop's pace);
   - ``items`` / ``collate``: being built (split by the worker's ``fetch_s`` : ``collate_s``);
   - ``transport``: built, not yet in the loop's hands (a process worker reserving and filling
@@ -150,7 +151,6 @@ class Breakdown:
         self.copy_wait_s = 0.0  # seconds the device waited for a copy (see the module doc)
         self._start: float | None = None  # the open epoch's start
         self._prev: float | None = None  # hand-over of its last batch
-        self._first_sent: float | None = None  # earliest hand-over-ready time this epoch
         # the last epoch's last loop body (its last hand-over to its end): the next epoch's
         # first step holds it, as every other step holds the body before its wait
         self._carry = 0.0
@@ -178,15 +178,18 @@ class Breakdown:
             self.wall_s += max(0.0, t - self._start)
             self._start = None
         if kind == "start":
-            self._start, self._prev, self._first_sent = t, None, None
+            self._start, self._prev = t, None
             self._seen_workers = set()
 
     def batch(self, b: tuple[Any, ...]) -> None:
         """Take one batch (a :class:`BatchEvent` or its fields as a tuple)."""
-        self._fold_steps(columns([b]))
-        self._aggregate(b)
+        fresh = self._fold_steps(columns([b]))
+        self._aggregate(b, bool(fresh[0]))
 
-    def _aggregate(self, b: tuple[Any, ...]) -> None:
+    def _aggregate(self, b: tuple[Any, ...], fresh: bool) -> None:
+        """Add one batch to the totals; ``fresh``: its worker's first batch of the epoch (the
+        wait before that worker began it was the worker starting, as :meth:`step_waits` says;
+        before a later batch, that worker was busy with others: starved)."""
         t, wait = b[T], b[WAIT]
         t0 = t - wait
         asked = b[ASKED] or t0
@@ -206,12 +209,9 @@ class Breakdown:
             if b[WORKER] < 0:  # built on the consuming thread: nothing travels
                 c = t
             if a > t0:
-                early = self._first_sent is None or self._first_sent > t0
-                parts["startup" if early else "starved"] += a - t0
+                parts["startup" if fresh else "starved"] += a - t0
             build = c - a
             parts["transport"] += t - c
-            if self._first_sent is None or sent < self._first_sent:
-                self._first_sent = sent
         else:  # no worker timestamps: all of it counts as building
             build = wait
         if build > 0:
@@ -248,10 +248,10 @@ class Breakdown:
         if not n:
             return
         cols = columns(records) if cols is None else cols  # cols: the records' columns()
-        self._fold_steps(cols)
+        fresh = self._fold_steps(cols)
         if n < VECTOR_FROM:
-            for b in records:
-                self._aggregate(b)
+            for b, first in zip(records, fresh.tolist(), strict=True):
+                self._aggregate(b, first)
             return
         worker, fetch, coll, wait, t, asked, started, sent = cols[:8]
         t0 = t - wait
@@ -270,15 +270,11 @@ class Breakdown:
         a = _clip_arr(started, t0, t)
         c = _clip_arr(np.minimum(sent, started + fetch + coll), a, t)
         c = np.where(worker < 0, t, c)
-        # the earliest hand-over-ready time before each batch (running, over timed batches)
-        inf = np.inf
-        seen = np.minimum.accumulate(np.where(timed, sent, inf))
-        prior = inf if self._first_sent is None else self._first_sent
-        before = np.minimum(np.concatenate(([inf], seen[:-1])), prior)
+        # waiting before a worker's first batch began: that worker was starting (as in
+        # step_waits); before a later one: that worker was busy with others (starved)
         late = timed & (a > t0)
-        early = before > t0
-        parts["startup"] += float((a - t0)[late & early].sum())
-        parts["starved"] += float((a - t0)[late & ~early].sum())
+        parts["startup"] += float((a - t0)[late & fresh].sum())
+        parts["starved"] += float((a - t0)[late & ~fresh].sum())
         parts["transport"] += float((t - c)[timed].sum())
         build = np.where(timed, c - a, wait)
         total = fetch + coll
@@ -286,14 +282,12 @@ class Breakdown:
         pos = build > 0
         parts["collate"] += float((build * share)[pos].sum())
         parts["items"] += float((build * (1.0 - share))[pos].sum())
-        low = float(min(prior, seen[-1]))
-        if low < inf:
-            self._first_sent = low
         self._prev = float(t[-1])
 
-    def _fold_steps(self, cols: np.ndarray) -> None:
+    def _fold_steps(self, cols: np.ndarray) -> np.ndarray:
         """Append each batch's step (see :class:`StepWaits`, :data:`STEP_STAGES`); called
-        before the totals move on (it reads the previous hand-over and the epoch's start)."""
+        before the totals move on (it reads the previous hand-over and the epoch's start).
+        Returns which batches are their worker's first of the epoch (bool, one per batch)."""
         worker, fetch, coll, wait, t, asked, started, sent, epoch, items, index, copy = cols[:12]
         n = len(t)
         t0 = t - wait
@@ -345,6 +339,7 @@ class Breakdown:
         rows.append((k + tail, epoch[tail:].copy(), index[tail:].copy(), longest[tail:].copy()))
         while len(rows) > 1 and sum(len(r[1]) for r in rows[1:]) >= ROWS_FOR_COPIES:
             del rows[0]  # the newer folds hold enough steps
+        return fresh
 
     def step_waits(self) -> StepWaits:
         """Every step so far, oldest first (24 bytes kept per step; read without a copy unless

@@ -78,3 +78,53 @@ def test_thread_workers_are_not_advised_to_a_thread_run() -> None:
     v = verdict(b, worker_backend="thread", num_workers=2, busy_share=0.01)
     assert v.stage == "transport", v
     assert "thread workers would help" not in v.line and "process workers" in v.line, v.line
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    delays=st.lists(st.floats(0.0, 2.0), min_size=2, max_size=3),
+    n=st.integers(2, 40),
+    fetch_s=st.floats(0.001, 0.05),
+    body_s=st.floats(0.0, 0.05),
+    bulk=st.booleans(),
+)
+def test_the_wait_before_a_workers_first_batch_is_its_start_up_in_every_view(
+    delays: list[float], n: int, fetch_s: float, body_s: float, bulk: bool
+) -> None:
+    """Workers that start at different times (``worker_init_fn`` slow on one of them): the
+    wait before a worker's first batch began is "startup" in the wait's parts, as the steps
+    name it "worker start"; before its later batches, "starved" (it was busy with others).
+    The eighth trial of 2026-12-06 saw one slow worker's start counted as "starved" while the
+    steps said "worker start". The oracle is the events' arithmetic; ``bulk``: folded as one
+    run (a monitor's flush) or batch by batch."""
+    workers = len(delays)
+    evs: list[Any] = [EpochEvent("start", 0, n, "process", workers, 0.0)]
+    free = list(delays)  # when each worker can take its next batch
+    t, startup, starved, firsts = 0.0, 0.0, 0.0, set()
+    for i in range(n):
+        w = i % workers
+        asked = t
+        began = max(asked, free[w])
+        got = began + fetch_s
+        free[w] = got
+        if w in firsts:
+            starved += began - asked
+        else:
+            startup += began - asked
+            firsts.add(w)
+        evs.append(BatchEvent(0, i, w, 8, fetch_s, 0.0, got - asked, 0, got, asked, began, got))
+        t = got + body_s
+    evs.append(EpochEvent("end", 0, n, "process", workers, t))
+    b = Breakdown()
+    if bulk:
+        b.epoch(tuple(evs[0]))
+        b.fold_batches([tuple(e) for e in evs[1:-1]])
+        b.epoch(tuple(evs[-1]))
+    else:
+        b.feed(tuple(e) for e in evs)
+    assert abs(b.wait_parts["startup"] - startup) <= 1e-9
+    assert abs(b.wait_parts["starved"] - starved) <= 1e-9
+    stages = b.step_waits().stages()
+    for i in range(n):
+        if i < workers and evs[1 + i].t_start_s > evs[1 + i].t_asked_s + fetch_s:
+            assert stages[i] == "worker start", (i, stages)

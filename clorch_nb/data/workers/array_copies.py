@@ -18,9 +18,9 @@ What torch's fork workers give, and what this gives without forking the caller:
 * **a memory map is not copied**: an ``np.memmap`` (``np.load(path, mmap_mode="r")``) and every
   array or tensor over it (also a tensor alone over a file mapped shared:
   ``torch.from_numpy(np.load(path, mmap_mode="r"))``) are sent as *path, offset, dtype, shape,
-  mode* and mapped again in the worker, where the page cache shares the file (B79); a map opened ``"w+"`` is reopened
-  ``"r+"`` (never truncated); a copy-on-write map (``"c"``) is copied, since its writes are
-  the caller's own, not in the file.
+  mode* and mapped again in the worker, where the page cache shares the file (B79); a map
+  opened ``"w+"`` is reopened ``"r+"`` (never truncated); a copy-on-write map (``"c"``) is
+  copied, since its writes are the caller's own, not in the file.
 
 Tensors the caller put in shared memory already (``is_shared()``) are not copied: the caller
 asked for one buffer seen by every process, as fork workers would see it.
