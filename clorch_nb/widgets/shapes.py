@@ -11,7 +11,7 @@ is kept, with its key path, as :class:`CollateFailure` instead of a traceback.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,7 +82,9 @@ class Field:
         return f"{shape} {self.dtype} {size}".strip()
 
 
-def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...]:
+def describe_batch(
+    batch: Any, num_items: int | None = None, items_at: Collection[KeyPath] = ()
+) -> tuple[Field, ...]:
     """The leaves of ``batch`` in key order: mappings, tuples, namedtuples (by field name) and
     dataclasses are walked (the batch walker's containers, :mod:`clorch_nb._tree`); a list of
     values gathered one per item is one leaf, as the loader gathers it (``list[str]``, its length
@@ -95,7 +97,12 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
             say): a list is then told from the batch's structure by that count (see
             :func:`_structure`); None: by shapes alone (a list of one tensor is then
             ambiguous, and read as structure). Either way a list of rows each as long as the
-            list (one row of length 1 in a batch of one) is read as a collated field.
+            list (one row of length 1 in a batch of one) is read as a collated field, unless
+            its path is in ``items_at``.
+        items_at (Collection[tuple]): paths whose lists are values gathered one per item (the
+            run's other batches read them so): read so here too, whatever their length
+            (:func:`batch_shapes` passes what its earlier batches showed, which settles a
+            short last batch of one ragged row).
 
     Example:
         >>> fs = describe_batch({"data": torch.zeros(4, 3), "meta": {"id": ["a", "b", "c", "d"]}})
@@ -120,7 +127,7 @@ def describe_batch(batch: Any, num_items: int | None = None) -> tuple[Field, ...
                     x.element_size() * x.numel(),
                 )
             )
-        elif what in ("list", "tuple") and _structure(x, num_items):
+        elif what in ("list", "tuple") and path not in items_at and _structure(x, num_items):
             for k, v in children(x) or ():  # torch's [x, y] of (x, y) items: walked by position
                 walk(v, (*path, k))
         elif what in ("list", "tuple"):  # values gathered per item (strings, numbers, arrays,
@@ -604,6 +611,7 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
     except TypeError:
         expected = None
     infos: list[BatchInfo] = []
+    items_at: set[KeyPath] = set()  # paths the batches so far read as gathered per item
     failure: CollateFailure | None = None
     truncated = False
     # The items each batch was built from, as the loader reports them (its events): the
@@ -633,7 +641,8 @@ def batch_shapes(loader: Iterable[Any], max_batches: int | None = None) -> Shape
                 break
             k = len(infos)
             n = sizes[k] if len(sizes) > k else None
-            fields = describe_batch(batch, n)
+            fields = describe_batch(batch, n, items_at)
+            items_at.update(f.path for f in fields if f.kind == "list")  # gathered per item
             infos.append(BatchInfo(k, fields, _batch_len(fields) if n is None else n))
     finally:
         close = getattr(it, "close", None)

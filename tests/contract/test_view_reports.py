@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from clorch_nb import data
@@ -234,6 +234,9 @@ def _token_rows(items: list[dict[str, Any]]) -> dict[str, Any]:
     bs=st.integers(1, 6),
     rows=st.sampled_from(["tensors", "token lists", "token lists, default collate"]),
 )
+@example(lengths=[2, 3, 1, 2, 3, 1, 1], bs=3, rows="tensors")  # the eighth trial's: a last
+@example(lengths=[2, 3, 1, 2, 3, 1, 1], bs=3, rows="token lists")  # batch of one row of 1
+@example(lengths=[3, 1, 2, 1], bs=3, rows="token lists, default collate")
 @pytest.mark.timeout(120)
 def test_a_list_of_ragged_rows_is_flagged_with_its_rows_lengths(
     lengths: list[int], bs: int, rows: str
@@ -268,9 +271,10 @@ def test_a_chart_of_batches_without_tensors_has_no_negative_bytes() -> None:
 def check_ragged_rows(loader: Any, name: str, rows: list[list[int]], lengths: list[int]) -> None:
     """The view of ``loader`` against ``rows``, the lengths of the rows its batches hold."""
     # A batch whose every row is as long as the batch has rows ([row of 1] in a batch of 1)
-    # reads as well as a field collated from the items: the view takes it as one (documented
-    # in describe_batch); left out here
-    assume(not any(all(n == len(b) for n in b) for b in rows))
+    # reads as well as a field collated from the items: the view reads it as the run's earlier
+    # batches showed the field (the eighth trial's one-item last batch: "over 6 items" of 7),
+    # and, as the first batch, as collated (documented in describe_batch): that case is left out
+    assume(not all(n == len(rows[0]) for n in rows[0]))
     report = batch_shapes(loader)
     flat = [n for b in rows for n in b]
     assert flat == lengths
