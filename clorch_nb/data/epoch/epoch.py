@@ -201,6 +201,7 @@ class Epoch:
         self.shard_of = shard_of
         self.stream = plan if isinstance(plan, StreamPlan) else None
         self._finished = False
+        self._superseded = False  # a newer epoch of the loader runs on the same pool
         self._ahead: set[int] = set()  # delivered past _delivered (out of order, or skipped)
         self._open_pool = open_pool
         self._delivered = start
@@ -390,6 +391,13 @@ class Epoch:
         else:
             self._ahead.add(index)
 
+    def supersede(self) -> None:
+        """A newer epoch of the loader has started on the same pool: if this epoch's generator
+        ends only later (collected by the cyclic GC, at any moment and on any thread, as a
+        batch error's traceback can keep it), it leaves the pool, its workers and its events to
+        the newer epoch (it stopped a thread pool under one, which then waited for ever)."""
+        self._superseded = True
+
     def _abandon(
         self, pool: WorkerPool, *, broken: bool, started: bool, closing: bool = False
     ) -> None:
@@ -398,6 +406,8 @@ class Epoch:
         when ``closing``: ``loader.close()`` on another thread ends them anyway, and the
         consumer blocked in ``next()`` hears of it at once) and, if it had started, emit
         ``EpochEvent("stopped")`` even if stopping was interrupted."""
+        if self._superseded:  # ended late, under a newer epoch: nothing here is its any more
+            return
         try:
             pool.stop_epoch(discard_workers=broken or closing)
             if self.workers_end is not None:  # they end with their epoch (B61)

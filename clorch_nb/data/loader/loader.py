@@ -284,6 +284,8 @@ class LoaderEngine:
                 shard_of=self.traits.shard_of,  # a shard dataset names its files
             )
             self._keep_skips(self._run)
+            if self._run is not None:  # its generator, if collected later, leaves the pool be
+                self._run.supersede()
             self._run = run
             stop = StopRequest()
             # with a CUDA device=, the device feed copies batches ahead of the loop
