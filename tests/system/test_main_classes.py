@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -66,17 +67,21 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.timeout(240)
-def test_main_classes_come_back_as_the_scripts_own(tmp_path: Path) -> None:
-    script = tmp_path / "main_classes.py"
-    script.write_text(SCRIPT)
+def _run_script(script: Path, text: str) -> Any:
+    """Run ``text`` as the script ``script`` (its own ``__main__``); the JSON it prints last."""
+    script.write_text(text)
     repo = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=200,
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
+        cwd=script.parent, env={**os.environ, "PYTHONPATH": str(repo)},
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(240)
+def test_main_classes_come_back_as_the_scripts_own(tmp_path: Path) -> None:
+    got = _run_script(tmp_path / "main_classes.py", SCRIPT)
     for kind, fronts in got.items():
         assert fronts["DataLoader"] == fronts["torch"], (kind, fronts)
         assert fronts["dataloader"] == fronts["torch"], (kind, fronts)
@@ -124,14 +129,6 @@ def test_main_globals_and_class_attributes_set_later_reach_the_workers(tmp_path:
     read by every epoch's workers on both fronts, as by torch's fork workers:
     ``[[5, 15], [1, 4]]``. Failed on ``05e145d`` with ``[[0, 1], ...]``: cloudpickle sent them
     by value as they were when the workers started."""
-    script = tmp_path / "main_state.py"
-    script.write_text(STATE_SCRIPT)
-    repo = Path(__file__).resolve().parents[2]
-    out = subprocess.run(
-        [sys.executable, str(script)], capture_output=True, text=True, timeout=200,
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)},
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    got = json.loads(out.stdout.strip().splitlines()[-1])
+    got = _run_script(tmp_path / "main_state.py", STATE_SCRIPT)
     assert got["torch"] == [[5, 15], [1, 4]]
     assert got["DataLoader"] == got["torch"] and got["dataloader"] == got["torch"], got
