@@ -1,18 +1,17 @@
 """(7) Instrumentation and live-view overhead on the tensor path.
 
 ``tensor_dataset`` N×D float32 at batch 64, shuffled, inline: one loader run four ways —
-no subscriber (the always-on counters only); one ``loader.subscribe`` callback that keeps every
-event (``deque(maxlen=4096).append``: the bus's own cost, a ``BatchEvent`` per batch); the same
-as a :class:`~clorch_nb.instrumentation.Batched` subscriber (``deque.extend`` of each list of
-batch records: no event object per batch); and
-``for batch in clorch_nb.widgets.monitor(loader)`` with its live updates forced on as in a
-kernel (``live=True``; display output is captured, not printed); each case subscribes before
-its run and unsubscribes after it, and iterates the loader itself (no wrapper generator the
-baseline lacks: one cost ~1 us a batch, a third of the budget, in the runs before 2026-12-04).
-A fifth case, reported without a target, is a
-``Batched(every=16)`` subscriber that drops each list: the bus's own work in the loop, apart
-from the memory traffic of records kept (a kept record takes fresh memory, freed later, out of
-the cache). One measurement is a run of several epochs back to back (~0.15 s, so the monitor's 4 Hz
+no subscriber (the loader still records every batch's numbers in its ``LoaderStats``); one
+``loader.subscribe`` callback that keeps every event (``deque(maxlen=4096).append``: a
+``BatchEvent`` made per batch); a :class:`~clorch_nb.instrumentation.Batched` subscriber that
+keeps the last 16 blocks of records it is handed (``deque(maxlen=16).append``, blocks of 256:
+the same 4,096 records; nothing is done per batch, the blocks are cut from the loader's record
+buffer); and ``for batch in clorch_nb.widgets.monitor(loader)`` with its live updates forced on
+as in a kernel (``live=True``; display output is captured, not printed); each case subscribes
+before its run and unsubscribes after it, and iterates the loader itself (no wrapper generator
+the baseline lacks: one cost ~1 us a batch, a third of the budget, in the runs before
+2026-12-04).
+One measurement is a run of several epochs back to back (~0.15 s, so the monitor's 4 Hz
 refreshes and budgeted chart redraws occur at their natural rate); the metric is the summed
 steady-state loop time (each epoch's first batch to its last) in the process's CPU time,
 6 x ``--repeats`` interleaved rounds, and a target is judged on the median of each round's
@@ -27,7 +26,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
-import statistics
 import time
 from typing import Any
 
@@ -62,22 +60,22 @@ def _steady(iterable_per_epoch: Any, epochs: int, totals: list[float]) -> float:
 
 
 def _emit_us(callback: Any, calls: int) -> float:
-    """The bus's own work per batch for one subscriber (what a loader without one skips): the
-    median over 5 runs of ``calls`` emits of a batch record, in µs."""
+    """What one subscriber adds to a batch's report (a batch reported with it, less one
+    reported without it): the median over 5 runs of ``calls`` reports, in µs a batch."""
+    fields = (0, 0, -1, 64, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, (), "")
+
+    def per_call(bus: EventBus) -> float:
+        runs = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                bus.emit_batch(*fields)
+            runs.append((time.perf_counter() - t0) / calls * 1e6)
+        return sorted(runs)[2]
+
     bus = EventBus()
     bus.subscribe(callback)
-    fields = (0, 0, -1, 64, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0.0, 0.0, (), "")
-    runs = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            bus.emit_batch(*fields)
-        runs.append((time.perf_counter() - t0) / calls * 1e6)
-    return sorted(runs)[2]
-
-
-def _drop(records: list[Any]) -> None:
-    """A :class:`Batched` subscriber's ``on_batches`` that keeps nothing."""
+    return max(0.0, per_call(bus) - per_call(EventBus()))
 
 
 def _monitor(loader: Any) -> Any:
@@ -99,8 +97,8 @@ def run(ctx: Context) -> list[Row]:
     # the cases subscribe and unsubscribe around their epochs instead (outside the timed span).
     plain = data.dataloader(ds, batch_size=bs, shuffle=True)
     seen: collections.deque[Any] = collections.deque(maxlen=4096)
-    # The same, as a Batched subscriber (what the widgets use): lists of plain record tuples
-    seen_batched: collections.deque[Any] = collections.deque(maxlen=4096)
+    # A Batched subscriber (what the widgets use): blocks of records in columns
+    seen_batched: collections.deque[Any] = collections.deque(maxlen=16)  # 16 blocks of 256
 
     def case(name: str, per_epoch: Any, callback: Any = None) -> Any:
         totals[name] = []
@@ -128,12 +126,7 @@ def run(ctx: Context) -> list[Row]:
         "no subscriber": case("no subscriber", lambda: plain),
         "one subscriber": case("one subscriber", lambda: plain, seen.append),
         "one Batched subscriber": case(
-            "one Batched subscriber", lambda: plain, Batched(seen_batched.extend)
-        ),
-        # The bus alone, in the loop: every 16 records handed over and dropped at once, so
-        # none is kept while the loop runs on (keeping records costs memory traffic, below)
-        "Batched subscriber, records dropped": case(
-            "Batched subscriber, records dropped", lambda: plain, Batched(_drop, every=16)
+            "one Batched subscriber", lambda: plain, Batched(seen_batched.append)
         ),
     }
     mon_note = ctx.avail["monitor"][1] if not ctx.avail["monitor"][0] else ""
@@ -155,34 +148,32 @@ def run(ctx: Context) -> list[Row]:
     calls = 2_000 if ctx.quick else 50_000
     cost_us = {
         "one subscriber": _emit_us(collections.deque(maxlen=64).append, calls),
-        "one Batched subscriber": _emit_us(Batched(collections.deque(maxlen=64).extend), calls),
+        "one Batched subscriber": _emit_us(Batched(collections.deque(maxlen=16).append), calls),
     }
     per_batch_us = (med["no subscriber"] or 0.0) / (len(plain) * epochs) * 1e6
 
     def why(name: str) -> str:
-        own = (
-            f"the bus's own work for it, measured in this run: {cost_us[name]:.2f} µs a batch "
-            f"({cost_us[name] / per_batch_us:.1%} of this loop's {per_batch_us:.1f} µs a batch: "
-            "in-memory tensors at batch 64, the cheapest batch the loader makes); "
-            if name in cost_us and per_batch_us
-            else f"it subscribes as a Batched subscriber ({cost_us['one Batched subscriber']:.2f} "
-            "µs a batch here) and refreshes its text at 4 Hz; "
-        )
-        rounds = zip(
-            res["Batched subscriber, records dropped"].values, res["no subscriber"].values,
-            strict=True,
-        )  # fmt: skip
-        dropped = statistics.median(a / b for a, b in rounds)
+        if name == "one subscriber":
+            return (
+                f"a BatchEvent made per batch and kept by the subscriber: "
+                f"{cost_us[name]:.2f} µs a batch measured apart in this run "
+                f"({cost_us[name] / per_batch_us:.1%} of this loop's {per_batch_us:.1f} µs a "
+                "batch: in-memory tensors at batch 64, the cheapest batch the loader makes), "
+                "and in the loop the memory traffic of the kept events (each takes fresh "
+                "memory, freed long after it left the cache); a Batched subscriber (the row "
+                "below, what the views use) does nothing per batch"
+            )
         return (
-            f"{own}in the loop, a Batched subscriber that keeps no record costs "
-            f"{dropped:.3f}× (the row below); the rest is keeping each batch's record until it "
-            "is used: every kept record takes fresh memory, freed long after it left the cache "
-            "(0.3-0.5 µs a batch, measured in the loop on 2026-12-06), and the monitor folds "
-            "its records at each refresh (0.76 µs a record in the loop: one conversion to "
-            "arrays, about half of it, serves every fold; 1.3 µs before 2026-12-06). Packing "
-            "each record into bytes as it comes cost the same (1.038× against the monitor's "
-            "1.038×, paired CPU time, 50 rounds); beyond that, run-to-run "
-            "noise where the repeats overlap (see every series below)"
+            "nothing is done per batch for it (the loader records every batch's numbers "
+            "anyway); its blocks are cut from the record buffer every 256 records or 50 ms "
+            f"({cost_us['one Batched subscriber']:.2f} µs a record measured apart in this run)"
+            + (
+                ", and the monitor folds them with array arithmetic at each 4 Hz refresh"
+                if name == "widgets.monitor"
+                else ""
+            )
+            + "; beyond that, run-to-run noise where the repeats overlap (see every series "
+            "below)"
         )
 
     tot = {}
@@ -227,8 +218,8 @@ def run(ctx: Context) -> list[Row]:
             "same loader, no subscriber",
             res["no subscriber"],
             ("<=", 1.02),
-            note="instrumentation.Batched(deque.extend): the batch records in lists, no event "
-            "object per batch (what widgets.monitor subscribes as)",
+            note="instrumentation.Batched(deque.append): the batch records in blocks of "
+            "columns, nothing per batch (what widgets.monitor subscribes as)",
             why=why("one Batched subscriber"),
             paired=True,
         ),
@@ -245,20 +236,6 @@ def run(ctx: Context) -> list[Row]:
             ("<=", 1.02),
             note=mon_note,
             why=why("widgets.monitor"),
-            paired=True,
-        ),
-        versus(
-            ctx,
-            TITLE,
-            f"{case_txt}: steady-state loop time",
-            "CPU time ↓",
-            "s",
-            "loader + Batched subscriber keeping no record",
-            res["Batched subscriber, records dropped"],
-            "same loader, no subscriber",
-            res["no subscriber"],
-            note="Batched(every=16) whose on_batches drops each list: the bus's own work in the "
-            "loop, without the memory traffic of kept records",
             paired=True,
         ),
         versus(

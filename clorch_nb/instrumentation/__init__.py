@@ -12,5 +12,9 @@ from clorch_nb.instrumentation.events import (
     EventBus,
     LoaderStats,
 )
+from clorch_nb.instrumentation.records import RECORD_COLUMNS, ROW, RecordBlock
 
-__all__ = ["BatchEvent", "Batched", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats"]
+__all__ = [
+    "RECORD_COLUMNS", "ROW", "BatchEvent", "Batched", "CopyEvent", "EpochEvent", "Event",
+    "EventBus", "LoaderStats", "RecordBlock",
+]  # fmt: skip

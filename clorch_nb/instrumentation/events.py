@@ -2,10 +2,10 @@
 
 Events are immutable named tuples of plain numbers: cheap to make (about 0.4 us, a third of a
 frozen dataclass, which pays one ``object.__setattr__`` per field), picklable, and all a view
-needs. A loader reports each batch with :meth:`EventBus.emit_batch` (its fields, positional):
-a :class:`BatchEvent` is made only while a subscriber takes single events; a :class:`Batched`
-subscriber (what the widgets use) gets the plain field tuples in lists, every ``every`` batches
-or ``within_s`` seconds, so watching a loop costs one tuple append per batch.
+needs. A loader records each batch's numbers in its :class:`LoaderStats` (always: one C call,
+no Python object kept); a :class:`BatchEvent` is made only while a subscriber takes single
+events, and a :class:`Batched` subscriber (what the widgets use) is handed the records as blocks
+of columns, so watching a loop costs nothing per batch but two float compares.
 Times are seconds (``*_s``) from ``time.perf_counter()``; ``worker_id`` is ``-1`` for batches
 built on the consuming thread (``num_workers=0``).
 """
@@ -13,11 +13,13 @@ built on the consuming thread (``num_workers=0``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
+
+from clorch_nb.instrumentation.records import LoaderStats, RecordBlock
 
 __all__ = [
     "BatchEvent", "Batched", "CopyEvent", "EpochEvent", "Event", "EventBus", "LoaderStats",
+    "RecordBlock",
 ]  # fmt: skip
 
 
@@ -120,38 +122,27 @@ class CopyEvent(NamedTuple):
 Event = BatchEvent | EpochEvent | CopyEvent
 
 
-@dataclass(slots=True)
-class LoaderStats:
-    """Always-on running totals of a loader (a few additions per batch).
-
-    Attributes:
-        epochs_started (int), batches (int), items (int): counts since the loader was built.
-        wait_s (float): total seconds the consumer waited for batches.
-        per_worker_batches (dict[int, int]): batches built per ``worker_id``.
-    """
-
-    epochs_started: int = 0
-    batches: int = 0
-    items: int = 0
-    wait_s: float = 0.0
-    per_worker_batches: dict[int, int] = field(default_factory=dict)
-
-
 class Batched:
-    """A subscriber that takes batch records in lists instead of one event per batch.
+    """A subscriber that takes batch records in blocks of columns instead of one event per
+    batch.
 
-    Pass one to :meth:`EventBus.subscribe` (or ``loader.subscribe``). Each batch's record is the
-    plain tuple of its :class:`BatchEvent` fields, in that order (``BatchEvent._make(record)``
-    names them); the bus keeps them and calls ``on_batches(records)`` with the list, oldest
-    first, once ``every`` are kept or a record's ``t_s`` is ``within_s`` seconds past the last
-    delivery (the first batch is delivered at once, and so is every batch of a loop slower than
-    ``within_s`` a batch). Any other event (:class:`EpochEvent`, :class:`CopyEvent`) first
-    delivers the records kept so far, then goes to ``on_event``; so does unsubscribing and
-    :meth:`EventBus.flush`. Every subscriber sees its events in the order they happened.
+    Pass one to :meth:`EventBus.subscribe` (or ``loader.subscribe``). The loader writes every
+    batch's numbers into its :class:`LoaderStats` as they come (no Python object per batch);
+    a :class:`~clorch_nb.instrumentation.records.RecordBlock` of the records since the last
+    delivery (oldest first: ``block.columns``, float64, a row per field of
+    :data:`~clorch_nb.instrumentation.records.RECORD_COLUMNS`; ``block.records()`` gives them as
+    tuples of :class:`BatchEvent`'s fields) goes to ``on_batches(block)`` once ``every`` are
+    kept or a record's ``t_s`` is ``within_s`` seconds past the last delivery (the first batch
+    is delivered at once, and so is every batch of a loop slower than ``within_s`` a batch),
+    and whenever the loader's record buffer is full. Any other event (:class:`EpochEvent`,
+    :class:`CopyEvent`) first delivers the records kept so far, then goes to ``on_event``; so
+    does unsubscribing and :meth:`EventBus.flush`. Every subscriber sees its events in the order
+    they happened.
 
     Args:
-        on_batches (Callable[[list[tuple]], None]): takes a list of batch records (one per
-            batch, oldest first; the list is the subscriber's to keep).
+        on_batches (Callable[[RecordBlock], None] | None): takes each block of batch records
+            (the block is the subscriber's to keep); None: batches are not wanted (only
+            ``on_event``'s events, and nothing is done per batch).
         on_event (Callable[[Event], None] | None): takes every other event; None: ignored.
         every (int): most records kept before a delivery; >= 1.
         within_s (float): most seconds (on the records' ``t_s`` clock) a record waits; >= 0.
@@ -160,53 +151,49 @@ class Batched:
         ValueError: ``every`` not an int >= 1, or ``within_s`` below 0 (names the value).
 
     Example:
-        >>> bus, lists, others = EventBus(), [], []
-        >>> _ = bus.subscribe(Batched(lists.append, others.append, every=2, within_s=60.0))
+        >>> bus, blocks, others = EventBus(), [], []
+        >>> _ = bus.subscribe(Batched(blocks.append, others.append, every=2, within_s=60.0))
         >>> for i in range(4):
         ...     bus.emit_batch(0, i, -1, 8, 0.1, 0.0, 0.1, 0, 10.0 + i, 0.0, 0.0, 0.0, (), "")
-        >>> [[r[1] for r in records] for records in lists]  # the first at once, then by two
+        >>> [[r[1] for r in block.records()] for block in blocks]  # the first at once, then by two
         [[0], [1, 2]]
         >>> bus.emit(EpochEvent("end", 0, 4, "inline", 0, 14.0))
-        >>> [r[1] for r in lists[-1]], others[0].kind  # nothing kept is lost at the end
+        >>> [r[1] for r in blocks[-1].records()], others[0].kind  # nothing kept is lost at the end
         ([3], 'end')
+        >>> from clorch_nb.instrumentation import ROW
+        >>> blocks[-1].columns[ROW["num_items"]].tolist()  # or the numbers, as columns
+        [8.0]
     """
 
-    __slots__ = ("buffer", "due", "every", "on_batches", "on_event", "within_s")
+    __slots__ = ("every", "on_batches", "on_event", "within_s")
 
     def __init__(
         self,
-        on_batches: Callable[[list[tuple[Any, ...]]], None],
+        on_batches: Callable[[RecordBlock], None] | None,
         on_event: Callable[[Event], None] | None = None,
         *,
         every: int = 256,
         within_s: float = 0.05,
     ) -> None:
-        if not isinstance(every, int) or every < 1:
-            raise ValueError(f"Batched(every={every!r}): needs an int >= 1 (records per list)")
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"Batched(every={every!r}): needs an int >= 1 (records per block)")
         if not within_s >= 0:
             raise ValueError(f"Batched(within_s={within_s!r}): needs seconds >= 0")
         self.on_batches, self.on_event = on_batches, on_event
         self.every, self.within_s = every, within_s
-        self.buffer: list[tuple[Any, ...]] = []
-        self.due = float("-inf")  # t_s from which the next record is delivered at once
-
-    def flush(self) -> None:
-        """Deliver the records kept so far (nothing when there are none)."""
-        records = self.buffer
-        if records:
-            self.buffer = []
-            self.due = records[-1][8] + self.within_s
-            self.on_batches(records)
-
-
-_new_tuple = tuple.__new__  # BatchEvent._make without its Python frame (~0.1 us a batch)
 
 
 class EventBus:
     """Synchronous fan-out of events to subscribers, called on the consuming thread.
 
-    Emitting with no subscriber costs one truth test, so loaders leave it on. A subscriber is a
-    callable (``callback(event)`` for every event) or a :class:`Batched` (batch records in lists).
+    A subscriber is a callable (``callback(event)`` for every event: a :class:`BatchEvent` is
+    made per batch for it) or a :class:`Batched` (batch records in blocks of columns, read from
+    the bus's :attr:`stats`, where the loader records every batch anyway). Emitting with no
+    subscriber costs one truth test, so loaders leave it on.
+
+    Args:
+        stats (LoaderStats | None): the loader's record of its batches, which :class:`Batched`
+            subscribers read; None: a new one.
 
     Example:
         >>> bus = EventBus(); seen = []
@@ -216,76 +203,95 @@ class EventBus:
         ['hello']
     """
 
-    __slots__ = ("_batched", "_single", "_subscribers")
+    __slots__ = ("_on_events", "_single", "_subscribers", "stats")
 
-    def __init__(self) -> None:
+    def __init__(self, stats: LoaderStats | None = None) -> None:
+        self.stats = LoaderStats() if stats is None else stats
         # Tuples, replaced (never mutated) on subscribe/unsubscribe: emit iterates them without
         # a copy, and a callback that unsubscribes during emit does not disturb that emit.
         self._subscribers: tuple[Callable[[Event], None] | Batched, ...] = ()
-        self._single: tuple[Callable[[Event], None], ...] = ()  # callables, for emit_batch
-        self._batched: tuple[Batched, ...] = ()
+        self._single: tuple[Callable[[Event], None], ...] = ()  # callables: a BatchEvent each
+        self._on_events: tuple[Callable[[Event], None], ...] = ()  # what every event goes to
 
     def __bool__(self) -> bool:
         return bool(self._subscribers)
 
+    @property
+    def takes_events(self) -> bool:
+        """Whether a subscriber takes single events (a :class:`BatchEvent` per batch)."""
+        return bool(self._single)
+
     def _set(self, subs: tuple[Callable[[Event], None] | Batched, ...]) -> None:
         self._subscribers = subs
         self._single = tuple(s for s in subs if not isinstance(s, Batched))
-        self._batched = tuple(s for s in subs if isinstance(s, Batched))
+        on_events: list[Callable[[Event], None]] = []
+        for s in subs:
+            if not isinstance(s, Batched):
+                on_events.append(s)
+            elif s.on_event is not None:
+                on_events.append(s.on_event)
+        self._on_events = tuple(on_events)
 
     def subscribe(self, callback: Callable[[Event], None] | Batched) -> Callable[[], None]:
         """Call ``callback(event)`` for every event, or hand a :class:`Batched` its batch
-        records in lists and its other events one by one; returns a function that unsubscribes
-        (idempotent; a :class:`Batched` first gets the records it has not been given yet)."""
+        records in blocks and its other events one by one; returns a function that
+        unsubscribes (idempotent; a :class:`Batched` first gets the records it has not been
+        given yet)."""
         self._set((*self._subscribers, callback))
+        if isinstance(callback, Batched) and callback.on_batches is not None:
+            self.stats.follow(callback)
 
         def unsubscribe() -> None:
             subs = list(self._subscribers)
             if callback in subs:
                 subs.remove(callback)
                 self._set(tuple(subs))
-                if isinstance(callback, Batched):
-                    callback.flush()
+                if isinstance(callback, Batched) and callback.on_batches is not None:
+                    self.stats.unfollow(callback)
 
         return unsubscribe
 
     def emit(self, event: object) -> None:
-        """Deliver ``event`` to every subscriber, in subscription order (a :class:`Batched`
-        first gets the batch records it keeps, then ``on_event(event)``)."""
-        for cb in self._subscribers:
-            if isinstance(cb, Batched):
-                cb.flush()
-                if cb.on_event is not None:
-                    cb.on_event(event)  # type: ignore[arg-type]
-            else:
-                cb(event)  # type: ignore[arg-type]
+        """Deliver ``event`` to every subscriber, in subscription order (the :class:`Batched`
+        ones first get the batch records not handed yet, then ``on_event(event)``)."""
+        self.stats.deliver()
+        for cb in self._on_events:
+            cb(event)  # type: ignore[arg-type]
+
+    def emit_single(self, event: BatchEvent) -> None:
+        """Deliver a batch's event to the subscribers that take single events (the loader
+        records the batch in :attr:`stats` itself, where :class:`Batched` ones read it)."""
+        for cb in self._single:
+            cb(event)
 
     def emit_batch(self, *fields: Any) -> None:
-        """Report one batch: its :class:`BatchEvent` fields, positional (``epoch, batch_index,
-        worker_id, num_items, fetch_s, collate_s, wait_s, queue_depth, t_s, t_asked_s,
-        t_start_s, t_sent_s, skipped, shard, copy_s``; the loader passes all 15, a caller may
-        leave out the last, read as 0.0). The :class:`BatchEvent` is made
-        only when a subscriber takes single events; a :class:`Batched` keeps the tuple.
+        """Report one batch by hand: record it in :attr:`stats` (which the :class:`Batched`
+        subscribers read) and make its :class:`BatchEvent` for the other subscribers. Its fields
+        are positional, in :class:`BatchEvent`'s order (``epoch, batch_index, worker_id,
+        num_items, fetch_s, collate_s, wait_s, queue_depth, t_s, t_asked_s, t_start_s,
+        t_sent_s, skipped, shard, copy_s``; the first 9 are needed, the rest default).
+
+        Raises:
+            TypeError: fewer than 9 fields.
 
         Example:
             >>> bus, seen = EventBus(), []
             >>> _ = bus.subscribe(seen.append)
             >>> bus.emit_batch(0, 0, -1, 8, 0.1, 0.0, 0.1, 0, 10.0, 0.0, 0.0, 0.0, (), "")
-            >>> seen[0].num_items, seen[0].t_s
-            (8, 10.0)
+            >>> seen[0].num_items, seen[0].t_s, bus.stats.items
+            (8, 10.0, 8)
         """
+        event = BatchEvent(*fields)
+        (epoch, index, worker, items, fetch, coll, wait, depth, t, asked, start, sent,
+         skipped, shard, copy) = event  # fmt: skip
+        self.stats.record(
+            worker, fetch, coll, wait, t, asked, start, sent, epoch, items, index, copy, depth,
+            False, skipped, shard,
+        )  # fmt: skip
         if self._single:
-            event = BatchEvent(*fields) if len(fields) < 15 else _new_tuple(BatchEvent, fields)
-            for cb in self._single:
-                cb(event)
-        for b in self._batched:
-            buf = b.buffer
-            buf.append(fields)
-            if len(buf) >= b.every or fields[8] >= b.due:
-                b.flush()
+            self.emit_single(event)
 
     def flush(self) -> None:
-        """Hand every :class:`Batched` subscriber the batch records it keeps (every epoch
+        """Hand every :class:`Batched` subscriber the batch records not handed yet (every epoch
         event does that first, so an epoch's end, break, error or close loses none)."""
-        for b in self._batched:
-            b.flush()
+        self.stats.deliver()

@@ -39,14 +39,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
-from itertools import chain
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from clorch_nb.errors import ConfigError
-from clorch_nb.instrumentation import BatchEvent, CopyEvent
+from clorch_nb.instrumentation import ROW, BatchEvent, CopyEvent, RecordBlock
 
 __all__ = ["STAGES", "STEP_STAGES", "Breakdown", "StepWaits", "Verdict", "verdict"]
 
@@ -88,25 +86,9 @@ _C = {name: i for i, name in enumerate(CopyEvent._fields)}
 C_EPOCH, C_INDEX, C_BYTES = _C["epoch"], _C["batch_index"], _C["nbytes"]
 C_START, C_END, C_NEEDED = _C["t_start_s"], _C["t_end_s"], _C["t_needed_s"]
 EPOCH, COPY = _F["epoch"], _F["copy_s"]
-# the columns of batch records that are folded, one C-level getter (numbers only: a float
-# array, converted once per flush for Breakdown.fold_batches and the monitor's totals); a record
-# made by hand may stop before copy_s (read as 0)
 INDEX, QUEUE = _F["batch_index"], _F["queue_depth"]
-_COLS = itemgetter(
-    WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX, COPY, QUEUE
-)
-_NCOLS = 13
-#: the row of each field in :func:`columns`' array
-COLUMN_ROWS = {
-    name: i
-    for i, name in enumerate(
-        ("worker_id", "fetch_s", "collate_s", "wait_s", "t_s", "t_asked_s", "t_start_s",
-         "t_sent_s", "epoch", "num_items", "batch_index", "copy_s", "queue_depth")
-    )
-}  # fmt: skip
-_COLS_NO_COPY = itemgetter(
-    WORKER, FETCH, COLLATE, WAIT, T, ASKED, START, SENT, EPOCH, ITEMS, INDEX, QUEUE
-)
+#: the row of each field in a :class:`~clorch_nb.instrumentation.RecordBlock`'s columns
+COLUMN_ROWS = ROW
 #: steps a late CopyEvent can still find (its batch's row), by (epoch, batch_index)
 ROWS_FOR_COPIES = 256
 #: below this many records a run is folded one by one (numpy's per-call cost dominates)
@@ -183,7 +165,7 @@ class Breakdown:
 
     def batch(self, b: tuple[Any, ...]) -> None:
         """Take one batch (a :class:`BatchEvent` or its fields as a tuple)."""
-        fresh = self._fold_steps(columns([b]))
+        fresh = self._fold_steps(RecordBlock.of([b]).columns)
         self._aggregate(b, bool(fresh[0]))
 
     def _aggregate(self, b: tuple[Any, ...], fresh: bool) -> None:
@@ -222,14 +204,13 @@ class Breakdown:
             parts["items"] += build * (1.0 - share)
         self._prev = t
 
-    def fold_batches(self, records: list[tuple[Any, ...]], cols: np.ndarray | None = None) -> None:
+    def fold_batches(self, records: RecordBlock | list[tuple[Any, ...]]) -> None:
         """Take a run of batches in order (no epoch event among them): what :meth:`batch` does
         for each, as array arithmetic (one fold of a monitor's flush: thousands of records).
 
         Args:
-            records (list[tuple]): batch records (:class:`BatchEvent` fields), oldest first.
-            cols (np.ndarray | None): their :func:`columns`, shape ``(13, len(records))``, when
-                the caller has converted them already; None: converted here.
+            records (RecordBlock | list[tuple]): the batch records, oldest first: a block of
+                columns, or tuples of :class:`BatchEvent` fields.
 
         Example:
             >>> from clorch_nb.instrumentation import EpochEvent
@@ -244,13 +225,14 @@ class Breakdown:
             >>> one.shares() == many.shares(), one.batches == many.batches == 30
             (True, True)
         """
-        n = len(records)
+        block = records if isinstance(records, RecordBlock) else RecordBlock.of(records)
+        n = len(block)
         if not n:
             return
-        cols = columns(records) if cols is None else cols  # cols: the records' columns()
+        cols = block.columns
         fresh = self._fold_steps(cols)
         if n < VECTOR_FROM:
-            for b, first in zip(records, fresh.tolist(), strict=True):
+            for b, first in zip(block.records(), fresh.tolist(), strict=True):
                 self._aggregate(b, first)
             return
         worker, fetch, coll, wait, t, asked, started, sent = cols[:8]
@@ -437,31 +419,6 @@ class Breakdown:
         out = {"body": body / wall, "wait": wait / wall, "overhead": overhead / wall}
         out["coverage"] = sum(out.values())
         return {k: round(v, 4) for k, v in out.items()}
-
-
-def columns(records: list[tuple[Any, ...]]) -> np.ndarray:
-    """The numeric fields of batch records as a float64 array, a row per field
-    (:data:`COLUMN_ROWS` names them), a column per record: shape ``(13, len(records))``;
-    ``copy_s`` is 0 where a record made by hand stops before it. One conversion serves every
-    fold of a flush (about 0.3 us a record).
-
-    Example:
-        >>> cols = columns([(0, 5, 1, 8, 0.1, 0.0, 0.2, 3, 10.0)])
-        >>> row = COLUMN_ROWS
-        >>> cols.shape, cols[row["queue_depth"]].tolist(), cols[row["copy_s"]].tolist()
-        ((13, 1), [3.0], [0.0])
-    """
-    n = len(records)
-    if not n:
-        return np.zeros((_NCOLS, 0))
-    if len(records[0]) > COPY and len(records[-1]) > COPY:
-        # one flat C-level pass (numpy's nested-sequence conversion costs half again as much)
-        flat = np.fromiter(chain.from_iterable(map(_COLS, records)), np.float64, n * _NCOLS)
-        return flat.reshape(n, _NCOLS).T
-    cols = np.array(
-        [_COLS_NO_COPY(r + (0.0,) * (12 - len(r))) for r in records], dtype=np.float64
-    ).T
-    return np.concatenate((cols[:11], np.zeros((1, n)), cols[11:]))
 
 
 @dataclass(frozen=True, eq=False)

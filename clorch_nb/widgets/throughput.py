@@ -14,21 +14,13 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
 
 from clorch_nb._text import plural
-from clorch_nb.instrumentation import BatchEvent, CopyEvent, EpochEvent
-from clorch_nb.widgets.diagnose import (
-    COLUMN_ROWS,
-    Breakdown,
-    StepWaits,
-    Verdict,
-    columns,
-    verdict,
-)
+from clorch_nb.instrumentation import ROW, BatchEvent, CopyEvent, EpochEvent, RecordBlock
+from clorch_nb.widgets.diagnose import Breakdown, StepWaits, Verdict, verdict
 
 __all__ = [
     "HistoryPoint",
@@ -169,8 +161,7 @@ _NAMES = BatchEvent._fields
 _EPOCH, _ITEMS, _WAIT, _QUEUE, _T = (
     _NAMES.index(name) for name in ("epoch", "num_items", "wait_s", "queue_depth", "t_s")
 )
-_SHARD, _WORKER = itemgetter(_NAMES.index("shard")), itemgetter(_NAMES.index("worker_id"))
-_ROW = COLUMN_ROWS  # a field's row in columns()
+_ROW = ROW  # a field's row in a RecordBlock's columns
 
 
 class ThroughputStats:
@@ -200,14 +191,15 @@ class ThroughputStats:
     def __init__(
         self, *, max_history: int = 512, rate_window_s: float = 1.0, timeline_window: int = 256
     ) -> None:
-        self._pending: list[Any] = []  # batch records since the last flush
-        # (position in _pending, an epoch or copy event's fields), in the order they came
+        self._pending: list[Any] = []  # batch records given as tuples since the last flush
+        self._blocks: list[RecordBlock] = []  # ... and as blocks, before those tuples
+        self._block_rows = 0  # records in _blocks
+        # (position among the pending records, an epoch or copy event's fields), in order
         self._marks: list[tuple[int, tuple[Any, ...]]] = []
         #: the hot path for a batch: one C call. Takes a BatchEvent or the same fields as a
         #: plain tuple (what the monitor passes: a tuple of numbers is untracked by the GC).
         self.add_batch = self._pending.append
-        #: many batch records at once (a :class:`~clorch_nb.instrumentation.Batched` list)
-        self.add_batches = self._pending.extend
+
         self.max_history = max_history
         self.rate_window_s = rate_window_s
         self.history: list[HistoryPoint] = []
@@ -258,9 +250,23 @@ class ThroughputStats:
             # its fields as a plain tuple of numbers and strings: untracked by the GC (kept
             # event objects would be promoted to the oldest generation and make full
             # collections more frequent: that costs more than all of this)
-            self._marks.append((len(self._pending), tuple(event)))
+            self._marks.append((self._block_rows + len(self._pending), tuple(event)))
         else:
             self._pending.append(event)
+
+    def add_batches(self, records: RecordBlock | list[tuple[Any, ...]]) -> None:
+        """Take many batch records at once: a :class:`~clorch_nb.instrumentation.RecordBlock`
+        (what a :class:`~clorch_nb.instrumentation.Batched` subscriber is handed) or a list of
+        record tuples."""
+        if not isinstance(records, RecordBlock):
+            self._pending.extend(records)
+            return
+        if self._pending:  # tuples given before it keep their place
+            self._blocks.append(RecordBlock.of(self._pending[:]))
+            self._block_rows += len(self._pending)
+            del self._pending[:]
+        self._blocks.append(records)
+        self._block_rows += len(records)
 
     def add_many(self, events: Iterable[Any]) -> None:
         """:meth:`add` each event."""
@@ -277,10 +283,14 @@ class ThroughputStats:
     def flush(self, now: float | None = None) -> None:
         """Fold the pending events into the totals and append one history point."""
         pending, marks = self._pending, self._marks
-        if not pending and not marks:
+        if not pending and not marks and not self._blocks:
             return
-        events = pending[:]
-        del pending[:]  # keep the same list: ``add_batch`` is bound to it
+        blocks = self._blocks
+        if pending:  # records given as tuples (after every block: see add_batches)
+            blocks.append(RecordBlock.of(pending[:]))
+            del pending[:]  # keep the same list: ``add_batch`` is bound to it
+        block = RecordBlock.concat(blocks)
+        self._blocks, self._block_rows = [], 0
         epoch_marks = marks[:]
         del marks[:]
         # Epoch events only move the clock (time inside epochs) and restart the per-worker
@@ -290,36 +300,33 @@ class ThroughputStats:
         # The timeline's order: every event where it came. Only the newest ``maxlen`` stay,
         # so batches before the last ``maxlen`` are not added (a mark among them is added,
         # then pushed out by the batches after it, as before).
-        recent = self.recent
-        cut = max(0, len(events) - (recent.maxlen or len(events)))
+        recent, n = self.recent, len(block)
+        cut = max(0, n - (recent.maxlen or n))
         pos = cut
         for i, fields in epoch_marks:
             if i > pos:
-                recent.extend(events[pos:i])
+                recent.extend(block.records(pos, i))
                 pos = i
             recent.append(fields)
-        recent.extend(events[pos:])
-        # the numbers of every record, converted once for all the folds below (a record's
-        # Python objects are read once: at thousands a flush that is most of its cost)
-        cols = columns(events)
+        recent.extend(block.records(pos, n))
         pos = 0
         for i, fields in epoch_marks:
             if fields[0] == "copy":  # the device's side: after the batches (below)
                 continue
-            feed_batches(events[pos:i], cols[:, pos:i])
+            feed_batches(block.slice(pos, i))
             pos = i
             ev = EpochEvent(*fields)
             feed_epoch(fields)
             self._epoch(ev)
             if ev.kind == "start":
                 start_pos = i
-        feed_batches(events[pos:], cols[:, pos:])
+        feed_batches(block.slice(pos, n))
         for _, fields in epoch_marks:  # each finds its batch's step (folded above)
             if fields[0] == "copy":
                 self.breakdown.copy(fields)
         t_before = self._t_batch
-        self._fold(events, cols, start_pos)
-        self._short_ends(events, cols, t_before)
+        self._fold(block, start_pos)
+        self._short_ends(block, t_before)
         # A window ends at its last batch, not at ``now`` or at the epoch's end: the time after
         # the last batch (a refresh that came early, the workers' shutdown) holds no batch yet,
         # and a rate over it would end every series in a false plunge. That time opens the
@@ -350,8 +357,8 @@ class ThroughputStats:
         self._window = (self.items, self.wait_s, self.batches, self.queue_sum, t_end)
         self._window_short = self._short
 
-    def _short_ends(self, evs: list[Any], cols: np.ndarray, t_before: float) -> None:
-        """Add the epochs' short last batches among ``evs`` to ``self._short``.
+    def _short_ends(self, block: RecordBlock, t_before: float) -> None:
+        """Add the epochs' short last batches among ``block``'s to ``self._short``.
 
         With ``drop_last=False`` an epoch's last batch holds what is left (1,797 digits in
         batches of 32: 5), yet the loop takes about as long a step on it: over a window that
@@ -360,18 +367,19 @@ class ThroughputStats:
         and its step (the time from the batch before); the totals count it. An epoch whose
         length is unknown (``num_batches`` 0: a stream) has no such batch."""
         info = self._epoch_info
-        if not evs:
+        if not len(block):
             return
+        cols = block.columns
         full = self._full_items = max(self._full_items, int(cols[_ROW["num_items"]].max()))
         index = cols[_ROW["batch_index"]]
         for epoch, (num_batches, t_start) in info.items():
             if num_batches <= 0:
                 continue
             for j in np.flatnonzero(index == num_batches - 1).tolist():  # rarely more than one
-                ev = evs[j]
+                ev = block.records(j, j + 1)[0]
                 if ev[_EPOCH] != epoch or ev[_ITEMS] >= full:
                     continue
-                prev = evs[j - 1][_T] if j else t_before
+                prev = float(cols[_ROW["t_s"], j - 1]) if j else t_before
                 items, secs, wait, count, queue = self._short
                 self._short = (
                     items + ev[_ITEMS],
@@ -390,10 +398,10 @@ class ThroughputStats:
             return self._closed_s + (t - self._t_start)
         return max(0.0, self._closed_s - max(0.0, self._t_closed - t))
 
-    def _fold(self, evs: list[Any], cols: np.ndarray, recent_from: int = 0) -> None:
-        # totals from every batch record (``cols``: their columns()); per-worker window chunks
-        # from ``evs[recent_from:]``, the batches of the epoch open (or last started) now
-        n = len(evs)
+    def _fold(self, block: RecordBlock, recent_from: int = 0) -> None:
+        # totals from every batch record; per-worker window chunks from the records
+        # ``recent_from:``, the batches of the epoch open (or last started) now
+        n, cols = len(block), block.columns
         if not n:
             return
         worker, items, times = cols[_ROW["worker_id"]], cols[_ROW["num_items"]], cols[_ROW["t_s"]]
@@ -408,10 +416,8 @@ class ThroughputStats:
         self.queue_last = int(queue[-1])
         self._t_last = max(self._t_last, float(times[-1]))
         self._t_batch = max(self._t_batch, float(times.max()))
-        if any(map(_SHARD, evs)):  # a shard dataset: each worker's latest shard (last one wins)
-            self.worker_shards.update(
-                (w, sh) for w, sh in zip(map(_WORKER, evs), map(_SHARD, evs), strict=True) if sh
-            )
+        if block.names:  # a shard dataset: each worker's latest shard (last one wins)
+            self.worker_shards.update((int(worker[i]), sh) for i, _skipped, sh in block.names if sh)
         # per worker (ids in order of first appearance, as the workers' dict has them)
         ids, first, inv = np.unique(worker, return_index=True, return_inverse=True)
         order = np.argsort(first, kind="stable")

@@ -44,13 +44,15 @@ import ipywidgets as W
 
 from clorch_nb.data import DataLoader
 from clorch_nb.errors import ConfigError
-from clorch_nb.instrumentation import Batched
+from clorch_nb.instrumentation import ROW, Batched, RecordBlock
 from clorch_nb.widgets._base import View, in_kernel, weak_loader
 from clorch_nb.widgets._render import png_b64
 from clorch_nb.widgets.diagnose import StepWaits, Verdict, export_to_tensorboard
 from clorch_nb.widgets.throughput import HistoryPoint, ThroughputSnapshot, ThroughputStats
 from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
+
+_T_ROW = ROW["t_s"]
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
 
@@ -286,18 +288,18 @@ class ThroughputMonitor(View):
             self._unsubscribe = None
 
     def _subscriber(self) -> Batched:
-        # Runs on the consuming thread. Per batch, the loader's bus appends the record's fields
-        # (a plain tuple of numbers, which Python's GC untracks at its next collection; kept
-        # BatchEvent objects would be promoted and make full collections more frequent) to a
-        # list; every 256 batches or 50 ms (on the records' own clock, no clock read) the list
-        # is folded in with one C-level extend and one float compare with the next refresh
-        # time. Closures: fewer attribute lookups than methods.
+        # Runs on the consuming thread. Per batch, the loader writes the record's numbers into
+        # its stats' buffer (it does that anyway); every 50 ms of the records' own clock (no
+        # clock read), or when that buffer is full, this is handed a block of them in columns
+        # (no Python object per batch: the refresh folds them with array arithmetic), and
+        # compares its last time with the next refresh time. Closures: fewer attribute
+        # lookups than methods.
         stats, tick, live = self.stats, self._tick, self.live
         add_batches, last = stats.add_batches, self._last_event
 
-        def on_batches(records: list[tuple[Any, ...]]) -> None:
-            add_batches(records)
-            t = last[0] = records[-1][8]  # t_s
+        def on_batches(block: RecordBlock) -> None:
+            add_batches(block)
+            t = last[0] = float(block.columns[_T_ROW, -1])
             if t >= self._next_tick:
                 tick(t)
 
@@ -318,7 +320,7 @@ class ThroughputMonitor(View):
                 if ev.t_s >= self._next_tick:
                     tick(ev.t_s)
 
-        return Batched(on_batches, on_event, every=256, within_s=min(0.05, self._interval / 2))
+        return Batched(on_batches, on_event, every=1 << 16, within_s=min(0.05, self._interval / 2))
 
     def _epoch_over(self, ev: Any) -> None:
         self._release_hold()  # from now on held weakly only (B94)

@@ -17,7 +17,7 @@ from clorch_nb.data.epoch.epoch import AnyOrder, Epoch, InOrder
 from clorch_nb.data.epoch.epoch_iter import FailedBatch, StopRequest
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import BatchResult, BatchTask
-from clorch_nb.instrumentation import EpochEvent, EventBus, LoaderStats
+from clorch_nb.instrumentation import EpochEvent, EventBus
 
 
 class ScriptedPool:
@@ -73,7 +73,7 @@ def epoch(
     pool: ScriptedPool, batches: Any, in_order: bool, events: EventBus | None = None
 ) -> Epoch:
     config = LoaderConfig(batch_size=2, num_workers=2, in_order=in_order)  # 4 in flight
-    return Epoch(0, batches, lambda: pool, config, events or EventBus(), LoaderStats(),
+    return Epoch(0, batches, lambda: pool, config, events or EventBus(),
                  backend="thread")  # fmt: skip
 
 

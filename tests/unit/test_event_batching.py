@@ -1,6 +1,7 @@
 """Batched subscribers (issue 34): a loader's batch records reach a ``Batched`` subscriber in
-lists, in order, none lost at an epoch's end, a break, an error, ``close()`` or unsubscribing;
-subscribers of single events still get :class:`BatchEvent` objects with the same fields."""
+blocks of columns (cut from its stats' record buffer), in order, none lost at an epoch's end, a
+break, an error, ``close()`` or unsubscribing; subscribers of single events still get
+:class:`BatchEvent` objects with the same fields."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 
 from clorch_nb import data
-from clorch_nb.instrumentation import Batched, BatchEvent, EpochEvent, EventBus
+from clorch_nb.instrumentation import Batched, BatchEvent, EpochEvent, EventBus, RecordBlock
 from tests.fixtures import ds, faulty
 
 
@@ -21,9 +22,9 @@ class Log:
         self.items: list[tuple[str, Any]] = []
         self.sizes: list[int] = []
 
-    def on_batches(self, records: list[tuple[Any, ...]]) -> None:
-        self.sizes.append(len(records))
-        self.items.extend(("batch", r) for r in records)
+    def on_batches(self, block: RecordBlock) -> None:
+        self.sizes.append(len(block))
+        self.items.extend(("batch", r) for r in block.records())
 
     def on_event(self, ev: Any) -> None:
         self.items.append(("epoch", ev.kind))

@@ -35,7 +35,7 @@ from clorch_nb.data.skipping import FailureBudget, Skipped
 from clorch_nb.data.workers import forwarded_warnings
 from clorch_nb.data.workers.base import DROPPED, BatchResult, BatchTask, WorkerPool
 from clorch_nb.errors import WorkerError
-from clorch_nb.instrumentation import EpochEvent, EventBus, LoaderStats
+from clorch_nb.instrumentation import BatchEvent, EpochEvent, EventBus
 
 __all__ = ["Epoch", "EpochPosition", "Resumed", "Stage", "WorkersEnd"]
 
@@ -143,8 +143,8 @@ class Epoch:
         open_pool (Callable[[], WorkerPool]): the pool to build with, opened when the first
             batch is asked for (so an error starting workers is raised by ``next()``).
         config (LoaderConfig): ``max_in_flight``, ``timeout_ms``, ``start_timeout_ms``.
-        events (EventBus): where the epoch's events go.
-        stats (LoaderStats): running totals, updated per batch.
+        events (EventBus): where the epoch's events go; each batch is recorded in its
+            ``stats`` (the loader's :class:`~clorch_nb.instrumentation.LoaderStats`).
         backend ("inline" | "thread" | "process"): for the events (with
             ``config.num_workers``).
         base_seed (int): the epoch's base seed (each batch's RNG seed derives from it).
@@ -170,7 +170,7 @@ class Epoch:
         >>> pool = InlinePool(tensor_dataset(torch.zeros(5, 1), torch.arange(5)), config,
         ...                   use_get_batch=True, draws=False)
         >>> e = Epoch(0, EpochPlan(torch.arange(5), 2, False), lambda: pool, config,
-        ...           EventBus(), LoaderStats(), backend="inline")
+        ...           EventBus(), backend="inline")
         >>> [b["target"].tolist() for b in e.batches(StopRequest())], e.position
         ([[0, 1], [2, 3], [4]], EpochPosition(epoch=0, start=0, delivered=3, num_batches=3))
     """
@@ -182,7 +182,6 @@ class Epoch:
         open_pool: Callable[[], WorkerPool],
         config: LoaderConfig,
         events: EventBus,
-        stats: LoaderStats,
         *,
         backend: str,
         base_seed: int = 0,
@@ -193,7 +192,7 @@ class Epoch:
     ) -> None:
         start, skip, skipped = resumed
         self.epoch, self.plan, self.start, self.base_seed = epoch, plan, start, base_seed
-        self.config, self.events, self.stats = config, events, stats
+        self.config, self.events, self.stats = config, events, events.stats
         self.backend, self.num_workers = backend, config.num_workers
         self.stages = tuple(stages)
         self.workers_end = workers_end
@@ -439,24 +438,31 @@ class Epoch:
         t1: float,
         copy_s: float = 0.0,
     ) -> None:
-        # The totals from the result itself: the event is made only for a subscriber.
-        st = self.stats
-        if result.batch is not DROPPED:  # a dropped batch (B62) is recorded, not handed over
-            st.batches += 1
-            st.items += result.num_items
-        st.wait_s += t1 - t0
+        # Always recorded, as numbers (the totals and the Batched subscribers read them); the
+        # event object is made only for a subscriber of single events.
         wid = result.worker_id
-        st.per_worker_batches[wid] = st.per_worker_batches.get(wid, 0) + 1
         if self.stream is not None:  # a stream's batches are numbered as handed over
             index = self.stream.delivered - 1
-        if self.events:  # the record's fields only: a Batched subscriber keeps the tuple
-            shard = "" if self.shard_of is None else self.shard_of(self.plan[index])
-            skipped = tuple(s.index for s in result.skipped) if result.skipped else ()
-            self.events.emit_batch(
+        skipped: tuple[int, ...] = ()
+        shard = ""
+        events = self.events
+        if events:  # names only for someone listening
+            if self.shard_of is not None:
+                shard = self.shard_of(self.plan[index])
+            if result.skipped:
+                skipped = tuple(s.index for s in result.skipped)
+        self.stats.record(
+            wid, result.fetch_s, result.collate_s, t1 - t0, t1, t_asked, result.t_start,
+            result.t_sent, self.epoch, result.num_items, index, copy_s, depth,
+            result.batch is DROPPED, skipped, shard,
+        )  # fmt: skip
+        if events.takes_events:
+            fields = (
                 self.epoch, index, wid, result.num_items, result.fetch_s, result.collate_s,
                 t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent, skipped, shard,
                 copy_s,
             )  # fmt: skip
+            events.emit_single(_new_tuple(BatchEvent, fields))
 
     def _epoch_event(
         self, kind: Literal["start", "end", "stopped"], n: int, t_s: float | None = None
@@ -464,6 +470,9 @@ class Epoch:
         if self.events:
             t = time.perf_counter() if t_s is None else t_s
             self.events.emit(EpochEvent(kind, self.epoch, n, self.backend, self.num_workers, t))
+
+
+_new_tuple = tuple.__new__  # BatchEvent._make without its Python frame (~0.1 us a batch)
 
 
 def _closed_meanwhile(stop: StopRequest, exc: BaseException) -> None:

@@ -80,7 +80,7 @@ from clorch_nb.data.state import LoaderState
 from clorch_nb.data.workers.base import WorkerPool
 from clorch_nb.data.workers.select import PoolSlot, choose_worker_backend, uses_get_batch
 from clorch_nb.errors import ConfigError
-from clorch_nb.instrumentation import Event, EventBus, LoaderStats
+from clorch_nb.instrumentation import Event, EventBus
 
 __all__ = ["DataLoader", "LoaderEngine", "build_engine", "dataloader"]
 
@@ -148,7 +148,7 @@ class LoaderEngine:
             own order). The DataLoader's ``sampler``/``batch_sampler`` are torch's attributes.
         worker_backend ("inline" | "thread" | "process"): where batches are built.
         events (EventBus): what :meth:`subscribe` attaches to.
-        stats (LoaderStats): running totals.
+        stats (LoaderStats): every batch recorded, and running totals (the bus's).
     """
 
     def __init__(
@@ -185,7 +185,7 @@ class LoaderEngine:
         self.process_spec = traits.process_spec
         self.worker_backend = worker_backend
         self.events = EventBus()
-        self.stats = LoaderStats()
+        self.stats = self.events.stats  # where every batch is recorded
         self._epoch: int | None = None  # the last epoch started; None before the first
         self._run: Epoch | None = None  # the last epoch that started delivering (its position)
         # max_failures: what earlier epochs skipped, by epoch (replay checks a batch against it)
@@ -271,7 +271,6 @@ class LoaderEngine:
                 self._workers.open,
                 self.config,
                 self.events,
-                self.stats,
                 backend=self.worker_backend,
                 base_seed=base_seed,
                 stages=self._stages,
@@ -520,8 +519,8 @@ class LoaderEngine:
     def subscribe(self, callback: Callable[[Event], None]) -> Callable[[], None]:
         """Call ``callback(event)`` on this thread for every :class:`BatchEvent` and
         :class:`EpochEvent`; returns a function that unsubscribes. A
-        :class:`~clorch_nb.instrumentation.Batched` instead gets the batch records in lists
-        (no event object per batch: what the views use)."""
+        :class:`~clorch_nb.instrumentation.Batched` instead gets the batch records in blocks of
+        columns (no Python object per batch: what the views use)."""
         return self.events.subscribe(callback)
 
     def close(self) -> None:
@@ -998,7 +997,9 @@ class DataLoader(torch.utils.data.DataLoader[_T_co]):
         doc='"inline" | "thread" | "process": where batches are built',
     )
     events = property(lambda self: self._engine.events, doc="the event bus (EventBus)")
-    stats = property(lambda self: self._engine.stats, doc="running totals (LoaderStats)")
+    stats = property(
+        lambda self: self._engine.stats, doc="the batches recorded, running totals (LoaderStats)"
+    )
     seed = property(lambda self: self._engine.seed, doc="the loader's seed (int)")
     process_spec = property(lambda self: self._engine.process_spec,
                             doc="how process workers rebuild the dataset, or None")  # fmt: skip
