@@ -56,6 +56,9 @@ class Row:
     # ours ÷ baseline within each round (both ran back to back): the ratio judged is their
     # median, which a drift of the machine's load between rounds does not move
     paired: tuple[float, ...] | None = None
+    # the same rounds summed: ours over all of them ÷ the baseline over all of them (the rare
+    # expensive round, which the median leaves out, counts here)
+    paired_sum: float | None = None
 
     @property
     def overlapping(self) -> bool:
@@ -77,9 +80,10 @@ class Row:
         if not self.paired or len(self.paired) < 4:
             return ""
         q1, _, q3 = statistics.quantiles(self.paired, n=4)
+        summed = f", all rounds summed {self.paired_sum:.3f}" if self.paired_sum else ""
         return (
             f"median of {len(self.paired)} paired rounds (ours ÷ baseline in each round), "
-            f"middle half {q1:.3f}-{q3:.3f}"
+            f"middle half {q1:.3f}-{q3:.3f}{summed}"
         )
 
     @property
@@ -325,7 +329,7 @@ def versus(
     if base_key == "torchdata" and not ctx.avail["torchdata"][0]:
         base, note = None, ctx.avail["torchdata"][1]
     (o, o_range), (b, b_range) = _value(ours), _value(base)
-    pairs = None
+    pairs = summed = None
     if (
         paired
         and isinstance(ours, Series)
@@ -334,9 +338,10 @@ def versus(
         and all(ours.values + base.values)
     ):
         pairs = tuple(x / y for x, y in zip(ours.values, base.values, strict=True))
+        summed = sum(ours.values) / sum(base.values)
     row = Row(
         scenario, case, metric, unit, ours_label, o, label, b, target, note, why, o_range, b_range,
-        pairs,
+        pairs, summed,
     )  # fmt: skip
     if row.paired_text:
         row.note = f"{row.paired_text}; {note}" if note else row.paired_text

@@ -203,7 +203,7 @@ class EventBus:
         ['hello']
     """
 
-    __slots__ = ("_on_events", "_single", "_subscribers", "stats")
+    __slots__ = ("_on_events", "_single", "_subscribers", "listening", "stats", "takes_events")
 
     def __init__(self, stats: LoaderStats | None = None) -> None:
         self.stats = LoaderStats() if stats is None else stats
@@ -212,18 +212,18 @@ class EventBus:
         self._subscribers: tuple[Callable[[Event], None] | Batched, ...] = ()
         self._single: tuple[Callable[[Event], None], ...] = ()  # callables: a BatchEvent each
         self._on_events: tuple[Callable[[Event], None], ...] = ()  # what every event goes to
+        #: whether anyone subscribes (``bool(bus)``); an attribute: the loader reads it per batch
+        self.listening = False
+        #: whether a subscriber takes single events (a :class:`BatchEvent` per batch)
+        self.takes_events = False
 
     def __bool__(self) -> bool:
-        return bool(self._subscribers)
-
-    @property
-    def takes_events(self) -> bool:
-        """Whether a subscriber takes single events (a :class:`BatchEvent` per batch)."""
-        return bool(self._single)
+        return self.listening
 
     def _set(self, subs: tuple[Callable[[Event], None] | Batched, ...]) -> None:
         self._subscribers = subs
         self._single = tuple(s for s in subs if not isinstance(s, Batched))
+        self.listening, self.takes_events = bool(subs), bool(self._single)
         on_events: list[Callable[[Event], None]] = []
         for s in subs:
             if not isinstance(s, Batched):

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from clorch_nb._text import plural
-from clorch_nb.instrumentation import ROW, BatchEvent, CopyEvent, EpochEvent, RecordBlock
+from clorch_nb.instrumentation import ROW, CopyEvent, EpochEvent, RecordBlock
 from clorch_nb.widgets.diagnose import Breakdown, StepWaits, Verdict, verdict
 
 __all__ = [
@@ -157,10 +157,6 @@ class ThroughputSnapshot:
         return "\n".join(lines)
 
 
-_NAMES = BatchEvent._fields
-_EPOCH, _ITEMS, _WAIT, _QUEUE, _T = (
-    _NAMES.index(name) for name in ("epoch", "num_items", "wait_s", "queue_depth", "t_s")
-)
 _ROW = ROW  # a field's row in a RecordBlock's columns
 
 
@@ -371,22 +367,21 @@ class ThroughputStats:
             return
         cols = block.columns
         full = self._full_items = max(self._full_items, int(cols[_ROW["num_items"]].max()))
-        index = cols[_ROW["batch_index"]]
+        index, epochs, items_of = (cols[_ROW[k]] for k in ("batch_index", "epoch", "num_items"))
+        times, waits, queues = (cols[_ROW[k]] for k in ("t_s", "wait_s", "queue_depth"))
         for epoch, (num_batches, t_start) in info.items():
             if num_batches <= 0:
                 continue
-            for j in np.flatnonzero(index == num_batches - 1).tolist():  # rarely more than one
-                ev = block.records(j, j + 1)[0]
-                if ev[_EPOCH] != epoch or ev[_ITEMS] >= full:
-                    continue
-                prev = float(cols[_ROW["t_s"], j - 1]) if j else t_before
+            short = (index == num_batches - 1) & (epochs == epoch) & (items_of < full)
+            for j in np.flatnonzero(short).tolist():  # rarely more than one
+                prev = float(times[j - 1]) if j else t_before
                 items, secs, wait, count, queue = self._short
                 self._short = (
-                    items + ev[_ITEMS],
-                    secs + max(0.0, ev[_T] - max(prev, t_start)),
-                    wait + ev[_WAIT],
+                    items + int(items_of[j]),
+                    secs + max(0.0, float(times[j]) - max(prev, t_start)),
+                    wait + float(waits[j]),
                     count + 1,
-                    queue + ev[_QUEUE],
+                    queue + int(queues[j]),
                 )
         last = max(info) if info else None  # later batches belong to the last epoch started
         self._epoch_info = {last: info[last]} if last is not None else {}

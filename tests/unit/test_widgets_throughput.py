@@ -272,8 +272,9 @@ def test_chart_redraws_within_budget_and_rate() -> None:
     mon._chart_est = 0.05
     mon.live_frames, mon._chart_spent, mon._next_chart = 1, 0.06, 101.5
     assert not mon._chart_due(101.4)  # at most chart_hz (2/s)
-    # 3 % of 4 s = 0.12 s: 0.06 spent + 0.05 next fits; of 3 s (0.09 s) it does not
-    assert mon._chart_due(104.0) and not mon._chart_due(103.0)
+    # the default budget, 1 % of 12 s = 0.12 s: 0.06 spent + 0.05 next fits; of 10 s it does not
+    assert mon.chart_budget == 0.01
+    assert mon._chart_due(112.0) and not mon._chart_due(110.0)
 
 
 def test_stalled_loop_shows_waiting_not_zero() -> None:

@@ -446,21 +446,21 @@ class Epoch:
         skipped: tuple[int, ...] = ()
         shard = ""
         events = self.events
-        if events:  # names only for someone listening
+        if events.listening:  # names only for someone listening
             if self.shard_of is not None:
                 shard = self.shard_of(self.plan[index])
             if result.skipped:
                 skipped = tuple(s.index for s in result.skipped)
+        wait = t1 - t0
         self.stats.record(
-            wid, result.fetch_s, result.collate_s, t1 - t0, t1, t_asked, result.t_start,
+            wid, result.fetch_s, result.collate_s, wait, t1, t_asked, result.t_start,
             result.t_sent, self.epoch, result.num_items, index, copy_s, depth,
             result.batch is DROPPED, skipped, shard,
         )  # fmt: skip
         if events.takes_events:
             fields = (
                 self.epoch, index, wid, result.num_items, result.fetch_s, result.collate_s,
-                t1 - t0, depth, t1, t_asked, result.t_start, result.t_sent, skipped, shard,
-                copy_s,
+                wait, depth, t1, t_asked, result.t_start, result.t_sent, skipped, shard, copy_s,
             )  # fmt: skip
             events.emit_single(_new_tuple(BatchEvent, fields))
 
