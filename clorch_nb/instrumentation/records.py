@@ -172,8 +172,8 @@ class LoaderStats:
             included), in order of first appearance.
 
     Args:
-        capacity (int): records the buffer holds; when it is full the subscribers are handed
-            its records and the totals take them in. >= 1.
+        capacity (int): most records the buffer holds (it starts at 64 and doubles); when it
+            is full the subscribers are handed its records and the totals take them in. >= 1.
 
     Raises:
         ValueError: ``capacity`` not an int >= 1.
@@ -188,7 +188,7 @@ class LoaderStats:
 
     __slots__ = (
         "_batched", "_batches", "_buffer", "_capacity", "_count", "_due", "_items", "_lock",
-        "_names", "_next", "_per_worker", "_wait_s", "_write", "epochs_started",
+        "_names", "_next", "_per_worker", "_rows", "_wait_s", "_write", "epochs_started",
     )  # fmt: skip
 
     def __init__(self, capacity: int = 2048) -> None:
@@ -196,7 +196,9 @@ class LoaderStats:
             raise ValueError(f"LoaderStats(capacity={capacity!r}): needs an int >= 1 (records)")
         self.epochs_started = 0
         self._capacity = capacity
-        self._buffer = bytearray(capacity * _NBYTES)
+        # it grows by doubling up to capacity (a loader of a few batches keeps a few records)
+        self._rows = min(capacity, 64)
+        self._buffer = bytearray(self._rows * _NBYTES)
         self._write = _STRUCT.pack_into
         self._count = 0  # records in the buffer
         self._names: list[tuple[int, tuple[int, ...], str]] = []
@@ -232,9 +234,8 @@ class LoaderStats:
         """Record one batch (the fields of :class:`~clorch_nb.instrumentation.BatchEvent`, in
         the order of :data:`RECORD_COLUMNS`, then ``skipped`` and ``shard``)."""
         k = self._count
-        if k == self._capacity:
-            self._roll()
-            k = 0
+        if k == self._rows:
+            k = self._full()
         self._write(
             self._buffer, k * _NBYTES, worker_id, fetch_s, collate_s, wait_s, t_s, t_asked_s,
             t_start_s, t_sent_s, epoch, num_items, batch_index, copy_s, queue_depth, dropped,
@@ -299,9 +300,16 @@ class LoaderStats:
         self._next = min((f[1] + f[0].every for f in fs), default=math.inf)
         self._due = min((f[2] for f in fs), default=math.inf)
 
-    def _roll(self) -> None:
-        """The buffer is full: hand the subscribers its records, fold them into the totals,
-        and start it again."""
+    def _full(self) -> int:
+        """The buffer is full: it doubles, up to ``capacity`` records; at capacity its records
+        go to the subscribers and into the totals, and it starts again. Returns where the
+        next record goes."""
+        if self._rows < self._capacity:
+            with self._lock:  # no total is reading it while it moves
+                grown = min(self._capacity, 2 * self._rows)
+                self._buffer.extend(bytes((grown - self._rows) * _NBYTES))
+                self._rows = grown
+            return self._count
         self._deliver(math.inf, due_only=False)
         with self._lock:
             b, i, w, per = self._fold(self._count)
@@ -315,6 +323,7 @@ class LoaderStats:
         for f in self._batched:
             f[1] = 0
         self._plan()
+        return 0
 
     def _fold(self, k: int) -> tuple[int, int, float, dict[int, int]]:
         if not k:

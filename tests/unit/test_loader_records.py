@@ -42,10 +42,10 @@ def _feed(stats: LoaderStats, r: tuple[Any, ...]) -> None:
 
 @settings(max_examples=150, deadline=None)
 @given(
-    records=st.lists(_record, max_size=60),
-    capacity=st.integers(1, 9),
+    records=st.lists(_record, max_size=150),
+    capacity=st.sampled_from([1, 2, 3, 5, 9, 64, 65, 100, 200]),  # grows from 64, then rolls
     subs=st.lists(st.tuples(st.integers(1, 12), st.sampled_from([0.0, 1.0, 1e9])), max_size=3),
-    events_at=st.sets(st.integers(0, 60)),
+    events_at=st.sets(st.integers(0, 150)),
 )
 def test_every_subscriber_gets_every_record_once_in_order_and_the_totals_add_up(
     records, capacity, subs, events_at
