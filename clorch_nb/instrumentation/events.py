@@ -24,7 +24,9 @@ __all__ = [
 
 
 class BatchEvent(NamedTuple):
-    """One batch handed to the consumer.
+    """One batch handed to the consumer, or dropped: with ``max_failures``, a batch whose every
+    item failed (``len(skipped) == num_items``) is reported but not handed over, and the wait
+    for it is part of the next batch's ``wait_s`` (the loop was still in the same ``next()``).
 
     Attributes:
         epoch (int): the loader's epoch counter (0 for its first ``iter()``).

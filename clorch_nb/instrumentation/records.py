@@ -101,6 +101,9 @@ class RecordBlock:
                 cols = np.zeros((_NROWS, n))
                 cols[:-1] = flat.reshape(n, _NROWS - 1).T
                 names = tuple((i, r[12], r[13]) for i, r in enumerate(records) if r[12] or r[13])
+                for i, skipped, _shard in names:  # every item skipped: dropped, not handed over
+                    if skipped and len(skipped) >= records[i][3] > 0:
+                        cols[-1, i] = 1.0
                 return cls(cols, names)
             except (IndexError, TypeError, ValueError):
                 pass  # records of several lengths: one by one, below
@@ -124,6 +127,26 @@ class RecordBlock:
         """The records ``start:stop`` (a view of the columns)."""
         names = tuple((i - start, sk, sh) for i, sk, sh in self.names if start <= i < stop)
         return RecordBlock(self.columns[:, start:stop], names)
+
+    def handed(self) -> tuple[RecordBlock, np.ndarray]:
+        """The records of batches handed over (those ``max_failures`` dropped left out), and
+        for each position ``0..len(self)`` the number of handed records before it (where a
+        position among all records falls among the handed ones).
+
+        Example:
+            >>> block = RecordBlock.of([(0, 0, -1, 2, 0.1, 0.0, 0.1, 0, 1.0, 0.9, 0.0, 0.0,
+            ...                          (4, 5), "", 0.0),  # both items failed: dropped
+            ...                         (0, 1, -1, 2, 0.1, 0.0, 0.3, 0, 1.2)])
+            >>> kept, before = block.handed()
+            >>> [r[1] for r in kept.records()], before.tolist()
+            ([1], [0, 0, 1])
+        """
+        keep = self.columns[ROW["dropped"]] == 0.0
+        before = np.concatenate(([0], np.cumsum(keep)))
+        if keep.all():
+            return self, before
+        names = tuple((int(before[i]), sk, sh) for i, sk, sh in self.names if keep[i])
+        return RecordBlock(self.columns[:, keep], names), before
 
     def records(self, start: int = 0, stop: int | None = None) -> list[tuple[Any, ...]]:
         """Records ``start:stop`` as tuples of :class:`~clorch_nb.instrumentation.BatchEvent`'s
@@ -167,7 +190,8 @@ class LoaderStats:
         epochs_started (int): epochs begun since the loader was built.
         batches (int), items (int): batches handed over, and their items (a batch that
             ``max_failures`` dropped is recorded but not counted).
-        wait_s (float): total seconds the consumer waited for batches.
+        wait_s (float): total seconds the consumer waited for batches (the wait for a batch
+            that was dropped is part of the next one's).
         per_worker_batches (dict[int, int]): batches built per ``worker_id`` (dropped ones
             included), in order of first appearance.
 
@@ -336,7 +360,7 @@ class LoaderStats:
         return (
             int(handed.sum()),
             int(a[ROW["num_items"]][handed].sum()),
-            float(a[ROW["wait_s"]].sum()),
+            float(a[ROW["wait_s"]][handed].sum()),  # a dropped one's is in the next one's
             dict(zip(ids[order].tolist(), counts[order].tolist(), strict=True)),
         )
 

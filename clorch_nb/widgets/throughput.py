@@ -285,9 +285,11 @@ class ThroughputStats:
         if pending:  # records given as tuples (after every block: see add_batches)
             blocks.append(RecordBlock.of(pending[:]))
             del pending[:]  # keep the same list: ``add_batch`` is bound to it
-        block = RecordBlock.concat(blocks)
+        # the batches the loop took: one that max_failures dropped was not handed over (its
+        # wait is part of the next one's), so it is no batch, item or step of the loop's
+        block, before = RecordBlock.concat(blocks).handed()
         self._blocks, self._block_rows = [], 0
-        epoch_marks = marks[:]
+        epoch_marks = [(int(before[i]), fields) for i, fields in marks]
         del marks[:]
         # Epoch events only move the clock (time inside epochs) and restart the per-worker
         # windows, so all batches fold in one go whatever the number of epochs in between.

@@ -268,6 +268,9 @@ def test_chart_redraws_within_budget_and_rate() -> None:
     s.add(BatchEvent(0, 0, -1, 10, 0.0, 0.0, 0.0, 0, 100.5))
     s.flush()
     assert not mon._chart_due(100.5)  # the first live frame after 2 chart intervals (1 s)
+    mon._chart_est = 0.02  # ... and within the budget too: 1 % of 1 s is 10 ms
+    assert not mon._chart_due(101.0) and mon._chart_due(102.0)
+    mon._chart_est = 0.005
     assert mon._chart_due(101.0)
     mon._chart_est = 0.05
     mon.live_frames, mon._chart_spent, mon._next_chart = 1, 0.06, 101.5
@@ -291,12 +294,20 @@ def test_stalled_loop_shows_waiting_not_zero() -> None:
     mon._update(chart=True, now=100.5)
     assert mon._chart.wait.get_ydata()[-1] == 0  # no wait so far
     mon._last_event[0] = 100.5
+    mon._chart_spent = 0.0  # the frame above (a full draw) is charged too; start afresh
     assert mon.stalled(103.5)
     assert "no batch for 3.0 s" in mon.title.value
     assert mon._chart.wait.get_ydata()[-1] == 100  # the stall, drawn
     assert len(mon.stats.history) == 1  # ... but not kept: the totals stay exact
+    # a stall frame is drawing like any other: charged, and held by the same budget (the title
+    # still says how long nothing arrived)
+    assert mon._chart_spent > 0
+    mon._chart_spent = 1.0  # far over 1 % of the 4 s so far
+    assert not mon.stalled(104.0) and "no batch for 3.5 s" in mon.title.value
+    mon._chart_spent = 0.0
     # the watch thread: draws while nothing arrives, ends with the epoch
     mon._last_event[0] = 0.0  # long ago
+    mon.chart_budget = 1.0  # the thread's frames, however many, within budget
     mon._watch_stalls()
     thread = mon.stall_thread
     deadline = time.monotonic() + 10
@@ -306,6 +317,28 @@ def test_stalled_loop_shows_waiting_not_zero() -> None:
     mon.close()  # stops the watch
     thread.join(5)
     assert not thread.is_alive()
+
+
+def test_the_stall_watch_keeps_one_thread_across_epochs_that_follow_and_ends_when_they_stop():
+    """A thread started per epoch cost about 1 ms an epoch (a fresh-user trial: +8-14 % on
+    10-batch epochs in a kernel): epochs that follow within ``linger_s`` share one; a paused
+    watch ends it after that."""
+    from clorch_nb.widgets.throughput_stall import StallWatch
+
+    watch = StallWatch([time.perf_counter()], 0.01, lambda now: None, linger_s=0.6)
+    watch.start()
+    first = watch.thread
+    assert first is not None and first.is_alive()
+    for _ in range(5):  # epoch end, and the next epoch at once
+        watch.pause()
+        watch.start()
+        assert watch.thread is first
+    watch.pause()
+    first.join(5)  # no epoch within linger_s: the thread ends by itself
+    assert not first.is_alive() and watch.thread is None
+    watch.start()  # a later epoch starts a new one
+    assert watch.thread is not None and watch.thread is not first and watch.thread.is_alive()
+    watch.stop()
 
 
 def test_a_panel_before_the_first_batch_says_starting_with_the_loaders_workers() -> None:

@@ -244,6 +244,9 @@ class Epoch:
         # The loop asked for the epoch's first batch now: opening the pool (starting its
         # workers, a forkserver's ~1 s) is part of that batch's wait and of the epoch
         t_begin: float | None = time.perf_counter()
+        # a batch max_failures dropped hands nothing over: the loop is still in the same next()
+        # call, so the next batch's ask and wait start where the dropped one's did
+        still_waiting: tuple[float, float] | None = None
         epoch, plan, config, stream = self.epoch, self.plan, self.config, self.stream
         n = len(plan) if stream is None else sys.maxsize  # a stream ends when its workers do
         policy = InOrder() if config.in_order else AnyOrder()
@@ -272,6 +275,8 @@ class Epoch:
             self._advance(n)
             while self._delivered < n:
                 t_asked = time.perf_counter() if t_begin is None else t_begin
+                if still_waiting is not None:
+                    t_asked = still_waiting[0]
                 while stream is not None and stream.live and len(pending) < max_in_flight:
                     pool.submit(BatchTask(epoch, next_submit, NO_INDICES, stream.deal()))
                     pending.add(next_submit)
@@ -291,6 +296,8 @@ class Epoch:
                 if plan_error and not pending:
                     raise plan_error[0]
                 t0 = time.perf_counter() if t_begin is None else t_begin
+                if still_waiting is not None:
+                    t0, still_waiting = still_waiting[1], None
                 t_begin = None
                 result = policy.pick(ready, self._delivered)
                 while result is None:
@@ -346,6 +353,7 @@ class Epoch:
                     self.budget.add(result.skipped)  # SkipBudgetError once it is spent
                 if result.batch is DROPPED:  # every item skipped (B62): recorded, not handed over
                     self._record(index, result, len(ready), t_asked, t0, time.perf_counter())
+                    still_waiting = (t_asked, t0)
                     self._done(index, pending, n)
                     yield DROPPED  # the iterator goes on to the next batch
                     continue
