@@ -168,12 +168,18 @@ def run(ctx: Context) -> list[Row]:
                 "memory, freed long after it left the cache); a Batched subscriber (the row "
                 "below, what the views use) does nothing per batch"
             )
+        every = (
+            "every 50 ms or when the 2,048-record buffer is full"
+            if name == "widgets.monitor"
+            else "every 256 records or 50 ms"
+        )
         return (
             "nothing is done per batch for it (the loader records every batch's numbers "
-            "anyway); its blocks are cut from the record buffer every 256 records or 50 ms "
+            f"anyway); its blocks are cut from the record buffer {every} "
             f"({cost_us['one Batched subscriber']:.2f} µs a record measured apart in this run)"
             + (
-                ", and the monitor folds them with array arithmetic at each 4 Hz refresh"
+                ", and the monitor folds them with array arithmetic at each 4 Hz refresh and "
+                "keeps its chart under 1 % of the loop's time"
                 if name == "widgets.monitor"
                 else ""
             )

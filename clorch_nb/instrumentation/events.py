@@ -12,6 +12,7 @@ built on the consuming thread (``num_workers=0``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, Literal, NamedTuple
 
@@ -184,6 +185,12 @@ class Batched:
         self.on_batches, self.on_event = on_batches, on_event
         self.every, self.within_s = every, within_s
 
+    def __repr__(self) -> str:
+        return (
+            f"Batched({self.on_batches!r}, {self.on_event!r}, every={self.every}, "
+            f"within_s={self.within_s})"
+        )
+
 
 class EventBus:
     """Synchronous fan-out of events to subscribers, called on the consuming thread.
@@ -213,7 +220,10 @@ class EventBus:
         # a copy, and a callback that unsubscribes during emit does not disturb that emit.
         self._subscribers: tuple[Callable[[Event], None] | Batched, ...] = ()
         self._single: tuple[Callable[[Event], None], ...] = ()  # callables: a BatchEvent each
-        self._on_events: tuple[Callable[[Event], None], ...] = ()  # what every event goes to
+        # (the subscriber, what its events go to), for every event
+        self._on_events: tuple[
+            tuple[Callable[[Event], None] | Batched, Callable[[Event], None]], ...
+        ] = ()
         #: whether anyone subscribes (``bool(bus)``); an attribute: the loader reads it per batch
         self.listening = False
         #: whether a subscriber takes single events (a :class:`BatchEvent` per batch)
@@ -226,45 +236,69 @@ class EventBus:
         self._subscribers = subs
         self._single = tuple(s for s in subs if not isinstance(s, Batched))
         self.listening, self.takes_events = bool(subs), bool(self._single)
-        on_events: list[Callable[[Event], None]] = []
+        # (the subscriber, what its events go to)
+        on_events: list[tuple[Callable[[Event], None] | Batched, Callable[[Event], None]]] = []
         for s in subs:
             if not isinstance(s, Batched):
-                on_events.append(s)
+                on_events.append((s, s))
             elif s.on_event is not None:
-                on_events.append(s.on_event)
+                on_events.append((s, s.on_event))
         self._on_events = tuple(on_events)
 
     def subscribe(self, callback: Callable[[Event], None] | Batched) -> Callable[[], None]:
         """Call ``callback(event)`` for every event, or hand a :class:`Batched` its batch
         records in blocks and its other events one by one; returns a function that
         unsubscribes (idempotent; a :class:`Batched` first gets the records it has not been
-        given yet)."""
+        given yet).
+
+        A subscriber whose call raises an ``Exception`` is unsubscribed with a
+        ``RuntimeWarning`` naming it and the exception, and the loop goes on: a broken view
+        never costs the loop a batch (the batch it was told of is handed over)."""
         self._set((*self._subscribers, callback))
         if isinstance(callback, Batched) and callback.on_batches is not None:
-            self.stats.follow(callback)
+            self.stats.follow(callback, self._failed)
 
         def unsubscribe() -> None:
-            subs = list(self._subscribers)
-            if callback in subs:
-                subs.remove(callback)
-                self._set(tuple(subs))
-                if isinstance(callback, Batched) and callback.on_batches is not None:
-                    self.stats.unfollow(callback)
+            self._remove(callback)
 
         return unsubscribe
+
+    def _remove(self, callback: Callable[[Event], None] | Batched) -> None:
+        subs = list(self._subscribers)
+        if callback in subs:
+            subs.remove(callback)
+            self._set(tuple(subs))
+            if isinstance(callback, Batched) and callback.on_batches is not None:
+                self.stats.unfollow(callback)
+
+    def _failed(self, callback: Callable[[Event], None] | Batched, exc: Exception) -> None:
+        """``callback`` raised ``exc``: it is unsubscribed, with a warning; the loop goes on."""
+        self._remove(callback)
+        warnings.warn(
+            f"loader subscriber {callback!r} raised {exc!r}; it is unsubscribed and the loop "
+            "goes on (the batch it was told of is handed over). Fix it and subscribe it again",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def emit(self, event: object) -> None:
         """Deliver ``event`` to every subscriber, in subscription order (the :class:`Batched`
         ones first get the batch records not handed yet, then ``on_event(event)``)."""
         self.stats.deliver()
-        for cb in self._on_events:
-            cb(event)  # type: ignore[arg-type]
+        for owner, cb in self._on_events:
+            try:
+                cb(event)  # type: ignore[arg-type]  # any object, as the docstring says
+            except Exception as exc:  # noqa: BLE001 - a broken view must not cost the loop
+                self._failed(owner, exc)
 
     def emit_single(self, event: BatchEvent) -> None:
         """Deliver a batch's event to the subscribers that take single events (the loader
         records the batch in :attr:`stats` itself, where :class:`Batched` ones read it)."""
         for cb in self._single:
-            cb(event)
+            try:
+                cb(event)
+            except Exception as exc:  # noqa: BLE001 - a broken view must not cost the loop
+                self._failed(cb, exc)
 
     def emit_batch(self, *fields: Any) -> None:
         """Report one batch by hand: record it in :attr:`stats` (which the :class:`Batched`

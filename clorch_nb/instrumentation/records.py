@@ -276,12 +276,17 @@ class LoaderStats:
         (their ``skipped`` and ``shard`` are worth working out)."""
         return bool(self._batched)
 
-    def follow(self, batched: _Follower) -> None:
+    def follow(
+        self,
+        batched: _Follower,
+        on_error: Callable[[Any, Exception], None] | None = None,
+    ) -> None:
         """Hand ``batched`` (its ``on_batches``) the records made from now on: the first at
         once, then every ``batched.every`` records or when one's ``t_s`` is
         ``batched.within_s`` past the last delivery, when the buffer is full, and at
-        :meth:`deliver`."""
-        self._batched.append([batched, self._count, -math.inf])
+        :meth:`deliver`. If ``on_batches`` raises an ``Exception``, ``on_error(batched, exc)``
+        is called instead of raising (after it is no longer followed); None: it raises."""
+        self._batched.append([batched, self._count, -math.inf, on_error])
         self._plan()
 
     def unfollow(self, batched: _Follower) -> None:
@@ -302,7 +307,7 @@ class LoaderStats:
     def _deliver(self, t_s: float, *, due_only: bool) -> None:
         k = self._count
         for f in tuple(self._batched):  # a subscriber may unsubscribe while handed records
-            b, at, due = f
+            b, at, due = f[:3]
             if k > at and (not due_only or k - at >= b.every or t_s >= due):
                 self._hand(f, k)
         self._plan()
@@ -316,8 +321,17 @@ class LoaderStats:
         block = RecordBlock(view.reshape(k - at, _NROWS).T.copy(), names)
         f[1] = k
         f[2] = float(block.columns[ROW["t_s"], -1]) + b.within_s
-        if b.on_batches is not None:
+        if b.on_batches is None:
+            return
+        try:
             b.on_batches(block)
+        except Exception as exc:
+            if f[3] is None:
+                raise
+            if f in self._batched:
+                self._batched.remove(f)
+                self._plan()
+            f[3](b, exc)
 
     def _plan(self) -> None:
         fs = self._batched
