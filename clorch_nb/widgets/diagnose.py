@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from clorch_nb.errors import ConfigError
-from clorch_nb.instrumentation import ROW, BatchEvent, CopyEvent, RecordBlock
+from clorch_nb.instrumentation import BatchEvent, CopyEvent, RecordBlock
 
 __all__ = ["STAGES", "STEP_STAGES", "Breakdown", "StepWaits", "Verdict", "verdict"]
 
@@ -87,8 +87,6 @@ C_EPOCH, C_INDEX, C_BYTES = _C["epoch"], _C["batch_index"], _C["nbytes"]
 C_START, C_END, C_NEEDED = _C["t_start_s"], _C["t_end_s"], _C["t_needed_s"]
 EPOCH, COPY = _F["epoch"], _F["copy_s"]
 INDEX, QUEUE = _F["batch_index"], _F["queue_depth"]
-#: the row of each field in a :class:`~clorch_nb.instrumentation.RecordBlock`'s columns
-COLUMN_ROWS = ROW
 #: steps a late CopyEvent can still find (its batch's row), by (epoch, batch_index)
 ROWS_FOR_COPIES = 256
 #: below this many records a run is folded one by one (numpy's per-call cost dominates)

@@ -157,9 +157,6 @@ class ThroughputSnapshot:
         return "\n".join(lines)
 
 
-_ROW = ROW  # a field's row in a RecordBlock's columns
-
-
 class ThroughputStats:
     """Running totals and a rate history from loader events.
 
@@ -368,9 +365,9 @@ class ThroughputStats:
         if not len(block):
             return
         cols = block.columns
-        full = self._full_items = max(self._full_items, int(cols[_ROW["num_items"]].max()))
-        index, epochs, items_of = (cols[_ROW[k]] for k in ("batch_index", "epoch", "num_items"))
-        times, waits, queues = (cols[_ROW[k]] for k in ("t_s", "wait_s", "queue_depth"))
+        full = self._full_items = max(self._full_items, int(cols[ROW["num_items"]].max()))
+        index, epochs, items_of = (cols[ROW[k]] for k in ("batch_index", "epoch", "num_items"))
+        times, waits, queues = (cols[ROW[k]] for k in ("t_s", "wait_s", "queue_depth"))
         for epoch, (num_batches, t_start) in info.items():
             if num_batches <= 0:
                 continue
@@ -401,13 +398,13 @@ class ThroughputStats:
         n, cols = len(block), block.columns
         if not n:
             return
-        worker, items, times = cols[_ROW["worker_id"]], cols[_ROW["num_items"]], cols[_ROW["t_s"]]
-        queue = cols[_ROW["queue_depth"]]
-        busy = cols[_ROW["fetch_s"]] + cols[_ROW["collate_s"]]
+        worker, items, times = cols[ROW["worker_id"]], cols[ROW["num_items"]], cols[ROW["t_s"]]
+        queue = cols[ROW["queue_depth"]]
+        busy = cols[ROW["fetch_s"]] + cols[ROW["collate_s"]]
         n_items = int(items.sum())
         self.batches += n
         self.items += n_items
-        self.wait_s += float(cols[_ROW["wait_s"]].sum())
+        self.wait_s += float(cols[ROW["wait_s"]].sum())
         self.queue_sum += int(queue.sum())
         self.queue_max = max(self.queue_max, int(queue.max()))
         self.queue_last = int(queue[-1])
@@ -431,7 +428,7 @@ class ThroughputStats:
         # this epoch's chunk of each worker: (t of its last batch, items, batches), anchored
         # at the time of its first
         w_r, t_r, k_r = worker[recent_from:], times[recent_from:], items[recent_from:]
-        began = cols[_ROW["t_start_s"]][recent_from:]
+        began = cols[ROW["t_start_s"]][recent_from:]
         ids, first, inv = np.unique(w_r, return_index=True, return_inverse=True)
         last = len(w_r) - 1 - np.unique(w_r[::-1], return_index=True)[1]
         per_items = np.bincount(inv, weights=k_r, minlength=len(ids))
