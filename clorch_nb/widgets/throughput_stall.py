@@ -98,10 +98,14 @@ class StallWatch:
                     return
 
     def stop(self) -> None:
-        """End the watch (its thread leaves within one wait); idempotent."""
+        """End the watch and its thread (waited for, up to 1 s, unless called on it);
+        idempotent."""
         with self._lock:
+            thread = self.thread
             if self._stop is not None:
                 self._stop.set()
                 self._stop = None
             self._paused_at = None
             self.thread = None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(1.0)

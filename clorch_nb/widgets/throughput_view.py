@@ -366,6 +366,7 @@ class ThroughputMonitor(View):
         saved notebook shows them) and close the widgets. Called when the cell that iterated
         ends; call it yourself when iterating outside a notebook cell. Iterating again later
         shows a new panel."""
+        self._stall.stop()  # no epoch follows in this cell: its thread ends now, not later
         if self._handle is not None:
             self._handle.update(self.static_bundle(), raw=True)
             self._handle = None

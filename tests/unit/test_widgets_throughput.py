@@ -341,6 +341,22 @@ def test_the_stall_watch_keeps_one_thread_across_epochs_that_follow_and_ends_whe
     watch.stop()
 
 
+def test_the_cell_s_end_ends_the_stall_watch_thread() -> None:
+    """Notebook 05 lists the clorch threads left after the loop's cell: a paused watch must not
+    linger there (the monitor's finish(), at the cell's end, ends it and waits for it)."""
+    pytest.importorskip("ipywidgets")
+    from clorch_nb import widgets
+
+    loader = data.dataloader(data.tensor_dataset(torch.zeros(8, 1), torch.arange(8)), batch_size=4)
+    mon = widgets.monitor(loader)
+    mon._watch_stalls()
+    thread = mon.stall_thread
+    assert thread is not None and thread.is_alive()
+    mon._stall.pause()  # the epoch ended; the thread would linger for the next one
+    mon.finish()
+    assert not thread.is_alive() and mon.stall_thread is None
+
+
 def test_a_panel_before_the_first_batch_says_starting_with_the_loaders_workers() -> None:
     """Shown while workers start (fresh-user trial): not "Done: 0 items ... inline,
     num_workers=0" for a loader with 2 workers."""
