@@ -26,8 +26,9 @@ __all__ = [
 
 class BatchEvent(NamedTuple):
     """One batch handed to the consumer, or dropped: with ``max_failures``, a batch whose every
-    item failed (``len(skipped) == num_items``) is reported but not handed over, and the wait
-    for it is part of the next batch's ``wait_s`` (the loop was still in the same ``next()``).
+    item failed (``len(skipped) == num_items``) is reported but not handed over; its ``wait_s``
+    is 0.0, the wait for it being part of the next batch's (the loop was still in the same
+    ``next()``), so the events' waits add up to the loop's.
 
     Attributes:
         epoch (int): the loader's epoch counter (0 for its first ``iter()``).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -98,6 +99,8 @@ class ThroughputChart:
         frames (int): PNGs made; ``full_draws`` of them drew axes again (the whole figure, or
             only a panel whose y limit grew).
         last_blit_s (float | None): wall seconds of the last blitted (live) frame.
+        last_full_s (float | None): wall seconds of the last live frame drawn in full (its
+            axes' limits grew).
     """
 
     def __init__(self, *, dpi: int = DPI) -> None:
@@ -188,6 +191,7 @@ class ThroughputChart:
         self.frames = 0
         self.full_draws = 0
         self.last_blit_s: float | None = None  # seconds the last blitted frame took
+        self.last_full_s: float | None = None  # ... and the last live frame drawn in full
 
     def _dynamic(self) -> list[Any]:
         return [
@@ -322,10 +326,13 @@ class ThroughputChart:
         *,
         final: bool = False,
         extra: list[Any] | None = None,
-    ) -> bytes:
+        allow: Callable[[float], bool] | None = None,
+    ) -> bytes | None:
         """Update the artists from ``stats.history`` (plus ``extra`` points not kept, e.g. "no
         batch for a while": 100 % waiting) and return the PNG: a blitted live frame, or with
-        ``final=True`` the full chart."""
+        ``final=True`` the full chart. A live frame asks ``allow(seconds)`` first, with what it
+        is likely to cost (a full draw when the axes' limits grow, else a blit); when that
+        says no, nothing is drawn and None is returned."""
         t0 = time.perf_counter()
         tmax, top, qtop, (ids, stages) = self._set_data(stats, snap, extra)
         self._set_legend(ids)
@@ -353,7 +360,13 @@ class ThroughputChart:
             self.full_draws += 1
             return figure_png(self.fig)
         old = self._layout
-        if layout != old or self._background is None:
+        full = layout != old or self._background is None
+        if allow is not None:
+            likely = self.last_full_s if full else self.last_blit_s
+            if not allow(likely if likely is not None else _FIRST_FRAME_S):
+                self.frames -= 1
+                return None
+        if full:
             self._set_limits(layout)
             if (
                 old is not None
@@ -386,6 +399,8 @@ class ThroughputChart:
         png = _buffer_png(self.canvas)
         if blit:
             self.last_blit_s = time.perf_counter() - t0
+        else:
+            self.last_full_s = time.perf_counter() - t0
         return png
 
     def _set_limits(self, layout: tuple[Any, ...]) -> None:
@@ -400,6 +415,11 @@ class ThroughputChart:
     def limits(self) -> list[tuple[tuple[float, float], tuple[float, float]]]:
         """Each panel's ``(xlim, ylim)`` as last drawn."""
         return [(ax.get_xlim(), ax.get_ylim()) for ax in self.axes]
+
+
+#: what a live frame is expected to cost before one was drawn (a full draw on this machine
+#: class: 30-50 ms)
+_FIRST_FRAME_S = 0.05
 
 
 def _buffer_png(canvas: FigureCanvasAgg) -> bytes:

@@ -18,7 +18,9 @@ Why watching is free (benchmark 7: 0.99x of the unwatched loop at its cheapest b
   only when their stepped limits grow. It is redrawn at most ``chart_hz`` times a second, from
   1 s into the loop, and only while everything drawn while iterating (every live frame, full
   draws and the stall watch's frames included) stays within ``chart_budget`` of the loop's
-  time (1 %); the final chart, drawn when the cell ends, is a full draw;
+  time (1 %: the first frame, a full draw, comes a few seconds into a fast loop); before each
+  frame the chart says what it is likely to cost (a full draw or a blit); a panel shown before
+  any batch shows its text only; the final chart, drawn when the cell ends, is a full draw;
 * nothing is built before it is shown: outside a kernel a monitor makes no widget and draws
   nothing while iterating.
 
@@ -39,7 +41,7 @@ import html
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ipywidgets as W
@@ -134,7 +136,7 @@ class ThroughputMonitor(View):
         self._next_tick = 0.0
         self._next_chart = 0.0
         self._chart_spent = 0.0  # seconds spent drawing live charts while iterating
-        self._chart_est = 0.1
+        self._chart_est = 0.05  # a first live frame: a full draw (measured from then on)
         self.live_frames = 0  # of the redraws, those made while iterating
         self._chart_frame_s = 0.0  # loop seconds at the last live frame
         #: why the live chart is not moving (its budget), "" while it is (also in the title)
@@ -223,15 +225,17 @@ class ThroughputMonitor(View):
             if snap is None:
                 return False
             title = f"<b>Running</b>: no batch for {waited:.1f} s: the loop is waiting for data"
-            if not self._within_budget(t):  # the same budget as the live frames: the title only
-                self.title.value = title
-                return False
-            t0 = time.perf_counter()
-            png = self._chart.render(self.stats, snap, extra=[point])
+            png = None
+            if self._within_budget(t):  # the same budget as the live frames
+                t0 = time.perf_counter()
+                png = self._chart.render(self.stats, snap, extra=[point], allow=self._allow(now))
+                self._chart_spent += time.perf_counter() - t0
             with box.hold_sync():
-                self.title.value = title
-                self.image.value = png
-            self._charge(time.perf_counter() - t0)
+                self.title.value = title  # the title, at least
+                if png is not None:
+                    self.image.value = png
+            if png is None:
+                return False
             self.stall_frames += 1
             return True
         finally:
@@ -254,12 +258,11 @@ class ThroughputMonitor(View):
         self.image = W.Image(format="png", layout=W.Layout(max_width="100%"))
         box = W.VBox([self.title, self.image, self.numbers])
         self._widget = box  # so _update below can push to it
-        t0 = time.perf_counter()
-        self._update(chart=True, box=box)  # the empty chart; it also lays out the background
-        # what the next chart may cost: like this full draw (the process's first one also loads
-        # fonts, hence the cap); one blitted frame now measures what later frames cost
-        self._chart_est = min(time.perf_counter() - t0, 0.1)
-        self._chart.render(self.stats, self.stats.snapshot())
+        # Shown as iteration starts (nothing loaded yet): the text only. An empty chart drawn
+        # now (a full draw, 30-50 ms, and a blit) would be drawn again by the first live frame,
+        # whose axes get limits: that frame is charged to the budget, not these. Shown after a
+        # run: the chart of the run.
+        self._update(chart=self.stats.batches > 0, box=box)
         return box
 
     # -- iteration ------------------------------------------------------------------------------
@@ -397,14 +400,6 @@ class ThroughputMonitor(View):
     def _within_budget(self, elapsed: float) -> bool:
         return self._chart_spent + self._chart_est <= self.chart_budget * elapsed
 
-    def _charge(self, cost: float) -> None:
-        """A frame drawn while iterating took ``cost`` seconds: charged to the budget, and the
-        next one is expected to cost as much as the last blitted frame (a full draw happens
-        only when the axes' limits grow; when it does, it is charged all the same)."""
-        self._chart_spent += cost
-        last = self._chart.last_blit_s
-        self._chart_est = cost if last is None else last
-
     def held_line(self, elapsed_s: float) -> str:
         """Why the live chart shows an older frame: it keeps its drawing under
         ``chart_budget`` of the loop's time (what each frame costs, since when it waits)."""
@@ -441,11 +436,24 @@ class ThroughputMonitor(View):
     def _push(self, box: Any, chart: bool | None, now: float | None) -> None:
         snap = self.stats.snapshot(now)
         self._last_snap = snap
-        held = ""
         if chart is None:
             chart = now is not None and self._chart_due(now)
-            if now is not None and not chart and self.live_frames and now >= self._next_chart:
-                held = self.held_line(snap.elapsed_s)
+        png = None
+        if chart:
+            t0 = time.perf_counter()
+            png = self._chart.render(self.stats, snap, allow=self._allow(now))
+            cost = time.perf_counter() - t0
+            if now is not None:  # while iterating: charged, drawn or not (its data was set)
+                self._chart_spent += cost
+                if png is not None:  # a live frame
+                    self.live_frames += 1
+                    last = self._chart.last_blit_s
+                    self._chart_est = cost if last is None else last
+                    self._chart_frame_s = snap.elapsed_s
+                    self._next_chart = now + self._chart_interval
+        held = ""
+        if now is not None and png is None and self.live_frames and now >= self._next_chart:
+            held = self.held_line(snap.elapsed_s)
         with box.hold_sync():
             self.title.value = (
                 f"<b>{'Running' if snap.running else 'Done' if snap.epochs else 'Starting'}"
@@ -456,17 +464,27 @@ class ThroughputMonitor(View):
             self.numbers.value = (
                 f"<pre style='font-size:12px;margin:0'>{html.escape(self._text(snap, now))}</pre>"
             )
-            if chart:
-                t0 = time.perf_counter()
-                self.image.value = self._chart.render(self.stats, snap)
-                cost = time.perf_counter() - t0
+            if png is not None:
+                self.image.value = png
                 self.redraws += 1
-                if now is not None:  # a live frame while iterating
-                    self.live_frames += 1
-                    self._charge(cost)
-                    self._chart_frame_s = snap.elapsed_s
-                    self._next_chart = now + self._chart_interval
         self.updates += 1
+
+    def _allow(self, now: float | None) -> Callable[[float], bool] | None:
+        """While iterating (``now``), what the chart asks before a live frame: whether a frame
+        of that cost still fits the budget (a full draw when the axes grow costs several
+        blits: the second trial saw the budget overrun by them). If not, the next frame is
+        expected to cost as much."""
+        if now is None:
+            return None
+        elapsed = self.stats.elapsed(now)
+
+        def allow(cost_s: float) -> bool:
+            if self._chart_spent + cost_s <= self.chart_budget * elapsed:
+                return True
+            self._chart_est = max(self._chart_est, cost_s)
+            return False
+
+        return allow
 
     # -- diagnosis ------------------------------------------------------------------------------
 
@@ -599,8 +617,16 @@ class ThroughputMonitor(View):
 
     def static_bundle(self) -> dict[str, Any]:
         """``text/plain`` + ``image/png``, and ``text/html`` showing both (JupyterLab renders
-        one MIME type per output: the final chart and the summary text together)."""
-        text, png = self.to_text(), png_b64(self.to_png())
+        one MIME type per output: the final chart and the summary text together). Before any
+        batch, the text alone (an empty chart says nothing, and a full draw costs 30-50 ms as
+        the loop starts)."""
+        text = self.to_text()
+        if not self.stats.batches:
+            return {
+                "text/plain": text,
+                "text/html": f"<pre style='font-size:12px;margin:0'>{html.escape(text)}</pre>",
+            }
+        png = png_b64(self.to_png())
         return {
             "text/plain": text,
             "image/png": png,
@@ -612,7 +638,9 @@ class ThroughputMonitor(View):
 
     def to_png(self) -> bytes:
         """The full-quality chart of the run so far, as PNG."""
-        return self._chart.render(self.stats, self.stats.snapshot(), final=True)
+        png = self._chart.render(self.stats, self.stats.snapshot(), final=True)
+        assert png is not None  # a final chart is always drawn
+        return png
 
     def __repr__(self) -> str:
         s = self.stats.snapshot()

@@ -459,11 +459,14 @@ class Epoch:
                 shard = self.shard_of(self.plan[index])
             if result.skipped:
                 skipped = tuple(s.index for s in result.skipped)
-        wait = t1 - t0
+        # a dropped batch hands nothing over: its wait goes on into the next batch's (carried
+        # there), so it has none of its own and no wait is reported twice
+        dropped = result.batch is DROPPED
+        wait = 0.0 if dropped else t1 - t0
         self.stats.record(
             wid, result.fetch_s, result.collate_s, wait, t1, t_asked, result.t_start,
             result.t_sent, self.epoch, result.num_items, index, copy_s, depth,
-            result.batch is DROPPED, skipped, shard,
+            dropped, skipped, shard,
         )  # fmt: skip
         if events.takes_events:
             fields = (
