@@ -57,6 +57,10 @@ from clorch_nb.widgets.throughput_chart import ThroughputChart, draw_throughput
 from clorch_nb.widgets.throughput_stall import StallWatch
 
 _T_ROW = ROW["t_s"]
+#: a 1x1 white PNG: the chart's stand-in in the static output shown before any batch
+_BLANK_PNG_B64 = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4//8/AAX+Av4N70a4AAAAAElFTkSuQmCC"
+)
 
 __all__ = ["ThroughputChart", "ThroughputMonitor", "draw_throughput", "monitor"]
 
@@ -618,15 +622,11 @@ class ThroughputMonitor(View):
     def static_bundle(self) -> dict[str, Any]:
         """``text/plain`` + ``image/png``, and ``text/html`` showing both (JupyterLab renders
         one MIME type per output: the final chart and the summary text together). Before any
-        batch, the text alone (an empty chart says nothing, and a full draw costs 30-50 ms as
-        the loop starts)."""
+        batch, a 1-pixel stand-in for the chart (an empty chart says nothing, and a full draw
+        costs 30-50 ms as the loop starts; the output keeps its shape, which the final bundle
+        replaces at the cell's end)."""
         text = self.to_text()
-        if not self.stats.batches:
-            return {
-                "text/plain": text,
-                "text/html": f"<pre style='font-size:12px;margin:0'>{html.escape(text)}</pre>",
-            }
-        png = png_b64(self.to_png())
+        png = png_b64(self.to_png()) if self.stats.batches else _BLANK_PNG_B64
         return {
             "text/plain": text,
             "image/png": png,
