@@ -1,24 +1,27 @@
 """(7) Instrumentation and live-view overhead on the tensor path.
 
-``tensor_dataset`` N×D float32 at batch 64, shuffled, inline: one loader run four ways —
+``tensor_dataset`` N×D float32 at batch 64, shuffled, inline: one loader run six ways —
 no subscriber (the loader still records every batch's numbers in its ``LoaderStats``); one
-``loader.subscribe`` callback that keeps every event (``deque(maxlen=4096).append``: a
-``BatchEvent`` made per batch); a :class:`~clorch_nb.instrumentation.Batched` subscriber that
-keeps the last 16 blocks of records it is handed (``deque(maxlen=16).append``, blocks of 256:
-the same 4,096 records; nothing is done per batch, the blocks are cut from the loader's record
-buffer); and ``for batch in clorch_nb.widgets.monitor(loader)`` with its live updates forced on
-as in a kernel (``live=True``; display output is captured, not printed); each case subscribes
-before its run and unsubscribes after it, and iterates the loader itself (no wrapper generator
-the baseline lacks: one cost ~1 us a batch, a third of the budget, in the runs before
-2026-12-04).
-One measurement is a run of several epochs back to back (~0.15 s, so the monitor's 4 Hz
-refreshes and budgeted chart redraws occur at their natural rate); the metric is the summed
-steady-state loop time (each epoch's first batch to its last) in the process's CPU time,
-6 x ``--repeats`` interleaved rounds, and a target is judged on the median of each round's
-ratio (ours ÷ no subscriber, run back to back): the medians of the cases' own times moved
-±4 % from run to run, more than the effects measured. The monitor's fixed per-epoch cost
-(its start and final update at each epoch) is reported separately. The bare ``index_select``
-loop is shown for scale.
+``loader.subscribe`` callback of single events that keeps the last (``deque(maxlen=1).append``:
+a ``BatchEvent`` made and handed over per batch); the same with a callback that keeps every
+event (``deque(maxlen=4096).append``: reported without a target, since what it adds beyond the
+row above is the subscriber's own keeping of 4,096 Python objects, not the loader's); a
+:class:`~clorch_nb.instrumentation.Batched` subscriber that keeps the last 16 blocks of records
+it is handed (``deque(maxlen=16).append``, blocks of 256: the same 4,096 records; nothing is
+done per batch, the blocks are cut from the loader's record buffer); ``for batch in
+clorch_nb.widgets.monitor(loader)`` with its live updates forced on as in a kernel
+(``live=True``; display output is captured, not printed); and the bare ``index_select`` loop
+for scale. Each case subscribes before its run and unsubscribes after it, and iterates the
+loader itself (no wrapper generator the baseline lacks: one cost ~1 us a batch, a third of the
+budget, in the runs before 2026-12-04).
+The metric is the summed steady-state loop time (each epoch's first batch to its last) in the
+process's CPU time, in interleaved rounds, and a target is judged on the median of each
+round's ratio (ours ÷ no subscriber, run back to back): the medians of the cases' own times
+moved ±4 % from run to run, more than the effects measured. The subscribers are measured in
+rounds of one epoch (30 x ``--repeats`` of them), the monitor in runs of several epochs
+(~0.15 s, so that its 4 Hz refreshes and budgeted chart redraws occur at their natural rate in
+every round; 6 x ``--repeats``); its fixed per-epoch cost (its start and final update at each
+epoch) is reported separately.
 """
 
 from __future__ import annotations
@@ -101,11 +104,13 @@ def run(ctx: Context) -> list[Row]:
     # each other with no subscriber at all (where each one's batches land in the allocator), so
     # the cases subscribe and unsubscribe around their epochs instead (outside the timed span).
     plain = data.dataloader(ds, batch_size=bs, shuffle=True)
+    last: collections.deque[Any] = collections.deque(maxlen=1)
     seen: collections.deque[Any] = collections.deque(maxlen=4096)
     # A Batched subscriber (what the widgets use): blocks of records in columns
     seen_batched: collections.deque[Any] = collections.deque(maxlen=16)  # 16 blocks of 256
+    totals: dict[str, list[float]] = {}
 
-    def case(name: str, per_epoch: Any, callback: Any = None) -> Any:
+    def case(name: str, per_epoch: Any, callback: Any = None, run_epochs: int = epochs) -> Any:
         totals[name] = []
 
         def one_run() -> float:
@@ -114,26 +119,35 @@ def run(ctx: Context) -> list[Row]:
             # pays for a generator layer the baseline does not have.
             unsubscribe = plain.subscribe(callback) if callback is not None else None
             try:
-                return _steady(per_epoch, epochs, totals[name])
+                return _steady(per_epoch, run_epochs, totals[name])
             finally:
                 if unsubscribe is not None:
                     unsubscribe()
 
         return one_run
 
-    totals: dict[str, list[float]] = {}
-
     def bare() -> Any:
         for chunk in torch.randperm(n).split(bs):
             yield X.index_select(0, chunk), y.index_select(0, chunk)
 
-    cases = {
-        "no subscriber": case("no subscriber", lambda: plain),
-        "one subscriber": case("one subscriber", lambda: plain, seen.append),
+    # The subscribers that act per batch (or per block of 256): rounds of one epoch, 5x as many
+    # (a round's CPU time moves a few % with the VM's neighbours, in bursts: a shorter round is
+    # hit less often, and the median of 150 paired rounds moved ±0.5 % from run to run where
+    # that of 30 five-epoch rounds moved ±2 %, for the same time spent)
+    sub = f"{TITLE} (subscribers, one-epoch rounds)"
+    sub_cases = {
+        "no subscriber": case(sub + ": none", lambda: plain, run_epochs=1),
+        "one subscriber": case(sub + ": one", lambda: plain, last.append, 1),
+        "one subscriber keeping every event": case(sub + ": keeps", lambda: plain, seen.append, 1),
         "one Batched subscriber": case(
-            "one Batched subscriber", lambda: plain, Batched(seen_batched.append)
+            sub + ": Batched", lambda: plain, Batched(seen_batched.append), 1
         ),
     }
+    with contextlib.redirect_stdout(io.StringIO()):
+        subs = ctx.measure(sub, sub_cases, unit="s", repeats=30 * ctx.repeats)
+    # The monitor: runs of several epochs, so that its 4 Hz refreshes and budgeted chart
+    # redraws occur at their natural rate in every round
+    cases = {"no subscriber": case("no subscriber", lambda: plain)}
     mon_note = ctx.avail["monitor"][1] if not ctx.avail["monitor"][0] else ""
     if ctx.avail["monitor"][0]:
         try:
@@ -147,26 +161,27 @@ def run(ctx: Context) -> list[Row]:
     with contextlib.redirect_stdout(io.StringIO()):
         res = ctx.measure(TITLE, cases, unit="s", repeats=6 * ctx.repeats)
     close_loader(plain)
-    if not seen or not seen_batched:
+    if not last or not seen or not seen_batched:
         raise RuntimeError("the subscriber saw no event")
     med = {k: s.median for k, s in res.items()}
     calls = 2_000 if ctx.quick else 50_000
+    keep = "one subscriber keeping every event"
     cost_us = {
-        "one subscriber": _emit_us(collections.deque(maxlen=64).append, calls),
+        "one subscriber": _emit_us(collections.deque(maxlen=1).append, calls),
+        keep: _emit_us(collections.deque(maxlen=4096).append, calls),
         "one Batched subscriber": _emit_us(Batched(collections.deque(maxlen=16).append), calls),
     }
-    per_batch_us = (med["no subscriber"] or 0.0) / (len(plain) * epochs) * 1e6
+    per_batch_us = (subs["no subscriber"].median or 0.0) / len(plain) * 1e6
 
     def why(name: str) -> str:
         if name == "one subscriber":
             return (
-                f"a BatchEvent made per batch and kept by the subscriber: "
-                f"{cost_us[name]:.2f} µs a batch measured apart in this run "
-                f"({cost_us[name] / per_batch_us:.1%} of this loop's {per_batch_us:.1f} µs a "
-                "batch: in-memory tensors at batch 64, the cheapest batch the loader makes), "
-                "and in the loop the memory traffic of the kept events (each takes fresh "
-                "memory, freed long after it left the cache); a Batched subscriber (the row "
-                "below, what the views use) does nothing per batch"
+                f"a BatchEvent made and handed over per batch: {cost_us[name]:.2f} µs a "
+                f"batch measured apart in this run ({cost_us[name] / per_batch_us:.1%} of this "
+                f"loop's {per_batch_us:.1f} µs a batch: in-memory tensors at batch 64, the "
+                "cheapest batch the loader makes; more in the loop, where the batches' copies "
+                "keep evicting the code and data it runs on); a Batched subscriber (below, "
+                "what the views use) does nothing per batch"
             )
         every = (
             "every 50 ms or when the 2,048-record buffer is full"
@@ -189,10 +204,13 @@ def run(ctx: Context) -> list[Row]:
 
     tot = {}
     for k, v in totals.items():
+        if k.startswith(sub):
+            continue
         v = v[1:]  # drop the warm-up run
         series = Series(f"{k}: {epochs} epochs, wall", "s", v)
         tot[k] = ctx.add_series(f"{TITLE} (whole runs)", series).median
     case_txt = f"{n:,}×{d} f32, batch {bs}, inline, {epochs} epochs"
+    sub_txt = f"{n:,}×{d} f32, batch {bs}, inline, one-epoch rounds"
     fixed = None
     parts = (
         tot.get("widgets.monitor"),
@@ -207,27 +225,49 @@ def run(ctx: Context) -> list[Row]:
         versus(
             ctx,
             TITLE,
-            f"{case_txt}: steady-state loop time",
+            f"{sub_txt}: steady-state loop time",
             "CPU time ↓",
             "s",
             "loader + 1 subscriber",
-            res["one subscriber"],
+            subs["one subscriber"],
             "same loader, no subscriber",
-            res["no subscriber"],
+            subs["no subscriber"],
             ("<=", 1.02),
+            note="deque(maxlen=1).append: a BatchEvent made and handed over per batch, the "
+            "last one kept",
             why=why("one subscriber"),
             paired=True,
         ),
         versus(
             ctx,
             TITLE,
-            f"{case_txt}: steady-state loop time",
+            f"{sub_txt}: steady-state loop time",
+            "CPU time ↓",
+            "s",
+            "loader + 1 subscriber keeping every event",
+            subs[keep],
+            "same loader, no subscriber",
+            subs["no subscriber"],
+            note=(
+                "deque(maxlen=4096).append: the subscriber keeps the last 4,096 BatchEvents "
+                "(a tuple and about 7 floats each, ~350 B); reported: what it adds beyond the "
+                "row above is that keeping (each kept event takes fresh memory, freed 4,096 "
+                f"batches later, long after it left the cache; {cost_us[keep]:.2f} µs a batch "
+                "measured apart, outside the loop's cache traffic); to keep every batch's "
+                "numbers, a Batched subscriber (below) takes them in columns"
+            ),
+            paired=True,
+        ),
+        versus(
+            ctx,
+            TITLE,
+            f"{sub_txt}: steady-state loop time",
             "CPU time ↓",
             "s",
             "loader + 1 Batched subscriber",
-            res["one Batched subscriber"],
+            subs["one Batched subscriber"],
             "same loader, no subscriber",
-            res["no subscriber"],
+            subs["no subscriber"],
             ("<=", 1.02),
             note="instrumentation.Batched(deque.append): the batch records in blocks of "
             "columns, nothing per batch (what widgets.monitor subscribes as)",
