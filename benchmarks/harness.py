@@ -59,6 +59,9 @@ class Row:
     # the same rounds summed: ours over all of them ÷ the baseline over all of them (the rare
     # expensive round, which the median leaves out, counts here)
     paired_sum: float | None = None
+    # judge the summed rounds instead of their median (a cost that comes in some rounds only,
+    # as a chart frame every few seconds, is part of the cost: the median would leave it out)
+    judge_sum: bool = False
 
     @property
     def overlapping(self) -> bool:
@@ -68,6 +71,8 @@ class Row:
 
     @property
     def ratio(self) -> float | None:
+        if self.paired and self.judge_sum and self.paired_sum:
+            return self.paired_sum
         if self.paired:
             return statistics.median(self.paired)
         if self.ours is None or self.base is None or self.base == 0:
@@ -80,6 +85,12 @@ class Row:
         if not self.paired or len(self.paired) < 4:
             return ""
         q1, _, q3 = statistics.quantiles(self.paired, n=4)
+        median = statistics.median(self.paired)
+        if self.judge_sum and self.paired_sum:
+            return (
+                f"all {len(self.paired)} paired rounds summed (ours ÷ baseline); median of the "
+                f"rounds' ratios {median:.3f}, middle half {q1:.3f}-{q3:.3f}"
+            )
         summed = f", all rounds summed {self.paired_sum:.3f}" if self.paired_sum else ""
         return (
             f"median of {len(self.paired)} paired rounds (ours ÷ baseline in each round), "
@@ -319,12 +330,14 @@ def versus(
     why: str = "",
     *,
     paired: bool = False,
+    judge_sum: bool = False,
 ) -> Row:
     """A row against a comparator (``"torch"``/``"torchdata"``) or any named baseline; an
     unavailable torchdata gives a row saying so instead of a number. A :class:`Series` given
     for a value also gives the row its spread (to tell a real miss from noise). ``paired``
     (two series of one :meth:`Context.measure`): the ratio is the median of the rounds'
-    ratios, for effects of a few percent that the rounds' spread would hide."""
+    ratios, for effects of a few percent that the rounds' spread would hide; ``judge_sum``: the
+    ratio judged is that of the rounds summed, for a cost that comes in some rounds only."""
     label = COMPARATORS.get(base_key, base_key)
     if base_key == "torchdata" and not ctx.avail["torchdata"][0]:
         base, note = None, ctx.avail["torchdata"][1]
@@ -341,7 +354,7 @@ def versus(
         summed = sum(ours.values) / sum(base.values)
     row = Row(
         scenario, case, metric, unit, ours_label, o, label, b, target, note, why, o_range, b_range,
-        pairs, summed,
+        pairs, summed, judge_sum,
     )  # fmt: skip
     if row.paired_text:
         row.note = f"{row.paired_text}; {note}" if note else row.paired_text

@@ -112,7 +112,7 @@ class EpochShards:
         else:
             cov = f"cover {seen} of {plural(self.size, 'item')}"
             if self.dropped:
-                cov += f" ({len(self.dropped)} dropped by drop_last)"
+                cov += f" ({len(self.dropped)} dropped by drop_last: {ranges(self.dropped)})"
             if self.missing:
                 cov += f"; MISSING {ranges(self.missing)}"
         line = f"epoch {self.epoch}: {dis}; {cov}"

@@ -76,9 +76,10 @@ class ThroughputMonitor(View):
         refresh_hz (float): most text updates per second.
         chart_hz (float): most chart redraws per second.
         chart_budget (float): the chart's share of the loop's wall time, at most (default 1 %:
-            a live frame costs 10-20 ms, so about one a second on a fast loop once it has run
-            a few seconds): a redraw waits until everything drawn while iterating (every live
-            frame and stall frame) plus the next one fits in it, and the title says it is held.
+            a live frame costs 50-100 ms on a 2-core machine, so on a fast loop the first comes
+            about 5 s in and then one every 5-10 s): a redraw waits until everything drawn
+            while iterating (every live frame and stall frame) plus the next one fits in it,
+            and the title says it is held.
         memory (bool): sample each worker process's private memory (USS) at epoch ends, at
             most once a second (about 1 ms per process; needs ``psutil``).
 
@@ -679,9 +680,9 @@ def monitor(
         refresh_hz (float): most text updates per second.
         chart_hz (float): most chart redraws per second.
         chart_budget (float): the share of the loop's wall time the chart may take, at most
-            (every frame drawn while iterating counts): 1 % keeps watching free, about one
-            frame a second on the cheapest loop once it has run a few seconds; the title says
-            when the budget holds the chart. In (0, 1].
+            (every frame drawn while iterating counts): at 1 % a frame (50-100 ms on a 2-core
+            machine) comes about 5 s into the cheapest loop, then one every 5-10 s; the title
+            says when the budget holds the chart. In (0, 1].
         memory (bool): also sample each worker process's private memory (USS) at epoch ends
             and flag growth per epoch (needs ``psutil``).
 

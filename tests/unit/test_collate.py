@@ -282,6 +282,35 @@ def test_pad_collate_errors():
         data.pad_collate([])
 
 
+_NOT_TENSORS = {
+    "list": list,
+    "tuple": tuple,
+    "ndarray": lambda ids: np.asarray(ids, dtype=np.int64),
+    "str": lambda ids: "".join(chr(97 + i % 26) for i in ids),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    kind=st.sampled_from(sorted(_NOT_TENSORS)),
+    lengths=st.lists(st.integers(0, 6), min_size=1, max_size=6),
+    key=st.sampled_from(["tokens", "ids", "text"]),
+)
+def test_pad_collate_names_a_field_without_tensors(kind, lengths, key):
+    # fresh-user trial (2026-12-06): token lists under keys= were reported as "items mix types:
+    # list at positions 0-2" (nothing mixes: pad_collate pads tensors only). Any field whose
+    # items hold no tensor gets the real cause, its key, its type, every position and the fix.
+    items = [{key: _NOT_TENSORS[kind](list(range(n))), "y": i} for i, n in enumerate(lengths)]
+    with pytest.raises(CollateError) as info:
+        data.pad_collate(items, keys=key)
+    msg, err = str(info.value), info.value
+    assert "pad_collate pads tensors" in msg and "mix types" not in msg
+    assert f"key '{key}'" in msg and type(items[0][key]).__name__ in msg
+    assert "torch.tensor(token_ids)" in msg
+    assert err.positions == tuple(range(len(items)))
+    assert err.key_path == (key,)
+
+
 def test_pad_collate_in_the_loader():
     d = data.dataset(size=4, get_item=lambda i: {"data": torch.arange(i + 1), "target": i})
     loader = data.dataloader(

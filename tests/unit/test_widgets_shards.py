@@ -47,9 +47,46 @@ def test_drop_last_lists_dropped_items() -> None:
     assert e.dropped == (9,) and e.padding_cells == []
     assert not e.covers and e.ok  # the cut is by design, not an error
     assert (
-        e.check_line() == "epoch 0: shards disjoint; cover 9 of 10 items (1 dropped by drop_last)"
+        e.check_line()
+        == "epoch 0: shards disjoint; cover 9 of 10 items (1 dropped by drop_last: 9)"
     )
     assert "dropped (drop_last): 9" in t.to_text(0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(2, 40),
+    ranks=st.integers(2, 5),
+    seed=st.integers(0, 50),
+    epochs=st.integers(1, 4),
+)
+def test_every_epoch_names_its_dropped_items(size: int, ranks: int, seed: int, epochs: int) -> None:
+    # fresh-user trial (2026-12-06): with drop_last, only the shown epoch's dropped items were
+    # named (text and PNG); the other epochs said "(1 dropped by drop_last)". Oracle: torch's
+    # DistributedSampler; the items no rank reads in an epoch are named in that epoch's check
+    # line, which the text and the PNG both show.
+    from torch.utils.data import DistributedSampler
+
+    from clorch_nb._text import ranges
+
+    t = shard_table(size, ranks, seed=seed, drop_last=True, epochs=epochs)
+    text = t.to_text(0)
+    for epoch in range(epochs):
+        read: set[int] = set()
+        for rank in range(ranks):
+            s = DistributedSampler(
+                range(size), num_replicas=ranks, rank=rank, seed=seed, drop_last=True
+            )
+            s.set_epoch(epoch)
+            read.update(s)
+        dropped = tuple(sorted(set(range(size)) - read))
+        line = t.epochs[epoch].check_line()
+        assert tuple(sorted(t.epochs[epoch].dropped)) == dropped
+        if dropped:
+            assert f"dropped by drop_last: {ranges(dropped)})" in line
+            assert line in text
+        else:
+            assert "dropped" not in line
 
 
 def test_disjoint_mode_is_uneven_without_padding() -> None:

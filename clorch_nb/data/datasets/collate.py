@@ -475,8 +475,9 @@ def pad_collate(
         Any: the batch.
 
     Raises:
-        CollateError: a padded field has 0-d tensors, trailing dimensions ``S`` that differ, or
-            a name clash with an existing ``*_lengths`` / ``*_mask`` key.
+        CollateError: a padded field has 0-d tensors, trailing dimensions ``S`` that differ,
+            no tensors (a field of lists names the fix), or a name clash with an existing
+            ``*_lengths`` / ``*_mask`` key.
         ConfigError: ``items`` is empty or a key in ``keys`` is missing.
 
     Example:
@@ -528,6 +529,20 @@ def _pad(
     seqs: Sequence[Any], path: KeyPath, padding_value: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     kinds = [_kind(s) for s in seqs]
+    if "Tensor" not in kinds:  # no mix: a field of lists (token ids) or arrays, never a tensor
+        kinds_at: dict[str, list[int]] = {}
+        for i, x in enumerate(seqs):
+            kinds_at.setdefault(type(x).__name__, []).append(i)
+        held = "; ".join(f"{n} at {positions_text(p)}" for n, p in kinds_at.items())
+        raise CollateError(
+            f"pad_collate pads tensors, and {key_path_text(path)} holds {held}: return a tensor "
+            "from get_item (torch.tensor(token_ids) for a list of ids), or leave the field out "
+            "of keys= (default_collate then takes it)",
+            key_path=path,
+            positions=tuple(range(len(seqs))),
+            found=tuple((n, tuple(p)) for n, p in kinds_at.items()),
+            num_items=len(seqs),
+        )
     if any(k != "Tensor" for k in kinds):
         raise _type_error(seqs, path, kinds)
     zero_d = tuple(i for i, s in enumerate(seqs) if s.dim() == 0)
