@@ -311,6 +311,15 @@ def test_pad_collate_names_a_field_without_tensors(kind, lengths, key):
     assert err.key_path == (key,)
 
 
+def test_a_list_among_tensors_is_told_to_convert_not_about_none():
+    # trial (2026-12-06): the hint of a Tensor/list mix was about get_item returning None
+    items = [{"ids": torch.tensor([1, 2])}, {"ids": [3]}]
+    with pytest.raises(CollateError, match=r"list at position 1; .*torch\.tensor\(\.\.\.\)"):
+        data.pad_collate(items, keys="ids")
+    with pytest.raises(CollateError, match="sometimes returns None"):
+        data.pad_collate([{"ids": torch.tensor([1])}, {"ids": None}], keys="ids")
+
+
 def test_pad_collate_in_the_loader():
     d = data.dataset(size=4, get_item=lambda i: {"data": torch.arange(i + 1), "target": i})
     loader = data.dataloader(

@@ -63,12 +63,15 @@ def _type_error(items: Sequence[Any], path: KeyPath, kinds: list[str]) -> Collat
         groups.setdefault(type(x).__name__, []).append(i)
     order = sorted(groups, key=lambda n: (n != "Tensor", -len(groups[n]), n))
     found = "; ".join(f"{n} at {positions_text(groups[n])}" for n in order)
-    hint = (
-        "every item must give a tensor here: a get_item that sometimes returns None (a failed "
-        "decode?) should raise or return a placeholder tensor"
-        if "Tensor" in kinds
-        else "every item must have the same structure here"
-    )
+    if "Tensor" not in kinds:
+        hint = "every item must have the same structure here"
+    elif "NoneType" in groups:
+        hint = (
+            "every item must give a tensor here: a get_item that sometimes returns None (a "
+            "failed decode?) should raise or return a placeholder tensor"
+        )
+    else:  # a list or array where the others give tensors
+        hint = "every item must give a tensor here: convert the others with torch.tensor(...)"
     return CollateError(
         f"cannot collate {key_path_text(path)}: items mix types: {found}; {hint}",
         key_path=path,
@@ -536,8 +539,8 @@ def _pad(
         held = "; ".join(f"{n} at {positions_text(p)}" for n, p in kinds_at.items())
         raise CollateError(
             f"pad_collate pads tensors, and {key_path_text(path)} holds {held}: return a tensor "
-            "from get_item (torch.tensor(token_ids) for a list of ids), or leave the field out "
-            "of keys= (default_collate then takes it)",
+            "from get_item (torch.tensor(token_ids) for a list of ids; tokenize a string first), "
+            "or leave the field out of keys= (default_collate then takes it)",
             key_path=path,
             positions=tuple(range(len(seqs))),
             found=tuple((n, tuple(p)) for n, p in kinds_at.items()),
